@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything bmas needs to build, run and test, from Debian 12's packages.
+# Safe to run again; skips apt-get when every package is already installed.
+set -euo pipefail
+
+packages=(
+  build-essential g++ cmake ninja-build ccache pkg-config git
+  libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
+  libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  curl procps
+)
+# The integration test with the real OpenAI client needs node and npm. A machine that already
+# has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get -o DPkg::Lock::Timeout=900 update -q
+  $sudo apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${missing[@]}"
+fi

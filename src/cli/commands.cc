@@ -1,0 +1,209 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "common/config_table.h"
+#include "daemon/engine_main.h"
+#include "daemon/up.h"
+#include "engine/calibrate.h"
+
+namespace bmas {
+
+Config GlobalOptions::LoadConfigOrDefaults() const { return LoadConfig(config_file); }
+
+void GlobalOptions::SetUpLogging() const {
+  auto logger = spdlog::stderr_color_mt("bmas");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+}
+
+// Flags given on the command line win over the config file; an option counts as given when
+// CLI11 saw it.
+void EngineCommand::ApplyFlags(EngineSettings& s) const {
+  auto given = [this](const char* name) { return cmd_->count(name) > 0; };
+  if (given("--model")) s.model = flags_.model;
+  if (given("--profile")) s.profile = flags_.profile;
+  if (given("--profiles")) s.profiles_file = flags_.profiles_file;
+  if (given("--host")) s.host = flags_.host;
+  if (given("--port")) s.port = flags_.port;
+  if (given("--max-num-seqs")) s.max_num_seqs = flags_.max_num_seqs;
+  if (given("--max-num-batched-tokens")) s.max_num_batched_tokens = flags_.max_num_batched_tokens;
+  if (given("--num-kv-blocks")) s.num_kv_blocks = flags_.num_kv_blocks;
+  if (given("--block-size")) s.block_size = flags_.block_size;
+  if (given("--max-model-len")) s.max_model_len = flags_.max_model_len;
+  if (given("--scheduling-policy")) s.scheduling_policy = flags_.scheduling_policy;
+  if (no_prefix_caching_) s.prefix_caching = false;
+  if (given("--max-body-bytes")) s.max_body_bytes = flags_.max_body_bytes;
+  if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;
+  if (given("--default-chat-max-tokens")) s.default_chat_max_tokens = flags_.default_chat_max_tokens;
+}
+
+void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
+  cmd_ = app.add_subcommand(
+      "engine",
+      "Run a simulated vLLM server (OpenAI API, vLLM scheduling, paging, caching and timing)");
+  CLI::App& c = *cmd_;
+  c.add_option("--model", flags_.model, "Model name served")->default_str(flags_.model);
+  c.add_option("--profile", flags_.profile, "Hardware profile (llama-3.1-8b-h100, instant, ...)")
+      ->default_str(flags_.profile);
+  c.add_option("--profiles", flags_.profiles_file, "TOML file with more profiles");
+  c.add_option("--host", flags_.host, "Address to listen on")->default_str(flags_.host);
+  c.add_option("--port", flags_.port, "Port; 0 picks a free one and prints it")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("0");
+  c.add_option("--max-num-seqs", flags_.max_num_seqs, "Most requests running at once (default: profile)")
+      ->check(CLI::PositiveNumber);
+  c.add_option("--max-num-batched-tokens", flags_.max_num_batched_tokens,
+               "Token budget of one step (default: profile)")
+      ->check(CLI::PositiveNumber);
+  c.add_option("--num-kv-blocks", flags_.num_kv_blocks,
+               "KV cache blocks (default: profile, or derived from its memory figures)")
+      ->check(CLI::PositiveNumber);
+  c.add_option("--block-size", flags_.block_size, "Tokens per KV block (default: 16)")
+      ->check(CLI::PositiveNumber);
+  c.add_option("--max-model-len", flags_.max_model_len,
+               "Longest prompt + output in tokens (default: profile, 131072 for llama-3.1-8b-h100)")
+      ->check(CLI::PositiveNumber);
+  c.add_option("--scheduling-policy", flags_.scheduling_policy, "fcfs or priority")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->default_str("fcfs");
+  c.add_flag("--no-prefix-caching", no_prefix_caching_, "Disable automatic prefix caching");
+  c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
+      ->check(CLI::PositiveNumber)
+      ->default_str("4194304");
+  c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
+               "Seconds in-flight requests get to finish after SIGTERM")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("30");
+  c.add_option("--default-chat-max-tokens", flags_.default_chat_max_tokens,
+               "Output length of a chat completion that sets no max_tokens")
+      ->check(CLI::PositiveNumber)
+      ->default_str("256");
+  c.require_subcommand(0, 1);
+
+  calibrate_ = c.add_subcommand(
+      "calibrate",
+      "Run the engine in virtual time at the reference concurrencies and compare its ITL, TTFT "
+      "and throughput with the reference figures");
+  calibrate_->add_flag("--json", json_, "Print JSON");
+  calibrate_->add_option("--requests-per-client", scenario_.requests_per_client,
+                         "Requests each closed-loop client sends")
+      ->check(CLI::PositiveNumber)
+      ->default_str(std::to_string(scenario_.requests_per_client));
+  calibrate_->add_option("--prompt-tokens", scenario_.prompt_tokens, "Prompt length")
+      ->check(CLI::PositiveNumber)
+      ->default_str(std::to_string(scenario_.prompt_tokens));
+  calibrate_->add_option("--output-tokens", scenario_.output_tokens, "Output length")
+      ->check(CLI::PositiveNumber)
+      ->default_str(std::to_string(scenario_.output_tokens));
+  calibrate_->add_flag("--fit", fit_,
+                       "Search the step-time coefficients that best match the reference and "
+                       "print them as profile TOML");
+
+  c.callback([this, &global] {
+    global.SetUpLogging();
+    global.exit_code = calibrate_->parsed() ? RunCalibrate(global) : RunServer(global);
+  });
+}
+
+int EngineCommand::RunServer(GlobalOptions& global) {
+  Config config = global.LoadConfigOrDefaults();
+  EngineSettings s = config.engine;
+  ApplyFlags(s);
+  return RunEngine(s);
+}
+
+int EngineCommand::RunCalibrate(GlobalOptions& global) {
+  Config config = global.LoadConfigOrDefaults();
+  EngineSettings s = config.engine;
+  ApplyFlags(s);
+  auto options = MakeEngineOptions(s);
+  if (!options) {
+    fmt::print(stderr, "bmas engine calibrate: {}\n", options.error().message);
+    return 2;
+  }
+  const auto& reference = engine::LlamaH100Reference();
+  engine::StepTimeModel time = options->time;
+  if (fit_) {
+    time = engine::FitStepTimeModel(options->scheduler, time, reference, scenario_);
+    fmt::print("# fitted step-time model for profile.{}\n", s.profile);
+    fmt::print("frontend_overhead_s = {:.6f}\n", time.frontend_s);
+    fmt::print("step_base_s = {:.8f}\nper_decode_token_s = {:.10f}\nper_prefill_token_s = {:.10f}\n"
+               "per_context_token_s = {:.12f}\n\n",
+               time.base_s, time.per_decode_token_s, time.per_prefill_token_s,
+               time.per_context_token_s);
+  }
+  auto rows = engine::Calibrate(options->scheduler, time, reference, scenario_);
+  auto err = [](double model, double ref) { return 100.0 * (model / ref - 1); };
+  if (json_) {
+    std::string out = "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      auto opt = [](const std::optional<double>& v, double scale) {
+        return v ? fmt::format("{:.4f}", *v * scale) : std::string("null");
+      };
+      out += fmt::format(
+          "{}{{\"concurrency\":{},\"itl_ms\":{:.4f},\"ref_itl_ms\":{:.4f},\"ttft_ms\":{:.4f},"
+          "\"ref_ttft_ms\":{},\"output_tokens_per_s\":{:.1f},\"ref_output_tokens_per_s\":{}}}",
+          i == 0 ? "" : ",", r.reference.concurrency, r.model.mean_itl_s * 1e3,
+          r.reference.itl_s * 1e3, r.model.mean_ttft_s * 1e3, opt(r.reference.ttft_s, 1e3),
+          r.model.output_tokens_per_s, opt(r.reference.output_tokens_per_s, 1));
+    }
+    fmt::print("{}]\n", out);
+    return 0;
+  }
+  fmt::print(
+      "profile {} vs Llama-3.1-8B on one H100 (NVIDIA NIM). Assumed: 128-token prompts, 128 "
+      "output tokens, closed loop, clients start together. Virtual time.\n",
+      s.profile);
+  fmt::print("{:>11} | {:>9} {:>9} {:>7} | {:>10} {:>9} {:>7} | {:>10} {:>9}\n", "concurrency",
+             "ITL ms", "ref", "err %", "TTFT ms", "ref", "err %", "out tok/s", "ref");
+  for (const auto& r : rows) {
+    std::string ttft_ref = "", ttft_err = "", tps_ref = "";
+    if (r.reference.ttft_s) {
+      ttft_ref = fmt::format("{:.2f}", *r.reference.ttft_s * 1e3);
+      ttft_err = fmt::format("{:+.1f}", err(r.model.mean_ttft_s, *r.reference.ttft_s));
+    }
+    if (r.reference.output_tokens_per_s) {
+      tps_ref = fmt::format("{:.0f}", *r.reference.output_tokens_per_s);
+    }
+    fmt::print("{:>11} | {:>9.2f} {:>9.2f} {:>7} | {:>10.2f} {:>9} {:>7} | {:>10.0f} {:>9}\n",
+               r.reference.concurrency, r.model.mean_itl_s * 1e3, r.reference.itl_s * 1e3,
+               fmt::format("{:+.1f}", err(r.model.mean_itl_s, r.reference.itl_s)),
+               r.model.mean_ttft_s * 1e3, ttft_ref, ttft_err, r.model.output_tokens_per_s,
+               tps_ref);
+  }
+  fmt::print("worst ITL/TTFT error: {:.1f}%\n", 100 * engine::WorstRelativeError(rows));
+  return 0;
+}
+
+void UpCommand::Register(CLI::App& app, GlobalOptions& global) {
+  cmd_ = app.add_subcommand(
+      "up", "Start every bmas component on this machine (today: simulated engines) and print "
+            "what runs where; Ctrl-C stops them all");
+  cmd_->add_option("--engines", engines_, "Number of simulated engines (default: [up] engines, 2)")
+      ->check(CLI::Range(0, 64));
+  cmd_->callback([this, &global] {
+    global.SetUpLogging();
+    UpOptions o;
+    o.config = global.LoadConfigOrDefaults();
+    if (cmd_->count("--engines") > 0) o.config.up.engines = engines_;
+    o.state_dir = ResolveStateDir(global.state_dir, o.config);
+    std::error_code ec;
+    o.self_exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (!global.config_file.empty()) {
+      o.config.source = std::filesystem::absolute(global.config_file).string();
+    }
+    global.exit_code = RunUp(o);
+  });
+}
+
+}  // namespace bmas

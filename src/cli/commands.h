@@ -1,0 +1,54 @@
+#pragma once
+
+// The subcommands of `bmas`: each registers its flags with CLI11 and runs from a callback.
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.h"
+#include "engine/calibrate.h"
+
+namespace bmas {
+
+struct GlobalOptions {
+  std::string config_file;
+  std::string state_dir;
+  std::string log_level = "info";
+  int exit_code = 0;
+
+  // The config file's settings (defaults when none is given). Throws ConfigError.
+  Config LoadConfigOrDefaults() const;
+  void SetUpLogging() const;
+};
+
+// `bmas engine` and `bmas engine calibrate`.
+class EngineCommand {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  void ApplyFlags(EngineSettings& s) const;
+  int RunServer(GlobalOptions& global);
+  int RunCalibrate(GlobalOptions& global);
+
+  CLI::App* cmd_ = nullptr;
+  CLI::App* calibrate_ = nullptr;
+  EngineSettings flags_;
+  bool no_prefix_caching_ = false;
+  bool json_ = false;
+  bool fit_ = false;
+  engine::ClosedLoopOptions scenario_;
+};
+
+// `bmas up`.
+class UpCommand {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  int engines_ = 0;
+};
+
+}  // namespace bmas

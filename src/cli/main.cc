@@ -1,0 +1,50 @@
+// bmas: one binary, git-style subcommands.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "common/config.h"
+#include "common/config_table.h"
+#include "common/version.h"
+
+int main(int argc, char** argv) {
+  using namespace bmas;
+  CLI::App app{"bmas: the operating layer of a shared bare-metal AI cluster", "bmas"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every command");
+
+  GlobalOptions global;
+  app.add_option("--config", global.config_file, "TOML config file (see examples/bmas.toml)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--state-dir", global.state_dir,
+                 "Directory for all state (default: $BMAS_STATE_DIR, else /var/lib/bmas for "
+                 "root, ~/.local/state/bmas otherwise)");
+  app.add_option("--log-level", global.log_level, "trace, debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  CLI::App* version = app.add_subcommand("version", "Print bmas's version");
+  version->callback([] { fmt::print("bmas {}\n", kBmasVersion); });
+
+  EngineCommand engine_cmd;
+  engine_cmd.Register(app, global);
+  UpCommand up_cmd;
+  up_cmd.Register(app, global);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "bmas: {}\n", e.what());
+    return 2;
+  }
+  return global.exit_code;
+}

@@ -1,0 +1,41 @@
+#pragma once
+
+// The one include for Boost.Asio and Beast, with the settings bmas builds them with.
+// GCC 12 with Boost 1.74 needs <utility> before asio's awaitable header.
+
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace bmas {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+template <typename T = void>
+using awaitable = boost::asio::awaitable<T>;
+using boost::asio::use_awaitable;
+
+// Completion handler for co_spawn: logs an exception that escaped a coroutine, so that no
+// failure of detached work passes silently.
+void LogIfFailed(const char* what, std::exception_ptr e);
+
+// co_spawn(ex, Coroutine(), LogFailure("what")).
+inline auto LogFailure(const char* what) {
+  return [what](std::exception_ptr e) { LogIfFailed(what, e); };
+}
+
+}  // namespace bmas

@@ -1,0 +1,71 @@
+#include "common/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "common/config_table.h"
+
+namespace bmas {
+
+Config LoadConfig(const std::string& path) {
+  Config config;
+  if (path.empty()) return config;
+  config.source = path;
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    if (e.source().begin.line == 0) {
+      throw ConfigError(fmt::format("{}: cannot read the config file: {}", path, e.description()));
+    }
+    throw ConfigError(fmt::format("{}:{}: {}", path, e.source().begin.line, e.description()));
+  }
+  ConfigTable top(root, path, "");
+  config.state_dir = top.String("state_dir", "");
+  if (auto t = top.Table("engine")) {
+    EngineSettings& e = config.engine;
+    e.model = t->String("model", e.model);
+    if (e.model.empty()) throw ConfigError(fmt::format("{}: engine.model must not be empty", path));
+    e.profile = t->String("profile", e.profile);
+    e.profiles_file = t->String("profiles_file", e.profiles_file);
+    e.host = t->String("host", e.host);
+    e.port = static_cast<int>(t->Int("port", e.port, 0, 65535));
+    e.max_num_seqs = static_cast<int>(t->Int("max_num_seqs", 0, 0, 1 << 20));
+    e.max_num_batched_tokens = static_cast<int>(t->Int("max_num_batched_tokens", 0, 0, 1 << 24));
+    e.num_kv_blocks = static_cast<int>(t->Int("num_kv_blocks", 0, 0, 1 << 28));
+    e.block_size = static_cast<int>(t->Int("block_size", 0, 0, 4096));
+    e.max_model_len = static_cast<int>(t->Int("max_model_len", 0, 0, 1 << 24));
+    e.scheduling_policy = t->String("scheduling_policy", e.scheduling_policy, {"fcfs", "priority"});
+    e.prefix_caching = t->Bool("prefix_caching", e.prefix_caching);
+    e.max_body_bytes = t->Int("max_body_bytes", e.max_body_bytes, 1024, int64_t{1} << 32);
+    e.shutdown_timeout_s = static_cast<int>(t->Int("shutdown_timeout_s", 30, 0, 3600));
+    e.default_chat_max_tokens =
+        static_cast<int>(t->Int("default_chat_max_tokens", 256, 1, 1 << 24));
+    t->RejectUnknownKeys();
+  }
+  if (auto t = top.Table("up")) {
+    config.up.engines = static_cast<int>(t->Int("engines", config.up.engines, 0, 64));
+    config.up.engine_base_port = static_cast<int>(t->Int("engine_base_port", 0, 0, 65535));
+    t->RejectUnknownKeys();
+  }
+  top.RejectUnknownKeys();
+  return config;
+}
+
+std::string ResolveStateDir(const std::string& flag, const Config& config) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("BMAS_STATE_DIR"); env != nullptr && *env != '\0') return env;
+  if (!config.state_dir.empty()) return config.state_dir;
+  if (geteuid() == 0) return "/var/lib/bmas";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/bmas";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/bmas";
+}
+
+}  // namespace bmas

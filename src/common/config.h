@@ -1,0 +1,49 @@
+#pragma once
+
+// bmas's configuration file (TOML). Every key is optional; examples/bmas.toml documents each
+// key with its default. Command-line flags override the file.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bmas {
+
+struct EngineSettings {
+  std::string model = "meta-llama/Llama-3.1-8B-Instruct";
+  std::string profile = "llama-3.1-8b-h100";
+  std::string profiles_file;  // extra profiles; "" = built-in only
+  std::string host = "127.0.0.1";
+  int port = 0;               // 0 = any free port
+  int max_num_seqs = 0;       // 0 = the profile's value
+  int max_num_batched_tokens = 0;
+  int num_kv_blocks = 0;
+  int block_size = 0;
+  int max_model_len = 0;
+  std::string scheduling_policy = "fcfs";
+  bool prefix_caching = true;
+  int64_t max_body_bytes = 4 << 20;
+  int shutdown_timeout_s = 30;
+  int default_chat_max_tokens = 256;
+};
+
+struct UpSettings {
+  int engines = 2;  // simulated engines `bmas up` starts
+  int engine_base_port = 0;  // engine i listens on base + i; 0 = any free ports
+};
+
+struct Config {
+  std::string source;     // the file read, or "" for defaults only
+  std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
+  EngineSettings engine;
+  UpSettings up;
+};
+
+// Reads `path`; "" gives the defaults. Throws ConfigError naming file, line and key.
+Config LoadConfig(const std::string& path);
+
+// The state directory: `flag`, else $BMAS_STATE_DIR, else the config's, else
+// /var/lib/bmas for root and $XDG_STATE_HOME/bmas (~/.local/state/bmas) for others.
+std::string ResolveStateDir(const std::string& flag, const Config& config);
+
+}  // namespace bmas

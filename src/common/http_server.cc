@@ -1,0 +1,305 @@
+#include "common/http_server.h"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <spdlog/spdlog.h>
+
+namespace bmas {
+
+void LogIfFailed(const char* what, std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    spdlog::error("{} failed: {}", what, ex.what());
+  } catch (...) {
+    spdlog::error("{} failed with an unknown exception", what);
+  }
+}
+
+http::status HttpStatusFor(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return http::status::bad_request;
+    case ErrorCode::kNotFound: return http::status::not_found;
+    case ErrorCode::kTooLarge: return http::status::payload_too_large;
+    case ErrorCode::kUnavailable: return http::status::service_unavailable;
+    case ErrorCode::kAlreadyExists: return http::status::conflict;
+    case ErrorCode::kPermissionDenied: return http::status::forbidden;
+    case ErrorCode::kInternal: return http::status::internal_server_error;
+  }
+  return http::status::internal_server_error;
+}
+
+namespace {
+
+const char* ErrorType(http::status status) {
+  switch (status) {
+    case http::status::bad_request: return "BadRequestError";
+    case http::status::unauthorized: return "AuthenticationError";
+    case http::status::forbidden: return "PermissionDeniedError";
+    case http::status::not_found: return "NotFoundError";
+    case http::status::method_not_allowed: return "MethodNotAllowedError";
+    case http::status::payload_too_large: return "RequestEntityTooLargeError";
+    case http::status::too_many_requests: return "RateLimitError";
+    case http::status::service_unavailable: return "ServiceUnavailableError";
+    default: return "InternalServerError";
+  }
+}
+
+}  // namespace
+
+std::string ErrorJson(http::status status, std::string_view message, std::string_view param) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  w.Key("error");
+  w.StartObject();
+  w.Key("message");
+  w.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
+  w.Key("type");
+  w.String(ErrorType(status));
+  w.Key("param");
+  if (param.empty()) w.Null(); else w.String(param.data(), static_cast<rapidjson::SizeType>(param.size()));
+  w.Key("code");
+  w.Int(static_cast<int>(status));
+  w.EndObject();
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+ResponseWriter::ResponseWriter(beast::tcp_stream& stream, const HttpRequest& request,
+                               std::chrono::steady_clock::duration write_timeout)
+    : stream_(stream),
+      version_(request.version()),
+      keep_alive_(request.keep_alive()),
+      write_timeout_(write_timeout) {}
+
+awaitable<bool> ResponseWriter::Send(http::status status, std::string_view content_type,
+                                     std::string body) {
+  sent_ = true;
+  http::response<http::string_body> res{status, version_};
+  res.set(http::field::server, "bmas");
+  res.set(http::field::content_type, content_type);
+  res.keep_alive(keep_alive_);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  beast::error_code ec;
+  stream_.expires_after(write_timeout_);
+  co_await http::async_write(stream_, res, net::redirect_error(use_awaitable, ec));
+  if (ec) ok_ = false;
+  co_return ok_;
+}
+
+awaitable<bool> ResponseWriter::SendError(const Error& error) {
+  co_return co_await SendError(HttpStatusFor(error.code), error.message, error.param);
+}
+
+awaitable<bool> ResponseWriter::SendError(http::status status, std::string message,
+                                          std::string param) {
+  co_return co_await Send(status, "application/json", ErrorJson(status, message, param));
+}
+
+awaitable<bool> ResponseWriter::StartStream(http::status status, std::string_view content_type) {
+  sent_ = true;
+  http::response<http::empty_body> res{status, version_};
+  res.set(http::field::server, "bmas");
+  res.set(http::field::content_type, content_type);
+  res.set(http::field::cache_control, "no-cache");
+  res.keep_alive(keep_alive_);
+  res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  beast::error_code ec;
+  stream_.expires_after(write_timeout_);
+  co_await http::async_write_header(stream_, sr, net::redirect_error(use_awaitable, ec));
+  if (ec) ok_ = false;
+  co_return ok_;
+}
+
+awaitable<bool> ResponseWriter::SendChunk(std::string_view data) {
+  if (!ok_) co_return false;
+  if (data.empty()) co_return true;  // an empty chunk would end the stream
+  beast::error_code ec;
+  stream_.expires_after(write_timeout_);
+  co_await net::async_write(stream_, http::make_chunk(net::buffer(data.data(), data.size())),
+                            net::redirect_error(use_awaitable, ec));
+  if (ec) ok_ = false;
+  co_return ok_;
+}
+
+awaitable<bool> ResponseWriter::EndStream() {
+  if (!ok_) co_return false;
+  beast::error_code ec;
+  stream_.expires_after(write_timeout_);
+  co_await net::async_write(stream_, http::make_chunk_last(),
+                            net::redirect_error(use_awaitable, ec));
+  if (ec) ok_ = false;
+  co_return ok_;
+}
+
+HttpServer::HttpServer(net::io_context& io, HttpServerOptions options, HttpHandler handler)
+    : io_(io), options_(std::move(options)), handler_(std::move(handler)), acceptor_(io) {}
+
+Result<uint16_t> HttpServer::Listen() {
+  beast::error_code ec;
+  auto address = net::ip::make_address(options_.host, ec);
+  if (ec) {
+    return InvalidArgument("'" + options_.host + "' is not an IP address: give a numeric host",
+                           "host");
+  }
+  tcp::endpoint endpoint(address, options_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Error{ErrorCode::kUnavailable,
+                 "cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                     ": " + ec.message() + " (pick another port, or 0 for any free one)",
+                 "port"};
+  }
+  port_ = acceptor_.local_endpoint().port();
+  return port_;
+}
+
+void HttpServer::Start() { net::co_spawn(io_, AcceptLoop(), LogFailure("http accept loop")); }
+
+awaitable<void> HttpServer::AcceptLoop() {
+  while (!stopping_) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor_.async_accept(net::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (stopping_ || ec == net::error::operation_aborted) break;
+      spdlog::warn("accept failed: {}", ec.message());
+      // Out of file descriptors and the like: back off instead of spinning.
+      net::steady_timer t(io_, std::chrono::milliseconds(50));
+      co_await t.async_wait(net::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    net::co_spawn(io_, Session(std::move(socket)), LogFailure("http session"));
+  }
+}
+
+awaitable<void> HttpServer::LingeringClose(beast::tcp_stream& stream) {
+  // Stop sending, then read and drop what the client still sends, so that it reads our
+  // response before it sees the connection close.
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::array<char, 16384> scratch;
+  size_t drained = 0;
+  stream.expires_after(std::chrono::seconds(5));
+  while (drained < (size_t{256} << 20)) {
+    size_t n = co_await stream.async_read_some(net::buffer(scratch),
+                                               net::redirect_error(use_awaitable, ec));
+    if (ec) break;
+    drained += n;
+  }
+}
+
+awaitable<void> HttpServer::Session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  Connection conn{&stream, true};
+  connections_.insert(&conn);
+  while (!stopping_) {
+    conn.idle = true;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(options_.max_body_bytes);
+    beast::error_code ec;
+    stream.expires_after(options_.idle_timeout);
+    co_await http::async_read_header(stream, buffer, parser,
+                                     net::redirect_error(use_awaitable, ec));
+    conn.idle = false;
+    // Beast checks a declared Content-Length against the limit as soon as the header is in.
+    const bool body_too_large = ec == http::error::body_limit;
+    if (ec && !body_too_large) {
+      if (ec == http::error::header_limit || ec.category() == http::make_error_code(http::error::bad_version).category()) {
+        HttpRequest dummy;
+        ResponseWriter w(stream, dummy, options_.write_timeout);
+        co_await w.SendError(http::status::bad_request, "malformed HTTP request: " + ec.message());
+      }
+      break;
+    }
+    const auto& header = parser.get();
+    auto too_large = [&]() -> awaitable<void> {
+      HttpRequest head;
+      head.version(header.version());
+      head.keep_alive(false);
+      ResponseWriter w(stream, head, options_.write_timeout);
+      co_await w.SendError(http::status::payload_too_large,
+                           "request body is over the limit of " +
+                               std::to_string(options_.max_body_bytes) + " bytes",
+                           "body");
+      co_await LingeringClose(stream);
+    };
+    if (body_too_large ||
+        (parser.content_length() && *parser.content_length() > options_.max_body_bytes)) {
+      co_await too_large();
+      break;
+    }
+    stream.expires_after(options_.read_timeout);
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+    if (ec == http::error::body_limit) {
+      co_await too_large();
+      break;
+    }
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::bad_version).category()) {
+        HttpRequest dummy;
+        ResponseWriter w(stream, dummy, options_.write_timeout);
+        co_await w.SendError(http::status::bad_request, "malformed HTTP request: " + ec.message());
+      }
+      break;
+    }
+    HttpRequest request = parser.release();
+    ResponseWriter writer(stream, request, options_.write_timeout);
+    ++active_requests_;
+    std::string failure;
+    try {
+      co_await handler_(request, writer);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      spdlog::error("handler for {} failed: {}", std::string(request.target()), failure);
+    }
+    if (!failure.empty() && !writer.sent()) {
+      co_await writer.SendError(http::status::internal_server_error, "internal error: " + failure);
+    }
+    --active_requests_;
+    if (!writer.ok() || !writer.keep_alive()) break;
+  }
+  connections_.erase(&conn);
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.socket().close(ec);
+}
+
+awaitable<void> HttpServer::Stop(std::chrono::steady_clock::duration deadline) {
+  stopping_ = true;
+  beast::error_code ec;
+  acceptor_.close(ec);
+  auto close_idle = [this](bool all) {
+    for (Connection* c : connections_) {
+      if (all || c->idle) {
+        beast::error_code ignored;
+        c->stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+        c->stream->socket().close(ignored);
+      }
+    }
+  };
+  close_idle(false);
+  auto until = std::chrono::steady_clock::now() + deadline;
+  net::steady_timer t(io_);
+  while (!connections_.empty() && std::chrono::steady_clock::now() < until) {
+    close_idle(false);
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+  if (!connections_.empty()) {
+    spdlog::warn("stop deadline passed with {} requests in flight; closing them",
+                 active_requests_);
+    close_idle(true);
+  }
+}
+
+}  // namespace bmas

@@ -1,0 +1,112 @@
+#pragma once
+
+// A small HTTP/1.1 server on Boost.Beast and C++20 coroutines, shared by bmas's servers.
+//
+// Keep-alive, a body size limit answered with 413 (after a lingering close, as nginx does, so
+// the client sees the 413 rather than a broken pipe), deadlines on every read and write,
+// chunked streaming responses, and a graceful stop: no new connections, in-flight requests
+// finish up to a deadline.
+//
+// Runs on one io_context; not thread-safe.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "common/asio.h"
+#include "common/result.h"
+
+namespace bmas {
+
+using HttpRequest = http::request<http::string_body>;
+
+// Sends one response to the request being handled: whole, or as a chunked stream.
+class ResponseWriter {
+ public:
+  ResponseWriter(beast::tcp_stream& stream, const HttpRequest& request,
+                 std::chrono::steady_clock::duration write_timeout);
+
+  // A whole response. Returns false when the client is gone.
+  awaitable<bool> Send(http::status status, std::string_view content_type, std::string body);
+  // An OpenAI-style error object: {"error": {"message", "type", "param", "code"}}.
+  awaitable<bool> SendError(const Error& error);
+  awaitable<bool> SendError(http::status status, std::string message, std::string param = {});
+
+  // A chunked response: the header, then chunks, then the end.
+  awaitable<bool> StartStream(http::status status, std::string_view content_type);
+  awaitable<bool> SendChunk(std::string_view data);
+  awaitable<bool> EndStream();
+
+  bool ok() const { return ok_; }
+  bool keep_alive() const { return keep_alive_; }
+  bool sent() const { return sent_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  unsigned version_;
+  bool keep_alive_;
+  std::chrono::steady_clock::duration write_timeout_;
+  bool ok_ = true;
+  bool sent_ = false;
+};
+
+// Handles one request; must send exactly one response through the writer.
+using HttpHandler = std::function<awaitable<void>(HttpRequest&, ResponseWriter&)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  size_t max_body_bytes = 4 << 20;
+  std::chrono::seconds idle_timeout{75};
+  std::chrono::seconds read_timeout{60};
+  std::chrono::seconds write_timeout{60};
+  std::string server_name = "bmas";
+};
+
+class HttpServer {
+ public:
+  HttpServer(net::io_context& io, HttpServerOptions options, HttpHandler handler);
+
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; returns the port (useful with port 0).
+  Result<uint16_t> Listen();
+  // Starts accepting. REQUIRES: Listen() succeeded.
+  void Start();
+  // Stops accepting and closes idle connections; waits until in-flight requests end or
+  // `deadline` passes, then closes what remains.
+  awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
+
+  size_t active_requests() const { return active_requests_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Connection {
+    beast::tcp_stream* stream;
+    bool idle;
+  };
+  awaitable<void> AcceptLoop();
+  awaitable<void> Session(tcp::socket socket);
+  awaitable<void> LingeringClose(beast::tcp_stream& stream);
+
+  net::io_context& io_;
+  HttpServerOptions options_;
+  HttpHandler handler_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  bool stopping_ = false;
+  size_t active_requests_ = 0;
+  std::unordered_set<Connection*> connections_;
+};
+
+// The HTTP status for an error code: the one place this mapping lives.
+http::status HttpStatusFor(ErrorCode code);
+
+// {"error": {"message": ..., "type": ..., "param": ..., "code": <status>}}
+std::string ErrorJson(http::status status, std::string_view message, std::string_view param);
+
+}  // namespace bmas

@@ -1,0 +1,114 @@
+#include "daemon/engine_main.h"
+
+#include <csignal>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/config_table.h"
+#include "engine/timing.h"
+
+namespace bmas {
+
+Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
+  engine::ProfileMap profiles;
+  try {
+    profiles = engine::LoadProfiles(s.profiles_file);
+  } catch (const ConfigError& e) {
+    return InvalidArgument(e.what(), "profiles_file");
+  }
+  auto it = profiles.find(s.profile);
+  if (it == profiles.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : profiles) names.push_back(name);
+    return InvalidArgument(fmt::format("unknown profile '{}'; known profiles: {}", s.profile,
+                                       fmt::join(names, ", ")),
+                           "profile");
+  }
+  const engine::Profile& p = it->second;
+  engine::EngineServerOptions o;
+  o.model = s.model;
+  o.profile_name = p.name;
+  o.time = p.time;
+  o.default_chat_max_tokens = s.default_chat_max_tokens;
+  engine::SchedulerConfig& c = o.scheduler;
+  c.max_num_seqs = s.max_num_seqs > 0 ? s.max_num_seqs : p.max_num_seqs;
+  c.max_num_batched_tokens =
+      s.max_num_batched_tokens > 0 ? s.max_num_batched_tokens : p.max_num_batched_tokens;
+  c.block_size = s.block_size > 0 ? s.block_size : p.block_size;
+  c.num_kv_blocks = s.num_kv_blocks > 0     ? s.num_kv_blocks
+                    : p.num_kv_blocks > 0   ? p.num_kv_blocks
+                                            : p.DerivedKvBlocks(c.block_size);
+  c.max_model_len = s.max_model_len > 0 ? s.max_model_len : p.max_model_len;
+  c.enable_prefix_caching = s.prefix_caching;
+  if (s.scheduling_policy == "fcfs") {
+    c.policy = engine::SchedulingPolicy::kFcfs;
+  } else if (s.scheduling_policy == "priority") {
+    c.policy = engine::SchedulingPolicy::kPriority;
+  } else {
+    return InvalidArgument(fmt::format("scheduling policy '{}' is not fcfs or priority",
+                                       s.scheduling_policy),
+                           "scheduling_policy");
+  }
+  const int64_t kv_tokens = int64_t{c.num_kv_blocks} * c.block_size;
+  if (c.max_model_len > kv_tokens) {
+    return InvalidArgument(
+        fmt::format("the KV cache holds {} tokens ({} blocks of {}), less than max_model_len {}: "
+                    "lower --max-model-len or raise --num-kv-blocks",
+                    kv_tokens, c.num_kv_blocks, c.block_size, c.max_model_len),
+        "max_model_len");
+  }
+  o.http.host = s.host;
+  o.http.port = static_cast<uint16_t>(s.port);
+  o.http.max_body_bytes = static_cast<size_t>(s.max_body_bytes);
+  o.http.server_name = "bmas-engine";
+  return o;
+}
+
+int RunEngine(const EngineSettings& settings) {
+  auto options = MakeEngineOptions(settings);
+  if (!options) {
+    fmt::print(stderr, "bmas engine: {}\n", options.error().message);
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  net::io_context io(1);
+  engine::EngineServer server(io, *options);
+  auto port = server.Listen();
+  if (!port) {
+    fmt::print(stderr, "bmas engine: {}\n", port.error().message);
+    return 1;
+  }
+  const auto& c = options->scheduler;
+  spdlog::info(
+      "bmas engine: SIMULATED vLLM server (no GPU, no model weights) serving model '{}' with "
+      "profile '{}': max_num_seqs={} max_num_batched_tokens={} kv_blocks={}x{} "
+      "max_model_len={} policy={} prefix_caching={}",
+      options->model, options->profile_name, c.max_num_seqs, c.max_num_batched_tokens,
+      c.num_kv_blocks, c.block_size, c.max_model_len, settings.scheduling_policy,
+      c.enable_prefix_caching);
+  server.Start();
+  fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
+  std::fflush(stdout);
+
+  net::signal_set signals(io, SIGINT, SIGTERM);
+  const auto deadline = std::chrono::seconds(settings.shutdown_timeout_s);
+  signals.async_wait([&](const beast::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("bmas engine: signal {}: not accepting; finishing in-flight requests (up to {}s)",
+                 signal, deadline.count());
+    net::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+          co_await server.Stop(deadline);
+          io.stop();
+        },
+        LogFailure("engine stop"));
+  });
+  io.run();
+  spdlog::info("bmas engine: stopped");
+  return 0;
+}
+
+}  // namespace bmas

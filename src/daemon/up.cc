@@ -1,0 +1,255 @@
+#include "daemon/up.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/result.h"
+
+extern char** environ;
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string url;
+  std::string log;
+  bool exited = false;
+};
+
+// Starts `argv` with stdout on a pipe and stderr appended to `log`; returns the pid and the
+// read end of the pipe. Signals blocked in this process are unblocked in the child.
+Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
+  int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (err < 0) {
+    close(out[0]);
+    close(out[1]);
+    return Internal(fmt::format("cannot open {}: {}", log, std::strerror(errno)));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  // Own process group: a Ctrl-C at the terminal reaches only `bmas up`, which then stops the
+  // children in order.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(out[1]);
+  close(err);
+  if (rc != 0) {
+    close(out[0]);
+    return Internal(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
+  }
+  return std::make_pair(pid, out[0]);
+}
+
+// Reads the child's first stdout line ("...listening on URL"), waiting up to `timeout`.
+Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
+  std::string line;
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (line.find('\n') == std::string::npos) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Internal("did not report a listening address in time");
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(fd, &set);
+    timeval tv{left.count() / 1000, static_cast<suseconds_t>((left.count() % 1000) * 1000)};
+    int rc = select(fd + 1, &set, nullptr, nullptr, &tv);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return Internal("exited before it was ready");
+    line.append(buf, static_cast<size_t>(n));
+  }
+  line.resize(line.find('\n'));
+  auto at = line.find("http://");
+  if (at == std::string::npos) return Internal("printed an unexpected line: " + line);
+  return line.substr(at);
+}
+
+std::string LogTail(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string out;
+  for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) {
+    out += "    " + lines[i] + "\n";
+  }
+  return out;
+}
+
+void StopAll(std::vector<Child>& children, std::chrono::seconds grace) {
+  for (Child& c : children) {
+    if (!c.exited) kill(c.pid, SIGTERM);
+  }
+  auto until = std::chrono::steady_clock::now() + grace;
+  for (Child& c : children) {
+    while (!c.exited) {
+      int status;
+      pid_t r = waitpid(c.pid, &status, WNOHANG);
+      if (r == c.pid || (r < 0 && errno == ECHILD)) {
+        c.exited = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        c.exited = true;
+        break;
+      }
+      usleep(20000);
+    }
+  }
+}
+
+}  // namespace
+
+int RunUp(const UpOptions& options) {
+  const std::string& dir = options.state_dir;
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "logs", ec);
+  fs::create_directories(fs::path(dir) / "run", ec);
+  if (ec) {
+    fmt::print(stderr, "bmas up: cannot create the state dir {}: {} (pick another with --state-dir "
+               "or BMAS_STATE_DIR)\n", dir, ec.message());
+    return 1;
+  }
+  // The state dir is read by daemons running under their own users; make it traversable.
+  chmod(dir.c_str(), 0755);
+
+  // One `bmas up` per state dir.
+  std::string lock_path = (fs::path(dir) / "run" / "up.lock").string();
+  int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    std::ifstream in(lock_path);
+    std::string pid;
+    std::getline(in, pid);
+    fmt::print(stderr, "bmas up: another bmas up (pid {}) is running with state dir {}; stop it "
+               "first or use another --state-dir\n", pid.empty() ? "?" : pid, dir);
+    return 1;
+  }
+  if (ftruncate(lock, 0) == 0) {
+    std::string pid = std::to_string(getpid()) + "\n";
+    [[maybe_unused]] ssize_t n = write(lock, pid.data(), pid.size());
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+
+  const Config& config = options.config;
+  const EngineSettings& e = config.engine;
+  fmt::print("bmas up: state dir {}\n", dir);
+  std::vector<Child> children;
+  auto fail = [&](const std::string& message) {
+    fmt::print(stderr, "bmas up: {}\n", message);
+    StopAll(children, std::chrono::seconds(5));
+    return 1;
+  };
+  for (int i = 0; i < config.up.engines; ++i) {
+    Child c;
+    c.name = fmt::format("engine-{}", i);
+    c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
+    int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
+    std::vector<std::string> args = {options.self_exe, "engine", "--port", std::to_string(port),
+                                     "--state-dir", dir};
+    if (!config.source.empty()) {
+      args.push_back("--config");
+      args.push_back(config.source);
+    }
+    auto spawned = Spawn(args, c.log);
+    if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
+    c.pid = spawned->first;
+    children.push_back(c);
+    auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
+    close(spawned->second);
+    if (!url) {
+      return fail(fmt::format("{} {}; its log {} ends with:\n{}", c.name, url.error().message,
+                              c.log, LogTail(c.log)));
+    }
+    children.back().url = *url;
+  }
+
+  std::string summary;
+  for (const Child& c : children) {
+    summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n", c.name,
+                           c.url, e.model, e.profile);
+    summary += fmt::format("  {:<10} {:<28} log {}\n", "", "", c.log);
+  }
+  if (children.empty()) summary = "  (no components configured: [up] engines = 0)\n";
+  fmt::print("{}", summary);
+  std::ofstream(fs::path(dir) / "run" / "up.txt") << summary;
+  fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
+  std::fflush(stdout);
+
+  int exit_code = 0;
+  while (true) {
+    siginfo_t info;
+    timespec tick{1, 0};
+    int sig = sigtimedwait(&signals, &info, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      fmt::print("bmas up: stopping...\n");
+      break;
+    }
+    bool died = false;
+    for (Child& c : children) {
+      int status;
+      if (!c.exited && waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        died = true;
+        fmt::print(stderr, "bmas up: {} exited unexpectedly ({}); its log {} ends with:\n{}",
+                   c.name,
+                   WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
+                                     : fmt::format("signal {}", WTERMSIG(status)),
+                   c.log, LogTail(c.log));
+      }
+    }
+    if (died) {
+      exit_code = 1;
+      break;
+    }
+  }
+  StopAll(children, std::chrono::seconds(e.shutdown_timeout_s + 5));
+  fs::remove(fs::path(dir) / "run" / "up.txt", ec);
+  fmt::print("bmas up: stopped.\n");
+  return exit_code;
+}
+
+}  // namespace bmas

@@ -1,0 +1,412 @@
+#include "engine/openai_api.h"
+
+#include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <simdjson.h>
+
+namespace bmas::engine {
+
+namespace dom = simdjson::dom;
+
+struct RequestParser::Impl {
+  dom::parser parser;
+};
+
+RequestParser::RequestParser() : impl_(std::make_unique<Impl>()) {}
+RequestParser::~RequestParser() = default;
+
+namespace {
+
+// A field's value; a missing or null field is absent.
+std::optional<dom::element> Field(dom::object object, std::string_view key) {
+  dom::element e;
+  if (object.at_key(key).get(e) != simdjson::SUCCESS || e.is_null()) return std::nullopt;
+  return e;
+}
+
+Error TypeError(std::string_view key, std::string_view expected) {
+  return InvalidArgument(fmt::format("'{}' must be {}", key, expected), std::string(key));
+}
+
+Result<int64_t> IntField(const dom::element& e, std::string_view key) {
+  int64_t v;
+  if (e.is_int64() && e.get_int64().get(v) == simdjson::SUCCESS) return v;
+  return TypeError(key, "an integer");
+}
+
+Result<bool> BoolField(const dom::element& e, std::string_view key) {
+  bool v;
+  if (e.get_bool().get(v) == simdjson::SUCCESS) return v;
+  return TypeError(key, "a boolean");
+}
+
+Result<std::string_view> StringField(const dom::element& e, std::string_view key) {
+  std::string_view v;
+  if (e.get_string().get(v) == simdjson::SUCCESS) return v;
+  return TypeError(key, "a string");
+}
+
+// Message content: a string, or an array of {"type": "text", "text": ...} parts.
+Result<std::string> MessageContent(const dom::element& e, std::string_view key) {
+  std::string_view s;
+  if (e.get_string().get(s) == simdjson::SUCCESS) return std::string(s);
+  dom::array parts;
+  if (e.get_array().get(parts) != simdjson::SUCCESS) {
+    return TypeError(key, "a string or an array of content parts");
+  }
+  std::string text;
+  for (dom::element part : parts) {
+    dom::object p;
+    std::string_view type, t;
+    if (part.get_object().get(p) != simdjson::SUCCESS || p["type"].get_string().get(type) ||
+        type != "text" || p["text"].get_string().get(t)) {
+      return InvalidArgument(
+          fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}}; bmas engine "
+                      "simulates a text model",
+                      key),
+          std::string(key));
+    }
+    text += t;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages) {
+  std::string out;
+  for (const auto& [role, content] : messages) {
+    out += "<|";
+    out += role;
+    out += "|>\n";
+    out += content;
+    out += '\n';
+  }
+  out += "<|assistant|>\n";
+  return out;
+}
+
+Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint endpoint) {
+  CompletionRequest req;
+  req.endpoint = endpoint;
+  dom::element doc;
+  if (auto err = impl_->parser.parse(body.data(), body.size()).get(doc)) {
+    return InvalidArgument(fmt::format("the request body is not valid JSON: {}",
+                                       simdjson::error_message(err)));
+  }
+  dom::object obj;
+  if (doc.get_object().get(obj) != simdjson::SUCCESS) {
+    return InvalidArgument("the request body must be a JSON object");
+  }
+
+  auto model = Field(obj, "model");
+  if (!model) return InvalidArgument("'model' is required", "model");
+  auto model_name = StringField(*model, "model");
+  if (!model_name) return model_name.error();
+  req.model = std::string(*model_name);
+
+  if (endpoint == Endpoint::kCompletions) {
+    auto prompt = Field(obj, "prompt");
+    if (!prompt) return InvalidArgument("'prompt' is required", "prompt");
+    std::string_view text;
+    dom::array arr;
+    if (prompt->get_string().get(text) == simdjson::SUCCESS) {
+      req.prompt_text = std::string(text);
+      req.prompt_tokens = Tokenize(text);
+    } else if (prompt->get_array().get(arr) == simdjson::SUCCESS) {
+      // A list of token ids, or a list of exactly one string or one token list.
+      dom::array inner;
+      if (arr.size() == 1 && arr.at(0).get_string().get(text) == simdjson::SUCCESS) {
+        req.prompt_text = std::string(text);
+        req.prompt_tokens = Tokenize(text);
+      } else {
+        if (arr.size() == 1 && arr.at(0).get_array().get(inner) == simdjson::SUCCESS) arr = inner;
+        for (dom::element t : arr) {
+          int64_t id;
+          if (!t.is_int64() || t.get_int64().get(id) || id < 0 || id >= kVocabSize) {
+            return InvalidArgument(
+                fmt::format("'prompt' must be a string or a list of token ids in 0..{}; bmas "
+                            "engine serves one prompt per request",
+                            kVocabSize - 1),
+                "prompt");
+          }
+          req.prompt_tokens.push_back(static_cast<TokenId>(id));
+        }
+      }
+    } else {
+      return TypeError("prompt", "a string or a list of token ids");
+    }
+  } else {
+    auto messages = Field(obj, "messages");
+    if (!messages) return InvalidArgument("'messages' is required", "messages");
+    dom::array arr;
+    if (messages->get_array().get(arr) != simdjson::SUCCESS) {
+      return TypeError("messages", "an array of messages");
+    }
+    if (arr.size() == 0) return InvalidArgument("'messages' must not be empty", "messages");
+    std::vector<std::pair<std::string, std::string>> parsed;
+    size_t index = 0;
+    for (dom::element m : arr) {
+      std::string key = fmt::format("messages[{}]", index++);
+      dom::object mo;
+      if (m.get_object().get(mo) != simdjson::SUCCESS) return TypeError(key, "an object");
+      auto role = Field(mo, "role");
+      if (!role) return InvalidArgument(fmt::format("'{}.role' is required", key), key + ".role");
+      auto role_name = StringField(*role, key + ".role");
+      if (!role_name) return role_name.error();
+      std::string content;
+      if (auto c = Field(mo, "content")) {
+        auto text = MessageContent(*c, key + ".content");
+        if (!text) return text.error();
+        content = std::move(*text);
+      }
+      parsed.emplace_back(std::string(*role_name), std::move(content));
+    }
+    req.prompt_text = ApplyChatTemplate(parsed);
+    req.prompt_tokens = Tokenize(req.prompt_text);
+  }
+
+  for (std::string_view key : {"max_tokens", "max_completion_tokens"}) {
+    if (auto e = Field(obj, key)) {
+      auto v = IntField(*e, key);
+      if (!v) return v.error();
+      if (*v < 1 || *v > (1 << 30)) {
+        return InvalidArgument(fmt::format("'{}' must be at least 1, got {}", key, *v),
+                               std::string(key));
+      }
+      req.max_tokens = static_cast<int>(*v);
+    }
+  }
+  if (auto e = Field(obj, "stream")) {
+    auto v = BoolField(*e, "stream");
+    if (!v) return v.error();
+    req.stream = *v;
+  }
+  if (auto e = Field(obj, "stream_options")) {
+    dom::object so;
+    if (e->get_object().get(so) != simdjson::SUCCESS) return TypeError("stream_options", "an object");
+    if (auto iu = Field(so, "include_usage")) {
+      auto v = BoolField(*iu, "stream_options.include_usage");
+      if (!v) return v.error();
+      req.include_usage = *v;
+    }
+  }
+  if (auto e = Field(obj, "stop")) {
+    std::string_view s;
+    dom::array arr;
+    if (e->get_string().get(s) == simdjson::SUCCESS) {
+      if (!s.empty()) req.stop.emplace_back(s);
+    } else if (e->get_array().get(arr) == simdjson::SUCCESS) {
+      for (dom::element x : arr) {
+        if (x.get_string().get(s) != simdjson::SUCCESS) {
+          return TypeError("stop", "a string or an array of strings");
+        }
+        if (!s.empty()) req.stop.emplace_back(s);
+      }
+    } else {
+      return TypeError("stop", "a string or an array of strings");
+    }
+  }
+  if (auto e = Field(obj, "priority")) {
+    auto v = IntField(*e, "priority");
+    if (!v) return v.error();
+    req.priority = static_cast<int>(*v);
+  }
+  if (auto e = Field(obj, "seed")) {
+    auto v = IntField(*e, "seed");
+    if (!v) return v.error();
+    req.seed = static_cast<uint64_t>(*v);
+  }
+  if (auto e = Field(obj, "n")) {
+    auto v = IntField(*e, "n");
+    if (!v) return v.error();
+    if (*v != 1) {
+      return InvalidArgument("'n' must be 1: bmas engine returns one choice per request", "n");
+    }
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = Field(obj, "echo")) {
+      auto v = BoolField(*e, "echo");
+      if (!v) return v.error();
+      req.echo = *v;
+    }
+  }
+  for (std::string_view key : {"temperature", "top_p", "frequency_penalty", "presence_penalty"}) {
+    if (auto e = Field(obj, key); e && !e->is_number()) return TypeError(key, "a number");
+  }
+  return req;
+}
+
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void Str(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void Head(Writer& w, const ResponseContext& ctx, const char* object) {
+  w.Key("id");
+  Str(w, ctx.id);
+  w.Key("object");
+  w.String(object);
+  w.Key("created");
+  w.Int64(ctx.created);
+  w.Key("model");
+  Str(w, ctx.model);
+}
+
+void FinishFields(Writer& w, FinishReason reason, std::string_view stop_reason) {
+  w.Key("finish_reason");
+  if (reason == FinishReason::kNone) w.Null(); else w.String(FinishReasonName(reason));
+  w.Key("stop_reason");
+  if (stop_reason.empty()) w.Null(); else Str(w, stop_reason);
+}
+
+void UsageObject(Writer& w, const Usage& u) {
+  w.Key("usage");
+  w.StartObject();
+  w.Key("prompt_tokens");
+  w.Int(u.prompt_tokens);
+  w.Key("total_tokens");
+  w.Int(u.prompt_tokens + u.completion_tokens);
+  w.Key("completion_tokens");
+  w.Int(u.completion_tokens);
+  w.Key("prompt_tokens_details");
+  w.StartObject();
+  w.Key("cached_tokens");
+  w.Int(u.cached_tokens);
+  w.EndObject();
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string CompletionResponseJson(const ResponseContext& ctx, std::string_view text,
+                                   FinishReason reason, std::string_view stop_reason,
+                                   const Usage& usage) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
+  w.StartObject();
+  Head(w, ctx, chat ? "chat.completion" : "text_completion");
+  w.Key("choices");
+  w.StartArray();
+  w.StartObject();
+  w.Key("index");
+  w.Int(0);
+  if (chat) {
+    w.Key("message");
+    w.StartObject();
+    w.Key("role");
+    w.String("assistant");
+    w.Key("content");
+    Str(w, text);
+    w.EndObject();
+  } else {
+    w.Key("text");
+    Str(w, text);
+  }
+  w.Key("logprobs");
+  w.Null();
+  FinishFields(w, reason, stop_reason);
+  w.EndObject();
+  w.EndArray();
+  UsageObject(w, usage);
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void AppendStreamChunk(const ResponseContext& ctx, std::string_view text, bool first,
+                       FinishReason reason, std::string_view stop_reason, std::string& out) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
+  w.StartObject();
+  Head(w, ctx, chat ? "chat.completion.chunk" : "text_completion");
+  w.Key("choices");
+  w.StartArray();
+  w.StartObject();
+  w.Key("index");
+  w.Int(0);
+  if (chat) {
+    w.Key("delta");
+    w.StartObject();
+    if (first) {
+      w.Key("role");
+      w.String("assistant");
+    }
+    w.Key("content");
+    Str(w, text);
+    w.EndObject();
+  } else {
+    w.Key("text");
+    Str(w, text);
+  }
+  w.Key("logprobs");
+  w.Null();
+  FinishFields(w, reason, stop_reason);
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  out += "data: ";
+  out.append(buf.GetString(), buf.GetSize());
+  out += "\n\n";
+}
+
+void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::string& out) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
+  w.StartObject();
+  Head(w, ctx, chat ? "chat.completion.chunk" : "text_completion");
+  w.Key("choices");
+  w.StartArray();
+  w.EndArray();
+  UsageObject(w, usage);
+  w.EndObject();
+  out += "data: ";
+  out.append(buf.GetString(), buf.GetSize());
+  out += "\n\n";
+}
+
+std::string ModelsJson(const ModelCard& card) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("object");
+  w.String("list");
+  w.Key("data");
+  w.StartArray();
+  w.StartObject();
+  w.Key("id");
+  Str(w, card.id);
+  w.Key("object");
+  w.String("model");
+  w.Key("created");
+  w.Int64(card.created);
+  w.Key("owned_by");
+  w.String("bmas-simulated");
+  w.Key("root");
+  Str(w, card.id);
+  w.Key("parent");
+  w.Null();
+  w.Key("max_model_len");
+  w.Int(card.max_model_len);
+  w.Key("max_num_seqs");
+  w.Int(card.max_num_seqs);
+  w.Key("simulated");
+  w.Bool(true);
+  w.Key("profile");
+  Str(w, card.profile);
+  w.Key("permission");
+  w.StartArray();
+  w.EndArray();
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+}  // namespace bmas::engine

@@ -1,0 +1,95 @@
+#pragma once
+
+// The OpenAI request and response shapes `bmas engine` speaks, as vLLM speaks them.
+// JSON library types stay inside openai_api.cc.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer.h"
+
+namespace bmas::engine {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::string prompt_text;          // the prompt, or the chat template applied to messages
+  std::vector<TokenId> prompt_tokens;
+  std::optional<int> max_tokens;    // max_tokens or max_completion_tokens
+  bool stream = false;
+  bool include_usage = false;       // stream_options.include_usage
+  std::vector<std::string> stop;
+  int priority = 0;
+  std::optional<uint64_t> seed;
+  bool echo = false;                // completions: the prompt is prepended to the text
+};
+
+// Reusable JSON parser; one per thread.
+class RequestParser {
+ public:
+  RequestParser();
+  ~RequestParser();
+  RequestParser(const RequestParser&) = delete;
+  RequestParser& operator=(const RequestParser&) = delete;
+
+  // Parses and validates a request body. Errors (400) name the offending field.
+  Result<CompletionRequest> Parse(std::string_view body, Endpoint endpoint);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The chat template: each message becomes "<|ROLE|>\n" CONTENT "\n", and the prompt ends
+// with "<|assistant|>\n" (each marker is one token).
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+};
+
+// Pieces of responses. `id` is "cmpl-..." or "chatcmpl-...".
+struct ResponseContext {
+  Endpoint endpoint;
+  std::string id;
+  std::string model;
+  int64_t created;  // unix seconds
+};
+
+// The whole (non-streaming) response body.
+std::string CompletionResponseJson(const ResponseContext& ctx, std::string_view text,
+                                   FinishReason reason, std::string_view stop_reason,
+                                   const Usage& usage);
+
+// Appends one SSE event "data: {chunk}\n\n" carrying `text` (and the role on the first chat
+// chunk); `reason` is kNone except on the last chunk.
+void AppendStreamChunk(const ResponseContext& ctx, std::string_view text, bool first,
+                       FinishReason reason, std::string_view stop_reason, std::string& out);
+
+// Appends the final usage event (choices empty).
+void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::string& out);
+
+// "data: [DONE]\n\n"
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+struct ModelCard {
+  std::string id;
+  int64_t created;
+  int max_model_len;
+  int max_num_seqs;
+  std::string profile;
+};
+
+std::string ModelsJson(const ModelCard& card);
+
+}  // namespace bmas::engine

@@ -1,0 +1,313 @@
+#include "engine/server.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/version.h"
+
+namespace bmas::engine {
+
+using Clock = std::chrono::steady_clock;
+
+// A request in flight: the step loop pushes tokens, its handler takes them.
+struct EngineServer::Stream {
+  explicit Stream(net::io_context& io) : wake(io) {}
+  net::steady_timer wake;
+  std::vector<TokenId> tokens;
+  FinishReason finish = FinishReason::kNone;
+  int num_prompt_tokens = 0;
+  int num_cached_tokens = 0;
+  int num_output_tokens = 0;
+};
+
+EngineServer::EngineServer(net::io_context& io, EngineServerOptions options)
+    : io_(io),
+      options_(std::move(options)),
+      epoch_(Clock::now()),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
+      core_(options_.scheduler, options_.time, options_.model, &metrics_),
+      http_(io, options_.http,
+            [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
+      idle_(io),
+      step_lateness_(metrics_.AddHistogram(
+          "bmas_engine_step_lateness_seconds",
+          "How much later than its modelled end each simulated step completed.", "",
+          {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1})),
+      steps_(metrics_.AddCounter("bmas_engine_steps_total", "Simulated engine steps run.", "")) {
+  metrics_
+      .AddGauge("bmas_engine_simulated_info",
+                "Set to 1: this server is bmas's simulated vLLM engine, not a real one.",
+                fmt::format("model_name=\"{}\",profile=\"{}\"", EscapeLabelValue(options_.model),
+                            EscapeLabelValue(options_.profile_name)))
+      .Set(1);
+  metrics_
+      .AddGauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+                fmt::format("block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\"",
+                            options_.scheduler.block_size, options_.scheduler.num_kv_blocks,
+                            options_.scheduler.enable_prefix_caching ? "True" : "False"))
+      .Set(1);
+}
+
+EngineServer::~EngineServer() = default;
+
+double EngineServer::ToVirtual(Clock::time_point t) const {
+  return std::chrono::duration<double>(t - epoch_).count();
+}
+
+double EngineServer::Now() const { return ToVirtual(Clock::now()); }
+
+Result<uint16_t> EngineServer::Listen() { return http_.Listen(); }
+
+void EngineServer::Start() {
+  http_.Start();
+  net::co_spawn(io_, StepLoop(), LogFailure("engine step loop"));
+}
+
+awaitable<void> EngineServer::Stop(Clock::duration deadline) {
+  co_await http_.Stop(deadline);
+  loop_stop_ = true;
+  idle_.cancel();
+  net::steady_timer t(io_);
+  while (!loop_done_) {
+    t.expires_after(std::chrono::milliseconds(1));
+    beast::error_code ec;
+    co_await t.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> EngineServer::StepLoop() {
+  net::steady_timer timer(io_);
+  Clock::time_point deadline = Clock::now();
+  bool busy = false;
+  while (!loop_stop_) {
+    if (!core_.HasWork()) {
+      busy = false;
+      idle_.expires_at(Clock::time_point::max());
+      beast::error_code ec;
+      co_await idle_.async_wait(net::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    // Back-to-back steps start where the previous one was due to end, so that timer
+    // lateness does not add up; after idleness or a long stall, they start now.
+    Clock::time_point now = Clock::now();
+    Clock::time_point start = busy && now - deadline < std::chrono::milliseconds(20) ? deadline : now;
+    busy = true;
+    double seconds = core_.BeginStep(ToVirtual(start));
+    deadline = start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(seconds));
+    beast::error_code ec;
+    if (seconds > 0) {
+      timer.expires_at(deadline);
+      co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+      step_lateness_.Observe(
+          std::max(0.0, std::chrono::duration<double>(Clock::now() - deadline).count()));
+    } else {
+      co_await net::post(io_, use_awaitable);  // let the I/O run between instant steps
+    }
+    steps_.Inc();
+    for (const TokenEvent& e : core_.FinishStep(ToVirtual(deadline))) {
+      auto it = streams_.find(e.id);
+      if (it == streams_.end()) continue;
+      Stream* s = it->second;
+      s->tokens.push_back(e.token);
+      s->finish = e.finish_reason;
+      s->num_prompt_tokens = e.num_prompt_tokens;
+      s->num_cached_tokens = e.num_cached_tokens;
+      s->num_output_tokens = e.num_output_tokens;
+      s->wake.cancel();
+    }
+  }
+  loop_done_ = true;
+}
+
+awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& writer) {
+  std::string_view target = request.target();
+  target = target.substr(0, target.find('?'));
+  const bool get = request.method() == http::verb::get;
+  const bool post = request.method() == http::verb::post;
+
+  if (target == "/v1/completions" || target == "/v1/chat/completions") {
+    if (!post) {
+      co_await writer.SendError(http::status::method_not_allowed,
+                                fmt::format("{} takes POST", target));
+      co_return;
+    }
+    co_await HandleCompletion(request, writer,
+                              target == "/v1/completions" ? Endpoint::kCompletions
+                                                          : Endpoint::kChatCompletions);
+    co_return;
+  }
+  if (!get && (target == "/v1/models" || target == "/health" || target == "/version" ||
+               target == "/metrics")) {
+    co_await writer.SendError(http::status::method_not_allowed, fmt::format("{} takes GET", target));
+    co_return;
+  }
+  if (target == "/v1/models") {
+    // Built outside the co_await: GCC 12 destroys braced temporaries in a co_await twice.
+    ModelCard card{options_.model, created_, options_.scheduler.max_model_len,
+                   options_.scheduler.max_num_seqs, options_.profile_name};
+    std::string body = ModelsJson(card);
+    co_await writer.Send(http::status::ok, "application/json", std::move(body));
+  } else if (target == "/health") {
+    co_await writer.Send(http::status::ok, "application/json",
+                         R"({"status":"ok","simulated":true})");
+  } else if (target == "/version") {
+    co_await writer.Send(
+        http::status::ok, "application/json",
+        fmt::format(R"json({{"version":"{}","engine":"bmas engine: a simulated vLLM server (no GPU, no model weights)","simulated":true,"profile":"{}"}})json",
+                    kBmasVersion, options_.profile_name));
+  } else if (target == "/metrics") {
+    core_.UpdateGauges();
+    co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                         metrics_.Render());
+  } else {
+    co_await writer.SendError(http::status::not_found,
+                              fmt::format("no such path: {}", std::string(target)));
+  }
+}
+
+namespace {
+
+// Finds the first stop string in text[from..]; returns its position and which one.
+std::optional<std::pair<size_t, size_t>> FindStop(const std::string& text, size_t from,
+                                                  const std::vector<std::string>& stops) {
+  std::optional<std::pair<size_t, size_t>> best;
+  for (size_t i = 0; i < stops.size(); ++i) {
+    size_t pos = text.find(stops[i], from);
+    if (pos != std::string::npos && (!best || pos < best->first)) best = {pos, i};
+  }
+  return best;
+}
+
+}  // namespace
+
+awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
+                                               Endpoint endpoint) {
+  auto parsed = parser_.Parse(request.body(), endpoint);
+  if (!parsed) {
+    co_await writer.SendError(parsed.error());
+    co_return;
+  }
+  CompletionRequest& req = *parsed;
+  if (req.model != options_.model) {
+    co_await writer.SendError(http::status::not_found,
+                              fmt::format("The model `{}` does not exist.", req.model), "model");
+    co_return;
+  }
+  if (req.priority != 0 && options_.scheduler.policy != SchedulingPolicy::kPriority) {
+    co_await writer.SendError(http::status::bad_request,
+                              "'priority' needs the engine to run with --scheduling-policy priority",
+                              "priority");
+    co_return;
+  }
+  const int prompt_len = static_cast<int>(req.prompt_tokens.size());
+  int max_tokens = req.max_tokens.value_or(
+      endpoint == Endpoint::kCompletions
+          ? 16
+          : std::max(1, std::min(options_.default_chat_max_tokens,
+                                 options_.scheduler.max_model_len - prompt_len)));
+
+  auto r = std::make_unique<Request>();
+  const RequestId id = next_id_++;
+  r->id = id;
+  r->seed = req.seed.value_or(HashBlock(0, req.prompt_tokens));
+  r->tokens = std::move(req.prompt_tokens);
+  r->num_prompt_tokens = prompt_len;
+  r->max_tokens = max_tokens;
+  r->priority = req.priority;
+  if (auto added = core_.AddRequest(std::move(r), Now()); !added) {
+    co_await writer.SendError(added.error());
+    co_return;
+  }
+  Stream stream(io_);
+  streams_[id] = &stream;
+  idle_.cancel();
+  // However the handler ends, the request leaves the engine and frees its blocks.
+  struct Cleanup {
+    EngineServer* self;
+    RequestId id;
+    ~Cleanup() {
+      self->streams_.erase(id);
+      self->core_.Finish(id, FinishReason::kAbort, self->Now());
+    }
+  } cleanup{this, id};
+
+  const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
+  ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, created_, id),
+                      options_.model, created_};
+  size_t max_stop = 0;
+  for (const std::string& s : req.stop) max_stop = std::max(max_stop, s.size());
+
+  std::string text = req.echo ? req.prompt_text : std::string();
+  size_t emitted = 0;  // bytes of `text` already sent (streaming)
+  FinishReason finish = FinishReason::kNone;
+  std::string stop_reason;
+  bool first = true;
+  std::string out;
+  if (req.stream) {
+    if (!co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
+      co_return;
+    }
+    if (endpoint == Endpoint::kChatCompletions) {
+      AppendStreamChunk(ctx, "", true, FinishReason::kNone, "", out);
+      first = false;
+      if (!co_await writer.SendChunk(out)) co_return;
+    }
+  }
+  while (finish == FinishReason::kNone) {
+    if (stream.tokens.empty() && stream.finish == FinishReason::kNone) {
+      stream.wake.expires_at(Clock::time_point::max());
+      beast::error_code ec;
+      co_await stream.wake.async_wait(net::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    out.clear();
+    const size_t n = stream.tokens.size();
+    for (size_t i = 0; i < n && finish == FinishReason::kNone; ++i) {
+      size_t before = text.size();
+      text += TokenText(stream.tokens[i]);
+      if (i + 1 == n) finish = stream.finish;
+      if (!req.stop.empty()) {
+        size_t from = before >= max_stop ? before - max_stop + 1 : 0;
+        if (auto hit = FindStop(text, from, req.stop)) {
+          text.resize(hit->first);
+          finish = FinishReason::kStop;
+          stop_reason = req.stop[hit->second];
+          core_.Finish(id, FinishReason::kStop, Now());
+        }
+      }
+      if (req.stream) {
+        // Hold back text that could be the start of a stop string.
+        size_t safe = finish != FinishReason::kNone || max_stop == 0
+                          ? text.size()
+                          : std::max(emitted, text.size() >= max_stop - 1
+                                                  ? text.size() - (max_stop - 1)
+                                                  : size_t{0});
+        AppendStreamChunk(ctx, std::string_view(text).substr(emitted, safe - emitted), first,
+                          finish, stop_reason, out);
+        emitted = safe;
+        first = false;
+      }
+    }
+    stream.tokens.clear();
+    if (req.stream && !co_await writer.SendChunk(out)) co_return;  // client gone: abort
+  }
+
+  Usage usage{stream.num_prompt_tokens, stream.num_output_tokens, stream.num_cached_tokens};
+  if (req.stream) {
+    out.clear();
+    if (req.include_usage) AppendUsageChunk(ctx, usage, out);
+    out += kSseDone;
+    if (co_await writer.SendChunk(out)) co_await writer.EndStream();
+  } else {
+    co_await writer.Send(http::status::ok, "application/json",
+                         CompletionResponseJson(ctx, text, finish, stop_reason, usage));
+  }
+}
+
+}  // namespace bmas::engine

@@ -1,0 +1,78 @@
+#pragma once
+
+// EngineServer: `bmas engine`, the EngineCore driven in real time behind vLLM's
+// OpenAI-compatible HTTP API (/v1/models, /v1/completions, /v1/chat/completions, /health,
+// /version, /metrics).
+//
+// A step loop runs the core: it schedules a step, waits until the step's modelled duration has
+// passed on the steady clock, then hands each request its new token. Request handlers turn
+// tokens into text, apply stop strings and stream SSE events.
+//
+// Everything runs on one io_context thread; not thread-safe.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "common/asio.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "engine/engine_core.h"
+#include "engine/openai_api.h"
+#include "engine/timing.h"
+
+namespace bmas::engine {
+
+struct EngineServerOptions {
+  std::string model = "meta-llama/Llama-3.1-8B-Instruct";
+  std::string profile_name;
+  SchedulerConfig scheduler;
+  StepTimeModel time;
+  HttpServerOptions http;
+  // max_tokens of a chat completion that gives none: stands in for where a real model would
+  // end its answer (vLLM's own default is the rest of the context window).
+  int default_chat_max_tokens = 256;
+};
+
+class EngineServer {
+ public:
+  EngineServer(net::io_context& io, EngineServerOptions options);
+  ~EngineServer();
+
+  EngineServer(const EngineServer&) = delete;
+  EngineServer& operator=(const EngineServer&) = delete;
+
+  Result<uint16_t> Listen();
+  void Start();
+  // Stops accepting, lets in-flight requests finish up to `deadline`, then stops the loop.
+  awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
+
+ private:
+  struct Stream;
+
+  awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
+                                   Endpoint endpoint);
+  awaitable<void> StepLoop();
+  double Now() const;
+  double ToVirtual(std::chrono::steady_clock::time_point t) const;
+
+  net::io_context& io_;
+  EngineServerOptions options_;
+  std::chrono::steady_clock::time_point epoch_;
+  int64_t created_;
+  MetricsRegistry metrics_;
+  EngineCore core_;
+  HttpServer http_;
+  RequestParser parser_;
+  net::steady_timer idle_;
+  bool loop_stop_ = false;
+  bool loop_done_ = false;
+  RequestId next_id_ = 1;
+  std::unordered_map<RequestId, Stream*> streams_;
+  Histogram& step_lateness_;
+  Counter& steps_;
+};
+
+}  // namespace bmas::engine

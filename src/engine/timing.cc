@@ -1,0 +1,87 @@
+#include "engine/timing.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "common/config_table.h"
+
+namespace bmas::engine {
+
+extern const char kBuiltinProfilesToml[];  // generated from profiles.toml
+
+int Profile::DerivedKvBlocks(int block_size_tokens) const {
+  double bytes = (gpu_memory_utilization * gpu_memory_gib - weights_gib - activation_peak_gib) *
+                 1024.0 * 1024.0 * 1024.0;
+  double per_block = static_cast<double>(kv_bytes_per_token) * block_size_tokens;
+  double blocks = bytes / per_block;
+  return blocks < 1 ? 0 : static_cast<int>(blocks);
+}
+
+std::string_view BuiltinProfilesToml() { return kBuiltinProfilesToml; }
+
+ProfileMap ParseProfiles(std::string_view toml_text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}: {}", source, e.source().begin.line, e.description()));
+  }
+  ConfigTable top(root, source, "");
+  ProfileMap profiles;
+  if (auto all = top.Table("profile")) {
+    for (const std::string& name : all->Keys()) {
+      auto t = all->Table(name);
+      Profile p;
+      p.name = name;
+      p.description = t->String("description", "");
+      p.time.frontend_s = t->Double("frontend_overhead_s", 0, 0, 10);
+      p.time.base_s = t->Double("step_base_s", 0, 0, 10);
+      p.time.per_decode_token_s = t->Double("per_decode_token_s", 0, 0, 1);
+      p.time.per_prefill_token_s = t->Double("per_prefill_token_s", 0, 0, 1);
+      p.time.per_context_token_s = t->Double("per_context_token_s", 0, 0, 1);
+      p.max_model_len = static_cast<int>(t->Int("max_model_len", 131072, 1, 1 << 24));
+      p.max_num_seqs = static_cast<int>(t->Int("max_num_seqs", 1024, 1, 1 << 20));
+      p.max_num_batched_tokens =
+          static_cast<int>(t->Int("max_num_batched_tokens", 8192, 1, 1 << 24));
+      p.block_size = static_cast<int>(t->Int("block_size", 16, 1, 4096));
+      p.num_kv_blocks = static_cast<int>(t->Int("num_kv_blocks", 0, 0, 1 << 28));
+      p.gpu_memory_gib = t->Double("gpu_memory_gib", 80, 0, 1e6);
+      p.gpu_memory_utilization = t->Double("gpu_memory_utilization", 0.9, 0, 1);
+      p.weights_gib = t->Double("weights_gib", 15, 0, 1e6);
+      p.activation_peak_gib = t->Double("activation_peak_gib", 2, 0, 1e6);
+      p.kv_bytes_per_token = t->Int("kv_bytes_per_token", 131072, 1, int64_t{1} << 40);
+      t->RejectUnknownKeys();
+      if (p.num_kv_blocks == 0 && p.DerivedKvBlocks(p.block_size) == 0) {
+        throw ConfigError(fmt::format(
+            "{}: profile.{}: the memory figures leave no room for a KV cache; set num_kv_blocks "
+            "or lower weights_gib",
+            source, name));
+      }
+      profiles[name] = p;
+    }
+  }
+  top.RejectUnknownKeys();
+  return profiles;
+}
+
+const ProfileMap& BuiltinProfiles() {
+  static const ProfileMap* profiles =
+      new ProfileMap(ParseProfiles(kBuiltinProfilesToml, "profiles.toml (built in)"));
+  return *profiles;
+}
+
+ProfileMap LoadProfiles(const std::string& file) {
+  ProfileMap profiles = BuiltinProfiles();
+  if (file.empty()) return profiles;
+  std::ifstream in(file);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the profiles file", file));
+  std::stringstream text;
+  text << in.rdbuf();
+  for (auto& [name, p] : ParseProfiles(text.str(), file)) profiles[name] = p;
+  return profiles;
+}
+
+}  // namespace bmas::engine
