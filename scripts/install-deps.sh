@@ -8,7 +8,7 @@ packages=(
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
-  curl procps
+  curl procps python3
 )
 # The integration test with the real OpenAI client needs node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.

@@ -295,6 +295,20 @@ TEST(RunClosedLoopTest, ConstantStepTimeGivesExactItl) {
   EXPECT_NEAR(r.duration_s, 6 * 16 * 0.02, 1e-9);
 }
 
+TEST(RunClosedLoopTest, FrontendTimeAddsToTtftAlone) {
+  ClosedLoopOptions options;
+  options.prompt_tokens = 64;
+  options.output_tokens = 32;
+  options.requests_per_client = 3;
+  StepTimeModel model{.base_s = 0.01, .per_decode_token_s = 0.001, .per_prefill_token_s = 1e-5};
+  ClosedLoopResult without = RunClosedLoop(SchedulerConfig{}, model, options);
+  model.frontend_s = 0.003;
+  ClosedLoopResult with = RunClosedLoop(SchedulerConfig{}, model, options);
+  EXPECT_NEAR(with.mean_ttft_s, without.mean_ttft_s + 0.003, 1e-9);
+  EXPECT_NEAR(with.mean_itl_s, without.mean_itl_s, 1e-9);
+  EXPECT_EQ(with.output_tokens, without.output_tokens);
+}
+
 TEST(RunClosedLoopTest, BatchingRaisesThroughputFarAboveOneClient) {
   const Profile& p = BuiltinProfiles().at("llama-3.1-8b-h100");
   SchedulerConfig c;

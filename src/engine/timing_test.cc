@@ -57,6 +57,10 @@ TEST(StepSecondsTest, ZeroModelIsZero) {
   EXPECT_EQ(StepTimeModel{}.StepSeconds(100, 1000, 100000), 0);
 }
 
+TEST(StepSecondsTest, FrontendTimeIsNotPartOfAStep) {
+  EXPECT_EQ(StepTimeModel{.frontend_s = 1}.StepSeconds(10, 10, 10), 0);
+}
+
 TEST(BuiltinProfilesTest, HasLlamaOnH100) {
   const ProfileMap& profiles = BuiltinProfiles();
   auto it = profiles.find("llama-3.1-8b-h100");
@@ -127,6 +131,7 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
   ProfileMap m = ParseProfiles(
       "[profile.small]\n"
       "description = \"a test GPU\"\n"
+      "frontend_overhead_s = 0.002\n"
       "step_base_s = 0.01\n"
       "per_decode_token_s = 0.001\n"
       "per_prefill_token_s = 0.0001\n"
@@ -144,6 +149,7 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
       "x.toml");
   const Profile& p = m.at("small");
   EXPECT_EQ(p.description, "a test GPU");
+  EXPECT_DOUBLE_EQ(p.time.frontend_s, 0.002);
   EXPECT_DOUBLE_EQ(p.time.base_s, 0.01);
   EXPECT_DOUBLE_EQ(p.time.per_decode_token_s, 0.001);
   EXPECT_DOUBLE_EQ(p.time.per_prefill_token_s, 0.0001);

@@ -1,0 +1,44 @@
+# bmas: the two set-up commands are `make run` and `make test`; both install what they need.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+CMAKE_FLAGS ?=
+export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_MAXSIZE = 2G
+
+.PHONY: all deps build run test unit asan bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+# Installs, builds and runs bmas up (Ctrl-C stops everything it started).
+run: build
+	./$(BUILD)/bmas up
+
+# Installs, builds and runs every test; the output ends with ctest's summary.
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 300
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure -L unit
+
+# Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DBMAS_SANITIZE=ON -DBMAS_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	ninja -C $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -L unit
+
+# Runs the benchmarks and rewrites bench/RESULTS.md.
+bench: build
+	python3 bench/run.py $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

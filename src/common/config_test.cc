@@ -1,0 +1,105 @@
+#include "common/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "common/config_table.h"
+
+namespace bmas {
+namespace {
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    std::string path = (std::filesystem::temp_directory_path() /
+                        ("bmas_config_test_" + std::to_string(::getpid()) + ".toml"))
+                           .string();
+    std::ofstream(path) << text;
+    paths_.push_back(path);
+    return path;
+  }
+  void TearDown() override {
+    for (const auto& p : paths_) std::filesystem::remove(p);
+  }
+  std::vector<std::string> paths_;
+};
+
+TEST_F(ConfigFileTest, EmptyPathGivesDefaults) {
+  Config c = LoadConfig("");
+  EXPECT_EQ(c.engine.profile, "llama-3.1-8b-h100");
+  EXPECT_EQ(c.engine.port, 0);
+  EXPECT_EQ(c.up.engines, 2);
+  EXPECT_TRUE(c.engine.prefix_caching);
+}
+
+// The documented example lists every key with its default: it must load and equal defaults.
+TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
+  Config c = LoadConfig(std::string(BMAS_SOURCE_DIR) + "/examples/bmas.toml");
+  Config d = LoadConfig("");
+  EXPECT_EQ(c.engine.model, d.engine.model);
+  EXPECT_EQ(c.engine.profile, d.engine.profile);
+  EXPECT_EQ(c.engine.max_body_bytes, d.engine.max_body_bytes);
+  EXPECT_EQ(c.engine.shutdown_timeout_s, d.engine.shutdown_timeout_s);
+  EXPECT_EQ(c.engine.default_chat_max_tokens, d.engine.default_chat_max_tokens);
+  EXPECT_EQ(c.engine.scheduling_policy, d.engine.scheduling_policy);
+  EXPECT_EQ(c.up.engines, d.up.engines);
+  EXPECT_EQ(c.up.engine_base_port, d.up.engine_base_port);
+}
+
+TEST_F(ConfigFileTest, ValuesAreRead) {
+  std::string path = Write("[engine]\nprofile = \"instant\"\nport = 8100\n"
+                           "scheduling_policy = \"priority\"\n[up]\nengines = 3\n");
+  Config c = LoadConfig(path);
+  EXPECT_EQ(c.engine.profile, "instant");
+  EXPECT_EQ(c.engine.port, 8100);
+  EXPECT_EQ(c.engine.scheduling_policy, "priority");
+  EXPECT_EQ(c.up.engines, 3);
+}
+
+struct BadConfigCase {
+  const char* text;
+  const char* expected;  // substring of the error
+};
+
+class BadConfigTest : public ConfigFileTest,
+                      public ::testing::WithParamInterface<BadConfigCase> {};
+
+TEST_P(BadConfigTest, ErrorNamesFileLineAndKey) {
+  std::string path = Write(GetParam().text);
+  try {
+    LoadConfig(path);
+    FAIL() << "no error for: " << GetParam().text;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(GetParam().expected), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadConfigTest,
+    ::testing::Values(BadConfigCase{"[engine]\nfoo = 1\n", ":2: unknown key 'engine.foo'"},
+                      BadConfigCase{"bogus = true\n", ":1: unknown key 'bogus'"},
+                      BadConfigCase{"[engine]\n\nport = \"x\"\n", ":3: engine.port: expected an integer"},
+                      BadConfigCase{"[engine]\nport = 70000\n", ":2: engine.port: 70000 is out of range"},
+                      BadConfigCase{"[engine]\nscheduling_policy = \"lifo\"\n",
+                                    ":2: engine.scheduling_policy: \"lifo\" is not one of"},
+                      BadConfigCase{"[up]\nengines = -1\n", ":2: up.engines"},
+                      BadConfigCase{"[engine\n", ":1:"}));
+
+TEST(StateDirTest, FlagThenEnvironmentThenConfig) {
+  Config c;
+  c.state_dir = "/from/config";
+  ::setenv("BMAS_STATE_DIR", "/from/env", 1);
+  EXPECT_EQ(ResolveStateDir("/from/flag", c), "/from/flag");
+  EXPECT_EQ(ResolveStateDir("", c), "/from/env");
+  ::unsetenv("BMAS_STATE_DIR");
+  EXPECT_EQ(ResolveStateDir("", c), "/from/config");
+  c.state_dir.clear();
+  EXPECT_FALSE(ResolveStateDir("", c).empty());
+}
+
+}  // namespace
+}  // namespace bmas

@@ -1,0 +1,127 @@
+#pragma once
+
+// Test support: runs the real `bmas` binary as a child process.
+//
+// Process starts $BMAS_BINARY (set by bmas_add_test) with given arguments, its stdout on a
+// pipe that the test reads line by line with a deadline and its stderr in a file. The
+// destructor stops what is still running: SIGTERM, then SIGKILL after a grace period.
+// EngineProcess wraps `bmas engine --port 0 ...` and parses the port from its "listening on"
+// line. Not thread-safe; use from the test's thread.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bmas::testing {
+
+using std::chrono_literals::operator""ms;
+using std::chrono_literals::operator""s;
+
+// The bmas binary under test: $BMAS_BINARY.
+Result<std::string> BmasBinary();
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Writes `contents` to path()/name and returns the file's path.
+  std::string WriteFile(const std::string& name, std::string_view contents) const;
+
+ private:
+  std::string path_;
+};
+
+// How a child ended.
+struct ExitStatus {
+  bool exited = false;  // exited normally; otherwise killed by `signal`
+  int code = 0;
+  int signal = 0;
+  bool Success() const { return exited && code == 0; }
+  std::string ToString() const;
+};
+
+class Process {
+ public:
+  // Starts $BMAS_BINARY with `args`; `env` entries (NAME, value) are added to (or replace in)
+  // this process's environment.
+  static Result<std::unique_ptr<Process>> Start(
+      const std::vector<std::string>& args,
+      const std::vector<std::pair<std::string, std::string>>& env = {});
+
+  ~Process();  // Stop(5s) unless it already ended
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Reads stdout until a complete line containing `needle`; returns that line (without the
+  // newline). Fails on timeout or when stdout ends first.
+  Result<std::string> WaitForLine(std::string_view needle, std::chrono::milliseconds timeout);
+  // Everything read from stdout so far.
+  const std::string& stdout_text() const { return stdout_; }
+  // Reads the rest of stdout until EOF or the deadline.
+  void DrainStdout(std::chrono::milliseconds timeout);
+  // What the child wrote to stderr so far.
+  std::string StderrText() const;
+
+  void Signal(int signal);
+  // Waits for the child to end; nullopt when it is still running at the deadline.
+  std::optional<ExitStatus> Wait(std::chrono::milliseconds timeout);
+  // SIGTERM, then SIGKILL after `grace`; returns how it ended.
+  ExitStatus Stop(std::chrono::milliseconds grace);
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return !status_.has_value(); }
+
+ private:
+  Process(pid_t pid, int stdout_fd, std::unique_ptr<TempDir> dir);
+  // One read from stdout, waiting up to `timeout`; false at EOF or on timeout.
+  bool ReadSome(std::chrono::milliseconds timeout);
+
+  pid_t pid_;
+  int stdout_fd_;
+  bool stdout_eof_ = false;
+  std::string stdout_;
+  size_t scanned_ = 0;  // stdout_ bytes already given out as lines by WaitForLine
+  std::unique_ptr<TempDir> dir_;  // holds the stderr file
+  std::optional<ExitStatus> status_;
+};
+
+// `bmas engine --port 0 ARGS...`, started and ready.
+class EngineProcess {
+ public:
+  // Starts the engine and waits (up to 10 s) for its "listening on" line.
+  static Result<std::unique_ptr<EngineProcess>> Start(const std::vector<std::string>& args = {});
+
+  uint16_t port() const { return port_; }
+  const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
+  Process& process() { return *process_; }
+
+ private:
+  EngineProcess(std::unique_ptr<Process> process, uint16_t port, std::string url)
+      : process_(std::move(process)), port_(port), url_(std::move(url)) {}
+
+  std::unique_ptr<Process> process_;
+  uint16_t port_;
+  std::string url_;
+};
+
+// The port of an "http://HOST:PORT" URL, or 0.
+uint16_t PortOfUrl(std::string_view url);
+
+// True when a TCP connection to 127.0.0.1:port is refused (nothing listens there).
+bool ConnectionRefused(uint16_t port);
+
+}  // namespace bmas::testing
