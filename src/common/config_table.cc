@@ -46,7 +46,7 @@ double ConfigTable::Double(std::string_view key, double fallback, double min, do
   if (!(n->is_floating_point() || n->is_integer()) || !v) {
     Fail(key, n, fmt::format("expected a number in {}..{}", min, max));
   }
-  if (*v < min || *v > max) {
+  if (!(*v >= min && *v <= max)) {  // NaN fails too
     Fail(key, n, fmt::format("{} is out of range: expected {}..{}", *v, min, max));
   }
   return *v;
@@ -95,18 +95,33 @@ std::optional<ConfigTable> ConfigTable::Table(std::string_view key) {
   return ConfigTable(*t, source_, Path(key));
 }
 
+namespace {
+
+// toml++ keeps a table's keys sorted by name; bmas reports them in file order.
+std::vector<std::pair<std::string, int>> KeysInFileOrder(const toml::table& table) {
+  std::vector<std::pair<std::string, int>> keys;
+  for (const auto& [k, v] : table) {
+    int line = static_cast<int>(k.source().begin.line);
+    if (line == 0) line = static_cast<int>(v.source().begin.line);
+    keys.emplace_back(std::string(k.str()), line);
+  }
+  std::stable_sort(keys.begin(), keys.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  return keys;
+}
+
+}  // namespace
+
 std::vector<std::string> ConfigTable::Keys() const {
   std::vector<std::string> keys;
-  for (const auto& [k, v] : *table_) keys.emplace_back(k.str());
+  for (auto& [k, line] : KeysInFileOrder(*table_)) keys.push_back(std::move(k));
   return keys;
 }
 
 void ConfigTable::RejectUnknownKeys() const {
-  for (const auto& [k, v] : *table_) {
-    if (std::find(read_.begin(), read_.end(), k.str()) == read_.end()) {
-      int line = static_cast<int>(k.source().begin.line);
-      if (line == 0) line = static_cast<int>(v.source().begin.line);
-      throw ConfigError(fmt::format("{}:{}: unknown key '{}'", source_, line, Path(k.str())));
+  for (const auto& [k, line] : KeysInFileOrder(*table_)) {
+    if (std::find(read_.begin(), read_.end(), k) == read_.end()) {
+      throw ConfigError(fmt::format("{}:{}: unknown key '{}'", source_, line, Path(k)));
     }
   }
 }

@@ -58,7 +58,7 @@ bool KvCacheManager::Allocate(BlockTable& table, std::span<const BlockId> cached
     if (b.ref_count++ == 0) RemoveFromFreeQueue(id);
     table.blocks.push_back(id);
   }
-  table.num_cached_blocks = table.blocks.size();
+  if (!cached.empty()) table.num_cached_blocks = cached.size();
   for (int64_t i = 0; i < new_blocks; ++i) {
     BlockId id = PopFreeHead();
     Block& b = blocks_[id];

@@ -195,6 +195,17 @@ Result<std::vector<std::string>> SseStream::ReadAll() {
   }
 }
 
+Result<std::string> SseStream::ReadBody() {
+  while (true) {
+    auto more = ReadMore();
+    if (!more) return more.error();
+    if (!*more) break;
+  }
+  std::string body = std::move(pending_);
+  pending_.clear();
+  return body;
+}
+
 void SseStream::Close() {
   if (connection_ != nullptr) connection_->Close();
   connection_.reset();

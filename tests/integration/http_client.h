@@ -75,6 +75,8 @@ class SseStream {
   Result<std::optional<std::string>> Next();
   // All remaining events' data.
   Result<std::vector<std::string>> ReadAll();
+  // The rest of the body, unparsed (for a response that is not an event stream).
+  Result<std::string> ReadBody();
   // The whole body read so far, after de-chunking: the exact bytes the server framed.
   const std::string& raw_body() const { return raw_; }
   // Closes the connection at once, as a client that gives up mid-stream.
