@@ -1,1 +1,153 @@
+#include "engine/openai_api.h"
+
 #include <gtest/gtest.h>
+
+namespace bmas::engine {
+namespace {
+
+constexpr const char* kModel = R"("model":"m")";
+
+Result<CompletionRequest> ParseCompletion(const std::string& fields) {
+  RequestParser parser;
+  return parser.Parse("{" + std::string(kModel) + "," + fields + "}", Endpoint::kCompletions);
+}
+
+TEST(RequestParserTest, CompletionFields) {
+  auto r = ParseCompletion(R"("prompt":"Hello world","max_tokens":7,"stream":true,
+      "stream_options":{"include_usage":true},"stop":["a","b"],"seed":3,"echo":true,
+      "temperature":0.5,"user":"x","n":1)");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->model, "m");
+  EXPECT_EQ(r->prompt_text, "Hello world");
+  EXPECT_EQ(r->prompt_tokens, Tokenize("Hello world"));
+  EXPECT_EQ(r->max_tokens, 7);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r->seed, 3u);
+  EXPECT_TRUE(r->echo);
+}
+
+TEST(RequestParserTest, NullFieldsAreAbsent) {
+  auto r = ParseCompletion(R"("prompt":"x","max_tokens":null,"stop":null,"stream":null)");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_TRUE(r->stop.empty());
+  EXPECT_FALSE(r->stream);
+}
+
+TEST(RequestParserTest, PromptAsTokenIds) {
+  auto r = ParseCompletion(R"("prompt":[1,2,3])");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->prompt_tokens, (std::vector<TokenId>{1, 2, 3}));
+  auto nested = ParseCompletion(R"("prompt":[[4,5]])");
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->prompt_tokens, (std::vector<TokenId>{4, 5}));
+  auto single = ParseCompletion(R"("prompt":["only one"])");
+  ASSERT_TRUE(single);
+  EXPECT_EQ(single->prompt_text, "only one");
+}
+
+TEST(RequestParserTest, MaxCompletionTokensIsAccepted) {
+  auto r = ParseCompletion(R"("prompt":"x","max_completion_tokens":9)");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->max_tokens, 9);
+}
+
+TEST(RequestParserTest, ChatAppliesTheTemplate) {
+  RequestParser parser;
+  auto r = parser.Parse(R"({"model":"m","messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]}]})",
+                        Endpoint::kChatCompletions);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->prompt_text, "<|system|>\nBe brief.\n<|user|>\nHi there\n<|assistant|>\n");
+  EXPECT_EQ(r->prompt_tokens, Tokenize(r->prompt_text));
+}
+
+struct BadCase {
+  Endpoint endpoint;
+  const char* body;
+  const char* param;    // expected Error::param ("" = none)
+  const char* message;  // substring of the message
+};
+
+class BadRequestTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadRequestTest, IsInvalidArgumentNamingTheField) {
+  RequestParser parser;
+  auto r = parser.Parse(GetParam().body, GetParam().endpoint);
+  ASSERT_FALSE(r) << GetParam().body;
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().param, GetParam().param);
+  EXPECT_NE(r.error().message.find(GetParam().message), std::string::npos) << r.error().message;
+}
+
+constexpr Endpoint kC = Endpoint::kCompletions;
+constexpr Endpoint kChat = Endpoint::kChatCompletions;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadRequestTest,
+    ::testing::Values(
+        BadCase{kC, "{not json", "", "not valid JSON"},
+        BadCase{kC, "[1,2]", "", "must be a JSON object"},
+        BadCase{kC, R"({"prompt":"x"})", "model", "'model' is required"},
+        BadCase{kC, R"({"model":5,"prompt":"x"})", "model", "'model' must be a string"},
+        BadCase{kC, R"({"model":"m"})", "prompt", "'prompt' is required"},
+        BadCase{kC, R"({"model":"m","prompt":{}})", "prompt", "'prompt' must be"},
+        BadCase{kC, R"({"model":"m","prompt":[1,"a"]})", "prompt", "token ids"},
+        BadCase{kC, R"({"model":"m","prompt":[-1]})", "prompt", "token ids"},
+        BadCase{kC, R"({"model":"m","prompt":"x","max_tokens":"5"})", "max_tokens", "an integer"},
+        BadCase{kC, R"({"model":"m","prompt":"x","max_tokens":1.5})", "max_tokens", "an integer"},
+        BadCase{kC, R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens", "at least 1"},
+        BadCase{kC, R"({"model":"m","prompt":"x","stream":1})", "stream", "a boolean"},
+        BadCase{kC, R"({"model":"m","prompt":"x","stream_options":true})", "stream_options", "an object"},
+        BadCase{kC, R"({"model":"m","prompt":"x","stop":5})", "stop", "a string or an array"},
+        BadCase{kC, R"({"model":"m","prompt":"x","stop":["a",1]})", "stop", "a string or an array"},
+        BadCase{kC, R"({"model":"m","prompt":"x","n":2})", "n", "'n' must be 1"},
+        BadCase{kC, R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature", "a number"},
+        BadCase{kC, R"({"model":"m","prompt":"x","priority":"high"})", "priority", "an integer"},
+        BadCase{kChat, R"({"model":"m"})", "messages", "'messages' is required"},
+        BadCase{kChat, R"({"model":"m","messages":"hi"})", "messages", "an array"},
+        BadCase{kChat, R"({"model":"m","messages":[]})", "messages", "must not be empty"},
+        BadCase{kChat, R"({"model":"m","messages":[5]})", "messages[0]", "an object"},
+        BadCase{kChat, R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", "required"},
+        BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":7}]})",
+                "messages[0].content", "a string or an array"},
+        BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+                "messages[0].content", "text model"}));
+
+TEST(ResponseJsonTest, CompletionCarriesUsageAndFinishReason) {
+  ResponseContext ctx{Endpoint::kCompletions, "cmpl-1", "m", 100};
+  std::string json = CompletionResponseJson(ctx, " a b", FinishReason::kStop, "END", {3, 2, 1});
+  EXPECT_NE(json.find(R"("object":"text_completion")"), std::string::npos);
+  EXPECT_NE(json.find(R"("text":" a b")"), std::string::npos);
+  EXPECT_NE(json.find(R"("finish_reason":"stop","stop_reason":"END")"), std::string::npos);
+  EXPECT_NE(json.find(R"("prompt_tokens":3,"total_tokens":5,"completion_tokens":2)"),
+            std::string::npos);
+  EXPECT_NE(json.find(R"("cached_tokens":1)"), std::string::npos);
+}
+
+TEST(ResponseJsonTest, StreamChunksAreLfFramedSseEvents) {
+  ResponseContext ctx{Endpoint::kChatCompletions, "chatcmpl-1", "m", 100};
+  std::string out;
+  AppendStreamChunk(ctx, "", true, FinishReason::kNone, "", out);
+  AppendStreamChunk(ctx, " hi\"", false, FinishReason::kLength, "", out);
+  AppendUsageChunk(ctx, {1, 1, 0}, out);
+  EXPECT_EQ(out.find("data: {"), 0u);
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  EXPECT_NE(out.find(R"("delta":{"role":"assistant","content":""})"), std::string::npos);
+  EXPECT_NE(out.find(R"("delta":{"content":" hi\""})"), std::string::npos);
+  EXPECT_NE(out.find(R"("finish_reason":"length")"), std::string::npos);
+  EXPECT_NE(out.find(R"("choices":[],"usage")"), std::string::npos);
+  EXPECT_EQ(out.substr(out.size() - 2), "\n\n");
+}
+
+TEST(ResponseJsonTest, ModelsSaySimulated) {
+  std::string json = ModelsJson({"m", 1, 4096, 256, "instant"});
+  EXPECT_NE(json.find(R"("owned_by":"bmas-simulated")"), std::string::npos);
+  EXPECT_NE(json.find(R"("max_model_len":4096)"), std::string::npos);
+  EXPECT_NE(json.find(R"("max_num_seqs":256)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bmas::engine
