@@ -1,13 +1,13 @@
 #include "common/config_table.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <toml++/toml.h>
+
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <toml++/toml.h>
 
 namespace bmas {
 namespace {
@@ -100,8 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "11 is out of range: expected 0..10"},
         BadValueCase{"IntBelowMin", "-1", [](ConfigTable& t) { t.Int("key", 0, 0, 10); },
                      "out of range"},
-        BadValueCase{"DoubleGivenBool", "true",
-                     [](ConfigTable& t) { t.Double("key", 0, 0, 1); }, "expected a number"},
+        BadValueCase{"DoubleGivenBool", "true", [](ConfigTable& t) { t.Double("key", 0, 0, 1); },
+                     "expected a number"},
         BadValueCase{"DoubleAboveMax", "1.5", [](ConfigTable& t) { t.Double("key", 0, 0, 1); },
                      "out of range"},
         BadValueCase{"DoubleInfinity", "inf", [](ConfigTable& t) { t.Double("key", 0, 0, 1); },
@@ -111,7 +111,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValueCase{"StringGivenInt", "1", [](ConfigTable& t) { t.String("key", ""); },
                      "expected a string"},
         BadValueCase{"StringNotAllowed", "\"lifo\"",
-                     [](ConfigTable& t) { t.String("key", "fcfs", {"fcfs", "priority"}); },
+                     [](ConfigTable& t) {
+                       t.String("key", "fcfs", {"fcfs", "priority"});
+                     },
                      "\"lifo\" is not one of: fcfs, priority"},
         BadValueCase{"ArrayGivenInt", "3", [](ConfigTable& t) { t.IntArray("key", 0, 10); },
                      "expected an array of integers"},
@@ -167,8 +169,7 @@ TEST(ConfigTableTest, UnknownKeyInSubTableNamesTheDottedKey) {
   std::optional<ConfigTable> engine = top.Table("engine");
   ASSERT_TRUE(engine.has_value());
   EXPECT_EQ(engine->Int("port", 0, 1, 65535), 8000);
-  EXPECT_EQ(ErrorOf([&] { engine->RejectUnknownKeys(); }),
-            "test.toml:3: unknown key 'engine.foo'");
+  EXPECT_EQ(ErrorOf([&] { engine->RejectUnknownKeys(); }), "test.toml:3: unknown key 'engine.foo'");
   // The parent read `engine`, so the parent itself has nothing unknown.
   EXPECT_NO_THROW(top.RejectUnknownKeys());
 }

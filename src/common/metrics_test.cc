@@ -1,9 +1,9 @@
 #include "common/metrics.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace bmas {
 namespace {
@@ -160,8 +160,7 @@ TEST_P(EscapeLabelValueTest, EscapesBackslashQuoteAndNewline) {
 INSTANTIATE_TEST_SUITE_P(Cases, EscapeLabelValueTest,
                          testing::Values(EscapeCase{"", ""},
                                          EscapeCase{"llama-3.1-8b", "llama-3.1-8b"},
-                                         EscapeCase{"a\"b", "a\\\"b"},
-                                         EscapeCase{"a\\b", "a\\\\b"},
+                                         EscapeCase{"a\"b", "a\\\"b"}, EscapeCase{"a\\b", "a\\\\b"},
                                          EscapeCase{"a\nb", "a\\nb"},
                                          EscapeCase{"\\\"\n", "\\\\\\\"\\n"}));
 

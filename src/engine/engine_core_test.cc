@@ -1,12 +1,12 @@
 #include "engine/engine_core.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/metrics.h"
 #include "engine/calibrate.h"
@@ -77,6 +77,18 @@ TEST(EngineCoreTest, RequestProducesExactlyMaxTokensEventsThenIsGone) {
 TEST(EngineCoreTest, AddRequestRejectsTooLongRequests) {
   EngineCore core(SmallConfig(), StepTimeModel{}, "m", nullptr);
   Result<void> r = core.AddRequest(MakeRequest(1, Tokens(1000, 1), 100), 0);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(core.HasWork());
+}
+
+// The contract says AddRequest fails when a request "cannot ever fit". A prompt that needs more
+// KV blocks than the whole cache holds is never admitted and blocks the FCFS queue for good.
+TEST(EngineCoreTest, AddRequestRejectsARequestLargerThanTheKvCache) {
+  SchedulerConfig c = SmallConfig();
+  c.num_kv_blocks = 4;  // 64 tokens, well under max_model_len
+  EngineCore core(c, StepTimeModel{}, "m", nullptr);
+  Result<void> r = core.AddRequest(MakeRequest(1, Tokens(100, 1), 10), 0);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
   EXPECT_FALSE(core.HasWork());
@@ -337,7 +349,7 @@ TEST(CalibrateTest, BuiltinLlamaProfileMatchesTheReference) {
 
 TEST(CalibrateTest, WorstRelativeErrorTakesTheLargestOfItlAndTtft) {
   CalibrationRow a{{1, 0.010, 0.100, {}}, {}};
-  a.model.mean_itl_s = 0.011;  // 10 % off
+  a.model.mean_itl_s = 0.011;   // 10 % off
   a.model.mean_ttft_s = 0.080;  // 20 % off
   CalibrationRow b{{2, 0.010, {}, {}}, {}};
   b.model.mean_itl_s = 0.0085;  // 15 % off; no TTFT reference

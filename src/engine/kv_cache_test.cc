@@ -1,9 +1,9 @@
 #include "engine/kv_cache.h"
 
+#include <gtest/gtest.h>
+
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace bmas::engine {
 namespace {

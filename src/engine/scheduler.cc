@@ -48,6 +48,15 @@ Result<void> Scheduler::Add(std::unique_ptr<Request> request) {
         "max_tokens");
   }
   if (prompt == 0) return InvalidArgument("the prompt is empty", "prompt");
+  const int64_t blocks = (prompt + request->max_tokens + config_.block_size - 1) / config_.block_size;
+  if (blocks > config_.num_kv_blocks) {
+    // Never admissible: it would block the queue for good. (The server refuses to start with a
+    // max_model_len the KV cache cannot hold, as vLLM does, so this guards direct users.)
+    return InvalidArgument(
+        fmt::format("the request needs {} KV blocks but the cache has only {}", blocks,
+                    config_.num_kv_blocks),
+        "max_tokens");
+  }
   if (requests_.contains(request->id)) {
     return InvalidArgument(fmt::format("request id {} is already in use", request->id));
   }

@@ -1,10 +1,10 @@
 #include "engine/scheduler.h"
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace bmas::engine {
 namespace {

@@ -1,14 +1,13 @@
 #include "engine/timing.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
-
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/config_table.h"
 
@@ -46,12 +45,10 @@ TEST_P(StepSecondsTest, IsBasePlusPerTokenTerms) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, StepSecondsTest,
-                         testing::Values(StepCase{0, 0, 0, 0.004},
-                                         StepCase{1, 0, 0, 0.00402},
-                                         StepCase{0, 100, 0, 0.007},
-                                         StepCase{0, 0, 1000000, 0.054},
-                                         StepCase{64, 128, 20000, 0.004 + 64 * 2e-5 +
-                                                                      128 * 3e-5 + 20000 * 5e-8}));
+                         testing::Values(StepCase{0, 0, 0, 0.004}, StepCase{1, 0, 0, 0.00402},
+                                         StepCase{0, 100, 0, 0.007}, StepCase{0, 0, 1000000, 0.054},
+                                         StepCase{64, 128, 20000,
+                                                  0.004 + 64 * 2e-5 + 128 * 3e-5 + 20000 * 5e-8}));
 
 TEST(StepSecondsTest, ZeroModelIsZero) {
   EXPECT_EQ(StepTimeModel{}.StepSeconds(100, 1000, 100000), 0);
@@ -181,19 +178,19 @@ TEST_P(ParseProfilesErrorTest, FailsNamingFileAndLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, ParseProfilesErrorTest,
-    testing::Values(
-        BadProfileCase{"UnknownKey", "[profile.p]\nstep_base_s = 0.1\nfoo = 1\n",
-                       "x.toml:3: unknown key 'profile.p.foo'"},
-        BadProfileCase{"UnknownTopLevelKey", "other = 1\n[profile.p]\n",
-                       "x.toml:1: unknown key 'other'"},
-        BadProfileCase{"BadType", "[profile.p]\nstep_base_s = \"fast\"\n",
-                       "x.toml:2: profile.p.step_base_s: expected a number"},
-        BadProfileCase{"OutOfRange", "[profile.p]\n\nmax_num_seqs = 0\n",
-                       "x.toml:3: profile.p.max_num_seqs: 0 is out of range"},
-        BadProfileCase{"ProfileNotATable", "[profile]\np = 3\n", "x.toml:2: profile.p: "},
-        BadProfileCase{"SyntaxError", "[profile.p]\nstep_base_s = = 1\n", "x.toml:2: "},
-        BadProfileCase{"NoRoomForKvCache", "[profile.p]\nweights_gib = 100\n",
-                       "profile.p: the memory figures leave no room for a KV cache"}),
+    testing::Values(BadProfileCase{"UnknownKey", "[profile.p]\nstep_base_s = 0.1\nfoo = 1\n",
+                                   "x.toml:3: unknown key 'profile.p.foo'"},
+                    BadProfileCase{"UnknownTopLevelKey", "other = 1\n[profile.p]\n",
+                                   "x.toml:1: unknown key 'other'"},
+                    BadProfileCase{"BadType", "[profile.p]\nstep_base_s = \"fast\"\n",
+                                   "x.toml:2: profile.p.step_base_s: expected a number"},
+                    BadProfileCase{"OutOfRange", "[profile.p]\n\nmax_num_seqs = 0\n",
+                                   "x.toml:3: profile.p.max_num_seqs: 0 is out of range"},
+                    BadProfileCase{"ProfileNotATable", "[profile]\np = 3\n",
+                                   "x.toml:2: profile.p: "},
+                    BadProfileCase{"SyntaxError", "[profile.p]\nstep_base_s = = 1\n", "x.toml:2: "},
+                    BadProfileCase{"NoRoomForKvCache", "[profile.p]\nweights_gib = 100\n",
+                                   "profile.p: the memory figures leave no room for a KV cache"}),
     [](const testing::TestParamInfo<BadProfileCase>& info) { return info.param.name; });
 
 TEST(ParseProfilesTest, GivenKvBlocksNeedNoMemoryRoom) {

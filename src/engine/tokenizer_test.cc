@@ -1,10 +1,10 @@
 #include "engine/tokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace bmas::engine {
 namespace {
@@ -41,8 +41,7 @@ const std::string k30 = std::string(30, 'a');
 INSTANTIATE_TEST_SUITE_P(
     Rules, TokenizerPieceTest,
     testing::Values(
-        PieceCase{"Empty", "", {}},
-        PieceCase{"ShortWord", "cat", {"cat"}},
+        PieceCase{"Empty", "", {}}, PieceCase{"ShortWord", "cat", {"cat"}},
         PieceCase{"FourLetterWord", "word", {"word"}},
         PieceCase{"LongWordSplitsEveryFour", "tokenizer", {"toke", "nize", "r"}},
         PieceCase{"SpaceJoinsFollowingWord", " hello", {" hell", "o"}},
@@ -55,10 +54,10 @@ INSTANTIATE_TEST_SUITE_P(
         PieceCase{"ChatMarker", "<|user|>hi", {"<|user|>", "hi"}},
         PieceCase{"ChatMarkersBackToBack", "<|a|><|b|>", {"<|a|>", "<|b|>"}},
         PieceCase{"ChatMarkerOf32Bytes", "<|" + k28 + "|>", {"<|" + k28 + "|>"}},
-        PieceCase{"TooLongMarkerIsNotOnePiece",
-                  "<|" + k30 + "|>",
-                  {"<", "|", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aa", "|",
-                   ">"}},
+        PieceCase{
+            "TooLongMarkerIsNotOnePiece",
+            "<|" + k30 + "|>",
+            {"<", "|", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aaaa", "aa", "|", ">"}},
         PieceCase{"UnclosedMarker", "<|ab", {"<", "|", "ab"}},
         PieceCase{"TwoByteUtf8", "caf\xC3\xA9", {"caf", "\xC3\xA9"}},
         PieceCase{"ThreeByteUtf8", "\xE6\x97\xA5\xE6\x9C\xAC", {"\xE6\x97\xA5", "\xE6\x9C\xAC"}},
