@@ -48,14 +48,14 @@ Result<void> Scheduler::Add(std::unique_ptr<Request> request) {
         "max_tokens");
   }
   if (prompt == 0) return InvalidArgument("the prompt is empty", "prompt");
-  const int64_t blocks = (prompt + request->max_tokens + config_.block_size - 1) / config_.block_size;
+  const int64_t blocks = (prompt + config_.block_size) / config_.block_size;  // prompt + 1 token
   if (blocks > config_.num_kv_blocks) {
     // Never admissible: it would block the queue for good. (The server refuses to start with a
     // max_model_len the KV cache cannot hold, as vLLM does, so this guards direct users.)
     return InvalidArgument(
-        fmt::format("the request needs {} KV blocks but the cache has only {}", blocks,
+        fmt::format("the prompt needs {} KV blocks but the cache has only {}", blocks,
                     config_.num_kv_blocks),
-        "max_tokens");
+        "prompt");
   }
   if (requests_.contains(request->id)) {
     return InvalidArgument(fmt::format("request id {} is already in use", request->id));
