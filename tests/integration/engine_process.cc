@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -17,8 +18,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 extern char** environ;
 
@@ -56,8 +55,8 @@ Result<std::string> BmasBinary() {
     return Internal("BMAS_BINARY is not set: run this test through ctest, or set it to build/bmas");
   }
   if (access(path, X_OK) != 0) {
-    return Internal(fmt::format("BMAS_BINARY={} is not an executable file: {}", path,
-                                std::strerror(errno)));
+    return Internal(
+        fmt::format("BMAS_BINARY={} is not an executable file: {}", path, std::strerror(errno)));
   }
   return std::string(path);
 }
@@ -253,7 +252,8 @@ Result<std::unique_ptr<EngineProcess>> EngineProcess::Start(const std::vector<st
   auto line = (*process)->WaitForLine("listening on", 10s);
   if (!line) return line.error();
   const size_t at = line->find("http://");
-  if (!line->starts_with("bmas engine: listening on http://127.0.0.1:") || at == std::string::npos) {
+  if (!line->starts_with("bmas engine: listening on http://127.0.0.1:") ||
+      at == std::string::npos) {
     return Internal("unexpected first line from bmas engine: " + *line);
   }
   std::string url = line->substr(at);

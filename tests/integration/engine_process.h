@@ -94,7 +94,7 @@ class Process {
   int stdout_fd_;
   bool stdout_eof_ = false;
   std::string stdout_;
-  size_t scanned_ = 0;  // stdout_ bytes already given out as lines by WaitForLine
+  size_t scanned_ = 0;            // stdout_ bytes already given out as lines by WaitForLine
   std::unique_ptr<TempDir> dir_;  // holds the stderr file
   std::optional<ExitStatus> status_;
 };

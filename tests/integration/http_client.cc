@@ -100,8 +100,8 @@ Result<HttpResponse> HttpClient::Request(http::verb method, std::string_view tar
   }
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
-  if (auto ec = c.Run(
-          [&](auto h) { http::async_read(c.stream(), c.buffer(), parser, std::move(h)); })) {
+  if (auto ec =
+          c.Run([&](auto h) { http::async_read(c.stream(), c.buffer(), parser, std::move(h)); })) {
     connection_.reset();
     return Failed("read", ec);
   }
@@ -127,8 +127,8 @@ SseStream::SseStream(std::unique_ptr<Connection> connection, std::chrono::millis
 SseStream::~SseStream() = default;
 
 Result<std::unique_ptr<SseStream>> SseStream::Open(uint16_t port, std::string_view target,
-                                                    std::string body,
-                                                    std::chrono::milliseconds timeout) {
+                                                   std::string body,
+                                                   std::chrono::milliseconds timeout) {
   auto connection = std::make_unique<Connection>(timeout);
   if (auto ec = connection->Connect(port)) return Failed("connect", ec);
   Connection& c = *connection;

@@ -1,0 +1,175 @@
+// Integration tests of `bmas up` and of configuration errors: the real binary, its real
+// child engines on loopback ports, stopped by signals as a user would.
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine_process.h"
+#include "http_client.h"
+
+namespace bmas::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr std::string_view kInstantConfig = "[engine]\nprofile = \"instant\"\n";
+
+// The engine URLs in `bmas up`'s summary.
+std::vector<std::string> EngineUrls(const std::string& text) {
+  std::vector<std::string> urls;
+  static const std::regex kUrl(R"(http://127\.0\.0\.1:[0-9]+)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kUrl); it != std::sregex_iterator();
+       ++it) {
+    urls.push_back(it->str());
+  }
+  return urls;
+}
+
+TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
+  TempDir dir;
+  const std::string config = dir.WriteFile("bmas.toml", kInstantConfig);
+  const std::string state = dir.path() + "/state";
+  auto up =
+      Process::Start({"--config", config, "up", "--engines", "2"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(up) << up.error().message;
+  Process& p = **up;
+  auto running = p.WaitForLine("bmas up: running", 30s);
+  ASSERT_TRUE(running) << running.error().message;
+  EXPECT_THAT(p.stdout_text(), HasSubstr("state dir " + state));
+
+  std::vector<std::string> urls = EngineUrls(p.stdout_text());
+  ASSERT_EQ(urls.size(), 2u) << p.stdout_text();
+  ASSERT_NE(urls[0], urls[1]);
+  std::vector<uint16_t> ports;
+  for (const std::string& url : urls) {
+    SCOPED_TRACE(url);
+    uint16_t port = PortOfUrl(url);
+    ASSERT_NE(port, 0);
+    ports.push_back(port);
+    HttpClient client(port);
+    auto models = client.Get("/v1/models");
+    ASSERT_TRUE(models) << models.error().message;
+    EXPECT_EQ(models->status, 200);
+    EXPECT_THAT(models->body, HasSubstr(R"("owned_by":"bmas-simulated")"));
+    // The engines run with the config file's settings.
+    EXPECT_THAT(models->body, HasSubstr(R"("profile":"instant")"));
+  }
+
+  p.Signal(SIGINT);
+  auto status = p.Wait(20s);
+  ASSERT_TRUE(status.has_value()) << "bmas up still running 20 s after SIGINT";
+  EXPECT_TRUE(status->Success()) << status->ToString() << "\n" << p.StderrText();
+  p.DrainStdout(2s);
+  EXPECT_THAT(p.stdout_text(), HasSubstr("bmas up: stopped."));
+  // bmas up waits for its children, so their ports are closed by the time it exits.
+  for (uint16_t port : ports) EXPECT_TRUE(ConnectionRefused(port)) << "port " << port;
+}
+
+TEST(UpTest, SecondUpOnTheSameStateDirRefuses) {
+  TempDir dir;
+  const std::string state = dir.path() + "/state";
+  const std::vector<std::pair<std::string, std::string>> env = {{"BMAS_STATE_DIR", state}};
+  auto first = Process::Start({"up", "--engines", "0"}, env);
+  ASSERT_TRUE(first) << first.error().message;
+  auto running = (*first)->WaitForLine("bmas up: running", 10s);
+  ASSERT_TRUE(running) << running.error().message;
+
+  auto second = Process::Start({"up", "--engines", "0"}, env);
+  ASSERT_TRUE(second) << second.error().message;
+  auto status = (*second)->Wait(10s);
+  ASSERT_TRUE(status.has_value()) << "the second bmas up did not refuse";
+  EXPECT_TRUE(status->exited && status->code != 0) << status->ToString();
+  const std::string err = (*second)->StderrText();
+  EXPECT_THAT(err, HasSubstr("another bmas up"));
+  EXPECT_THAT(err, HasSubstr(fmt::format("pid {}", (*first)->pid())));
+  EXPECT_THAT(err, HasSubstr(state));
+
+  // The first is unaffected, and stops cleanly.
+  EXPECT_TRUE((*first)->running());
+  (*first)->Signal(SIGINT);
+  auto first_status = (*first)->Wait(10s);
+  ASSERT_TRUE(first_status.has_value());
+  EXPECT_TRUE(first_status->Success()) << first_status->ToString();
+
+  // With the first gone, the state dir is free again.
+  auto third = Process::Start({"up", "--engines", "0"}, env);
+  ASSERT_TRUE(third) << third.error().message;
+  auto third_running = (*third)->WaitForLine("bmas up: running", 10s);
+  EXPECT_TRUE(third_running) << third_running.error().message;
+}
+
+// A bad config file stops `bmas engine` and `bmas up` before they start anything, and the
+// message names the file, the line and the key.
+TEST(ConfigTest, BadConfigFilesFailWithFileLineAndKey) {
+  struct Case {
+    const char* name;
+    const char* toml;
+    const char* line;  // ":N" after the file name
+    const char* key;
+  };
+  const Case kCases[] = {
+      {"unknown key", "[engine]\nfoo = 1\n", ":2", "engine.foo"},
+      {"wrong type", "[engine]\nprofile = \"instant\"\nport = \"x\"\n", ":3", "engine.port"},
+      {"out of range", "[engine]\nport = 70000\n", ":2", "engine.port"},
+      {"unknown table key", "[up]\nengine = 2\n", ":2", "up.engine"},
+  };
+  const std::vector<std::vector<std::string>> kCommands = {{"engine", "--port", "0"},
+                                                           {"up", "--engines", "1"}};
+  for (const Case& c : kCases) {
+    for (const auto& command : kCommands) {
+      SCOPED_TRACE(fmt::format("{}: bmas {}", c.name, command[0]));
+      TempDir dir;
+      const std::string config = dir.WriteFile("bmas.toml", c.toml);
+      std::vector<std::string> args = {"--config", config};
+      args.insert(args.end(), command.begin(), command.end());
+      auto p = Process::Start(args, {{"BMAS_STATE_DIR", dir.path() + "/state"}});
+      ASSERT_TRUE(p) << p.error().message;
+      auto status = (*p)->Wait(10s);
+      ASSERT_TRUE(status.has_value()) << "still running with a bad config";
+      EXPECT_TRUE(status->exited && status->code != 0) << status->ToString();
+      const std::string err = (*p)->StderrText();
+      EXPECT_THAT(err, HasSubstr(config + c.line)) << err;
+      EXPECT_THAT(err, HasSubstr(c.key)) << err;
+      (*p)->DrainStdout(1s);
+      EXPECT_THAT((*p)->stdout_text(), Not(HasSubstr("listening on")));
+      EXPECT_THAT((*p)->stdout_text(), Not(HasSubstr("running")));
+    }
+  }
+}
+
+TEST(ConfigTest, EngineReadsItsSettingsFromTheConfigFile) {
+  TempDir dir;
+  const std::string config = dir.WriteFile(
+      "bmas.toml",
+      "[engine]\nprofile = \"instant\"\nmodel = \"from/config\"\nmax_model_len = 2048\n");
+  auto p = Process::Start({"--config", config, "engine"});
+  ASSERT_TRUE(p) << p.error().message;
+  auto line = (*p)->WaitForLine("listening on", 10s);
+  ASSERT_TRUE(line) << line.error().message;
+  HttpClient client(PortOfUrl(line->substr(line->find("http://"))));
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models) << models.error().message;
+  EXPECT_THAT(models->body, HasSubstr(R"("id":"from/config")"));
+  EXPECT_THAT(models->body, HasSubstr(R"("max_model_len":2048)"));
+  // A flag overrides the file.
+  (*p)->Stop(5s);
+  auto q = Process::Start({"--config", config, "engine", "--max-model-len", "1024"});
+  ASSERT_TRUE(q) << q.error().message;
+  line = (*q)->WaitForLine("listening on", 10s);
+  ASSERT_TRUE(line) << line.error().message;
+  HttpClient client2(PortOfUrl(line->substr(line->find("http://"))));
+  models = client2.Get("/v1/models");
+  ASSERT_TRUE(models) << models.error().message;
+  EXPECT_THAT(models->body, HasSubstr(R"("max_model_len":1024)"));
+}
+
+}  // namespace
+}  // namespace bmas::testing
