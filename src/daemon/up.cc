@@ -188,12 +188,12 @@ int RunUp(const UpOptions& options) {
     c.name = fmt::format("engine-{}", i);
     c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
-    std::vector<std::string> args = {options.self_exe, "engine", "--port", std::to_string(port),
-                                     "--state-dir", dir};
+    std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
     if (!config.source.empty()) {
       args.push_back("--config");
       args.push_back(config.source);
     }
+    args.insert(args.end(), {"engine", "--port", std::to_string(port)});
     auto spawned = Spawn(args, c.log);
     if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
     c.pid = spawned->first;

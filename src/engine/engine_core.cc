@@ -100,12 +100,13 @@ double EngineCore::BeginStep(double now) {
                            batch.num_context_tokens);
 }
 
-std::span<const TokenEvent> EngineCore::FinishStep(double now) {
+std::span<const TokenEvent> EngineCore::FinishStep(double now, const StopCheck& stop_check) {
   assert(step_in_flight_);
   step_in_flight_ = false;
   events_.clear();
   const std::vector<Request*>& produced = scheduler_.Complete(now);
   for (Request* r : produced) {
+    if (stop_check && stop_check(r->id, r->tokens.back())) r->finish_reason = FinishReason::kStop;
     events_.push_back(TokenEvent{r->id, r->tokens.back(), r->num_prompt_tokens,
                                  r->num_output_tokens(), r->num_cached_tokens, r->finish_reason});
     if (metrics_ == nullptr) continue;

@@ -9,6 +9,7 @@
 //
 // Not thread-safe.
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -57,9 +58,13 @@ class EngineCore {
   // REQUIRES: no step in flight.
   double BeginStep(double now);
 
+  // Decides, for each token as it is produced, whether a stop string now ends its request
+  // (vLLM's output processor checks stop strings before the length limit is reported).
+  using StopCheck = std::function<bool(RequestId id, TokenId token)>;
+
   // Ends the step in flight at `now`: tokens produced, finished requests removed.
   // The span is valid until the next call.
-  std::span<const TokenEvent> FinishStep(double now);
+  std::span<const TokenEvent> FinishStep(double now, const StopCheck& stop_check = nullptr);
 
   // Brings the gauges (running, waiting, KV usage) up to date, before a scrape.
   void UpdateGauges();

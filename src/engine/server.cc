@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,11 +13,54 @@ namespace bmas::engine {
 
 using Clock = std::chrono::steady_clock;
 
-// A request in flight: the step loop pushes tokens, its handler takes them.
+// Finds the first stop string in text[from..]; returns its position and which one.
+std::optional<std::pair<size_t, size_t>> FindStop(const std::string& text, size_t from,
+                                                  const std::vector<std::string>& stops) {
+  std::optional<std::pair<size_t, size_t>> best;
+  for (size_t i = 0; i < stops.size(); ++i) {
+    size_t pos = text.find(stops[i], from);
+    if (pos != std::string::npos && (!best || pos < best->first)) best = {pos, i};
+  }
+  return best;
+}
+
+// A request in flight. The step loop appends each token's text (checking stop strings as
+// vLLM's output processor does, before a length finish is reported); the handler sends it.
 struct EngineServer::Stream {
-  explicit Stream(net::io_context& io) : wake(io) {}
+  Stream(net::io_context& io, std::string echo, std::vector<std::string> stop_strings)
+      : wake(io), stops(std::move(stop_strings)), text(std::move(echo)), generated_from(text.size()) {
+    for (const std::string& s : stops) max_stop = std::max(max_stop, s.size());
+  }
+
+  // Appends a token's text; returns true when a stop string now ends the request.
+  bool Append(TokenId token) {
+    const size_t before = text.size();
+    text += TokenText(token);
+    if (!stops.empty()) {
+      size_t from = before >= generated_from + max_stop ? before - max_stop + 1 : generated_from;
+      if (auto hit = FindStop(text, from, stops)) {
+        text.resize(hit->first);
+        stop_reason = stops[hit->second];
+      }
+    }
+    token_ends.push_back(text.size());
+    return !stop_reason.empty();
+  }
+
+  // Bytes of `text` that can be sent once it has `end` bytes: all of them after the last
+  // token, else all but what could still become the start of a stop string.
+  size_t SafeEnd(size_t end, bool last) const {
+    if (last || max_stop == 0) return std::min(end, text.size());
+    return std::min(end >= max_stop - 1 ? end - (max_stop - 1) : 0, text.size());
+  }
+
   net::steady_timer wake;
-  std::vector<TokenId> tokens;
+  const std::vector<std::string> stops;
+  size_t max_stop = 0;
+  std::string text;             // the echoed prompt, then the generated text
+  const size_t generated_from;  // where generated text starts
+  std::vector<size_t> token_ends;  // text end after each token not yet taken by the handler
+  std::string stop_reason;
   FinishReason finish = FinishReason::kNone;
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;
@@ -110,11 +154,14 @@ awaitable<void> EngineServer::StepLoop() {
       co_await net::post(io_, use_awaitable);  // let the I/O run between instant steps
     }
     steps_.Inc();
-    for (const TokenEvent& e : core_.FinishStep(ToVirtual(deadline))) {
+    auto stop_check = [this](RequestId id, TokenId token) {
+      auto it = streams_.find(id);
+      return it != streams_.end() && it->second->Append(token);
+    };
+    for (const TokenEvent& e : core_.FinishStep(ToVirtual(deadline), stop_check)) {
       auto it = streams_.find(e.id);
       if (it == streams_.end()) continue;
       Stream* s = it->second;
-      s->tokens.push_back(e.token);
       s->finish = e.finish_reason;
       s->num_prompt_tokens = e.num_prompt_tokens;
       s->num_cached_tokens = e.num_cached_tokens;
@@ -171,21 +218,6 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
   }
 }
 
-namespace {
-
-// Finds the first stop string in text[from..]; returns its position and which one.
-std::optional<std::pair<size_t, size_t>> FindStop(const std::string& text, size_t from,
-                                                  const std::vector<std::string>& stops) {
-  std::optional<std::pair<size_t, size_t>> best;
-  for (size_t i = 0; i < stops.size(); ++i) {
-    size_t pos = text.find(stops[i], from);
-    if (pos != std::string::npos && (!best || pos < best->first)) best = {pos, i};
-  }
-  return best;
-}
-
-}  // namespace
-
 awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                                Endpoint endpoint) {
   auto parsed = parser_.Parse(request.body(), endpoint);
@@ -224,7 +256,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     co_await writer.SendError(added.error());
     co_return;
   }
-  Stream stream(io_);
+  Stream stream(io_, req.echo ? req.prompt_text : std::string(), std::move(req.stop));
   streams_[id] = &stream;
   idle_.cancel();
   // However the handler ends, the request leaves the engine and frees its blocks.
@@ -240,13 +272,8 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
   ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, created_, id),
                       options_.model, created_};
-  size_t max_stop = 0;
-  for (const std::string& s : req.stop) max_stop = std::max(max_stop, s.size());
-
-  std::string text = req.echo ? req.prompt_text : std::string();
-  size_t emitted = 0;  // bytes of `text` already sent (streaming)
-  FinishReason finish = FinishReason::kNone;
-  std::string stop_reason;
+  size_t emitted = 0;  // bytes of stream.text already sent
+  std::vector<size_t> ends;
   bool first = true;
   std::string out;
   if (req.stream) {
@@ -259,43 +286,31 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
       if (!co_await writer.SendChunk(out)) co_return;
     }
   }
-  while (finish == FinishReason::kNone) {
-    if (stream.tokens.empty() && stream.finish == FinishReason::kNone) {
+  while (true) {
+    if (stream.token_ends.empty() && stream.finish == FinishReason::kNone) {
       stream.wake.expires_at(Clock::time_point::max());
       beast::error_code ec;
       co_await stream.wake.async_wait(net::redirect_error(use_awaitable, ec));
       continue;
     }
-    out.clear();
-    const size_t n = stream.tokens.size();
-    for (size_t i = 0; i < n && finish == FinishReason::kNone; ++i) {
-      size_t before = text.size();
-      text += TokenText(stream.tokens[i]);
-      if (i + 1 == n) finish = stream.finish;
-      if (!req.stop.empty()) {
-        size_t from = before >= max_stop ? before - max_stop + 1 : 0;
-        if (auto hit = FindStop(text, from, req.stop)) {
-          text.resize(hit->first);
-          finish = FinishReason::kStop;
-          stop_reason = req.stop[hit->second];
-          core_.Finish(id, FinishReason::kStop, Now());
-        }
-      }
-      if (req.stream) {
-        // Hold back text that could be the start of a stop string.
-        size_t safe = finish != FinishReason::kNone || max_stop == 0
-                          ? text.size()
-                          : std::max(emitted, text.size() >= max_stop - 1
-                                                  ? text.size() - (max_stop - 1)
-                                                  : size_t{0});
-        AppendStreamChunk(ctx, std::string_view(text).substr(emitted, safe - emitted), first,
-                          finish, stop_reason, out);
+    // Take what has arrived; more may arrive while this is being sent.
+    ends.clear();
+    ends.swap(stream.token_ends);
+    const FinishReason finish = stream.finish;
+    if (req.stream) {
+      // One event per token, as vLLM streams them.
+      out.clear();
+      for (size_t i = 0; i < ends.size(); ++i) {
+        const bool last = i + 1 == ends.size() && finish != FinishReason::kNone;
+        size_t safe = std::max(emitted, stream.SafeEnd(ends[i], last));
+        AppendStreamChunk(ctx, std::string_view(stream.text).substr(emitted, safe - emitted),
+                          first, last ? finish : FinishReason::kNone, stream.stop_reason, out);
         emitted = safe;
         first = false;
       }
+      if (!co_await writer.SendChunk(out)) co_return;  // client gone: the request is aborted
     }
-    stream.tokens.clear();
-    if (req.stream && !co_await writer.SendChunk(out)) co_return;  // client gone: abort
+    if (finish != FinishReason::kNone) break;
   }
 
   Usage usage{stream.num_prompt_tokens, stream.num_output_tokens, stream.num_cached_tokens};
@@ -305,8 +320,9 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     out += kSseDone;
     if (co_await writer.SendChunk(out)) co_await writer.EndStream();
   } else {
-    co_await writer.Send(http::status::ok, "application/json",
-                         CompletionResponseJson(ctx, text, finish, stop_reason, usage));
+    std::string body =
+        CompletionResponseJson(ctx, stream.text, stream.finish, stream.stop_reason, usage);
+    co_await writer.Send(http::status::ok, "application/json", std::move(body));
   }
 }
 
