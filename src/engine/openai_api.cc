@@ -283,57 +283,21 @@ void UsageObject(Writer& w, const Usage& u) {
 
 }  // namespace
 
-std::string CompletionResponseJson(const ResponseContext& ctx, std::string_view text,
-                                   FinishReason reason, std::string_view stop_reason,
-                                   const Usage& usage) {
-  rapidjson::StringBuffer buf;
-  Writer w(buf);
-  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
-  w.StartObject();
-  Head(w, ctx, chat ? "chat.completion" : "text_completion");
-  w.Key("choices");
-  w.StartArray();
-  w.StartObject();
-  w.Key("index");
-  w.Int(0);
-  if (chat) {
-    w.Key("message");
-    w.StartObject();
-    w.Key("role");
-    w.String("assistant");
-    w.Key("content");
-    Str(w, text);
-    w.EndObject();
-  } else {
-    w.Key("text");
-    Str(w, text);
-  }
-  w.Key("logprobs");
-  w.Null();
-  FinishFields(w, reason, stop_reason);
-  w.EndObject();
-  w.EndArray();
-  UsageObject(w, usage);
-  w.EndObject();
-  return std::string(buf.GetString(), buf.GetSize());
-}
+namespace {
 
-void AppendStreamChunk(const ResponseContext& ctx, std::string_view text, bool first,
-                       FinishReason reason, std::string_view stop_reason, std::string& out) {
-  rapidjson::StringBuffer buf;
-  Writer w(buf);
-  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
-  w.StartObject();
-  Head(w, ctx, chat ? "chat.completion.chunk" : "text_completion");
+// "choices": [one choice]. A chat choice carries a "message", or a "delta" when streaming (the
+// role only on the first chunk); a completion choice carries "text".
+void WriteChoices(Writer& w, bool chat, bool streaming, bool first, std::string_view text,
+                  FinishReason reason, std::string_view stop_reason) {
   w.Key("choices");
   w.StartArray();
   w.StartObject();
   w.Key("index");
   w.Int(0);
   if (chat) {
-    w.Key("delta");
+    w.Key(streaming ? "delta" : "message");
     w.StartObject();
-    if (first) {
+    if (!streaming || first) {
       w.Key("role");
       w.String("assistant");
     }
@@ -349,10 +313,40 @@ void AppendStreamChunk(const ResponseContext& ctx, std::string_view text, bool f
   FinishFields(w, reason, stop_reason);
   w.EndObject();
   w.EndArray();
-  w.EndObject();
+}
+
+void AppendSseEvent(const rapidjson::StringBuffer& buf, std::string& out) {
   out += "data: ";
   out.append(buf.GetString(), buf.GetSize());
   out += "\n\n";
+}
+
+}  // namespace
+
+std::string CompletionResponseJson(const ResponseContext& ctx, std::string_view text,
+                                   FinishReason reason, std::string_view stop_reason,
+                                   const Usage& usage) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
+  w.StartObject();
+  Head(w, ctx, chat ? "chat.completion" : "text_completion");
+  WriteChoices(w, chat, /*streaming=*/false, /*first=*/true, text, reason, stop_reason);
+  UsageObject(w, usage);
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void AppendStreamChunk(const ResponseContext& ctx, std::string_view text, bool first,
+                       FinishReason reason, std::string_view stop_reason, std::string& out) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  bool chat = ctx.endpoint == Endpoint::kChatCompletions;
+  w.StartObject();
+  Head(w, ctx, chat ? "chat.completion.chunk" : "text_completion");
+  WriteChoices(w, chat, /*streaming=*/true, first, text, reason, stop_reason);
+  w.EndObject();
+  AppendSseEvent(buf, out);
 }
 
 void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::string& out) {
@@ -366,9 +360,7 @@ void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::strin
   w.EndArray();
   UsageObject(w, usage);
   w.EndObject();
-  out += "data: ";
-  out.append(buf.GetString(), buf.GetSize());
-  out += "\n\n";
+  AppendSseEvent(buf, out);
 }
 
 std::string ModelsJson(const ModelCard& card) {
