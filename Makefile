@@ -29,12 +29,12 @@ test: build
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
-# Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+# Every test against binaries built with AddressSanitizer and UndefinedBehaviorSanitizer.
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DBMAS_SANITIZE=ON -DBMAS_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	ninja -C $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -L unit
+	  ctest --output-on-failure --timeout 300
 
 # Runs the benchmarks and rewrites bench/RESULTS.md.
 bench: build
