@@ -402,7 +402,8 @@ TEST_F(InstantEngineTest, StopStringInTheLastTokenCountsAsStop) {
       Post("/v1/completions",
            CompletionBody(prompt, max_tokens, fmt::format(R"("stop":{})", Quote(stop))));
   ASSERT_EQ(r.status, 200) << r.body;
-  const auto& choice = At(At(ParseJson(r.body), "choices"), 0);
+  const rapidjson::Document doc = ParseJson(r.body);
+  const auto& choice = At(At(doc, "choices"), 0);
   EXPECT_EQ(Str(At(choice, "text")), expected);
   EXPECT_EQ(Str(At(choice, "finish_reason")), "stop");
   EXPECT_EQ(Metric("vllm:request_success_total", R"(finished_reason="stop")"), stops + 1);
@@ -725,7 +726,8 @@ TEST_F(InstantEngineTest, RepeatedLongPromptHitsThePrefixCache) {
   const std::string body = CompletionBody(PromptOfTokens(2000), 1);
   HttpResponse first = Post("/v1/completions", body);
   ASSERT_EQ(first.status, 200) << first.body;
-  const auto& u1 = At(ParseJson(first.body), "usage");
+  const rapidjson::Document first_doc = ParseJson(first.body);
+  const auto& u1 = At(first_doc, "usage");
   EXPECT_EQ(Int(At(u1, "prompt_tokens")), 2000);
   EXPECT_EQ(Int(At(At(u1, "prompt_tokens_details"), "cached_tokens")), 0);
 
