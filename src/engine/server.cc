@@ -220,6 +220,7 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
 
 awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                                Endpoint endpoint) {
+  const double arrival = Now();
   auto parsed = parser_.Parse(request.body(), endpoint);
   if (!parsed) {
     co_await writer.SendError(parsed.error());
@@ -252,7 +253,16 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   r->num_prompt_tokens = prompt_len;
   r->max_tokens = max_tokens;
   r->priority = req.priority;
-  if (auto added = core_.AddRequest(std::move(r), Now()); !added) {
+  // The API server's own latency (parsing, tokenizing, the hop to the engine core) passes
+  // before the scheduler sees the request, as in calibration.
+  if (options_.time.frontend_s > 0) {
+    net::steady_timer frontend(io_);
+    frontend.expires_at(epoch_ + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(arrival + options_.time.frontend_s)));
+    beast::error_code ec;
+    co_await frontend.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+  if (auto added = core_.AddRequest(std::move(r), arrival); !added) {
     co_await writer.SendError(added.error());
     co_return;
   }
