@@ -1,5 +1,9 @@
 #include "common/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <spdlog/spdlog.h>
@@ -124,6 +128,32 @@ awaitable<bool> ResponseWriter::SendChunk(std::string_view data) {
                             net::redirect_error(use_awaitable, ec));
   if (ec) ok_ = false;
   co_return ok_;
+}
+
+void ResponseWriter::WatchForDisconnect(std::function<void()> on_gone) {
+  StopWatching();
+  watch_ = std::make_shared<Watch>();
+  watch_->on_gone = std::move(on_gone);
+  tcp::socket& socket = stream_.socket();
+  socket.async_wait(tcp::socket::wait_read, [watch = watch_, &socket](beast::error_code ec) {
+    if (ec || !watch->active) return;  // cancelled: the socket may be gone, do not touch it
+    char byte;
+    ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      watch->active = false;
+      watch->on_gone();
+    }
+  });
+}
+
+void ResponseWriter::StopWatching() {
+  if (watch_ == nullptr) return;
+  if (watch_->active) {
+    watch_->active = false;
+    beast::error_code ec;
+    stream_.socket().cancel(ec);  // only the wait is pending while a handler is not writing
+  }
+  watch_.reset();
 }
 
 awaitable<bool> ResponseWriter::EndStream() {
@@ -262,6 +292,7 @@ awaitable<void> HttpServer::Session(tcp::socket socket) {
       failure = e.what();
       spdlog::error("handler for {} failed: {}", std::string(request.target()), failure);
     }
+    writer.StopWatching();
     if (!failure.empty() && !writer.sent()) {
       co_await writer.SendError(http::status::internal_server_error, "internal error: " + failure);
     }

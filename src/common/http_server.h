@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -40,12 +41,24 @@ class ResponseWriter {
   awaitable<bool> SendChunk(std::string_view data);
   awaitable<bool> EndStream();
 
+  // Calls `on_gone` (once, on this thread) if the client closes its connection before
+  // StopWatching(): lets a handler that waits a long time before it writes (a non-streaming
+  // completion) abandon work nobody will read. Pipelined bytes from the client end the watch.
+  void WatchForDisconnect(std::function<void()> on_gone);
+  void StopWatching();
+
   bool ok() const { return ok_; }
   bool keep_alive() const { return keep_alive_; }
   bool sent() const { return sent_; }
 
  private:
+  struct Watch {
+    bool active = true;
+    std::function<void()> on_gone;
+  };
+
   beast::tcp_stream& stream_;
+  std::shared_ptr<Watch> watch_;  // shared with the pending wait, which may outlive this
   unsigned version_;
   bool keep_alive_;
   std::chrono::steady_clock::duration write_timeout_;

@@ -65,6 +65,7 @@ struct EngineServer::Stream {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;
   int num_output_tokens = 0;
+  bool client_gone = false;
 };
 
 EngineServer::EngineServer(net::io_context& io, EngineServerOptions options)
@@ -273,11 +274,17 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   struct Cleanup {
     EngineServer* self;
     RequestId id;
+    ResponseWriter* writer;
     ~Cleanup() {
+      writer->StopWatching();
       self->streams_.erase(id);
       self->core_.Finish(id, FinishReason::kAbort, self->Now());
     }
-  } cleanup{this, id};
+  } cleanup{this, id, &writer};
+  writer.WatchForDisconnect([&stream] {
+    stream.client_gone = true;
+    stream.wake.cancel();
+  });
 
   const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
   ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, created_, id),
@@ -297,6 +304,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     }
   }
   while (true) {
+    if (stream.client_gone) co_return;  // the request is aborted on the way out
     if (stream.token_ends.empty() && stream.finish == FinishReason::kNone) {
       stream.wake.expires_at(Clock::time_point::max());
       beast::error_code ec;

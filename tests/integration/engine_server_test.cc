@@ -962,6 +962,33 @@ TEST_F(EngineTest, ClientDisconnectMidStreamAbortsTheRequest) {
   EXPECT_EQ(Metric("vllm:kv_cache_usage_perc"), 0);
 }
 
+TEST_F(EngineTest, ClientDisconnectDuringANonStreamingRequestAbortsIt) {
+  ASSERT_NO_FATAL_FAILURE(StartEngine({"--profile", "llama-3.1-8b-h100"}));
+  // A raw socket: the client sends the request and gives up before any response byte.
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), engine_->port()));
+  const std::string body = CompletionBody(PromptOfTokens(32), 2000);
+  const std::string request = fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      body.size(), body);
+  net::write(socket, net::buffer(request));
+  ASSERT_TRUE(Eventually([&] { return Metric("vllm:num_requests_running") == 1; }));
+  socket.close();
+
+  double running = -1, aborted = -1;
+  EXPECT_TRUE(Eventually([&] {
+    std::string text = Metrics();
+    running = MetricValue(text, Series("vllm:num_requests_running")).value_or(-1);
+    aborted = MetricValue(text, Series("vllm:request_success_total", R"(finished_reason="abort")"))
+                  .value_or(-1);
+    return running == 0 && aborted == 1;
+  })) << "running " << running << ", aborted " << aborted;
+  EXPECT_LT(Metric("vllm:generation_tokens_total"), 1000);
+  EXPECT_EQ(Metric("vllm:kv_cache_usage_perc"), 0);
+}
+
 TEST_F(EngineTest, SigtermFinishesInFlightStreamRefusesNewConnectionsAndExitsZero) {
   ASSERT_NO_FATAL_FAILURE(StartEngine({"--profile", "llama-3.1-8b-h100"}));
   const uint16_t port = engine_->port();
