@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/user_commands.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/version.h"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   engine_cmd.Register(app, global);
   UpCommand up_cmd;
   up_cmd.Register(app, global);
+  UserCommands user_cmds;
+  user_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,201 @@
+#include "cli/user_commands.h"
+
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "store/store.h"
+
+namespace bmas {
+namespace {
+
+std::string Limit(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }
+
+std::string Time(int64_t unix_seconds) {
+  std::time_t t = unix_seconds;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void OptionalInt(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
+                 const std::optional<int64_t>& v) {
+  w.Key(key);
+  if (v) w.Int64(*v); else w.Null();
+}
+
+std::string UsersJson(const std::vector<User>& users) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartArray();
+  for (const User& u : users) {
+    w.StartObject();
+    w.Key("name");
+    w.String(u.name.c_str());
+    w.Key("weight");
+    w.Double(u.limits.weight);
+    OptionalInt(w, "rpm", u.limits.rpm);
+    OptionalInt(w, "tpm", u.limits.tpm);
+    OptionalInt(w, "tokens_per_day", u.limits.tokens_per_day);
+    OptionalInt(w, "max_concurrent", u.limits.max_concurrent);
+    w.Key("created_at");
+    w.String(Time(u.created_at).c_str());
+    w.EndObject();
+  }
+  w.EndArray();
+  return buf.GetString();
+}
+
+std::string KeysJson(const std::vector<KeyInfo>& keys) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartArray();
+  for (const KeyInfo& k : keys) {
+    w.StartObject();
+    w.Key("id");
+    w.String(k.id.c_str());
+    w.Key("user");
+    w.String(k.user.c_str());
+    w.Key("created_at");
+    w.String(Time(k.created_at).c_str());
+    w.Key("revoked_at");
+    if (k.revoked_at) w.String(Time(*k.revoked_at).c_str()); else w.Null();
+    w.EndObject();
+  }
+  w.EndArray();
+  return buf.GetString();
+}
+
+void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<int64_t>& rpm,
+                     std::optional<int64_t>& tpm, std::optional<int64_t>& per_day,
+                     std::optional<int64_t>& concurrent) {
+  // CLI11 2.1 fills std::optional through a plain variable; the callbacks keep "not given".
+  c->add_option_function<double>("--weight", [&weight](double v) { weight = v; },
+                                 "Share of the inference fast path under contention (default 1)")
+      ->check(CLI::PositiveNumber);
+  c->add_option_function<int64_t>("--rpm", [&rpm](int64_t v) { rpm = v; }, "Requests per minute")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option_function<int64_t>("--tpm", [&tpm](int64_t v) { tpm = v; }, "Tokens per minute")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option_function<int64_t>("--tokens-per-day", [&per_day](int64_t v) { per_day = v; },
+                                  "Tokens per day")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option_function<int64_t>("--max-concurrent", [&concurrent](int64_t v) { concurrent = v; },
+                                  "Requests in flight at once")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace
+
+void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
+  CLI::App* user = app.add_subcommand("user", "Manage users: their share and limits (unset = unlimited)");
+  user->require_subcommand(1);
+  user_add_ = user->add_subcommand("add", "Add a user (a Unix account name)");
+  user_add_->add_option("name", name_, "User name")->required();
+  AddLimitOptions(user_add_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_);
+  user_list_ = user->add_subcommand("list", "List users and their limits");
+  user_list_->add_flag("--json", json_, "Print a JSON array");
+  user_set_ = user->add_subcommand("set", "Change a user's share or limits");
+  user_set_->add_option("name", name_, "User name")->required();
+  AddLimitOptions(user_set_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_);
+  user_set_->add_option("--unset", unset_, "Make a limit unlimited again: rpm, tpm, tokens_per_day, max_concurrent")
+      ->check(CLI::IsMember({"rpm", "tpm", "tokens_per_day", "max_concurrent"}));
+  user_remove_ = user->add_subcommand("remove", "Remove a user and revoke their keys (their usage stays)");
+  user_remove_->add_option("name", name_, "User name")->required();
+
+  CLI::App* key = app.add_subcommand("key", "Manage API keys");
+  key->require_subcommand(1);
+  key_create_ = key->add_subcommand("create", "Create a key for a user and print it, once (only a hash is kept)");
+  key_create_->add_option("name", name_, "User name")->required();
+  key_revoke_ = key->add_subcommand("revoke", "Revoke a key by its id");
+  key_revoke_->add_option("id", key_id_, "Key id (from `bmas key list`)")->required();
+  key_list_ = key->add_subcommand("list", "List a user's keys: ids and dates, never the keys");
+  key_list_->add_option("name", name_, "User name")->required();
+  key_list_->add_flag("--json", json_, "Print a JSON array");
+
+  for (CLI::App* c : {user_add_, user_list_, user_set_, user_remove_, key_create_, key_revoke_, key_list_}) {
+    c->callback([this, &global, c] { global.exit_code = Run(global, c); });
+  }
+}
+
+int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
+  Config config = global.LoadConfigOrDefaults();
+  std::string state_dir = ResolveStateDir(global.state_dir, config);
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  auto opened = OpenSqliteStore(StorePath(state_dir));
+  if (!opened) {
+    fmt::print(stderr, "bmas: {}\n", opened.error().message);
+    return 1;
+  }
+  Store& store = **opened;
+  auto fail = [](const Error& e) {
+    fmt::print(stderr, "bmas: {}\n", e.message);
+    return 1;
+  };
+
+  if (which == user_add_) {
+    UserLimits limits;
+    limits.weight = weight_.value_or(1.0);
+    limits.rpm = rpm_;
+    limits.tpm = tpm_;
+    limits.tokens_per_day = tokens_per_day_;
+    limits.max_concurrent = max_concurrent_;
+    if (auto r = store.AddUser(name_, limits); !r) return fail(r.error());
+    fmt::print("added user {}\n", name_);
+  } else if (which == user_list_) {
+    auto users = store.ListUsers();
+    if (!users) return fail(users.error());
+    if (json_) {
+      fmt::print("{}\n", UsersJson(*users));
+    } else {
+      fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {}\n", "NAME", "WEIGHT", "RPM", "TPM",
+                 "TOKENS/DAY", "CONCURRENT", "CREATED");
+      for (const User& u : *users) {
+        fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {}\n", u.name, u.limits.weight,
+                   Limit(u.limits.rpm), Limit(u.limits.tpm), Limit(u.limits.tokens_per_day),
+                   Limit(u.limits.max_concurrent), Time(u.created_at));
+      }
+    }
+  } else if (which == user_set_) {
+    UserChange change;
+    change.weight = weight_;
+    change.rpm = rpm_;
+    change.tpm = tpm_;
+    change.tokens_per_day = tokens_per_day_;
+    change.max_concurrent = max_concurrent_;
+    change.clear = unset_;
+    if (auto r = store.ChangeUser(name_, change); !r) return fail(r.error());
+    fmt::print("changed user {}\n", name_);
+  } else if (which == user_remove_) {
+    if (auto r = store.RemoveUser(name_); !r) return fail(r.error());
+    fmt::print("removed user {} (their keys are revoked)\n", name_);
+  } else if (which == key_create_) {
+    auto key = store.CreateKey(name_);
+    if (!key) return fail(key.error());
+    fmt::print("{}\n", *key);
+  } else if (which == key_revoke_) {
+    if (auto r = store.RevokeKey(key_id_); !r) return fail(r.error());
+    fmt::print("revoked key {}\n", key_id_);
+  } else if (which == key_list_) {
+    auto keys = store.ListKeys(name_);
+    if (!keys) return fail(keys.error());
+    if (json_) {
+      fmt::print("{}\n", KeysJson(*keys));
+    } else {
+      fmt::print("{:<14} {:<22} {}\n", "ID", "CREATED", "REVOKED");
+      for (const KeyInfo& k : *keys) {
+        fmt::print("{:<14} {:<22} {}\n", k.id, Time(k.created_at),
+                   k.revoked_at ? Time(*k.revoked_at) : "-");
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace bmas

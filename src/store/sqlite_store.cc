@@ -1,0 +1,399 @@
+#include <sqlite3.h>
+#include <sys/random.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <chrono>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "store/store.h"
+
+namespace bmas {
+namespace {
+
+// Forward migrations: schema version i+1 is kMigrations[0..i] applied in order. Append only;
+// never edit a migration that has shipped.
+constexpr const char* kMigrations[] = {
+    R"sql(
+    CREATE TABLE users (
+      name TEXT PRIMARY KEY,
+      weight REAL NOT NULL DEFAULT 1.0,
+      rpm INTEGER,
+      tpm INTEGER,
+      tokens_per_day INTEGER,
+      max_concurrent INTEGER,
+      created_at INTEGER NOT NULL
+    );
+    CREATE TABLE api_keys (
+      id TEXT PRIMARY KEY,
+      user TEXT NOT NULL,
+      secret_sha256 BLOB NOT NULL,
+      created_at INTEGER NOT NULL,
+      revoked_at INTEGER
+    );
+    CREATE INDEX api_keys_by_user ON api_keys(user);
+    )sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+constexpr std::string_view kKeyPrefix = "sk-bmas-";
+constexpr size_t kKeyIdHex = 12;
+constexpr size_t kSecretHex = 48;
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string RandomHex(size_t hex_chars) {
+  std::string bytes((hex_chars + 1) / 2, '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  std::string hex;
+  for (unsigned char c : bytes) hex += fmt::format("{:02x}", c);
+  hex.resize(hex_chars);
+  return hex;
+}
+
+std::array<unsigned char, 32> Sha256(std::string_view data) {
+  std::array<unsigned char, 32> digest{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest.data(), &len, EVP_sha256(), nullptr);
+  return digest;
+}
+
+// One prepared statement; finalized on destruction.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Statement& Bind(int i, std::string_view v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, const std::optional<int64_t>& v) {
+    if (v) sqlite3_bind_int64(stmt_, i, *v); else sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  Statement& BindBlob(int i, const void* data, int size) {
+    sqlite3_bind_blob(stmt_, i, data, size, SQLITE_TRANSIENT);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+
+  std::string Text(int col) const {
+    auto p = sqlite3_column_text(stmt_, col);
+    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p));
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::optional<int64_t> OptInt(int col) const {
+    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_int64(stmt_, col);
+  }
+  std::string_view Blob(int col) const {
+    auto p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
+    return {p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))};
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  ~SqliteStore() override { sqlite3_close_v2(db_); }
+
+  Result<void> Init() {
+    // Another process may hold the write lock briefly (a gateway flushing usage).
+    sqlite3_busy_timeout(db_, 5000);
+    if (auto r = Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
+        !r) {
+      return r;
+    }
+    Statement v(db_, "PRAGMA user_version");
+    if (!v.ok() || v.Step() != SQLITE_ROW) return Fail("reading the schema version");
+    int version = static_cast<int>(v.Int(0));
+    if (version > kSchemaVersion) {
+      return Error{ErrorCode::kInvalidArgument,
+                   fmt::format("{} has schema version {}, newer than this bmas knows ({}): use "
+                               "the newer bmas that wrote it",
+                               path_, version, kSchemaVersion)};
+    }
+    for (int i = version; i < kSchemaVersion; ++i) {
+      std::string sql = fmt::format("BEGIN IMMEDIATE; {} PRAGMA user_version = {}; COMMIT;",
+                                    kMigrations[i], i + 1);
+      if (auto r = Exec(sql.c_str()); !r) {
+        Exec("ROLLBACK;");
+        return r;
+      }
+    }
+    version_ = kSchemaVersion;
+    return {};
+  }
+
+  Result<void> AddUser(const std::string& name, const UserLimits& l) override {
+    if (!IsValidUserName(name)) {
+      return InvalidArgument(
+          fmt::format("'{}' is not a valid user name: use a Unix account name (a lowercase "
+                      "letter or _, then lowercase letters, digits, _ or -, at most 32)",
+                      name),
+          "name");
+    }
+    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
+      return r;
+    }
+    Statement s(db_,
+                "INSERT INTO users (name, weight, rpm, tpm, tokens_per_day, max_concurrent, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+    s.Bind(1, name).Bind(2, l.weight).Bind(3, l.rpm).Bind(4, l.tpm).Bind(5, l.tokens_per_day);
+    s.Bind(6, l.max_concurrent).Bind(7, UnixNow());
+    int rc = s.Step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return Error{ErrorCode::kAlreadyExists, fmt::format("user '{}' already exists", name)};
+    }
+    if (rc != SQLITE_DONE) return Fail("adding a user");
+    return {};
+  }
+
+  Result<void> ChangeUser(const std::string& name, const UserChange& c) override {
+    auto found = FindUser(name);
+    if (!found) return found.error();
+    if (!*found) return NotFoundError(name);
+    UserLimits l = (*found)->limits;
+    if (c.weight) l.weight = *c.weight;
+    if (c.rpm) l.rpm = c.rpm;
+    if (c.tpm) l.tpm = c.tpm;
+    if (c.tokens_per_day) l.tokens_per_day = c.tokens_per_day;
+    if (c.max_concurrent) l.max_concurrent = c.max_concurrent;
+    for (const std::string& field : c.clear) {
+      if (field == "rpm") l.rpm.reset();
+      else if (field == "tpm") l.tpm.reset();
+      else if (field == "tokens_per_day") l.tokens_per_day.reset();
+      else if (field == "max_concurrent") l.max_concurrent.reset();
+      else return InvalidArgument(fmt::format("'{}' is not a limit that can be cleared", field));
+    }
+    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
+      return r;
+    }
+    Statement s(db_,
+                "UPDATE users SET weight = ?, rpm = ?, tpm = ?, tokens_per_day = ?, "
+                "max_concurrent = ? WHERE name = ?");
+    s.Bind(1, l.weight).Bind(2, l.rpm).Bind(3, l.tpm).Bind(4, l.tokens_per_day);
+    s.Bind(5, l.max_concurrent).Bind(6, name);
+    if (s.Step() != SQLITE_DONE) return Fail("changing a user");
+    return {};
+  }
+
+  Result<void> RemoveUser(const std::string& name) override {
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
+    Statement del(db_, "DELETE FROM users WHERE name = ?");
+    del.Bind(1, name);
+    if (del.Step() != SQLITE_DONE) {
+      Exec("ROLLBACK;");
+      return Fail("removing a user");
+    }
+    if (sqlite3_changes(db_) == 0) {
+      Exec("ROLLBACK;");
+      return NotFoundError(name);
+    }
+    Statement revoke(db_, "UPDATE api_keys SET revoked_at = ? WHERE user = ? AND revoked_at IS NULL");
+    revoke.Bind(1, UnixNow()).Bind(2, name);
+    if (revoke.Step() != SQLITE_DONE) {
+      Exec("ROLLBACK;");
+      return Fail("revoking a removed user's keys");
+    }
+    return Exec("COMMIT;");
+  }
+
+  Result<std::optional<User>> FindUser(const std::string& name) override {
+    Statement s(db_, (std::string(kSelectUsers) + " WHERE name = ?").c_str());
+    s.Bind(1, name);
+    int rc = s.Step();
+    if (rc == SQLITE_DONE) return std::optional<User>();
+    if (rc != SQLITE_ROW) return Fail("reading a user");
+    return std::optional<User>(ReadUser(s));
+  }
+
+  Result<std::vector<User>> ListUsers() override {
+    Statement s(db_, (std::string(kSelectUsers) + " ORDER BY name").c_str());
+    std::vector<User> users;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) users.push_back(ReadUser(s));
+    if (rc != SQLITE_DONE) return Fail("listing users");
+    return users;
+  }
+
+  Result<std::string> CreateKey(const std::string& user) override {
+    auto found = FindUser(user);
+    if (!found) return found.error();
+    if (!*found) return NotFoundError(user);
+    std::string id = RandomHex(kKeyIdHex);
+    std::string secret = RandomHex(kSecretHex);
+    auto digest = Sha256(secret);
+    Statement s(db_, "INSERT INTO api_keys (id, user, secret_sha256, created_at) VALUES (?, ?, ?, ?)");
+    s.Bind(1, id).Bind(2, user).BindBlob(3, digest.data(), static_cast<int>(digest.size()));
+    s.Bind(4, UnixNow());
+    if (s.Step() != SQLITE_DONE) return Fail("creating a key");
+    return fmt::format("{}{}-{}", kKeyPrefix, id, secret);
+  }
+
+  Result<void> RevokeKey(const std::string& key_id) override {
+    Statement s(db_, "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL");
+    s.Bind(1, UnixNow()).Bind(2, key_id);
+    if (s.Step() != SQLITE_DONE) return Fail("revoking a key");
+    if (sqlite3_changes(db_) == 0) {
+      return Error{ErrorCode::kNotFound,
+                   fmt::format("no active key with id '{}' (see `bmas key list USER`)", key_id),
+                   "id"};
+    }
+    return {};
+  }
+
+  Result<std::vector<KeyInfo>> ListKeys(const std::string& user) override {
+    auto found = FindUser(user);
+    if (!found) return found.error();
+    if (!*found) return NotFoundError(user);
+    Statement s(db_,
+                "SELECT id, user, created_at, revoked_at FROM api_keys WHERE user = ? "
+                "ORDER BY created_at, id");
+    s.Bind(1, user);
+    std::vector<KeyInfo> keys;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      keys.push_back({s.Text(0), s.Text(1), s.Int(2), s.OptInt(3)});
+    }
+    if (rc != SQLITE_DONE) return Fail("listing keys");
+    return keys;
+  }
+
+  Result<std::optional<std::string>> Authenticate(const std::string& key) override {
+    std::string_view k = key;
+    if (k.substr(0, kKeyPrefix.size()) != kKeyPrefix) return std::optional<std::string>();
+    k.remove_prefix(kKeyPrefix.size());
+    if (k.size() != kKeyIdHex + 1 + kSecretHex || k[kKeyIdHex] != '-') {
+      return std::optional<std::string>();
+    }
+    std::string id(k.substr(0, kKeyIdHex));
+    auto digest = Sha256(k.substr(kKeyIdHex + 1));
+    Statement s(db_,
+                "SELECT k.user, k.secret_sha256 FROM api_keys k JOIN users u ON u.name = k.user "
+                "WHERE k.id = ? AND k.revoked_at IS NULL");
+    s.Bind(1, id);
+    int rc = s.Step();
+    if (rc == SQLITE_DONE) return std::optional<std::string>();
+    if (rc != SQLITE_ROW) return Fail("checking a key");
+    std::string_view stored = s.Blob(1);
+    if (stored.size() != digest.size() ||
+        CRYPTO_memcmp(stored.data(), digest.data(), digest.size()) != 0) {
+      return std::optional<std::string>();
+    }
+    return std::optional<std::string>(s.Text(0));
+  }
+
+  int schema_version() const override { return version_; }
+
+ private:
+  static constexpr const char* kSelectUsers =
+      "SELECT name, weight, rpm, tpm, tokens_per_day, max_concurrent, created_at FROM users";
+
+  static User ReadUser(const Statement& s) {
+    User u;
+    u.name = s.Text(0);
+    u.limits.weight = s.Double(1);
+    u.limits.rpm = s.OptInt(2);
+    u.limits.tpm = s.OptInt(3);
+    u.limits.tokens_per_day = s.OptInt(4);
+    u.limits.max_concurrent = s.OptInt(5);
+    u.created_at = s.Int(6);
+    return u;
+  }
+
+  static Result<void> CheckLimits(double weight, std::initializer_list<std::optional<int64_t>> limits) {
+    if (!(weight > 0 && weight <= 1e6)) {
+      return InvalidArgument(fmt::format("weight must be above 0 (got {})", weight), "weight");
+    }
+    for (const auto& l : limits) {
+      if (l && *l < 0) return InvalidArgument(fmt::format("limits cannot be negative (got {})", *l));
+    }
+    return {};
+  }
+
+  Error NotFoundError(const std::string& name) const {
+    return Error{ErrorCode::kNotFound,
+                 fmt::format("no user '{}' (add it with `bmas user add {}`)", name, name), "name"};
+  }
+
+  Error Fail(const char* what) const {
+    return Internal(fmt::format("{}: {} failed: {}", path_, what, sqlite3_errmsg(db_)));
+  }
+
+  Result<void> Exec(const char* sql) {
+    char* message = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      std::string text = message != nullptr ? message : sqlite3_errmsg(db_);
+      sqlite3_free(message);
+      return Internal(fmt::format("{}: {}", path_, text));
+    }
+    return {};
+  }
+
+  sqlite3* db_;
+  std::string path_;
+  int version_ = 0;
+};
+
+}  // namespace
+
+bool IsValidUserName(const std::string& name) {
+  static const std::regex kPattern("^[a-z_][a-z0-9_-]{0,31}$");
+  return std::regex_match(name, kPattern);
+}
+
+std::string StorePath(const std::string& state_dir) { return state_dir + "/bmas.db"; }
+
+Result<StorePtr> OpenSqliteStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("cannot open the store {}: {} (check the state dir and its "
+                             "permissions)",
+                             path, message)};
+  }
+  auto store = std::make_unique<SqliteStore>(db, path);
+  if (auto r = store->Init(); !r) return r.error();
+  return StorePtr(std::move(store));
+}
+
+}  // namespace bmas

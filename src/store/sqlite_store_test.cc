@@ -1,0 +1,214 @@
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "store/store.h"
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("bmas_store_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    store_ = Open();
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  StorePtr Open() {
+    auto s = OpenSqliteStore(StorePath(dir_.string()));
+    EXPECT_TRUE(s) << s.error().message;
+    return s ? std::move(*s) : nullptr;
+  }
+
+  fs::path dir_;
+  StorePtr store_;
+};
+
+TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
+  EXPECT_GE(store_->schema_version(), 1);
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteStoreTest, AddFindListUsers) {
+  UserLimits limits;
+  limits.weight = 2;
+  limits.rpm = 60;
+  ASSERT_TRUE(store_->AddUser("bob", limits));
+  ASSERT_TRUE(store_->AddUser("alice", {}));
+  auto users = store_->ListUsers();
+  ASSERT_TRUE(users);
+  ASSERT_EQ(users->size(), 2u);
+  EXPECT_EQ((*users)[0].name, "alice");  // by name
+  EXPECT_EQ((*users)[0].limits.weight, 1.0);
+  EXPECT_FALSE((*users)[0].limits.rpm.has_value());  // unset = unlimited
+  auto bob = store_->FindUser("bob");
+  ASSERT_TRUE(bob && *bob);
+  EXPECT_EQ((*bob)->limits.weight, 2.0);
+  EXPECT_EQ((*bob)->limits.rpm, 60);
+  EXPECT_GT((*bob)->created_at, 0);
+  auto nobody = store_->FindUser("nobody");
+  ASSERT_TRUE(nobody);
+  EXPECT_FALSE(nobody->has_value());
+}
+
+TEST_F(SqliteStoreTest, BadUsersAreRefusedAndChangeNothing) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  auto dup = store_->AddUser("bob", {});
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code, ErrorCode::kAlreadyExists);
+  for (const char* name : {"", "Bob", "9lives", "a b", "x/../y", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+    auto r = store_->AddUser(name, {});
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << name;
+  }
+  UserLimits negative;
+  negative.tpm = -1;
+  EXPECT_FALSE(store_->AddUser("carol", negative));
+  UserLimits zero_weight;
+  zero_weight.weight = 0;
+  EXPECT_FALSE(store_->AddUser("carol", zero_weight));
+  EXPECT_EQ(store_->ListUsers()->size(), 1u);
+}
+
+TEST_F(SqliteStoreTest, ChangeUserSetsAndClearsLimits) {
+  UserLimits limits;
+  limits.rpm = 10;
+  limits.tpm = 1000;
+  ASSERT_TRUE(store_->AddUser("bob", limits));
+  UserChange change;
+  change.weight = 3;
+  change.max_concurrent = 4;
+  change.clear = {"rpm"};
+  ASSERT_TRUE(store_->ChangeUser("bob", change));
+  auto bob = store_->FindUser("bob");
+  EXPECT_EQ((*bob)->limits.weight, 3.0);
+  EXPECT_EQ((*bob)->limits.max_concurrent, 4);
+  EXPECT_FALSE((*bob)->limits.rpm.has_value());
+  EXPECT_EQ((*bob)->limits.tpm, 1000);
+  auto missing = store_->ChangeUser("nobody", change);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  UserChange bad;
+  bad.clear = {"weight"};
+  EXPECT_FALSE(store_->ChangeUser("bob", bad));
+}
+
+TEST_F(SqliteStoreTest, KeysAuthenticateUntilRevoked) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  auto key = store_->CreateKey("bob");
+  ASSERT_TRUE(key);
+  EXPECT_EQ(key->rfind("sk-bmas-", 0), 0u);
+  auto who = store_->Authenticate(*key);
+  ASSERT_TRUE(who);
+  EXPECT_EQ(*who, std::optional<std::string>("bob"));
+
+  auto keys = store_->ListKeys("bob");
+  ASSERT_TRUE(keys);
+  ASSERT_EQ(keys->size(), 1u);
+  const std::string id = (*keys)[0].id;
+  EXPECT_NE(key->find(id), std::string::npos);
+  EXPECT_EQ(key->find((*keys)[0].id + "-"), 8u);
+  EXPECT_FALSE((*keys)[0].revoked_at.has_value());
+
+  ASSERT_TRUE(store_->RevokeKey(id));
+  EXPECT_EQ(*store_->Authenticate(*key), std::nullopt);
+  EXPECT_TRUE((*store_->ListKeys("bob"))[0].revoked_at.has_value());
+  auto again = store_->RevokeKey(id);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(SqliteStoreTest, WrongOrMalformedKeysDoNotAuthenticate) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  std::string wrong_secret = key;
+  wrong_secret.back() = wrong_secret.back() == '0' ? '1' : '0';
+  for (const std::string& k : {wrong_secret, std::string(), std::string("sk-bmas-"),
+                               key.substr(0, key.size() - 1), key + "0", std::string("Bearer ") + key,
+                               std::string("sk-other-") + key.substr(8)}) {
+    auto who = store_->Authenticate(k);
+    ASSERT_TRUE(who) << k;
+    EXPECT_EQ(*who, std::nullopt) << k;
+  }
+}
+
+TEST_F(SqliteStoreTest, TheKeyItselfIsNeverStored) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  std::string secret = key.substr(key.rfind('-') + 1);
+  store_.reset();
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find(secret), std::string::npos) << entry.path();
+  }
+}
+
+TEST_F(SqliteStoreTest, RemovingAUserRevokesTheirKeys) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  ASSERT_TRUE(store_->RemoveUser("bob"));
+  EXPECT_EQ(*store_->Authenticate(key), std::nullopt);
+  // A new user of the same name does not inherit the old key.
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  EXPECT_EQ(*store_->Authenticate(key), std::nullopt);
+  auto missing = store_->RemoveUser("nobody");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_FALSE(store_->CreateKey("nobody"));
+}
+
+TEST_F(SqliteStoreTest, DataSurvivesReopeningAndTwoOpenHandlesShareIt) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  StorePtr other = Open();  // as a running gateway and `bmas user` would
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(*other->Authenticate(key), std::optional<std::string>("bob"));
+  ASSERT_TRUE(other->AddUser("carol", {}));
+  EXPECT_EQ(store_->ListUsers()->size(), 2u);
+  store_.reset();
+  other.reset();
+  store_ = Open();
+  EXPECT_EQ(store_->ListUsers()->size(), 2u);
+  EXPECT_EQ(*store_->Authenticate(key), std::optional<std::string>("bob"));
+}
+
+TEST_F(SqliteStoreTest, AStoreFromANewerBmasIsRefused) {
+  store_.reset();
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 999", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto s = OpenSqliteStore(StorePath(dir_.string()));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
+}
+
+TEST_F(SqliteStoreTest, AnUnopenablePathIsAClearError) {
+  auto s = OpenSqliteStore("/nonexistent-dir/for/bmas.db");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("/nonexistent-dir/for/bmas.db"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bmas

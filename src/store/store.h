@@ -1,0 +1,84 @@
+#pragma once
+
+// The state store: users (a bmas user is a name in this store, and the same name is the
+// user's Unix account on the cluster), their limits and their API keys.
+//
+// A Store is used from one thread at a time; several processes may open the same store (a
+// running gateway and `bmas user ...` share one SQLite file in WAL mode).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bmas {
+
+// A user's share and limits. An unset limit is unlimited.
+struct UserLimits {
+  double weight = 1.0;  // share of the fast path under contention
+  std::optional<int64_t> rpm;             // requests per minute
+  std::optional<int64_t> tpm;             // tokens per minute
+  std::optional<int64_t> tokens_per_day;
+  std::optional<int64_t> max_concurrent;  // requests in flight
+};
+
+struct User {
+  std::string name;
+  UserLimits limits;
+  int64_t created_at = 0;  // unix seconds
+};
+
+// Changes to a user: only the fields that are set change. `clear` lists limits to unset.
+struct UserChange {
+  std::optional<double> weight;
+  std::optional<int64_t> rpm, tpm, tokens_per_day, max_concurrent;
+  std::vector<std::string> clear;  // of "rpm", "tpm", "tokens_per_day", "max_concurrent"
+};
+
+// An API key as listed: never the key itself.
+struct KeyInfo {
+  std::string id;
+  std::string user;
+  int64_t created_at = 0;
+  std::optional<int64_t> revoked_at;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // kInvalidArgument for a name that is not a valid account name; kAlreadyExists.
+  virtual Result<void> AddUser(const std::string& name, const UserLimits& limits) = 0;
+  virtual Result<void> ChangeUser(const std::string& name, const UserChange& change) = 0;
+  // Removes the user and revokes their keys; usage already recorded stays.
+  virtual Result<void> RemoveUser(const std::string& name) = 0;
+  virtual Result<std::optional<User>> FindUser(const std::string& name) = 0;
+  virtual Result<std::vector<User>> ListUsers() = 0;
+
+  // Creates a key for `user` and returns it; only a hash of its secret is stored, so this is
+  // the only time the key can be seen.
+  virtual Result<std::string> CreateKey(const std::string& user) = 0;
+  virtual Result<void> RevokeKey(const std::string& key_id) = 0;
+  virtual Result<std::vector<KeyInfo>> ListKeys(const std::string& user) = 0;
+  // The user a presented key belongs to, or nullopt for an unknown or revoked key. The
+  // secret is compared in constant time.
+  virtual Result<std::optional<std::string>> Authenticate(const std::string& key) = 0;
+
+  virtual int schema_version() const = 0;
+};
+
+using StorePtr = std::unique_ptr<Store>;
+
+// Opens (creating and migrating as needed) the SQLite store at `path`.
+Result<StorePtr> OpenSqliteStore(const std::string& path);
+
+// Whether `name` is a valid Unix account name (what bmas accepts as a user name).
+bool IsValidUserName(const std::string& name);
+
+// The store file under a state dir.
+std::string StorePath(const std::string& state_dir);
+
+}  // namespace bmas

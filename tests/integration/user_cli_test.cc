@@ -1,0 +1,118 @@
+// `bmas user ...` and `bmas key ...` as a user runs them: the real binary on a state dir.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "engine_process.h"
+
+namespace bmas::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliRun {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+class UserCliTest : public ::testing::Test {
+ protected:
+  CliRun Bmas(const std::vector<std::string>& args) {
+    auto p = Process::Start(args, {{"BMAS_STATE_DIR", dir_.path() + "/state"}});
+    EXPECT_TRUE(p) << p.error().message;
+    if (!p) return {};
+    (*p)->DrainStdout(10s);
+    auto status = (*p)->Wait(10s);
+    EXPECT_TRUE(status.has_value()) << "bmas did not exit";
+    return {status.value_or(ExitStatus{}), (*p)->stdout_text(), (*p)->StderrText()};
+  }
+  rapidjson::Document Json(const std::string& text) {
+    rapidjson::Document doc;
+    doc.Parse(text.c_str());
+    EXPECT_FALSE(doc.HasParseError()) << text;
+    return doc;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(UserCliTest, AddListSetRemove) {
+  ASSERT_TRUE(Bmas({"user", "add", "alice", "--weight", "2", "--rpm", "60"}).status.Success());
+  ASSERT_TRUE(Bmas({"user", "add", "bob"}).status.Success());
+  CliRun list = Bmas({"user", "list", "--json"});
+  ASSERT_TRUE(list.status.Success()) << list.err;
+  rapidjson::Document users = Json(list.out);
+  ASSERT_TRUE(users.IsArray());
+  ASSERT_EQ(users.Size(), 2u);
+  EXPECT_STREQ(users[0]["name"].GetString(), "alice");
+  EXPECT_EQ(users[0]["weight"].GetDouble(), 2.0);
+  EXPECT_EQ(users[0]["rpm"].GetInt64(), 60);
+  EXPECT_TRUE(users[1]["rpm"].IsNull());  // unset = unlimited
+  EXPECT_TRUE(users[1]["max_concurrent"].IsNull());
+
+  ASSERT_TRUE(Bmas({"user", "set", "alice", "--unset", "rpm", "--tpm", "5000"}).status.Success());
+  users = Json(Bmas({"user", "list", "--json"}).out);
+  EXPECT_TRUE(users[0]["rpm"].IsNull());
+  EXPECT_EQ(users[0]["tpm"].GetInt64(), 5000);
+
+  ASSERT_TRUE(Bmas({"user", "remove", "bob"}).status.Success());
+  EXPECT_EQ(Json(Bmas({"user", "list", "--json"}).out).Size(), 1u);
+  EXPECT_THAT(Bmas({"user", "list"}).out, HasSubstr("alice"));
+}
+
+TEST_F(UserCliTest, KeyCreatePrintsTheKeyAloneOnceAndListShowsOnlyIds) {
+  ASSERT_TRUE(Bmas({"user", "add", "alice"}).status.Success());
+  CliRun created = Bmas({"key", "create", "alice"});
+  ASSERT_TRUE(created.status.Success()) << created.err;
+  ASSERT_TRUE(std::regex_match(created.out, std::regex("sk-bmas-[0-9a-f]{12}-[0-9a-f]{48}\n")))
+      << created.out;
+  const std::string key = created.out.substr(0, created.out.size() - 1);
+
+  CliRun listed = Bmas({"key", "list", "alice", "--json"});
+  ASSERT_TRUE(listed.status.Success()) << listed.err;
+  EXPECT_EQ(listed.out.find(key.substr(21)), std::string::npos) << "the secret was printed";
+  rapidjson::Document keys = Json(listed.out);
+  ASSERT_EQ(keys.Size(), 1u);
+  const std::string id = keys[0]["id"].GetString();
+  EXPECT_EQ(key.substr(8, 12), id);
+  EXPECT_TRUE(keys[0]["revoked_at"].IsNull());
+
+  ASSERT_TRUE(Bmas({"key", "revoke", id}).status.Success());
+  keys = Json(Bmas({"key", "list", "alice", "--json"}).out);
+  EXPECT_TRUE(keys[0]["revoked_at"].IsString());
+}
+
+TEST_F(UserCliTest, BadInputIsAClearErrorAndChangesNothing) {
+  ASSERT_TRUE(Bmas({"user", "add", "alice", "--rpm", "10"}).status.Success());
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"user", "add", "alice"}, "user 'alice' already exists"},
+      {{"user", "add", "Not-A-Unix-Name"}, "not a valid user name"},
+      {{"user", "set", "nobody", "--rpm", "1"}, "no user 'nobody'"},
+      {{"user", "remove", "nobody"}, "no user 'nobody'"},
+      {{"key", "create", "nobody"}, "no user 'nobody'"},
+      {{"key", "revoke", "000000000000"}, "no active key"},
+      {{"user", "add", "carol", "--rpm", "-5"}, "--rpm"},
+      {{"user", "set", "alice", "--unset", "weight"}, "--unset"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = Bmas(c.args);
+    EXPECT_FALSE(r.status.Success()) << c.args[0] << " " << c.args[1];
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args[0] << " " << c.args[1];
+  }
+  rapidjson::Document users = Json(Bmas({"user", "list", "--json"}).out);
+  ASSERT_EQ(users.Size(), 1u);
+  EXPECT_EQ(users[0]["rpm"].GetInt64(), 10);
+}
+
+}  // namespace
+}  // namespace bmas::testing
