@@ -37,6 +37,23 @@ constexpr const char* kMigrations[] = {
     );
     CREATE INDEX api_keys_by_user ON api_keys(user);
     )sql",
+    R"sql(
+    CREATE TABLE usage (
+      minute INTEGER NOT NULL,
+      user TEXT NOT NULL,
+      model TEXT NOT NULL,
+      backend TEXT NOT NULL,
+      requests INTEGER NOT NULL DEFAULT 0,
+      prompt_tokens INTEGER NOT NULL DEFAULT 0,
+      completion_tokens INTEGER NOT NULL DEFAULT 0,
+      PRIMARY KEY (minute, user, model, backend)
+    );
+    CREATE INDEX usage_by_user ON usage(user, minute);
+    CREATE TABLE backends (
+      url TEXT PRIMARY KEY,
+      added_at INTEGER NOT NULL
+    );
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -101,8 +118,17 @@ class Statement {
     sqlite3_bind_blob(stmt_, i, data, size, SQLITE_TRANSIENT);
     return *this;
   }
+  Statement& BindNull(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
   // SQLITE_ROW, SQLITE_DONE or an error code.
   int Step() { return sqlite3_step(stmt_); }
+  // Ready to bind and run again.
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
 
   std::string Text(int col) const {
     auto p = sqlite3_column_text(stmt_, col);
@@ -315,6 +341,75 @@ class SqliteStore final : public Store {
       return std::optional<std::string>();
     }
     return std::optional<std::string>(s.Text(0));
+  }
+
+  Result<void> RecordUsage(const std::vector<UsageDelta>& deltas) override {
+    if (deltas.empty()) return {};
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
+    Statement s(db_,
+                "INSERT INTO usage (minute, user, model, backend, requests, prompt_tokens, "
+                "completion_tokens) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (minute, user, model, backend) DO UPDATE SET "
+                "requests = requests + excluded.requests, "
+                "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                "completion_tokens = completion_tokens + excluded.completion_tokens");
+    for (const UsageDelta& d : deltas) {
+      s.Bind(1, d.minute).Bind(2, d.user).Bind(3, d.model).Bind(4, d.backend);
+      s.Bind(5, d.requests).Bind(6, d.prompt_tokens).Bind(7, d.completion_tokens);
+      if (s.Step() != SQLITE_DONE) {
+        Exec("ROLLBACK;");
+        return Fail("recording usage");
+      }
+      s.Reset();
+    }
+    return Exec("COMMIT;");
+  }
+
+  Result<std::vector<UsageRow>> QueryUsage(const std::optional<std::string>& user,
+                                           int64_t since_unix) override {
+    Statement s(db_,
+                "SELECT user, model, backend, SUM(requests), SUM(prompt_tokens), "
+                "SUM(completion_tokens) FROM usage WHERE minute >= ? AND (? IS NULL OR user = ?) "
+                "GROUP BY user, model, backend ORDER BY user, model, backend");
+    s.Bind(1, since_unix / 60);
+    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
+    std::vector<UsageRow> rows;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      rows.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
+    }
+    if (rc != SQLITE_DONE) return Fail("reading usage");
+    return rows;
+  }
+
+  Result<void> AddBackend(const std::string& url) override {
+    Statement s(db_, "INSERT INTO backends (url, added_at) VALUES (?, ?)");
+    s.Bind(1, url).Bind(2, UnixNow());
+    int rc = s.Step();
+    if (rc == SQLITE_CONSTRAINT) {
+      return Error{ErrorCode::kAlreadyExists, fmt::format("backend {} is already listed", url)};
+    }
+    if (rc != SQLITE_DONE) return Fail("adding a backend");
+    return {};
+  }
+
+  Result<void> RemoveBackend(const std::string& url) override {
+    Statement s(db_, "DELETE FROM backends WHERE url = ?");
+    s.Bind(1, url);
+    if (s.Step() != SQLITE_DONE) return Fail("removing a backend");
+    if (sqlite3_changes(db_) == 0) {
+      return Error{ErrorCode::kNotFound, fmt::format("no backend {} (see `bmas gateway backend list`)", url)};
+    }
+    return {};
+  }
+
+  Result<std::vector<std::string>> ListBackends() override {
+    Statement s(db_, "SELECT url FROM backends ORDER BY added_at, url");
+    std::vector<std::string> urls;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) urls.push_back(s.Text(0));
+    if (rc != SQLITE_DONE) return Fail("listing backends");
+    return urls;
   }
 
   int schema_version() const override { return version_; }

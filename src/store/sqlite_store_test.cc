@@ -38,7 +38,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_GE(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -193,6 +193,37 @@ TEST_F(SqliteStoreTest, DataSurvivesReopeningAndTwoOpenHandlesShareIt) {
   EXPECT_EQ(*store_->Authenticate(key), std::optional<std::string>("bob"));
 }
 
+TEST_F(SqliteStoreTest, UsageAddsUpPerUserModelBackend) {
+  const int64_t minute = 29'000'000;  // some minute in 2025
+  ASSERT_TRUE(store_->RecordUsage({{minute, "alice", "m", "http://a", 1, 10, 20},
+                                   {minute, "alice", "m", "http://a", 2, 5, 5},
+                                   {minute + 1, "alice", "m", "http://b", 1, 1, 1},
+                                   {minute + 5, "bob", "m", "http://a", 1, 7, 8}}));
+  auto all = store_->QueryUsage(std::nullopt, 0);
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].user, "alice");
+  EXPECT_EQ((*all)[0].backend, "http://a");
+  EXPECT_EQ((*all)[0].requests, 3);
+  EXPECT_EQ((*all)[0].prompt_tokens, 15);
+  EXPECT_EQ((*all)[0].completion_tokens, 25);
+  auto bob = store_->QueryUsage(std::string("bob"), 0);
+  ASSERT_EQ(bob->size(), 1u);
+  EXPECT_EQ((*bob)[0].completion_tokens, 8);
+  auto recent = store_->QueryUsage(std::nullopt, (minute + 1) * 60);
+  ASSERT_EQ(recent->size(), 2u);  // the first minute is before `since`
+}
+
+TEST_F(SqliteStoreTest, BackendsAreSharedThroughTheStore) {
+  ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8001"));
+  ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8002"));
+  EXPECT_EQ(store_->AddBackend("http://127.0.0.1:8001").error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->ListBackends()->size(), 2u);
+  ASSERT_TRUE(store_->RemoveBackend("http://127.0.0.1:8001"));
+  EXPECT_EQ(store_->RemoveBackend("http://127.0.0.1:8001").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(*store_->ListBackends(), std::vector<std::string>{"http://127.0.0.1:8002"});
+}
+
 TEST_F(SqliteStoreTest, AStoreFromANewerBmasIsRefused) {
   store_.reset();
   sqlite3* db;
@@ -202,6 +233,33 @@ TEST_F(SqliteStoreTest, AStoreFromANewerBmasIsRefused) {
   auto s = OpenSqliteStore(StorePath(dir_.string()));
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
+}
+
+// A store written by the first schema version keeps its users and keys when a newer bmas
+// migrates it forward.
+TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
+  store_.reset();
+  const std::string path = StorePath(dir_.string());
+  fs::remove(path);
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 = R"sql(
+    CREATE TABLE users (name TEXT PRIMARY KEY, weight REAL NOT NULL DEFAULT 1.0, rpm INTEGER,
+      tpm INTEGER, tokens_per_day INTEGER, max_concurrent INTEGER, created_at INTEGER NOT NULL);
+    CREATE TABLE api_keys (id TEXT PRIMARY KEY, user TEXT NOT NULL, secret_sha256 BLOB NOT NULL,
+      created_at INTEGER NOT NULL, revoked_at INTEGER);
+    CREATE INDEX api_keys_by_user ON api_keys(user);
+    INSERT INTO users (name, weight, rpm, created_at) VALUES ('old', 2.0, 5, 1);
+    PRAGMA user_version = 1;)sql";
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  store_ = Open();
+  ASSERT_NE(store_, nullptr);
+  EXPECT_EQ(store_->schema_version(), 2);
+  auto old = store_->FindUser("old");
+  ASSERT_TRUE(old && *old);
+  EXPECT_EQ((*old)->limits.rpm, 5);
+  EXPECT_TRUE(store_->RecordUsage({{1, "old", "m", "b", 1, 1, 1}}));
 }
 
 TEST_F(SqliteStoreTest, AnUnopenablePathIsAClearError) {

@@ -46,6 +46,23 @@ struct KeyInfo {
   std::optional<int64_t> revoked_at;
 };
 
+// Metered tokens of one (minute, user, model, backend), to add to the store.
+struct UsageDelta {
+  int64_t minute = 0;  // unix seconds / 60
+  std::string user, model, backend;
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Usage summed over a period, one row per (user, model, backend).
+struct UsageRow {
+  std::string user, model, backend;
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -66,6 +83,18 @@ class Store {
   // The user a presented key belongs to, or nullopt for an unknown or revoked key. The
   // secret is compared in constant time.
   virtual Result<std::optional<std::string>> Authenticate(const std::string& key) = 0;
+
+  // Adds metered usage, all deltas in one transaction.
+  virtual Result<void> RecordUsage(const std::vector<UsageDelta>& deltas) = 0;
+  // Usage since `since_unix` (inclusive, to the minute), of one user or of all.
+  virtual Result<std::vector<UsageRow>> QueryUsage(const std::optional<std::string>& user,
+                                                   int64_t since_unix) = 0;
+
+  // The gateway's backends (base URLs), so that a running gateway and `bmas gateway backend`
+  // share them.
+  virtual Result<void> AddBackend(const std::string& url) = 0;  // kAlreadyExists
+  virtual Result<void> RemoveBackend(const std::string& url) = 0;  // kNotFound
+  virtual Result<std::vector<std::string>> ListBackends() = 0;
 
   virtual int schema_version() const = 0;
 };
