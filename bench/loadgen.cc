@@ -60,6 +60,7 @@ using net::use_awaitable;
 
 struct Options {
   std::string url;
+  std::string api_key;  // sent as Authorization: Bearer, when set
   std::string endpoint = "completions";
   std::string model;
   int concurrency = 1;
@@ -400,6 +401,7 @@ class Client {
     request.set(http::field::host, shared_.target.host_header);
     request.set(http::field::user_agent, "bmas_loadgen");
     request.set(http::field::content_type, "application/json");
+    if (!options.api_key.empty()) request.set(http::field::authorization, "Bearer " + options.api_key);
     request.set(http::field::accept, options.no_stream ? "application/json" : "text/event-stream");
     request.keep_alive(true);
     request.body() = BuildRequestBody(options, prompt);
@@ -731,6 +733,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-stream", options.no_stream, "Ask for whole responses instead of SSE");
   app.add_flag("--json", options.json, "Print one JSON object instead of a table");
   app.add_option("--seed", options.seed, "Seed of the generated prompts")->capture_default_str();
+  app.add_option("--api-key", options.api_key, "API key, sent as Authorization: Bearer KEY");
   app.add_option("--connect-timeout-ms", options.connect_timeout_ms)
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();

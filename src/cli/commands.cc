@@ -11,6 +11,7 @@
 
 #include "common/config_table.h"
 #include "daemon/engine_main.h"
+#include "daemon/gateway_main.h"
 #include "daemon/up.h"
 #include "engine/calibrate.h"
 
@@ -183,6 +184,68 @@ int EngineCommand::RunCalibrate(GlobalOptions& global) {
   }
   fmt::print("worst ITL/TTFT error: {:.1f}%\n", 100 * engine::WorstRelativeError(rows));
   return 0;
+}
+
+void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
+  cmd_ = app.add_subcommand(
+      "gateway",
+      "Run the multi-tenant OpenAI-compatible gateway: API keys, limits, token-fair queuing, "
+      "prefix-aware routing and metering in front of vLLM or bmas engine backends");
+  CLI::App& c = *cmd_;
+  c.add_option("--host", flags_.host, "Address to listen on")->default_str(flags_.host);
+  c.add_option("--port", flags_.port, "Port; 0 picks a free one and prints it")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("0");
+  c.add_option("--backend", flags_.backends,
+               "Backend base URL (http://host:port), repeatable; more can be added while it runs "
+               "with `bmas gateway backend add`");
+  c.add_option("--routing", flags_.routing, "prefix_affinity, least_load or round_robin")
+      ->check(CLI::IsMember({"prefix_affinity", "least_load", "round_robin"}))
+      ->default_str(flags_.routing);
+  c.add_option("--fairness", flags_.fairness, "vtc (token-fair) or none (FCFS)")
+      ->check(CLI::IsMember({"vtc", "none"}))
+      ->default_str(flags_.fairness);
+  c.add_option("--threads", threads_, "Worker threads (one is supported today)")
+      ->check(CLI::Range(1, 1))
+      ->default_str("1");
+  c.add_option("--queue-timeout", flags_.queue_timeout_s,
+               "Seconds a request may wait for a backend before a 503")
+      ->check(CLI::PositiveNumber)
+      ->default_str("30");
+  c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
+      ->check(CLI::PositiveNumber)
+      ->default_str("4194304");
+  c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
+               "Seconds in-flight requests get to finish after SIGTERM")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("30");
+  c.require_subcommand(0, 1);
+  CLI::App* backend = c.add_subcommand("backend", "Add, remove or list backends in the store");
+  backend->require_subcommand(1);
+  for (const char* verb : {"add", "remove", "list"}) {
+    CLI::App* v = backend->add_subcommand(verb, fmt::format("{} a backend", verb));
+    if (std::string(verb) != "list") v->add_option("url", backend_url_, "Base URL")->required();
+    v->callback([this, &global, v, verb] {
+      global.exit_code = RunBackendCommand(global, verb);
+      (void)v;
+    });
+  }
+  c.callback([this, &global] {
+    if (cmd_->get_subcommands().size() > 0) return;  // `bmas gateway backend ...`
+    global.SetUpLogging();
+    Config config = global.LoadConfigOrDefaults();
+    GatewaySettings s = config.gateway;
+    auto given = [this](const char* name) { return cmd_->count(name) > 0; };
+    if (given("--host")) s.host = flags_.host;
+    if (given("--port")) s.port = flags_.port;
+    if (given("--backend")) s.backends = flags_.backends;
+    if (given("--routing")) s.routing = flags_.routing;
+    if (given("--fairness")) s.fairness = flags_.fairness;
+    if (given("--queue-timeout")) s.queue_timeout_s = flags_.queue_timeout_s;
+    if (given("--max-body-bytes")) s.max_body_bytes = flags_.max_body_bytes;
+    if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;
+    global.exit_code = RunGateway(s, ResolveStateDir(global.state_dir, config));
+  });
 }
 
 void UpCommand::Register(CLI::App& app, GlobalOptions& global) {

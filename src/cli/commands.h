@@ -41,6 +41,20 @@ class EngineCommand {
   engine::ClosedLoopOptions scenario_;
 };
 
+// `bmas gateway`.
+class GatewayCommand {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int RunBackendCommand(GlobalOptions& global, const std::string& verb);
+
+  CLI::App* cmd_ = nullptr;
+  GatewaySettings flags_;
+  int threads_ = 1;
+  std::string backend_url_;
+};
+
 // `bmas up`.
 class UpCommand {
  public:

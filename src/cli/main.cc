@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
 
   EngineCommand engine_cmd;
   engine_cmd.Register(app, global);
+  GatewayCommand gateway_cmd;
+  gateway_cmd.Register(app, global);
   UpCommand up_cmd;
   up_cmd.Register(app, global);
   UserCommands user_cmds;

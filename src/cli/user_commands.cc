@@ -7,6 +7,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "gateway/upstream.h"
 #include "store/store.h"
 
 namespace bmas {
@@ -118,7 +119,15 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   key_list_->add_option("name", name_, "User name")->required();
   key_list_->add_flag("--json", json_, "Print a JSON array");
 
-  for (CLI::App* c : {user_add_, user_list_, user_set_, user_remove_, key_create_, key_revoke_, key_list_}) {
+  usage_ = app.add_subcommand("usage", "Metered tokens per (user, model, backend)");
+  usage_->add_option_function<std::string>("--user", [this](const std::string& u) { usage_user_ = u; },
+                                           "Only this user");
+  usage_->add_option("--since", since_,
+                     "From this time: unix seconds, 2026-11-21, 2026-11-21T10:00:00Z, or an age "
+                     "such as 30m, 12h, 7d (default: all)");
+  usage_->add_flag("--json", json_, "Print a JSON array, one object per (user, model, backend)");
+
+  for (CLI::App* c : {user_add_, user_list_, user_set_, user_remove_, key_create_, key_revoke_, key_list_, usage_}) {
     c->callback([this, &global, c] { global.exit_code = Run(global, c); });
   }
 }
@@ -182,6 +191,45 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   } else if (which == key_revoke_) {
     if (auto r = store.RevokeKey(key_id_); !r) return fail(r.error());
     fmt::print("revoked key {}\n", key_id_);
+  } else if (which == usage_) {
+    int64_t since = 0;
+    if (!since_.empty()) {
+      auto parsed = ParseSince(since_, static_cast<int64_t>(std::time(nullptr)));
+      if (!parsed) return fail(parsed.error());
+      since = *parsed;
+    }
+    auto rows = store.QueryUsage(usage_user_, since);
+    if (!rows) return fail(rows.error());
+    if (json_) {
+      rapidjson::StringBuffer buf;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+      w.StartArray();
+      for (const UsageRow& u : *rows) {
+        w.StartObject();
+        w.Key("user");
+        w.String(u.user.c_str());
+        w.Key("model");
+        w.String(u.model.c_str());
+        w.Key("backend");
+        w.String(u.backend.c_str());
+        w.Key("requests");
+        w.Int64(u.requests);
+        w.Key("prompt_tokens");
+        w.Int64(u.prompt_tokens);
+        w.Key("completion_tokens");
+        w.Int64(u.completion_tokens);
+        w.EndObject();
+      }
+      w.EndArray();
+      fmt::print("{}\n", buf.GetString());
+    } else {
+      fmt::print("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", "USER", "MODEL", "BACKEND",
+                 "REQUESTS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
+      for (const UsageRow& u : *rows) {
+        fmt::print("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", u.user, u.model, u.backend,
+                   u.requests, u.prompt_tokens, u.completion_tokens);
+      }
+    }
   } else if (which == key_list_) {
     auto keys = store.ListKeys(name_);
     if (!keys) return fail(keys.error());
@@ -195,6 +243,77 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
       }
     }
   }
+  return 0;
+}
+
+}  // namespace bmas
+
+namespace bmas {
+
+Result<int64_t> ParseSince(const std::string& text, int64_t now) {
+  auto bad = [&] {
+    return InvalidArgument(fmt::format("--since '{}': give unix seconds, 2026-11-21, "
+                                       "2026-11-21T10:00:00Z, or an age such as 30m, 12h, 7d",
+                                       text),
+                           "since");
+  };
+  if (text.empty()) return bad();
+  char unit = text.back();
+  std::string digits = text;
+  int64_t scale = 0;
+  if (unit == 's' || unit == 'm' || unit == 'h' || unit == 'd') {
+    scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 86400;
+    digits.pop_back();
+  }
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
+    int64_t v = std::stoll(digits);
+    return scale == 0 ? v : now - v * scale;
+  }
+  std::tm tm{};
+  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (end == nullptr || *end != '\0') {
+    tm = {};
+    end = strptime(text.c_str(), "%Y-%m-%d", &tm);
+    if (end == nullptr || *end != '\0') return bad();
+  }
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+Result<StorePtr> OpenStateStore(GlobalOptions& global) {
+  Config config = global.LoadConfigOrDefaults();
+  std::string state_dir = ResolveStateDir(global.state_dir, config);
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  return OpenSqliteStore(StorePath(state_dir));
+}
+
+int GatewayCommand::RunBackendCommand(GlobalOptions& global, const std::string& verb) {
+  auto store = OpenStateStore(global);
+  if (!store) {
+    fmt::print(stderr, "bmas: {}\n", store.error().message);
+    return 1;
+  }
+  if (verb == "list") {
+    auto urls = (*store)->ListBackends();
+    if (!urls) {
+      fmt::print(stderr, "bmas: {}\n", urls.error().message);
+      return 1;
+    }
+    for (const std::string& u : *urls) fmt::print("{}\n", u);
+    return 0;
+  }
+  auto parsed = gateway::ParseBackendUrl(backend_url_);
+  if (!parsed) {
+    fmt::print(stderr, "bmas: {}\n", parsed.error().message);
+    return 1;
+  }
+  Result<void> r = verb == "add" ? (*store)->AddBackend(parsed->url)
+                                 : (*store)->RemoveBackend(parsed->url);
+  if (!r) {
+    fmt::print(stderr, "bmas: {}\n", r.error().message);
+    return 1;
+  }
+  fmt::print("{} backend {}\n", verb == "add" ? "added" : "removed (draining)", parsed->url);
   return 0;
 }
 

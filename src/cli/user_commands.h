@@ -9,8 +9,17 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/result.h"
+#include "store/store.h"
 
 namespace bmas {
+
+// Opens the store under the state dir the global options and config name.
+Result<StorePtr> OpenStateStore(GlobalOptions& global);
+
+// Parses a time for --since: unix seconds, 2026-11-21, 2026-11-21T10:00:00Z, or an age such as
+// 90s, 30m, 12h, 7d (before `now`).
+Result<int64_t> ParseSince(const std::string& text, int64_t now);
 
 class UserCommands {
  public:
@@ -26,6 +35,9 @@ class UserCommands {
   CLI::App* key_create_ = nullptr;
   CLI::App* key_revoke_ = nullptr;
   CLI::App* key_list_ = nullptr;
+  CLI::App* usage_ = nullptr;
+  std::optional<std::string> usage_user_;
+  std::string since_;
 
   std::string name_;
   std::string key_id_;

@@ -47,9 +47,24 @@ Config LoadConfig(const std::string& path) {
         static_cast<int>(t->Int("default_chat_max_tokens", 256, 1, 1 << 24));
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("gateway")) {
+    GatewaySettings& g = config.gateway;
+    g.host = t->String("host", g.host);
+    g.port = static_cast<int>(t->Int("port", g.port, 0, 65535));
+    g.backends = t->StringArray("backends");
+    g.routing = t->String("routing", g.routing, {"prefix_affinity", "least_load", "round_robin"});
+    g.fairness = t->String("fairness", g.fairness, {"vtc", "none"});
+    g.reserve_fraction = t->Double("reserve_fraction", g.reserve_fraction, 0, 0.9);
+    g.default_capacity = static_cast<int>(t->Int("default_capacity", g.default_capacity, 1, 1 << 20));
+    g.queue_timeout_s = t->Double("queue_timeout_s", g.queue_timeout_s, 0.001, 86400);
+    g.max_body_bytes = t->Int("max_body_bytes", g.max_body_bytes, 1024, int64_t{1} << 32);
+    g.shutdown_timeout_s = static_cast<int>(t->Int("shutdown_timeout_s", 30, 0, 3600));
+    t->RejectUnknownKeys();
+  }
   if (auto t = top.Table("up")) {
     config.up.engines = static_cast<int>(t->Int("engines", config.up.engines, 0, 64));
     config.up.engine_base_port = static_cast<int>(t->Int("engine_base_port", 0, 0, 65535));
+    config.up.gateway = t->Bool("gateway", config.up.gateway);
     t->RejectUnknownKeys();
   }
   top.RejectUnknownKeys();

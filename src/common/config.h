@@ -27,15 +27,30 @@ struct EngineSettings {
   int default_chat_max_tokens = 256;
 };
 
+struct GatewaySettings {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = any free port
+  std::vector<std::string> backends;  // base URLs; more can be added with `bmas gateway backend`
+  std::string routing = "prefix_affinity";  // prefix_affinity, least_load, round_robin
+  std::string fairness = "vtc";             // vtc or none (FCFS)
+  double reserve_fraction = 0.25;
+  int default_capacity = 64;
+  double queue_timeout_s = 30;
+  int64_t max_body_bytes = 4 << 20;
+  int shutdown_timeout_s = 30;
+};
+
 struct UpSettings {
   int engines = 2;  // simulated engines `bmas up` starts
   int engine_base_port = 0;  // engine i listens on base + i; 0 = any free ports
+  bool gateway = true;       // start a gateway in front of the engines
 };
 
 struct Config {
   std::string source;     // the file read, or "" for defaults only
   std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
   EngineSettings engine;
+  GatewaySettings gateway;
   UpSettings up;
 };
 

@@ -87,6 +87,19 @@ std::vector<int64_t> ConfigTable::IntArray(std::string_view key, int64_t min, in
   return out;
 }
 
+std::vector<std::string> ConfigTable::StringArray(std::string_view key) {
+  std::vector<std::string> out;
+  const toml::node* n = Get(key);
+  if (n == nullptr) return out;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) Fail(key, n, "expected an array of strings");
+  for (const toml::node& e : *a) {
+    if (!e.is_string()) Fail(key, &e, "expected an array of strings");
+    out.push_back(*e.value<std::string>());
+  }
+  return out;
+}
+
 std::optional<ConfigTable> ConfigTable::Table(std::string_view key) {
   const toml::node* n = Get(key);
   if (n == nullptr) return std::nullopt;

@@ -38,6 +38,7 @@ class ConfigTable {
   std::string String(std::string_view key, std::string fallback,
                      std::initializer_list<std::string_view> allowed = {});
   std::vector<int64_t> IntArray(std::string_view key, int64_t min, int64_t max);
+  std::vector<std::string> StringArray(std::string_view key);
   // A sub-table, or nullopt when absent.
   std::optional<ConfigTable> Table(std::string_view key);
   // Keys of this table, in file order.

@@ -79,10 +79,11 @@ ResponseWriter::ResponseWriter(beast::tcp_stream& stream, const HttpRequest& req
       write_timeout_(write_timeout) {}
 
 awaitable<bool> ResponseWriter::Send(http::status status, std::string_view content_type,
-                                     std::string body) {
+                                     std::string body, Headers headers) {
   sent_ = true;
   http::response<http::string_body> res{status, version_};
   res.set(http::field::server, "bmas");
+  for (auto& [field, value] : headers) res.set(field, value);
   res.set(http::field::content_type, content_type);
   res.keep_alive(keep_alive_);
   res.body() = std::move(body);
@@ -99,8 +100,9 @@ awaitable<bool> ResponseWriter::SendError(const Error& error) {
 }
 
 awaitable<bool> ResponseWriter::SendError(http::status status, std::string message,
-                                          std::string param) {
-  co_return co_await Send(status, "application/json", ErrorJson(status, message, param));
+                                          std::string param, Headers headers) {
+  std::string body = ErrorJson(status, message, param);
+  co_return co_await Send(status, "application/json", std::move(body), std::move(headers));
 }
 
 awaitable<bool> ResponseWriter::StartStream(http::status status, std::string_view content_type) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "common/asio.h"
 #include "common/result.h"
@@ -30,11 +32,15 @@ class ResponseWriter {
   ResponseWriter(beast::tcp_stream& stream, const HttpRequest& request,
                  std::chrono::steady_clock::duration write_timeout);
 
+  using Headers = std::vector<std::pair<http::field, std::string>>;
+
   // A whole response. Returns false when the client is gone.
-  awaitable<bool> Send(http::status status, std::string_view content_type, std::string body);
+  awaitable<bool> Send(http::status status, std::string_view content_type, std::string body,
+                       Headers headers = {});
   // An OpenAI-style error object: {"error": {"message", "type", "param", "code"}}.
   awaitable<bool> SendError(const Error& error);
-  awaitable<bool> SendError(http::status status, std::string message, std::string param = {});
+  awaitable<bool> SendError(http::status status, std::string message, std::string param = {},
+                            Headers headers = {});
 
   // A chunked response: the header, then chunks, then the end.
   awaitable<bool> StartStream(http::status status, std::string_view content_type);

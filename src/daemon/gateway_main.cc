@@ -1,0 +1,86 @@
+#include "daemon/gateway_main.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gateway/gateway.h"
+#include "gateway/upstream.h"
+#include "store/store.h"
+
+namespace bmas {
+
+int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
+  gateway::GatewayOptions o;
+  auto routing = gateway::ParseRoutingPolicy(s.routing);
+  if (!routing) {
+    fmt::print(stderr, "bmas gateway: {}\n", routing.error().message);
+    return 2;
+  }
+  o.routing = *routing;
+  if (s.fairness != "vtc" && s.fairness != "none") {
+    fmt::print(stderr, "bmas gateway: fairness '{}' is not vtc or none\n", s.fairness);
+    return 2;
+  }
+  o.fair = s.fairness == "vtc";
+  for (const std::string& url : s.backends) {
+    auto parsed = gateway::ParseBackendUrl(url);
+    if (!parsed) {
+      fmt::print(stderr, "bmas gateway: {}\n", parsed.error().message);
+      return 2;
+    }
+    o.backends.push_back(parsed->url);
+  }
+  o.http.host = s.host;
+  o.http.port = static_cast<uint16_t>(s.port);
+  o.http.max_body_bytes = static_cast<size_t>(s.max_body_bytes);
+  o.http.server_name = "bmas-gateway";
+  o.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(s.queue_timeout_s * 1000));
+  o.reserve_fraction = s.reserve_fraction;
+  o.default_capacity = s.default_capacity;
+
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  auto store = OpenSqliteStore(StorePath(state_dir));
+  if (!store) {
+    fmt::print(stderr, "bmas gateway: {}\n", store.error().message);
+    return 1;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  net::io_context io(1);
+  gateway::Gateway gw(io, o, std::move(*store));
+  auto port = gw.Listen();
+  if (!port) {
+    fmt::print(stderr, "bmas gateway: {}\n", port.error().message);
+    return 1;
+  }
+  spdlog::info("bmas gateway: routing {}, fairness {}, {} backend(s) given, store {}", s.routing,
+               s.fairness, o.backends.size(), StorePath(state_dir));
+  gw.Start();
+  fmt::print("bmas gateway: listening on http://{}:{}\n", s.host, *port);
+  std::fflush(stdout);
+
+  net::signal_set signals(io, SIGINT, SIGTERM);
+  const auto deadline = std::chrono::seconds(s.shutdown_timeout_s);
+  signals.async_wait([&](const beast::error_code& error, int signal) {
+    if (error) return;
+    spdlog::info("bmas gateway: signal {}: not accepting; finishing in-flight requests (up to "
+                 "{}s), then flushing usage",
+                 signal, deadline.count());
+    net::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+          co_await gw.Stop(deadline);
+          io.stop();
+        },
+        LogFailure("gateway stop"));
+  });
+  io.run();
+  spdlog::info("bmas gateway: stopped");
+  return 0;
+}
+
+}  // namespace bmas

@@ -1,0 +1,862 @@
+#include "gateway/gateway.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+namespace bmas::gateway {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double UnixNowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<double> LatencyBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+
+// Reads usage.prompt_tokens / usage.completion_tokens from a JSON response or chunk.
+bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& prompt,
+                int64_t& completion) {
+  simdjson::dom::element doc;
+  if (parser.parse(json.data(), json.size()).get(doc)) return false;
+  simdjson::dom::object usage;
+  if (doc["usage"].get_object().get(usage)) return false;
+  int64_t p = 0, c = 0;
+  if (usage["prompt_tokens"].get_int64().get(p) || usage["completion_tokens"].get_int64().get(c)) {
+    return false;
+  }
+  prompt = p;
+  completion = c;
+  return true;
+}
+
+}  // namespace
+
+struct Gateway::Backend {
+  Backend(net::io_context& io, BackendUrl u, bool from_store) : pool(io, u), from_store(from_store) {
+    state.id = u.url;
+    state.healthy = false;  // until the first check passes
+  }
+  ConnectionPool pool;
+  BackendState state;
+  bool from_store;
+  bool checked = false;
+  int checks = 0;
+  std::vector<std::string> models;       // ids
+  std::vector<std::string> model_cards;  // their /v1/models entries, as JSON
+  std::unordered_map<std::string, int> user_in_flight;
+
+  int capacity(int fallback) const { return state.capacity > 0 ? state.capacity : fallback; }
+  bool Serves(const std::string& model) const {
+    return std::find(models.begin(), models.end(), model) != models.end();
+  }
+};
+
+struct Gateway::Request {
+  std::string user;
+  double weight = 1;
+  std::string model;
+  std::string target;         // /v1/completions or /v1/chat/completions
+  std::string upstream_body;  // the client's body, with include_usage added to streams
+  bool stream = false;
+  bool client_wants_usage = false;
+  int64_t prompt_estimate = 0;  // bytes / 4, until the backend reports usage
+  std::optional<uint64_t> prefix_key;
+  Clock::time_point start;
+};
+
+struct Gateway::Waiter {
+  Waiter(net::io_context& io, Request* r) : wake(io), request(r) {}
+  net::steady_timer wake;
+  Request* request;
+  Backend* backend = nullptr;
+};
+
+struct Gateway::ModelQueue {
+  explicit ModelQueue(bool fair) : queue(fair) {}
+  FairQueue queue;
+  std::unordered_map<Ticket, Waiter*> waiters;
+};
+
+Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
+    : io_(io),
+      options_(std::move(options)),
+      store_(std::move(store)),
+      http_(io, options_.http, [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
+      router_(options_.routing),
+      epoch_(Clock::now()),
+      queue_wait_(metrics_.AddHistogram("bmas_gateway_queue_wait_seconds",
+                                        "Time requests waited in the fair queue.", "",
+                                        LatencyBuckets())),
+      ttft_(metrics_.AddHistogram("bmas_gateway_time_to_first_token_seconds",
+                                  "Time from a request's arrival to its first streamed token.", "",
+                                  LatencyBuckets())),
+      e2e_(metrics_.AddHistogram("bmas_gateway_request_duration_seconds",
+                                 "Time from a request's arrival to the end of its response.", "",
+                                 LatencyBuckets())),
+      queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")) {
+  for (const std::string& url : options_.backends) {
+    auto parsed = ParseBackendUrl(url);
+    if (parsed) backends_.push_back(std::make_unique<Backend>(io_, *parsed, false));
+  }
+}
+
+Gateway::~Gateway() = default;
+
+double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+
+Result<uint16_t> Gateway::Listen() { return http_.Listen(); }
+
+void Gateway::Start() {
+  http_.Start();
+  net::co_spawn(io_, HealthLoop(), LogFailure("gateway health checks"));
+  net::co_spawn(io_, RefreshLoop(), LogFailure("gateway store refresh"));
+  net::co_spawn(io_, FlushLoop(), LogFailure("gateway usage flush"));
+}
+
+awaitable<void> Gateway::Stop(Clock::duration deadline) {
+  co_await http_.Stop(deadline);
+  stopping_ = true;
+  co_await Flush();
+}
+
+// ---- Request path -------------------------------------------------------------------------
+
+awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
+  std::string target(request.target().substr(0, request.target().find('?')));
+  const bool get = request.method() == http::verb::get;
+  if (target == "/v1/completions" || target == "/v1/chat/completions") {
+    if (request.method() != http::verb::post) {
+      co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
+      co_return;
+    }
+    co_await HandleCompletion(request, writer, std::move(target));
+    co_return;
+  }
+  if (target == "/health" && get) {
+    bool any = std::any_of(backends_.begin(), backends_.end(),
+                           [](const auto& b) { return b->state.healthy; });
+    co_await writer.Send(any ? http::status::ok : http::status::service_unavailable,
+                         "application/json",
+                         any ? R"({"status":"ok"})" : R"({"status":"no healthy backend"})");
+  } else if (target == "/metrics" && get) {
+    std::string text = RenderMetrics();
+    co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                         std::move(text));
+  } else if (target == "/v1/models" && get) {
+    auto user = co_await Authenticate(request);
+    if (!user) {
+      co_await writer.SendError(http::status::unauthorized,
+                                "missing or invalid API key: send Authorization: Bearer <key> "
+                                "(create one with `bmas key create USER`)");
+      co_return;
+    }
+    std::string body = ModelsJson();
+    co_await writer.Send(http::status::ok, "application/json", std::move(body));
+  } else {
+    co_await writer.SendError(http::status::not_found, "no such path: " + target);
+  }
+}
+
+awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& request) {
+  auto header = request[http::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) {
+    co_return std::nullopt;
+  }
+  std::string key(header.substr(kBearer.size()));
+  if (auto it = keys_.find(key); it != keys_.end()) co_return it->second;
+  auto check = [key](Store& store) -> std::optional<std::string> {
+    auto who = store.Authenticate(key);
+    return who ? *who : std::nullopt;
+  };
+  std::optional<std::string> user = co_await store_.Run(std::move(check));
+  if (keys_.size() < 100000) keys_[key] = user;  // refreshed every second
+  co_return user;
+}
+
+awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
+                                          std::string target) {
+  const Clock::time_point start = Clock::now();
+  auto fail = [&](http::status status, std::string message, std::string param = {},
+                  ResponseWriter::Headers headers = {}) -> awaitable<void> {
+    CountStatus(static_cast<int>(status));
+    co_await writer.SendError(status, std::move(message), std::move(param), std::move(headers));
+  };
+
+  std::optional<std::string> user = co_await Authenticate(request);
+  if (!user) {
+    co_await fail(http::status::unauthorized,
+                  "missing or invalid API key: send Authorization: Bearer <key> (create one with "
+                  "`bmas key create USER`)");
+    co_return;
+  }
+  auto limits_it = users_.find(*user);
+  UserLimits limits = limits_it != users_.end() ? limits_it->second : UserLimits{};
+
+  Request r;
+  r.user = *user;
+  r.weight = limits.weight;
+  r.target = target;
+  r.start = start;
+  {
+    // Only what routing, queuing and metering need; the backend validates the rest.
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    const std::string& body = request.body();
+    if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
+      co_await fail(http::status::bad_request,
+                    fmt::format("the request body is not valid JSON: {}", simdjson::error_message(err)));
+      co_return;
+    }
+    simdjson::dom::object obj;
+    if (doc.get_object().get(obj)) {
+      co_await fail(http::status::bad_request, "the request body must be a JSON object");
+      co_return;
+    }
+    std::string_view model;
+    if (obj["model"].get_string().get(model)) {
+      co_await fail(http::status::bad_request, "'model' is required and must be a string", "model");
+      co_return;
+    }
+    r.model = std::string(model);
+    simdjson::dom::element e;
+    if (!obj["stream"].get(e) && !e.is_null()) {
+      bool stream;
+      if (e.get_bool().get(stream)) {
+        co_await fail(http::status::bad_request, "'stream' must be a boolean", "stream");
+        co_return;
+      }
+      r.stream = stream;
+    }
+    bool include_usage = false;
+    if (!obj.at_pointer("/stream_options/include_usage").get_bool().get(include_usage)) {
+      r.client_wants_usage = include_usage;
+    }
+    // The leading text decides the prefix key: the prompt, or the messages in order.
+    std::string lead;
+    std::string_view text;
+    if (!obj["prompt"].get_string().get(text)) {
+      lead = std::string(text.substr(0, 4096));
+      r.prompt_estimate = static_cast<int64_t>(text.size() / 4 + 1);
+    } else {
+      simdjson::dom::array messages;
+      if (!obj["messages"].get_array().get(messages)) {
+        for (simdjson::dom::element m : messages) {
+          std::string_view role, content;
+          if (!m["role"].get_string().get(role)) lead.append(role).append("\n");
+          if (!m["content"].get_string().get(content)) {
+            r.prompt_estimate += static_cast<int64_t>(content.size() / 4 + 1);
+            if (lead.size() < 4096) lead.append(content.substr(0, 4096)).append("\n");
+          }
+        }
+      }
+    }
+    r.prefix_key = PrefixKey(lead);
+  }
+  if (r.stream && !r.client_wants_usage) {
+    // Meter streams: ask the backend for the usage chunk; it is dropped on the way back.
+    rapidjson::Document d;
+    d.Parse(request.body().data(), request.body().size());
+    auto& alloc = d.GetAllocator();
+    if (!d.HasMember("stream_options") || !d["stream_options"].IsObject()) {
+      d.RemoveMember("stream_options");
+      d.AddMember("stream_options", rapidjson::Value(rapidjson::kObjectType), alloc);
+    }
+    auto& so = d["stream_options"];
+    so.RemoveMember("include_usage");
+    so.AddMember("include_usage", true, alloc);
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    d.Accept(w);
+    r.upstream_body.assign(buf.GetString(), buf.GetSize());
+  } else {
+    r.upstream_body = std::move(request.body());
+  }
+
+  bool known = false, healthy = false;
+  for (const auto& b : backends_) {
+    if (b->Serves(r.model)) {
+      known = true;
+      healthy = healthy || (b->state.healthy && !b->state.draining);
+    }
+  }
+  if (!known) {
+    co_await fail(http::status::not_found, fmt::format("The model `{}` does not exist.", r.model),
+                  "model");
+    co_return;
+  }
+  if (!healthy) {
+    co_await fail(http::status::service_unavailable,
+                  fmt::format("no healthy backend serves model `{}` right now", r.model));
+    co_return;
+  }
+  LimitDecision decision = limiter_.Check(r.user, limits, UnixNowSeconds());
+  if (!decision.allowed) {
+    ResponseWriter::Headers headers;
+    headers.emplace_back(http::field::retry_after,
+                         std::to_string(static_cast<int64_t>(std::ceil(decision.retry_after_s))));
+    co_await fail(http::status::too_many_requests, decision.message, decision.limit,
+                  std::move(headers));
+    co_return;
+  }
+  limiter_.OnStart(r.user, UnixNowSeconds());
+  struct EndGuard {
+    RateLimiter& limiter;
+    const std::string& user;
+    ~EndGuard() { limiter.OnEnd(user); }
+  } end_guard{limiter_, r.user};
+
+  auto& mq_ptr = queues_[r.model];
+  if (!mq_ptr) mq_ptr = std::make_unique<ModelQueue>(options_.fair);
+  // A first attempt that fails before anything reached the client is retried once elsewhere.
+  bool retry = co_await Attempt(r, *mq_ptr, writer, /*may_retry=*/true);
+  if (retry) co_await Attempt(r, *mq_ptr, writer, /*may_retry=*/false);
+}
+
+awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer,
+                                 bool may_retry) {
+  Waiter waiter(io_, &r);
+  const Ticket ticket = next_ticket_++;
+  mq.waiters[ticket] = &waiter;
+  mq.queue.Push(ticket, r.user, r.weight);
+  const Clock::time_point queued = Clock::now();
+  Dispatch(r.model);
+  if (waiter.backend == nullptr) {
+    waiter.wake.expires_after(options_.queue_timeout);
+    beast::error_code ec;
+    co_await waiter.wake.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+  bool retry = false;
+  if (waiter.backend == nullptr) {
+    mq.queue.Remove(ticket);
+    mq.waiters.erase(ticket);
+    CountStatus(503);
+    std::string message = fmt::format(
+        "no backend for model `{}` became free within {} s; try again later", r.model,
+        options_.queue_timeout.count() / 1000.0);
+    co_await writer.SendError(http::status::service_unavailable, std::move(message));
+  } else {
+    queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
+    Backend& backend = *waiter.backend;
+    Result<void> relayed = co_await Relay(backend, r, writer);
+    const std::string backend_id = backend.state.id;
+    Release(backend, r.user, r.model);  // may remove a drained backend
+    if (relayed) {
+      CountStatus(200);
+      e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+    } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
+      // Nothing reached the client: take the backend out until its health check passes.
+      spdlog::warn("gateway: backend {} failed: {}", backend_id, relayed.error().message);
+      for (const auto& b : backends_) {
+        if (b->state.id == backend_id) {
+          b->state.healthy = false;
+          b->pool.Clear();
+        }
+      }
+      bool other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
+        return b->Serves(r.model) && b->state.healthy && !b->state.draining;
+      });
+      retry = may_retry && other;
+      if (!retry) {
+        CountStatus(503);
+        std::string message = fmt::format("backends for model `{}` failed: {}", r.model,
+                                          relayed.error().message);
+        co_await writer.SendError(http::status::service_unavailable, std::move(message));
+      }
+    } else {
+      CountStatus(writer.sent() ? 200 : 502);
+      if (!writer.sent()) {
+        std::string message = relayed.error().message;
+        co_await writer.SendError(http::status::bad_gateway, std::move(message));
+      }
+    }
+  }
+  co_return retry;
+}
+
+void Gateway::CountStatus(int status) {
+  std::string key = std::to_string(status);
+  auto it = requests_by_status_.find(key);
+  if (it == requests_by_status_.end()) {
+    it = requests_by_status_
+             .emplace(key, &metrics_.AddCounter("bmas_gateway_requests_total",
+                                                "Requests by HTTP status.",
+                                                fmt::format("status=\"{}\"", key)))
+             .first;
+  }
+  it->second->Inc();
+}
+
+void Gateway::Dispatch(const std::string& model) {
+  auto it = queues_.find(model);
+  if (it == queues_.end()) return;
+  ModelQueue& mq = *it->second;
+  std::vector<Backend*> open;
+  std::vector<BackendState> states;
+  std::vector<Backend*> candidates;
+  while (mq.queue.size() > 0) {
+    open.clear();
+    for (const auto& b : backends_) {
+      if (b->Serves(model) && b->state.healthy && !b->state.draining &&
+          b->state.in_flight < b->capacity(options_.default_capacity)) {
+        open.push_back(b.get());
+      }
+    }
+    if (open.empty()) break;
+    // While others wait, no user holds more than capacity minus the reserve on a backend.
+    auto may_use = [&](const Backend& b, const std::string& user, bool others_waiting) {
+      if (!others_waiting) return true;
+      int cap = b.capacity(options_.default_capacity);
+      int limit = std::max(1, cap - static_cast<int>(std::floor(cap * options_.reserve_fraction)));
+      auto u = b.user_in_flight.find(user);
+      return u == b.user_in_flight.end() || u->second < limit;
+    };
+    auto eligible = [&](const std::string& user) {
+      bool others = mq.queue.size() > mq.queue.queued(user);
+      return std::any_of(open.begin(), open.end(),
+                         [&](Backend* b) { return may_use(*b, user, others); });
+    };
+    std::optional<Ticket> ticket = mq.queue.PopNext(eligible);
+    if (!ticket) break;
+    auto w = mq.waiters.find(*ticket);
+    Waiter* waiter = w->second;
+    mq.waiters.erase(w);
+    Request& r = *waiter->request;
+    bool others = mq.queue.size() > mq.queue.queued(r.user);
+    states.clear();
+    candidates.clear();
+    for (Backend* b : open) {
+      if (may_use(*b, r.user, others)) {
+        candidates.push_back(b);
+        states.push_back(b->state);
+      }
+    }
+    std::optional<size_t> pick = router_.Pick(states, r.prefix_key);
+    Backend* b = candidates[pick.value_or(0)];
+    ++b->state.in_flight;
+    ++b->user_in_flight[r.user];
+    b->state.outstanding_tokens += r.prompt_estimate;
+    mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
+    waiter->backend = b;
+    waiter->wake.cancel();
+  }
+  queue_depth_.Set(0);
+  for (const auto& [m, q] : queues_) queue_depth_.Set(queue_depth_.value() + q->queue.size());
+}
+
+void Gateway::Release(Backend& b, const std::string& user, const std::string& model) {
+  --b.state.in_flight;
+  auto u = b.user_in_flight.find(user);
+  if (u != b.user_in_flight.end() && --u->second <= 0) b.user_in_flight.erase(u);
+  if (b.state.in_flight == 0) b.state.outstanding_tokens = 0;
+  Dispatch(model);
+  if (b.state.draining && b.state.in_flight == 0) {
+    backends_.erase(std::remove_if(backends_.begin(), backends_.end(),
+                                   [&](const auto& p) { return p.get() == &b; }),
+                    backends_.end());
+  }
+}
+
+awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& writer) {
+  // A kept-alive connection the backend has closed fails before any response byte: then one
+  // more try on a new connection. (No `continue` or early co_return in loops here: GCC 12
+  // destroys such coroutine locals twice.)
+  bool stale = false;
+  Result<void> result = co_await RelayOnce(b, r, writer, stale);
+  if (stale) {
+    b.pool.Clear();
+    bool ignored = false;
+    result = co_await RelayOnce(b, r, writer, ignored);
+  }
+  co_return result;
+}
+
+awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
+                                           bool& stale) {
+  bool reused = false;
+  auto acquired = co_await b.pool.Acquire(options_.connect_timeout, reused);
+  if (!acquired) co_return acquired.error();
+  std::unique_ptr<beast::tcp_stream> up = std::move(*acquired);
+
+  http::request<http::string_body> req{http::verb::post, b.pool.url().base_path + r.target, 11};
+  req.set(http::field::host, b.pool.url().host + ":" + b.pool.url().port);
+  req.set(http::field::content_type, "application/json");
+  req.keep_alive(true);
+  req.body() = r.upstream_body;
+  req.prepare_payload();
+  beast::error_code ec;
+  up->expires_after(options_.upstream_timeout);
+  co_await http::async_write(*up, req, net::redirect_error(use_awaitable, ec));
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (!ec) {
+    co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
+  }
+  if (ec) {
+    stale = reused;
+    co_return Error{ErrorCode::kUnavailable, fmt::format("{}: {}", b.state.id, ec.message())};
+  }
+
+  // A client that goes away cancels the upstream request: closing the connection makes
+  // vLLM (and bmas engine) abort it.
+  beast::tcp_stream* upstream = up.get();
+  writer.WatchForDisconnect([upstream] {
+    beast::error_code ignored;
+    upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    upstream->socket().close(ignored);
+  });
+  struct StopWatch {
+    ResponseWriter& w;
+    ~StopWatch() { w.StopWatching(); }
+  } stop_watch{writer};
+
+  const auto status = parser.get().result();
+  const std::string content_type(parser.get()[http::field::content_type]);
+  const bool sse = status == http::status::ok && content_type.rfind("text/event-stream", 0) == 0;
+  std::array<char, 16384> chunk;
+  simdjson::dom::parser json;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  Result<void> result;
+
+  if (!sse) {
+    std::string body;
+    while (!parser.is_done() && !ec) {
+      size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
+      body.append(chunk.data(), n);
+    }
+    if (ec) {
+      result = Error{ErrorCode::kUnavailable,
+                     fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
+    } else {
+      if (status == http::status::ok &&
+          ParseUsage(json, body, prompt_tokens, completion_tokens)) {
+        Meter(r, b, prompt_tokens, completion_tokens);
+      }
+      if (parser.keep_alive()) b.pool.Release(std::move(up));
+      // The view is made outside the co_await: GCC 12 destroys temporaries in it twice.
+      const std::string_view type =
+          content_type.empty() ? std::string_view("application/json") : content_type;
+      co_await writer.Send(status, type, std::move(body));
+    }
+  } else if (co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
+    SseSplitter events;
+    std::string out;
+    bool done = false, usage_seen = false, first = true, client_gone = false;
+    int64_t content_events = 0;
+    while (!parser.is_done() && !ec && !client_gone) {
+      size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
+      events.Append(std::string_view(chunk.data(), n));
+      out.clear();
+      for (std::string_view e = events.Next(); !e.empty(); e = events.Next()) {
+        bool forward = true;
+        if (e.rfind("data: [DONE]", 0) == 0) {
+          done = true;
+        } else if (e.find("\"choices\":[]") != std::string_view::npos &&
+                   e.find("\"usage\"") != std::string_view::npos) {
+          usage_seen = ParseUsage(json, e.substr(6), prompt_tokens, completion_tokens);
+          forward = r.client_wants_usage;
+        } else {
+          ++content_events;
+        }
+        if (forward) out.append(e);
+      }
+      if (!out.empty()) {
+        if (first) {
+          first = false;
+          ttft_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+        }
+        client_gone = !co_await writer.SendChunk(out);  // then the upstream is dropped
+      }
+    }
+    if (!usage_seen) {  // cut short: meter what was streamed
+      prompt_tokens = r.prompt_estimate;
+      completion_tokens = content_events;
+    }
+    Meter(r, b, prompt_tokens, completion_tokens);
+    if (!done && writer.ok()) {
+      std::string error =
+          "data: " +
+          ErrorJson(http::status::bad_gateway,
+                    fmt::format("the backend's stream ended early: {}",
+                                ec ? ec.message() : std::string("no [DONE]")),
+                    "") +
+          "\n\n";
+      co_await writer.SendChunk(error);
+    }
+    if (writer.ok()) co_await writer.EndStream();
+    if (parser.is_done() && parser.keep_alive() && !ec && !client_gone) {
+      b.pool.Release(std::move(up));
+    }
+  }
+  co_return result;
+}
+
+awaitable<size_t> Gateway::ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                    http::response_parser<http::buffer_body>& parser,
+                                    std::array<char, 16384>& chunk, beast::error_code& ec) {
+  parser.get().body().data = chunk.data();
+  parser.get().body().size = chunk.size();
+  co_await http::async_read_some(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+  if (ec == http::error::need_buffer) ec = {};
+  co_return chunk.size() - parser.get().body().size;
+}
+
+void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion) {
+  const int64_t minute = UnixNow() / 60;
+  auto key = std::make_tuple(minute, r.user, r.model, b.state.id);
+  UsageDelta& d = unflushed_[key];
+  if (d.user.empty()) d = UsageDelta{minute, r.user, r.model, b.state.id, 0, 0, 0};
+  d.requests += 1;
+  d.prompt_tokens += prompt;
+  d.completion_tokens += completion;
+  limiter_.OnTokens(r.user, prompt + completion, UnixNowSeconds());
+  auto mq = queues_.find(r.model);
+  if (mq != queues_.end()) mq->second->queue.Charge(r.user, r.weight, completion);
+  for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
+    auto k = std::make_tuple(r.user, r.model, std::string(kind));
+    auto it = tokens_.find(k);
+    if (it == tokens_.end()) {
+      it = tokens_
+               .emplace(k, &metrics_.AddCounter(
+                               "bmas_gateway_tokens_total", "Tokens metered, by user, model and kind.",
+                               fmt::format("user=\"{}\",model=\"{}\",kind=\"{}\"",
+                                           EscapeLabelValue(r.user), EscapeLabelValue(r.model), kind)))
+               .first;
+    }
+    it->second->Inc(static_cast<double>(n));
+  }
+}
+
+// ---- Background work ----------------------------------------------------------------------
+
+awaitable<void> Gateway::HealthLoop() {
+  net::steady_timer timer(io_);
+  while (!stopping_) {
+    // Checks run one after another; a dead backend costs at most the connect timeout.
+    std::vector<Backend*> all;
+    for (const auto& b : backends_) all.push_back(b.get());
+    for (Backend* b : all) {
+      if (std::find_if(backends_.begin(), backends_.end(),
+                       [b](const auto& p) { return p.get() == b; }) == backends_.end()) {
+        continue;  // removed meanwhile
+      }
+      co_await CheckBackend(*b);
+    }
+    timer.expires_after(options_.health_interval);
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> Gateway::CheckBackend(Backend& b) {
+  // A short-lived connection per check: health must not depend on the request pool.
+  auto get = [&](std::string path) -> awaitable<Result<std::string>> {
+    ConnectionPool probe(io_, b.pool.url());
+    bool reused = false;
+    auto conn = co_await probe.Acquire(options_.connect_timeout, reused);
+    if (!conn) co_return conn.error();
+    auto& s = **conn;
+    http::request<http::empty_body> req{http::verb::get, b.pool.url().base_path + path, 11};
+    req.set(http::field::host, b.pool.url().host);
+    req.keep_alive(false);
+    beast::error_code ec;
+    s.expires_after(options_.connect_timeout);
+    co_await http::async_write(s, req, net::redirect_error(use_awaitable, ec));
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    if (!ec) co_await http::async_read(s, buf, res, net::redirect_error(use_awaitable, ec));
+    if (ec) co_return Error{ErrorCode::kUnavailable, ec.message()};
+    if (res.result() != http::status::ok) {
+      co_return Error{ErrorCode::kUnavailable, fmt::format("HTTP {}", res.result_int())};
+    }
+    co_return std::move(res.body());
+  };
+  const bool was_healthy = b.state.healthy;
+  auto health = co_await get("/health");
+  bool healthy = health.has_value();
+  if (healthy && (b.models.empty() || b.checks % 10 == 0)) {
+    auto models = co_await get("/v1/models");
+    if (models) {
+      simdjson::dom::parser parser;
+      simdjson::dom::element doc;
+      simdjson::dom::array data;
+      if (!parser.parse(*models).get(doc) && !doc["data"].get_array().get(data)) {
+        b.models.clear();
+        b.model_cards.clear();
+        for (simdjson::dom::element m : data) {
+          std::string_view id;
+          if (m["id"].get_string().get(id)) continue;
+          b.models.emplace_back(id);
+          b.model_cards.push_back(simdjson::minify(m));
+          int64_t seqs;
+          if (!m["max_num_seqs"].get_int64().get(seqs) && seqs > 0) {
+            b.state.capacity = static_cast<int>(seqs);
+          }
+        }
+      }
+    }
+    healthy = !b.models.empty();
+  }
+  ++b.checks;
+  b.checked = true;
+  b.state.healthy = healthy;
+  if (was_healthy != healthy) {
+    spdlog::info("gateway: backend {} is {}", b.state.id, healthy ? "healthy" : "down");
+    if (!healthy) b.pool.Clear();
+    for (const auto& [model, q] : queues_) Dispatch(model);
+  }
+}
+
+void Gateway::SyncBackends(const std::vector<std::string>& stored) {
+  for (const std::string& url : stored) {
+    auto parsed = ParseBackendUrl(url);
+    if (!parsed) continue;
+    auto it = std::find_if(backends_.begin(), backends_.end(),
+                           [&](const auto& b) { return b->state.id == parsed->url; });
+    if (it == backends_.end()) {
+      spdlog::info("gateway: backend {} added", parsed->url);
+      backends_.push_back(std::make_unique<Backend>(io_, *parsed, true));
+      Backend& b = *backends_.back();
+      net::co_spawn(io_, CheckBackend(b), LogFailure("gateway backend check"));
+    } else if ((*it)->state.draining) {
+      (*it)->state.draining = false;
+    }
+  }
+  // Backends removed from the store drain: no new requests, in-flight ones finish.
+  for (auto it = backends_.begin(); it != backends_.end();) {
+    Backend& b = **it;
+    bool listed = std::find(stored.begin(), stored.end(), b.state.id) != stored.end();
+    if (b.from_store && !listed) {
+      if (!b.state.draining) spdlog::info("gateway: backend {} removed; draining", b.state.id);
+      b.state.draining = true;
+      if (b.state.in_flight == 0) {
+        it = backends_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
+awaitable<void> Gateway::RefreshLoop() {
+  net::steady_timer timer(io_);
+  while (!stopping_) {
+    std::vector<std::string> keys;
+    keys.reserve(keys_.size());
+    for (const auto& [k, u] : keys_) keys.push_back(k);
+    struct Snapshot {
+      std::unordered_map<std::string, std::optional<std::string>> keys;
+      std::unordered_map<std::string, UserLimits> users;
+      std::vector<std::string> backends;
+      bool ok = true;
+    };
+    auto read = [keys = std::move(keys)](Store& store) {
+      Snapshot s;
+      for (const std::string& k : keys) {
+        auto who = store.Authenticate(k);
+        if (!who) {
+          s.ok = false;
+          return s;
+        }
+        s.keys[k] = *who;
+      }
+      auto users = store.ListUsers();
+      auto backends = store.ListBackends();
+      if (!users || !backends) {
+        s.ok = false;
+        return s;
+      }
+      for (User& u : *users) s.users[u.name] = u.limits;
+      s.backends = std::move(*backends);
+      return s;
+    };
+    Snapshot snapshot = co_await store_.Run(std::move(read));
+    if (snapshot.ok) {
+      // Keys presented while the snapshot was read stay; revocations apply from here.
+      for (auto& [k, u] : snapshot.keys) keys_[k] = u;
+      users_ = std::move(snapshot.users);
+      SyncBackends(snapshot.backends);
+    } else {
+      spdlog::warn("gateway: cannot read the store; keeping the last users and keys");
+    }
+    timer.expires_after(options_.refresh_interval);
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> Gateway::Flush() {
+  if (unflushed_.empty()) co_return;
+  std::vector<UsageDelta> deltas;
+  for (auto& [key, d] : unflushed_) deltas.push_back(std::move(d));
+  unflushed_.clear();
+  auto write = [deltas = std::move(deltas)](Store& store) { return store.RecordUsage(deltas); };
+  Result<void> written = co_await store_.Run(std::move(write));
+  if (!written) spdlog::error("gateway: usage not recorded: {}", written.error().message);
+}
+
+awaitable<void> Gateway::FlushLoop() {
+  net::steady_timer timer(io_);
+  while (!stopping_) {
+    timer.expires_after(options_.flush_interval);
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await Flush();
+  }
+}
+
+// ---- Views ----------------------------------------------------------------------------------
+
+std::string Gateway::ModelsJson() const {
+  std::string out = R"({"object":"list","data":[)";
+  std::vector<std::string> seen;
+  for (const auto& b : backends_) {
+    if (!b->state.healthy || b->state.draining) continue;
+    for (size_t i = 0; i < b->models.size(); ++i) {
+      if (std::find(seen.begin(), seen.end(), b->models[i]) != seen.end()) continue;
+      if (!seen.empty()) out += ',';
+      seen.push_back(b->models[i]);
+      out += b->model_cards[i];
+    }
+  }
+  out += "]}";
+  return out;
+}
+
+std::string Gateway::RenderMetrics() {
+  std::string text = metrics_.Render();
+  text += "# HELP bmas_gateway_backend_in_flight Requests in flight per backend.\n"
+          "# TYPE bmas_gateway_backend_in_flight gauge\n";
+  for (const auto& b : backends_) {
+    text += fmt::format("bmas_gateway_backend_in_flight{{backend=\"{}\"}} {}\n",
+                        EscapeLabelValue(b->state.id), b->state.in_flight);
+  }
+  text += "# HELP bmas_gateway_backend_healthy 1 when the backend passes its health checks.\n"
+          "# TYPE bmas_gateway_backend_healthy gauge\n";
+  for (const auto& b : backends_) {
+    text += fmt::format("bmas_gateway_backend_healthy{{backend=\"{}\"}} {}\n",
+                        EscapeLabelValue(b->state.id), b->state.healthy ? 1 : 0);
+  }
+  return text;
+}
+
+}  // namespace bmas::gateway

@@ -1,0 +1,132 @@
+#pragma once
+
+// `bmas gateway`: the multi-tenant OpenAI-compatible front of a pool of vLLM (or `bmas engine`)
+// backends. Request path: authenticate -> limits -> fair queue -> route -> relay -> meter.
+//
+// Runs on one io_context thread (all state below is confined to it); SQLite work goes to a
+// StoreWorker thread. Users, keys and backends are re-read from the store every second, so
+// changes made with `bmas user`, `bmas key` and `bmas gateway backend` take effect live.
+
+#include <array>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/asio.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "gateway/fair_queue.h"
+#include "gateway/rate_limiter.h"
+#include "gateway/router.h"
+#include "gateway/store_worker.h"
+#include "gateway/upstream.h"
+#include "store/store.h"
+
+namespace bmas::gateway {
+
+struct GatewayOptions {
+  HttpServerOptions http;
+  std::vector<std::string> backends;  // base URLs given on the command line / config
+  RoutingPolicy routing = RoutingPolicy::kPrefixAffinity;
+  bool fair = true;                // vtc; false = FCFS
+  double reserve_fraction = 0.25;  // of a backend's admission limit, kept for other users
+  int default_capacity = 64;       // admission limit when a backend reports no max_num_seqs
+  std::chrono::milliseconds queue_timeout{30000};
+  std::chrono::milliseconds health_interval{1000};
+  std::chrono::milliseconds refresh_interval{1000};  // users, keys, backends from the store
+  std::chrono::milliseconds flush_interval{500};     // metered usage to the store
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::seconds upstream_timeout{600};  // a whole upstream response, at most
+};
+
+class Gateway {
+ public:
+  Gateway(net::io_context& io, GatewayOptions options, StorePtr store);
+  ~Gateway();
+
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  Result<uint16_t> Listen();
+  void Start();
+  // Stops accepting, lets in-flight requests finish up to `deadline`, flushes usage.
+  awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
+
+ private:
+  struct Backend;
+  struct Waiter;
+  struct ModelQueue;
+  struct Request;
+
+  awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
+                                   std::string target);
+  awaitable<std::optional<std::string>> Authenticate(const HttpRequest& request);
+
+  // Queues, relays and answers once; returns true when it failed before anything reached the
+  // client and another backend could take the request.
+  awaitable<bool> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
+  void CountStatus(int status);
+
+  // Queueing and admission.
+  void Dispatch(const std::string& model);
+  void Release(Backend& backend, const std::string& user, const std::string& model);
+
+  // One attempt at relaying to `backend`. Returns kUnavailable when it failed before anything
+  // reached the client (the caller may retry elsewhere).
+  awaitable<Result<void>> Relay(Backend& backend, Request& request, ResponseWriter& writer);
+  awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
+                                    bool& stale);
+  // One read of the response body into `chunk`; returns the bytes read.
+  static awaitable<size_t> ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                    http::response_parser<http::buffer_body>& parser,
+                                    std::array<char, 16384>& chunk, beast::error_code& ec);
+
+  // Background loops.
+  awaitable<void> HealthLoop();
+  awaitable<void> RefreshLoop();
+  awaitable<void> FlushLoop();
+  awaitable<void> CheckBackend(Backend& backend);
+  void SyncBackends(const std::vector<std::string>& stored);
+  awaitable<void> Flush();
+
+  void Meter(const Request& request, const Backend& backend, int64_t prompt_tokens,
+             int64_t completion_tokens);
+  std::string ModelsJson() const;
+  std::string RenderMetrics();
+  double Now() const;
+
+  net::io_context& io_;
+  GatewayOptions options_;
+  StoreWorker store_;
+  HttpServer http_;
+  RateLimiter limiter_;
+  Router router_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
+  Ticket next_ticket_ = 1;
+  bool stopping_ = false;
+  const std::chrono::steady_clock::time_point epoch_;
+
+  // Store snapshots, refreshed every second.
+  std::unordered_map<std::string, std::optional<std::string>> keys_;  // key -> user (or none)
+  std::unordered_map<std::string, UserLimits> users_;
+
+  // Metered usage not yet in the store: (minute, user, model, backend) -> delta.
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta> unflushed_;
+
+  MetricsRegistry metrics_;
+  std::map<std::string, Counter*> requests_by_status_;
+  std::map<std::tuple<std::string, std::string, std::string>, Counter*>
+      tokens_;  // user, model, kind
+  Histogram& queue_wait_;
+  Histogram& ttft_;
+  Histogram& e2e_;
+  Gauge& queue_depth_;
+};
+
+}  // namespace bmas::gateway

@@ -1,0 +1,84 @@
+#include "gateway/upstream.h"
+
+#include <fmt/format.h>
+
+namespace bmas::gateway {
+
+Result<BackendUrl> ParseBackendUrl(std::string_view url) {
+  std::string_view rest = url;
+  constexpr std::string_view kScheme = "http://";
+  if (rest.substr(0, kScheme.size()) != kScheme) {
+    return InvalidArgument(fmt::format("backend '{}' must start with http://", url), "backend");
+  }
+  rest.remove_prefix(kScheme.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  BackendUrl b;
+  b.base_path = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
+  size_t colon = authority.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == authority.size()) {
+    return InvalidArgument(fmt::format("backend '{}' needs host:port", url), "backend");
+  }
+  b.host = std::string(authority.substr(0, colon));
+  b.port = std::string(authority.substr(colon + 1));
+  for (char c : b.port) {
+    if (c < '0' || c > '9') {
+      return InvalidArgument(fmt::format("backend '{}': port '{}' is not a number", url, b.port),
+                             "backend");
+    }
+  }
+  b.url = fmt::format("http://{}{}", authority, b.base_path);
+  return b;
+}
+
+ConnectionPool::ConnectionPool(net::io_context& io, BackendUrl url) : io_(io), url_(std::move(url)) {}
+
+awaitable<Result<std::unique_ptr<beast::tcp_stream>>> ConnectionPool::Acquire(
+    std::chrono::milliseconds timeout, bool& reused) {
+  if (!idle_.empty()) {
+    auto s = std::move(idle_.back());
+    idle_.pop_back();
+    reused = true;
+    co_return std::move(s);
+  }
+  reused = false;
+  tcp::resolver resolver(io_);
+  beast::error_code ec;
+  auto endpoints = co_await resolver.async_resolve(url_.host, url_.port,
+                                                   net::redirect_error(use_awaitable, ec));
+  if (ec) {
+    co_return Error{ErrorCode::kUnavailable,
+                    fmt::format("cannot resolve backend {}: {}", url_.url, ec.message())};
+  }
+  auto stream = std::make_unique<beast::tcp_stream>(io_);
+  stream->expires_after(timeout);
+  co_await stream->async_connect(endpoints, net::redirect_error(use_awaitable, ec));
+  if (ec) {
+    co_return Error{ErrorCode::kUnavailable,
+                    fmt::format("cannot connect to backend {}: {}", url_.url, ec.message())};
+  }
+  stream->socket().set_option(tcp::no_delay(true), ec);
+  co_return std::move(stream);
+}
+
+void ConnectionPool::Release(std::unique_ptr<beast::tcp_stream> stream) {
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(stream));
+}
+
+std::string_view SseSplitter::Next() {
+  size_t end = buffer_.find("\n\n", consumed_);
+  if (end == std::string::npos) {
+    // Compact what was consumed, keeping the partial event.
+    if (consumed_ > 0) {
+      buffer_.erase(0, consumed_);
+      consumed_ = 0;
+    }
+    return {};
+  }
+  std::string_view event = std::string_view(buffer_).substr(consumed_, end + 2 - consumed_);
+  consumed_ = end + 2;
+  return event;
+}
+
+}  // namespace bmas::gateway
