@@ -250,8 +250,8 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
 
 void UpCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd_ = app.add_subcommand(
-      "up", "Start every bmas component on this machine (today: simulated engines) and print "
-            "what runs where; Ctrl-C stops them all");
+      "up", "Start every bmas component on this machine (today: simulated engines and the "
+            "gateway) and print what runs where; Ctrl-C stops them all");
   cmd_->add_option("--engines", engines_, "Number of simulated engines (default: [up] engines, 2)")
       ->check(CLI::Range(0, 64));
   cmd_->callback([this, &global] {

@@ -47,6 +47,14 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.engine.scheduling_policy, d.engine.scheduling_policy);
   EXPECT_EQ(c.up.engines, d.up.engines);
   EXPECT_EQ(c.up.engine_base_port, d.up.engine_base_port);
+  EXPECT_EQ(c.up.gateway, d.up.gateway);
+  EXPECT_EQ(c.gateway.routing, d.gateway.routing);
+  EXPECT_EQ(c.gateway.fairness, d.gateway.fairness);
+  EXPECT_EQ(c.gateway.backends, d.gateway.backends);
+  EXPECT_EQ(c.gateway.reserve_fraction, d.gateway.reserve_fraction);
+  EXPECT_EQ(c.gateway.default_capacity, d.gateway.default_capacity);
+  EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
+  EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
 }
 
 TEST_F(ConfigFileTest, ValuesAreRead) {
@@ -87,6 +95,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadConfigCase{"[engine]\nscheduling_policy = \"lifo\"\n",
                                     ":2: engine.scheduling_policy: \"lifo\" is not one of"},
                       BadConfigCase{"[up]\nengines = -1\n", ":2: up.engines"},
+                      BadConfigCase{"[gateway]\nrouting = \"random\"\n", ":2: gateway.routing"},
+                      BadConfigCase{"[gateway]\nbackends = [1]\n", ":2: gateway.backends"},
                       BadConfigCase{"[engine\n", ":1:"}));
 
 TEST(StateDirTest, FlagThenEnvironmentThenConfig) {

@@ -207,14 +207,52 @@ int RunUp(const UpOptions& options) {
     children.back().url = *url;
   }
 
+  const size_t num_engines = children.size();
+  if (config.up.gateway && num_engines > 0) {
+    Child g;
+    g.name = "gateway";
+    g.log = (fs::path(dir) / "logs" / "gateway.log").string();
+    std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
+    if (!config.source.empty()) {
+      args.push_back("--config");
+      args.push_back(config.source);
+    }
+    args.push_back("gateway");
+    for (size_t i = 0; i < num_engines; ++i) {
+      args.push_back("--backend");
+      args.push_back(children[i].url);
+    }
+    auto spawned = Spawn(args, g.log);
+    if (!spawned) return fail(fmt::format("gateway: {}", spawned.error().message));
+    g.pid = spawned->first;
+    children.push_back(g);
+    auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
+    close(spawned->second);
+    if (!url) {
+      return fail(fmt::format("gateway {}; its log {} ends with:\n{}", url.error().message, g.log,
+                              LogTail(g.log)));
+    }
+    children.back().url = *url;
+  }
+
   std::string summary;
   for (const Child& c : children) {
-    summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n", c.name,
-                           c.url, e.model, e.profile);
+    if (c.name == "gateway") {
+      summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
+                             "over the engines\n",
+                             c.name, c.url, config.gateway.routing, config.gateway.fairness);
+    } else {
+      summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n",
+                             c.name, c.url, e.model, e.profile);
+    }
     summary += fmt::format("  {:<10} {:<28} log {}\n", "", "", c.log);
   }
   if (children.empty()) summary = "  (no components configured: [up] engines = 0)\n";
   fmt::print("{}", summary);
+  if (num_engines > 0 && config.up.gateway) {
+    fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
+               "--state-dir)\n");
+  }
   std::ofstream(fs::path(dir) / "run" / "up.txt") << summary;
   fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
   std::fflush(stdout);

@@ -1,7 +1,8 @@
 #pragma once
 
 // `bmas up`: starts every bmas component this machine can run, prints what runs where, and
-// stops all of it on Ctrl-C (SIGINT) or SIGTERM. Today: simulated engines.
+// stops all of it on Ctrl-C (SIGINT) or SIGTERM. Today: simulated engines and the gateway
+// in front of them.
 
 #include <string>
 

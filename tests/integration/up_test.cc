@@ -22,15 +22,19 @@ using ::testing::Not;
 
 constexpr std::string_view kInstantConfig = "[engine]\nprofile = \"instant\"\n";
 
-// The engine URLs in `bmas up`'s summary.
-std::vector<std::string> EngineUrls(const std::string& text) {
+// The URLs of the components named `prefix...` ("engine-", "gateway") in `bmas up`'s summary.
+std::vector<std::string> ComponentUrls(const std::string& text, const std::string& prefix) {
   std::vector<std::string> urls;
-  static const std::regex kUrl(R"(http://127\.0\.0\.1:[0-9]+)");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), kUrl); it != std::sregex_iterator();
+  static const std::regex kLine(R"(\n  ([a-z0-9-]+) +(http://127\.0\.0\.1:[0-9]+))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kLine); it != std::sregex_iterator();
        ++it) {
-    urls.push_back(it->str());
+    if ((*it)[1].str().rfind(prefix, 0) == 0) urls.push_back((*it)[2].str());
   }
   return urls;
+}
+
+std::vector<std::string> EngineUrls(const std::string& text) {
+  return ComponentUrls(text, "engine-");
 }
 
 TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
@@ -62,6 +66,16 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
     // The engines run with the config file's settings.
     EXPECT_THAT(models->body, HasSubstr(R"("profile":"instant")"));
   }
+
+  // The gateway runs in front of the engines; without a key it answers 401.
+  std::vector<std::string> gateway = ComponentUrls(p.stdout_text(), "gateway");
+  ASSERT_EQ(gateway.size(), 1u) << p.stdout_text();
+  const uint16_t gateway_port = PortOfUrl(gateway[0]);
+  ports.push_back(gateway_port);
+  HttpClient client(gateway_port);
+  auto unauthorized = client.Get("/v1/models");
+  ASSERT_TRUE(unauthorized) << unauthorized.error().message;
+  EXPECT_EQ(unauthorized->status, 401);
 
   p.Signal(SIGINT);
   auto status = p.Wait(20s);
