@@ -47,6 +47,22 @@ bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& p
   return true;
 }
 
+// The sum of a metric's samples in Prometheus text (0 when absent).
+double MetricSum(std::string_view text, std::string_view name) {
+  double sum = 0;
+  size_t pos = 0;
+  while ((pos = text.find(name, pos)) != std::string_view::npos) {
+    const bool line_start = pos == 0 || text[pos - 1] == '\n';
+    pos += name.size();
+    if (!line_start || pos >= text.size() || (text[pos] != '{' && text[pos] != ' ')) continue;
+    size_t eol = text.find('\n', pos);
+    std::string_view line = text.substr(pos, eol == std::string_view::npos ? text.npos : eol - pos);
+    size_t space = line.rfind(' ');
+    if (space != std::string_view::npos) sum += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
+  }
+  return sum;
+}
+
 }  // namespace
 
 struct Gateway::Backend {
@@ -558,6 +574,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       co_await writer.Send(status, type, std::move(body));
     }
   } else if (co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
+    auto queue = queues_.find(r.model);
+    FairQueue* mq_charge = queue != queues_.end() ? &queue->second->queue : nullptr;
     SseSplitter events;
     std::string out;
     bool done = false, usage_seen = false, first = true, client_gone = false;
@@ -576,6 +594,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
           forward = r.client_wants_usage;
         } else {
           ++content_events;
+          // Output counts for fairness as it streams, not only when the request ends.
+          if (mq_charge != nullptr) mq_charge->Charge(r.user, r.weight, 1);
         }
         if (forward) out.append(e);
       }
@@ -591,7 +611,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       prompt_tokens = r.prompt_estimate;
       completion_tokens = content_events;
     }
-    Meter(r, b, prompt_tokens, completion_tokens);
+    Meter(r, b, prompt_tokens, completion_tokens, /*already_charged=*/content_events);
     if (!done && writer.ok()) {
       std::string error =
           "data: " +
@@ -620,7 +640,8 @@ awaitable<size_t> Gateway::ReadSome(beast::tcp_stream& stream, beast::flat_buffe
   co_return chunk.size() - parser.get().body().size;
 }
 
-void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion) {
+void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion,
+                    int64_t already_charged) {
   const int64_t minute = UnixNow() / 60;
   auto key = std::make_tuple(minute, r.user, r.model, b.state.id);
   UsageDelta& d = unflushed_[key];
@@ -630,7 +651,12 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
   d.completion_tokens += completion;
   limiter_.OnTokens(r.user, prompt + completion, UnixNowSeconds());
   auto mq = queues_.find(r.model);
-  if (mq != queues_.end()) mq->second->queue.Charge(r.user, r.weight, completion);
+  // The fair queue was charged the prompt estimate at admission and streamed tokens as they
+  // passed; the rest of the true usage is charged now.
+  if (mq != queues_.end()) {
+    mq->second->queue.Charge(r.user, r.weight,
+                             prompt - r.prompt_estimate + completion - already_charged);
+  }
   for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
     auto k = std::make_tuple(r.user, r.model, std::string(kind));
     auto it = tokens_.find(k);
@@ -716,6 +742,15 @@ awaitable<void> Gateway::CheckBackend(Backend& b) {
     }
     healthy = !b.models.empty();
   }
+  if (healthy) {
+    // The engine's own view of its load, for least_load routing (vLLM's metric names).
+    auto metrics = co_await get("/metrics");
+    if (metrics) {
+      b.state.engine_waiting = static_cast<int>(MetricSum(*metrics, "vllm:num_requests_waiting"));
+      b.state.engine_running = static_cast<int>(MetricSum(*metrics, "vllm:num_requests_running"));
+      b.state.kv_usage = MetricSum(*metrics, "vllm:kv_cache_usage_perc");
+    }
+  }
   ++b.checks;
   b.checked = true;
   b.state.healthy = healthy;
@@ -795,6 +830,7 @@ awaitable<void> Gateway::RefreshLoop() {
       for (auto& [k, u] : snapshot.keys) keys_[k] = u;
       users_ = std::move(snapshot.users);
       SyncBackends(snapshot.backends);
+      if (++refreshes_ % 60 == 0) limiter_.Prune(UnixNowSeconds());
     } else {
       spdlog::warn("gateway: cannot read the store; keeping the last users and keys");
     }

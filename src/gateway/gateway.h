@@ -94,8 +94,9 @@ class Gateway {
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
 
+  // Records usage, and charges the fair queue what it was not charged yet.
   void Meter(const Request& request, const Backend& backend, int64_t prompt_tokens,
-             int64_t completion_tokens);
+             int64_t completion_tokens, int64_t already_charged = 0);
   std::string ModelsJson() const;
   std::string RenderMetrics();
   double Now() const;
@@ -109,6 +110,7 @@ class Gateway {
   std::vector<std::unique_ptr<Backend>> backends_;
   std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
   Ticket next_ticket_ = 1;
+  uint64_t refreshes_ = 0;
   bool stopping_ = false;
   const std::chrono::steady_clock::time_point epoch_;
 
