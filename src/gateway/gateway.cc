@@ -130,7 +130,7 @@ Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
       queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")) {
   for (const std::string& url : options_.backends) {
     auto parsed = ParseBackendUrl(url);
-    if (parsed) backends_.push_back(std::make_unique<Backend>(io_, *parsed, false));
+    if (parsed) backends_.push_back(std::make_shared<Backend>(io_, *parsed, false));
   }
 }
 
@@ -355,13 +355,28 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
   mq.queue.Push(ticket, r.user, r.weight);
   const Clock::time_point queued = Clock::now();
   Dispatch(r.model);
+  bool client_gone = false;
   if (waiter.backend == nullptr) {
+    // A client that leaves while queued gives its place up.
+    writer.WatchForDisconnect([&client_gone, &waiter] {
+      client_gone = true;
+      waiter.wake.cancel();
+    });
     waiter.wake.expires_after(options_.queue_timeout);
     beast::error_code ec;
     co_await waiter.wake.async_wait(net::redirect_error(use_awaitable, ec));
+    writer.StopWatching();
   }
   bool retry = false;
-  if (waiter.backend == nullptr) {
+  if (client_gone) {
+    if (waiter.backend != nullptr) {
+      Release(*waiter.backend, r.user, r.model);
+    } else {
+      mq.queue.Remove(ticket);
+      mq.waiters.erase(ticket);
+    }
+    CountStatus(499);  // nginx's "client closed request"
+  } else if (waiter.backend == nullptr) {
     mq.queue.Remove(ticket);
     mq.waiters.erase(ticket);
     CountStatus(503);
@@ -677,23 +692,18 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
 awaitable<void> Gateway::HealthLoop() {
   net::steady_timer timer(io_);
   while (!stopping_) {
-    // Checks run one after another; a dead backend costs at most the connect timeout.
-    std::vector<Backend*> all;
-    for (const auto& b : backends_) all.push_back(b.get());
-    for (Backend* b : all) {
-      if (std::find_if(backends_.begin(), backends_.end(),
-                       [b](const auto& p) { return p.get() == b; }) == backends_.end()) {
-        continue;  // removed meanwhile
-      }
-      co_await CheckBackend(*b);
-    }
+    // Checks run one after another; a dead backend costs at most the connect timeout. A
+    // backend removed meanwhile stays alive through its check (shared ownership).
+    std::vector<std::shared_ptr<Backend>> all(backends_.begin(), backends_.end());
+    for (const auto& b : all) co_await CheckBackend(b);
     timer.expires_after(options_.health_interval);
     beast::error_code ec;
     co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
   }
 }
 
-awaitable<void> Gateway::CheckBackend(Backend& b) {
+awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
+  Backend& b = *backend;
   // A short-lived connection per check: health must not depend on the request pool.
   auto get = [&](std::string path) -> awaitable<Result<std::string>> {
     ConnectionPool probe(io_, b.pool.url());
@@ -769,9 +779,8 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
                            [&](const auto& b) { return b->state.id == parsed->url; });
     if (it == backends_.end()) {
       spdlog::info("gateway: backend {} added", parsed->url);
-      backends_.push_back(std::make_unique<Backend>(io_, *parsed, true));
-      Backend& b = *backends_.back();
-      net::co_spawn(io_, CheckBackend(b), LogFailure("gateway backend check"));
+      backends_.push_back(std::make_shared<Backend>(io_, *parsed, true));
+      net::co_spawn(io_, CheckBackend(backends_.back()), LogFailure("gateway backend check"));
     } else if ((*it)->state.draining) {
       (*it)->state.draining = false;
     }

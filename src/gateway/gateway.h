@@ -90,7 +90,7 @@ class Gateway {
   awaitable<void> HealthLoop();
   awaitable<void> RefreshLoop();
   awaitable<void> FlushLoop();
-  awaitable<void> CheckBackend(Backend& backend);
+  awaitable<void> CheckBackend(std::shared_ptr<Backend> backend);
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
 
@@ -107,7 +107,7 @@ class Gateway {
   HttpServer http_;
   RateLimiter limiter_;
   Router router_;
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::shared_ptr<Backend>> backends_;  // shared with health checks in flight
   std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
   Ticket next_ticket_ = 1;
   uint64_t refreshes_ = 0;
