@@ -31,6 +31,13 @@ std::vector<double> LatencyBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 }
 
+// The gateway's reused parser; replaced first if an earlier large document grew its buffers
+// past 1 MiB, so that one large body does not stay in memory.
+simdjson::dom::parser& Reusable(std::unique_ptr<simdjson::dom::parser>& parser) {
+  if (parser->capacity() > (size_t{1} << 20)) parser = std::make_unique<simdjson::dom::parser>();
+  return *parser;
+}
+
 // Reads usage.prompt_tokens / usage.completion_tokens from a JSON response or chunk.
 bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& prompt,
                 int64_t& completion) {
@@ -118,6 +125,7 @@ Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
       http_(io, options_.http, [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
       router_(options_.routing),
       epoch_(Clock::now()),
+      json_(std::make_unique<simdjson::dom::parser>()),
       queue_wait_(metrics_.AddHistogram("bmas_gateway_queue_wait_seconds",
                                         "Time requests waited in the fair queue.", "",
                                         LatencyBuckets())),
@@ -199,13 +207,26 @@ awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& r
   }
   std::string key(header.substr(kBearer.size()));
   if (auto it = keys_.find(key); it != keys_.end()) co_return it->second;
-  auto check = [key](Store& store) -> std::optional<std::string> {
-    auto who = store.Authenticate(key);
-    return who ? *who : std::nullopt;
+  // A key not seen before: ask the store for its user and that user's limits in one go, so
+  // that a user added a moment ago is limited from their first request.
+  struct Found {
+    std::optional<std::string> user;
+    std::optional<UserLimits> limits;
   };
-  std::optional<std::string> user = co_await store_.Run(std::move(check));
-  if (keys_.size() < 100000) keys_[key] = user;  // refreshed every second
-  co_return user;
+  auto check = [key](Store& store) {
+    Found found;
+    auto who = store.Authenticate(key);
+    if (!who || !*who) return found;
+    auto user = store.FindUser(**who);
+    if (!user || !*user) return found;  // removed meanwhile: no access
+    found.user = **who;
+    found.limits = (*user)->limits;
+    return found;
+  };
+  Found found = co_await store_.Run(std::move(check));
+  if (found.user) users_[*found.user] = *found.limits;
+  if (keys_.size() < 100000) keys_[key] = found.user;  // refreshed every second
+  co_return found.user;
 }
 
 awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
@@ -234,7 +255,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   r.start = start;
   {
     // Only what routing, queuing and metering need; the backend validates the rest.
-    simdjson::dom::parser parser;
+    simdjson::dom::parser& parser = Reusable(json_);
     simdjson::dom::element doc;
     const std::string& body = request.body();
     if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
@@ -564,7 +585,6 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   const std::string content_type(parser.get()[http::field::content_type]);
   const bool sse = status == http::status::ok && content_type.rfind("text/event-stream", 0) == 0;
   std::array<char, 16384> chunk;
-  simdjson::dom::parser json;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Result<void> result;
 
@@ -579,9 +599,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
                      fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
     } else {
       if (status == http::status::ok &&
-          ParseUsage(json, body, prompt_tokens, completion_tokens)) {
+          ParseUsage(Reusable(json_), body, prompt_tokens, completion_tokens)) {
         Meter(r, b, prompt_tokens, completion_tokens);
       }
+      // The watch's callback closes `up`: it must end before the pool owns `up` (and may
+      // lend it to another request or destroy it) while the response is still written.
+      writer.StopWatching();
       if (parser.keep_alive()) b.pool.Release(std::move(up));
       // The view is made outside the co_await: GCC 12 destroys temporaries in it twice.
       const std::string_view type =
@@ -605,7 +628,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
           done = true;
         } else if (e.find("\"choices\":[]") != std::string_view::npos &&
                    e.find("\"usage\"") != std::string_view::npos) {
-          usage_seen = ParseUsage(json, e.substr(6), prompt_tokens, completion_tokens);
+          usage_seen = ParseUsage(Reusable(json_), e.substr(6), prompt_tokens, completion_tokens);
           forward = r.client_wants_usage;
         } else {
           ++content_events;
@@ -639,6 +662,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
     if (writer.ok()) co_await writer.EndStream();
     if (parser.is_done() && parser.keep_alive() && !ec && !client_gone) {
+      writer.StopWatching();  // as above: before the pool owns `up`
       b.pool.Release(std::move(up));
     }
   }

@@ -26,6 +26,10 @@
 #include "gateway/upstream.h"
 #include "store/store.h"
 
+namespace simdjson::dom {
+class parser;
+}
+
 namespace bmas::gateway {
 
 struct GatewayOptions {
@@ -120,6 +124,11 @@ class Gateway {
 
   // Metered usage not yet in the store: (minute, user, model, backend) -> delta.
   std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta> unflushed_;
+
+  // Parses request bodies and usage chunks, keeping its buffers from one document to the next
+  // (a parse then allocates nothing). Each use finishes with the document before its next
+  // co_await.
+  std::unique_ptr<simdjson::dom::parser> json_;
 
   MetricsRegistry metrics_;
   std::map<std::string, Counter*> requests_by_status_;

@@ -159,27 +159,43 @@ class SqliteStore final : public Store {
   Result<void> Init() {
     // Another process may hold the write lock briefly (a gateway flushing usage).
     sqlite3_busy_timeout(db_, 5000);
-    if (auto r = Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
-        !r) {
-      return r;
+    // Switching to WAL can report SQLITE_BUSY at once, without the busy timeout, while another
+    // process opens the same new file: retry for a while.
+    Result<void> wal;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      wal = Exec("PRAGMA journal_mode=WAL;");
+      if (wal || sqlite3_errcode(db_) != SQLITE_BUSY) break;
+      sqlite3_sleep(50);
     }
-    Statement v(db_, "PRAGMA user_version");
-    if (!v.ok() || v.Step() != SQLITE_ROW) return Fail("reading the schema version");
-    int version = static_cast<int>(v.Int(0));
+    if (!wal) return wal;
+    if (auto r = Exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !r) return r;
+    // Read the version and migrate inside one write transaction, so that two processes opening
+    // the same store at once cannot both migrate.
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
+    int version = 0;
+    {
+      Statement v(db_, "PRAGMA user_version");
+      if (!v.ok() || v.Step() != SQLITE_ROW) {
+        Exec("ROLLBACK;");
+        return Fail("reading the schema version");
+      }
+      version = static_cast<int>(v.Int(0));
+    }
     if (version > kSchemaVersion) {
+      Exec("ROLLBACK;");
       return Error{ErrorCode::kInvalidArgument,
                    fmt::format("{} has schema version {}, newer than this bmas knows ({}): use "
                                "the newer bmas that wrote it",
                                path_, version, kSchemaVersion)};
     }
     for (int i = version; i < kSchemaVersion; ++i) {
-      std::string sql = fmt::format("BEGIN IMMEDIATE; {} PRAGMA user_version = {}; COMMIT;",
-                                    kMigrations[i], i + 1);
+      std::string sql = fmt::format("{} PRAGMA user_version = {};", kMigrations[i], i + 1);
       if (auto r = Exec(sql.c_str()); !r) {
         Exec("ROLLBACK;");
         return r;
       }
     }
+    if (auto r = Exec("COMMIT;"); !r) return r;
     version_ = kSchemaVersion;
     return {};
   }

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -89,9 +90,8 @@ std::string ExitStatus::ToString() const {
   return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
 }
 
-Result<std::unique_ptr<Process>> Process::Start(
-    const std::vector<std::string>& args,
-    const std::vector<std::pair<std::string, std::string>>& env) {
+Result<std::unique_ptr<Process>> Process::Start(const std::vector<std::string>& args,
+                                                const EnvList& env) {
   auto binary = BmasBinary();
   if (!binary) return binary.error();
   auto dir = std::make_unique<TempDir>();
@@ -244,23 +244,65 @@ ExitStatus Process::Stop(std::chrono::milliseconds grace) {
   return ExitStatus{};
 }
 
-Result<std::unique_ptr<EngineProcess>> EngineProcess::Start(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"engine", "--port", "0"};
+namespace {
+
+struct Listening {
+  std::unique_ptr<Process> process;
+  uint16_t port;
+  std::string url;
+};
+
+// Starts `bmas COMMAND --port 0 ARGS...` and reads its "bmas COMMAND: listening on URL" line.
+Result<Listening> StartServer(const std::string& command, const std::vector<std::string>& args,
+                              const EnvList& env) {
+  std::vector<std::string> all = {command, "--port", "0"};
   all.insert(all.end(), args.begin(), args.end());
-  auto process = Process::Start(all);
+  auto process = Process::Start(all, env);
   if (!process) return process.error();
   auto line = (*process)->WaitForLine("listening on", 10s);
   if (!line) return line.error();
   const size_t at = line->find("http://");
-  if (!line->starts_with("bmas engine: listening on http://127.0.0.1:") ||
+  if (!line->starts_with("bmas " + command + ": listening on http://127.0.0.1:") ||
       at == std::string::npos) {
-    return Internal("unexpected first line from bmas engine: " + *line);
+    return Internal(fmt::format("unexpected first line from bmas {}: {}", command, *line));
   }
   std::string url = line->substr(at);
   uint16_t port = PortOfUrl(url);
-  if (port == 0) return Internal("no port in the engine's line: " + *line);
+  if (port == 0) return Internal(fmt::format("no port in the {}'s line: {}", command, *line));
+  return Listening{std::move(*process), port, std::move(url)};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<EngineProcess>> EngineProcess::Start(const std::vector<std::string>& args) {
+  auto started = StartServer("engine", args, {});
+  if (!started) return started.error();
   return std::unique_ptr<EngineProcess>(
-      new EngineProcess(std::move(*process), port, std::move(url)));
+      new EngineProcess(std::move(started->process), started->port, std::move(started->url)));
+}
+
+Result<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(const std::vector<std::string>& args,
+                                                              const EnvList& env) {
+  auto started = StartServer("gateway", args, env);
+  if (!started) return started.error();
+  return std::unique_ptr<GatewayProcess>(
+      new GatewayProcess(std::move(started->process), started->port, std::move(started->url)));
+}
+
+Result<CliRun> RunBmas(const std::vector<std::string>& args, const EnvList& env,
+                       std::chrono::milliseconds timeout) {
+  auto process = Process::Start(args, env);
+  if (!process) return process.error();
+  Process& p = **process;
+  const auto until = Clock::now() + timeout;
+  p.DrainStdout(timeout);
+  std::optional<ExitStatus> status = p.Wait(Left(until));
+  if (!status) {
+    p.Stop(1s);
+    return Internal(fmt::format("`bmas {}` did not exit within {} ms; stderr:\n{}",
+                                fmt::join(args, " "), timeout.count(), p.StderrText()));
+  }
+  return CliRun{*status, p.stdout_text(), p.StderrText()};
 }
 
 uint16_t PortOfUrl(std::string_view url) {

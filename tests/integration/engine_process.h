@@ -5,8 +5,9 @@
 // Process starts $BMAS_BINARY (set by bmas_add_test) with given arguments, its stdout on a
 // pipe that the test reads line by line with a deadline and its stderr in a file. The
 // destructor stops what is still running: SIGTERM, then SIGKILL after a grace period.
-// EngineProcess wraps `bmas engine --port 0 ...` and parses the port from its "listening on"
-// line. Not thread-safe; use from the test's thread.
+// EngineProcess and GatewayProcess wrap `bmas engine|gateway --port 0 ...` and parse the port
+// from their "listening on" line; RunBmas runs a short command (`bmas user add ...`) to its
+// end. Not thread-safe; use from the test's thread.
 
 #include <sys/types.h>
 
@@ -25,6 +26,9 @@ namespace bmas::testing {
 
 using std::chrono_literals::operator""ms;
 using std::chrono_literals::operator""s;
+
+// Environment entries (NAME, value) for a child.
+using EnvList = std::vector<std::pair<std::string, std::string>>;
 
 // The bmas binary under test: $BMAS_BINARY.
 Result<std::string> BmasBinary();
@@ -58,9 +62,8 @@ class Process {
  public:
   // Starts $BMAS_BINARY with `args`; `env` entries (NAME, value) are added to (or replace in)
   // this process's environment.
-  static Result<std::unique_ptr<Process>> Start(
-      const std::vector<std::string>& args,
-      const std::vector<std::pair<std::string, std::string>>& env = {});
+  static Result<std::unique_ptr<Process>> Start(const std::vector<std::string>& args,
+                                                const EnvList& env = {});
 
   ~Process();  // Stop(5s) unless it already ended
   Process(const Process&) = delete;
@@ -117,6 +120,40 @@ class EngineProcess {
   uint16_t port_;
   std::string url_;
 };
+
+// `bmas gateway --port 0 ARGS...` with `env` added (BMAS_STATE_DIR, typically), started and
+// listening.
+class GatewayProcess {
+ public:
+  // Starts the gateway and waits (up to 10 s) for its "listening on" line. Its backends may
+  // not have passed their first health check yet.
+  static Result<std::unique_ptr<GatewayProcess>> Start(const std::vector<std::string>& args,
+                                                       const EnvList& env = {});
+
+  uint16_t port() const { return port_; }
+  const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
+  Process& process() { return *process_; }
+
+ private:
+  GatewayProcess(std::unique_ptr<Process> process, uint16_t port, std::string url)
+      : process_(std::move(process)), port_(port), url_(std::move(url)) {}
+
+  std::unique_ptr<Process> process_;
+  uint16_t port_;
+  std::string url_;
+};
+
+// What a finished `bmas ...` command did.
+struct CliRun {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+// Runs `bmas ARGS...` with `env` added until it exits; fails when it cannot start or is still
+// running after `timeout` (then it is killed).
+Result<CliRun> RunBmas(const std::vector<std::string>& args, const EnvList& env = {},
+                       std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // The port of an "http://HOST:PORT" URL, or 0.
 uint16_t PortOfUrl(std::string_view url);

@@ -5,18 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include <csignal>
 #include <cstring>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine_process.h"
 #include "http_client.h"
+#include "test_helpers.h"
 
 namespace bmas::testing {
 namespace {
@@ -28,53 +26,7 @@ using ::testing::StartsWith;
 constexpr std::string_view kModel = "meta-llama/Llama-3.1-8B-Instruct";
 constexpr std::string_view kModelLabel = R"(model_name="meta-llama/Llama-3.1-8B-Instruct")";
 
-// ---- JSON helpers -------------------------------------------------------------------------
-
-std::string Quote(std::string_view s) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-  return std::string(buf.GetString(), buf.GetSize());
-}
-
-rapidjson::Document ParseJson(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  EXPECT_FALSE(doc.HasParseError()) << "not JSON: " << text;
-  if (doc.HasParseError()) doc.SetObject();
-  return doc;
-}
-
-// The member `key` of `v`, or a static null when `v` is no object or lacks it.
-const rapidjson::Value& At(const rapidjson::Value& v, const char* key) {
-  static const rapidjson::Value kNull;
-  if (!v.IsObject()) return kNull;
-  auto it = v.FindMember(key);
-  return it == v.MemberEnd() ? kNull : it->value;
-}
-
-const rapidjson::Value& At(const rapidjson::Value& v, int index) {
-  static const rapidjson::Value kNull;
-  if (!v.IsArray() || index < 0 || static_cast<rapidjson::SizeType>(index) >= v.Size()) {
-    return kNull;
-  }
-  return v[static_cast<rapidjson::SizeType>(index)];
-}
-
-std::string Str(const rapidjson::Value& v) {
-  return v.IsString() ? v.GetString() : "<not a string>";
-}
-int64_t Int(const rapidjson::Value& v) { return v.IsInt64() ? v.GetInt64() : -1; }
-
 // ---- Request bodies ---------------------------------------------------------------------
-
-// A prompt of exactly `n` tokens: the engine's tokenizer makes one token of a space followed
-// by up to four letters or digits, so " t0 t1 ... t999 t0 ..." has one token per word.
-std::string PromptOfTokens(int n) {
-  std::string p;
-  for (int i = 0; i < n; ++i) p += fmt::format(" t{}", i % 1000);
-  return p;
-}
 
 std::string CompletionBody(std::string_view prompt, int max_tokens, std::string_view extra = "") {
   return fmt::format(R"({{"model":{},"prompt":{},"max_tokens":{}{}{}}})", Quote(kModel),
@@ -101,21 +53,6 @@ std::vector<std::string> SplitTokens(std::string_view text) {
 }
 
 // ---- Metrics ----------------------------------------------------------------------------
-
-// The value of one series, e.g. `vllm:num_requests_running{model_name="m"}`.
-std::optional<double> MetricValue(const std::string& text, std::string_view series) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
-      return std::stod(std::string(line.substr(series.size() + 1)));
-    }
-    pos = end + 1;
-  }
-  return std::nullopt;
-}
 
 std::string Series(std::string_view name, std::string_view extra_labels = "") {
   return fmt::format("{}{{{}{}{}}}", name, kModelLabel, extra_labels.empty() ? "" : ",",
@@ -179,17 +116,6 @@ class EngineTest : public ::testing::Test {
     return std::move(*s);
   }
 
-  // Polls `done` every 10 ms for up to `timeout`.
-  template <typename F>
-  static bool Eventually(F done, std::chrono::milliseconds timeout = 5s) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-      if (done()) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return done();
-  }
-
   std::unique_ptr<EngineProcess> engine_;
   std::unique_ptr<HttpClient> client_;
 };
@@ -201,23 +127,6 @@ class InstantEngineTest : public EngineTest {
                  "--block-size", "16"});
   }
 };
-
-// Checks an OpenAI error response: status, and {"error": {message, type, param, code}}.
-void ExpectError(const HttpResponse& r, int status, std::optional<std::string> param) {
-  EXPECT_EQ(r.status, status) << r.body;
-  EXPECT_THAT(r.content_type, StartsWith("application/json"));
-  auto doc = ParseJson(r.body);
-  const auto& e = At(doc, "error");
-  ASSERT_TRUE(e.IsObject()) << r.body;
-  EXPECT_TRUE(At(e, "message").IsString() && At(e, "message").GetStringLength() > 0) << r.body;
-  EXPECT_TRUE(At(e, "type").IsString()) << r.body;
-  EXPECT_EQ(Int(At(e, "code")), status) << r.body;
-  if (param) {
-    EXPECT_EQ(Str(At(e, "param")), *param) << r.body;
-  } else {
-    EXPECT_TRUE(At(e, "param").IsNull()) << r.body;
-  }
-}
 
 // ---- Non-streaming ----------------------------------------------------------------------
 

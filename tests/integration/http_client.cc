@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace bmas::testing {
 
 // One TCP connection with its own io_context; each blocking call runs one asynchronous
@@ -43,6 +45,13 @@ class Connection {
   std::chrono::milliseconds timeout_;
 };
 
+std::optional<std::string> FindHeader(const HeaderList& headers, std::string_view name) {
+  for (const auto& [n, v] : headers) {
+    if (beast::iequals(n, name)) return v;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 http::request<http::string_body> MakeRequest(http::verb method, std::string_view target,
@@ -54,6 +63,7 @@ http::request<http::string_body> MakeRequest(http::verb method, std::string_view
   if (!body.empty() || method == http::verb::post) {
     req.set(http::field::content_type, options.content_type);
   }
+  for (const auto& [name, value] : options.headers) req.set(name, value);
   req.body() = std::move(body);
   if (options.chunked) {
     req.chunked(true);
@@ -67,12 +77,26 @@ Error Failed(std::string_view step, const beast::error_code& ec) {
   return Internal(fmt::format("{} failed: {}", step, ec.message()));
 }
 
+template <typename Fields>
+HeaderList HeadersOf(const Fields& fields) {
+  HeaderList out;
+  for (const auto& f : fields) {
+    out.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  }
+  return out;
+}
+
 }  // namespace
 
 HttpClient::HttpClient(uint16_t port, std::chrono::milliseconds timeout)
     : port_(port), timeout_(timeout) {}
 
 HttpClient::~HttpClient() = default;
+
+void HttpClient::SetDefaultHeader(std::string name, std::string value) {
+  std::erase_if(default_headers_, [&](const auto& h) { return beast::iequals(h.first, name); });
+  default_headers_.emplace_back(std::move(name), std::move(value));
+}
 
 Result<HttpResponse> HttpClient::Get(std::string_view target) {
   return Request(http::verb::get, target, "");
@@ -93,7 +117,9 @@ Result<HttpResponse> HttpClient::Request(http::verb method, std::string_view tar
     ++connections_opened_;
   }
   Connection& c = *connection_;
-  auto req = MakeRequest(method, target, port_, std::move(body), options);
+  RequestOptions all = options;
+  all.headers.insert(all.headers.begin(), default_headers_.begin(), default_headers_.end());
+  auto req = MakeRequest(method, target, port_, std::move(body), all);
   if (auto ec = c.Run([&](auto h) { http::async_write(c.stream(), req, std::move(h)); })) {
     connection_.reset();
     return Failed("write", ec);
@@ -111,6 +137,7 @@ Result<HttpResponse> HttpClient::Request(http::verb method, std::string_view tar
   out.body = std::move(res.body());
   out.content_type = std::string(res[http::field::content_type]);
   out.keep_alive = res.keep_alive();
+  out.headers = HeadersOf(res.base());
   if (!out.keep_alive) connection_.reset();
   return out;
 }
@@ -121,18 +148,22 @@ struct SseStream::Parser {
 
 SseStream::SseStream(std::unique_ptr<Connection> connection, std::chrono::milliseconds timeout)
     : connection_(std::move(connection)), parser_(std::make_unique<Parser>()), timeout_(timeout) {
-  parser_->parser.body_limit(boost::none);
+  // Not boost::none: Boost 1.74 compares a Content-Length with a disabled limit as larger.
+  parser_->parser.body_limit(std::numeric_limits<std::uint64_t>::max());
 }
 
 SseStream::~SseStream() = default;
 
 Result<std::unique_ptr<SseStream>> SseStream::Open(uint16_t port, std::string_view target,
                                                    std::string body,
-                                                   std::chrono::milliseconds timeout) {
+                                                   std::chrono::milliseconds timeout,
+                                                   const HeaderList& headers) {
   auto connection = std::make_unique<Connection>(timeout);
   if (auto ec = connection->Connect(port)) return Failed("connect", ec);
   Connection& c = *connection;
-  auto req = MakeRequest(http::verb::post, target, port, std::move(body), {});
+  RequestOptions options;
+  options.headers = headers;
+  auto req = MakeRequest(http::verb::post, target, port, std::move(body), options);
   req.set(http::field::accept, "text/event-stream");
   if (auto ec = c.Run([&](auto h) { http::async_write(c.stream(), req, std::move(h)); })) {
     return Failed("write", ec);
@@ -146,6 +177,7 @@ Result<std::unique_ptr<SseStream>> SseStream::Open(uint16_t port, std::string_vi
   const auto& head = s->parser_->parser.get();
   s->status_ = head.result_int();
   s->content_type_ = std::string(head[http::field::content_type]);
+  s->headers_ = HeadersOf(head.base());
   return s;
 }
 

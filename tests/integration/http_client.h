@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/asio.h"
@@ -20,16 +21,28 @@
 
 namespace bmas::testing {
 
+// Header fields as (name, value), in the order sent or received.
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// The value of the first field named `name` (case-insensitive), or nullopt.
+std::optional<std::string> FindHeader(const HeaderList& headers, std::string_view name);
+
 struct HttpResponse {
   int status = 0;
   std::string body;
   std::string content_type;
   bool keep_alive = false;
+  HeaderList headers;  // every field of the response header
+
+  std::optional<std::string> Header(std::string_view name) const {
+    return FindHeader(headers, name);
+  }
 };
 
 struct RequestOptions {
   std::string content_type = "application/json";
   bool chunked = false;  // send the body with chunked transfer encoding, no Content-Length
+  HeaderList headers;    // more fields; one named like a field the client sets replaces it
 };
 
 class Connection;
@@ -50,25 +63,30 @@ class HttpClient {
   // How many TCP connections this client has opened.
   int connections_opened() const { return connections_opened_; }
 
+  // A field sent with every later request (e.g. Authorization); replaces one of the same name.
+  void SetDefaultHeader(std::string name, std::string value);
+
  private:
   uint16_t port_;
   std::chrono::milliseconds timeout_;
+  HeaderList default_headers_;
   std::unique_ptr<Connection> connection_;
   int connections_opened_ = 0;
 };
 
 class SseStream {
  public:
-  // Connects, POSTs `body` to `target` and reads the response header.
+  // Connects, POSTs `body` to `target` with `headers` added, and reads the response header.
   static Result<std::unique_ptr<SseStream>> Open(
       uint16_t port, std::string_view target, std::string body,
-      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+      std::chrono::milliseconds timeout = std::chrono::seconds(10), const HeaderList& headers = {});
   ~SseStream();
   SseStream(const SseStream&) = delete;
   SseStream& operator=(const SseStream&) = delete;
 
   int status() const { return status_; }
   const std::string& content_type() const { return content_type_; }
+  const HeaderList& headers() const { return headers_; }
 
   // The data of the next event (what follows "data: "), or nullopt once the response has
   // ended cleanly. Fails when an event is not "data: ...\n\n", or the connection breaks.
@@ -92,6 +110,7 @@ class SseStream {
   std::chrono::milliseconds timeout_;
   int status_ = 0;
   std::string content_type_;
+  HeaderList headers_;
   std::string pending_;  // received, not yet returned as events
   std::string raw_;
 };

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
+#include <memory>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -15,22 +17,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct CliRun {
-  ExitStatus status;
-  std::string out;
-  std::string err;
-};
-
 class UserCliTest : public ::testing::Test {
  protected:
   CliRun Bmas(const std::vector<std::string>& args) {
-    auto p = Process::Start(args, {{"BMAS_STATE_DIR", dir_.path() + "/state"}});
-    EXPECT_TRUE(p) << p.error().message;
-    if (!p) return {};
-    (*p)->DrainStdout(10s);
-    auto status = (*p)->Wait(10s);
-    EXPECT_TRUE(status.has_value()) << "bmas did not exit";
-    return {status.value_or(ExitStatus{}), (*p)->stdout_text(), (*p)->StderrText()};
+    auto r = RunBmas(args, {{"BMAS_STATE_DIR", dir_.path() + "/state"}});
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CliRun{};
   }
   rapidjson::Document Json(const std::string& text) {
     rapidjson::Document doc;
@@ -112,6 +104,34 @@ TEST_F(UserCliTest, BadInputIsAClearErrorAndChangesNothing) {
   rapidjson::Document users = Json(Bmas({"user", "list", "--json"}).out);
   ASSERT_EQ(users.Size(), 1u);
   EXPECT_EQ(users[0]["rpm"].GetInt64(), 10);
+}
+
+// Two commands that open a fresh state dir at once (`bmas up` starting a gateway while the user
+// runs `bmas user add`) must both succeed: creating and migrating the store is safe against a
+// concurrent first open.
+TEST(UserCliConcurrencyTest, CommandsOnAFreshStateDirAtOnceAllSucceed) {
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    TempDir dir;
+    const EnvList env = {{"BMAS_STATE_DIR", dir.path() + "/state"}};
+    std::vector<std::unique_ptr<Process>> running;
+    for (const char* name : {"ann", "ben", "cat"}) {
+      auto p = Process::Start({"user", "add", name}, env);
+      ASSERT_TRUE(p) << p.error().message;
+      running.push_back(std::move(*p));
+    }
+    for (auto& p : running) {
+      std::optional<ExitStatus> status = p->Wait(10s);
+      ASSERT_TRUE(status.has_value());
+      EXPECT_TRUE(status->Success()) << status->ToString() << ": " << p->StderrText();
+    }
+    auto list = RunBmas({"user", "list", "--json"}, env);
+    ASSERT_TRUE(list) << list.error().message;
+    rapidjson::Document users;
+    users.Parse(list->out.c_str());
+    ASSERT_TRUE(users.IsArray()) << list->out << list->err;
+    EXPECT_EQ(users.Size(), 3u) << list->out;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+#include "test_helpers.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace bmas::testing {
+
+std::string Quote(std::string_view s) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+rapidjson::Document ParseJson(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str(), text.size());
+  EXPECT_FALSE(doc.HasParseError()) << "not JSON: " << text;
+  if (doc.HasParseError()) doc.SetObject();
+  return doc;
+}
+
+const rapidjson::Value& At(const rapidjson::Value& v, const char* key) {
+  static const rapidjson::Value kNull;
+  if (!v.IsObject()) return kNull;
+  auto it = v.FindMember(key);
+  return it == v.MemberEnd() ? kNull : it->value;
+}
+
+const rapidjson::Value& At(const rapidjson::Value& v, int index) {
+  static const rapidjson::Value kNull;
+  if (!v.IsArray() || index < 0 || static_cast<rapidjson::SizeType>(index) >= v.Size()) {
+    return kNull;
+  }
+  return v[static_cast<rapidjson::SizeType>(index)];
+}
+
+std::string Str(const rapidjson::Value& v) {
+  return v.IsString() ? v.GetString() : "<not a string>";
+}
+
+int64_t Int(const rapidjson::Value& v) { return v.IsInt64() ? v.GetInt64() : -1; }
+
+void ExpectError(const HttpResponse& r, int status, std::optional<std::string> param) {
+  EXPECT_EQ(r.status, status) << r.body;
+  EXPECT_THAT(r.content_type, ::testing::StartsWith("application/json"));
+  auto doc = ParseJson(r.body);
+  const auto& e = At(doc, "error");
+  ASSERT_TRUE(e.IsObject()) << r.body;
+  EXPECT_TRUE(At(e, "message").IsString() && At(e, "message").GetStringLength() > 0) << r.body;
+  EXPECT_TRUE(At(e, "type").IsString()) << r.body;
+  EXPECT_EQ(Int(At(e, "code")), status) << r.body;
+  if (param) {
+    EXPECT_EQ(Str(At(e, "param")), *param) << r.body;
+  } else {
+    EXPECT_TRUE(At(e, "param").IsNull()) << r.body;
+  }
+}
+
+std::string PromptOfTokens(int n, int first) {
+  std::string p;
+  for (int i = first; i < first + n; ++i) p += fmt::format(" t{}", i % 1000);
+  return p;
+}
+
+std::optional<double> MetricValue(const std::string& text, std::string_view series) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
+      return std::stod(std::string(line.substr(series.size() + 1)));
+    }
+    pos = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace bmas::testing

@@ -1,0 +1,66 @@
+#pragma once
+
+// Test support shared by the integration tests: JSON access that never throws or crashes on
+// an unexpected shape, OpenAI error checks, Prometheus text parsing, prompts of a known token
+// count, and polling. Functions that check add GoogleTest failures to the current test.
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "http_client.h"
+
+namespace bmas::testing {
+
+// ---- JSON -------------------------------------------------------------------------------
+
+// `s` as a JSON string literal, quotes included.
+std::string Quote(std::string_view s);
+
+// Parses `text`; a parse error fails the test and gives an empty object.
+rapidjson::Document ParseJson(const std::string& text);
+
+// The member `key` of `v`, or a static null when `v` is no object or lacks it.
+const rapidjson::Value& At(const rapidjson::Value& v, const char* key);
+// The element `index` of `v`, or a static null when `v` is no array or is shorter.
+const rapidjson::Value& At(const rapidjson::Value& v, int index);
+
+std::string Str(const rapidjson::Value& v);  // "<not a string>" for anything else
+int64_t Int(const rapidjson::Value& v);      // -1 for anything else
+
+// Checks an OpenAI error response: `status`, a JSON content type, and
+// {"error": {"message": non-empty, "type": string, "param": `param` or null, "code": status}}.
+void ExpectError(const HttpResponse& r, int status, std::optional<std::string> param);
+
+// ---- Requests ---------------------------------------------------------------------------
+
+// A prompt of exactly `n` tokens for bmas engine's tokenizer, which makes one token of a space
+// followed by up to four letters or digits: " t0 t1 ... t999 t0 ...". Words start at `first`.
+std::string PromptOfTokens(int n, int first = 0);
+
+// ---- Metrics ----------------------------------------------------------------------------
+
+// The value of one series in Prometheus text, e.g. `vllm:num_requests_running{model_name="m"}`;
+// nullopt when it is absent.
+std::optional<double> MetricValue(const std::string& text, std::string_view series);
+
+// ---- Polling ----------------------------------------------------------------------------
+
+// Polls `done` every 10 ms until it returns true or `timeout` passes; returns its last result.
+template <typename F>
+bool Eventually(F done, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+}  // namespace bmas::testing
