@@ -70,6 +70,9 @@ double MetricSum(std::string_view text, std::string_view name) {
   return sum;
 }
 
+// How long after a user's last request the reserve is kept free for them.
+constexpr double kReserveWindowS = 30;
+
 }  // namespace
 
 struct Gateway::Backend {
@@ -116,6 +119,20 @@ struct Gateway::ModelQueue {
   explicit ModelQueue(bool fair) : queue(fair) {}
   FairQueue queue;
   std::unordered_map<Ticket, Waiter*> waiters;
+  // When each user last sent a request for this model (seconds on the gateway's clock).
+  std::unordered_map<std::string, double> last_request;
+
+  // Forgets users whose last request is older than `window` s.
+  void ForgetIdle(double now, double window) {
+    std::erase_if(last_request, [&](const auto& e) { return now - e.second > window; });
+  }
+  // Whether someone other than `user` is waiting, or sent a request within the window (after
+  // ForgetIdle): then `user` must leave the reserve free, so that users who come and go (think
+  // time between requests) never wait for a whole wave of one user's long requests.
+  bool OthersActive(const std::string& user) const {
+    return queue.size() > queue.queued(user) ||
+           last_request.size() > (last_request.contains(user) ? 1u : 0u);
+  }
 };
 
 Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
@@ -374,6 +391,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
   const Ticket ticket = next_ticket_++;
   mq.waiters[ticket] = &waiter;
   mq.queue.Push(ticket, r.user, r.weight);
+  mq.last_request[r.user] = Now();
   const Clock::time_point queued = Clock::now();
   Dispatch(r.model);
   bool client_gone = false;
@@ -473,16 +491,18 @@ void Gateway::Dispatch(const std::string& model) {
       }
     }
     if (open.empty()) break;
-    // While others wait, no user holds more than capacity minus the reserve on a backend.
-    auto may_use = [&](const Backend& b, const std::string& user, bool others_waiting) {
-      if (!others_waiting) return true;
+    // While others wait or came recently, no user holds more than capacity minus the reserve
+    // on a backend.
+    mq.ForgetIdle(Now(), kReserveWindowS);
+    auto may_use = [&](const Backend& b, const std::string& user, bool others_active) {
+      if (!others_active) return true;
       int cap = b.capacity(options_.default_capacity);
       int limit = std::max(1, cap - static_cast<int>(std::floor(cap * options_.reserve_fraction)));
       auto u = b.user_in_flight.find(user);
       return u == b.user_in_flight.end() || u->second < limit;
     };
     auto eligible = [&](const std::string& user) {
-      bool others = mq.queue.size() > mq.queue.queued(user);
+      bool others = mq.OthersActive(user);
       return std::any_of(open.begin(), open.end(),
                          [&](Backend* b) { return may_use(*b, user, others); });
     };
@@ -492,7 +512,7 @@ void Gateway::Dispatch(const std::string& model) {
     Waiter* waiter = w->second;
     mq.waiters.erase(w);
     Request& r = *waiter->request;
-    bool others = mq.queue.size() > mq.queue.queued(r.user);
+    bool others = mq.OthersActive(r.user);
     states.clear();
     candidates.clear();
     for (Backend* b : open) {
