@@ -36,9 +36,12 @@ asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 300
 
-# Runs the benchmarks and rewrites bench/RESULTS.md.
+# Runs the benchmarks and rewrites bench/RESULTS.md: the engine's, then the gateway's (which
+# compare it with nginx and use wrk, installed by install-deps.sh --bench).
 bench: build
+	@bash scripts/install-deps.sh --bench
 	python3 bench/run.py $(BUILD)
+	python3 bench/gateway_bench.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -5,6 +5,12 @@
 // as bytes arrive, so every token is timestamped on arrival. Reports TTFT, inter-token latency,
 // end-to-end latency and output throughput, as a table or as one JSON object (--json).
 //
+// For multi-tenant runs: --api-key may be repeated (client i sends key i % n, so n keys are n
+// users), --think-ms pauses each client between requests, and --system-prompt-dir gives
+// client i the file i % n (sorted by name) as the system message of its chat requests, with
+// a generated user message that differs per request. --ramp-up starts clients evenly over
+// some seconds and leaves the requests sent meanwhile out of the statistics.
+//
 // All clients of a thread share one io_context and that thread's statistics, so nothing here
 // takes a lock; threads (--threads) merge their statistics after they join.
 
@@ -37,6 +43,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -60,7 +67,7 @@ using net::use_awaitable;
 
 struct Options {
   std::string url;
-  std::string api_key;  // sent as Authorization: Bearer, when set
+  std::vector<std::string> api_keys;  // client i sends api_keys[i % n] as a Bearer token
   std::string endpoint = "completions";
   std::string model;
   int concurrency = 1;
@@ -68,6 +75,9 @@ struct Options {
   int requests_per_client = 4;
   int prompt_words = 100;
   std::string prompt_file;
+  std::string system_prompt_dir;
+  double think_ms = 0;   // pause between the end of a client's request and its next one
+  double ramp_up_s = 0;  // clients start evenly over this; requests sent in it are not counted
   int max_tokens = 128;
   bool no_stream = false;
   bool json = false;
@@ -155,7 +165,9 @@ std::string MakePrompt(uint64_t seed, int words) {
   return text;
 }
 
-std::string BuildRequestBody(const Options& options, std::string_view prompt) {
+// `system_prompt` (chat only; may be null) comes before the user message `prompt`.
+std::string BuildRequestBody(const Options& options, std::string_view prompt,
+                             const std::string* system_prompt) {
   rapidjson::StringBuffer out;
   rapidjson::Writer<rapidjson::StringBuffer> writer(out);
   auto string = [&writer](std::string_view s) {
@@ -167,6 +179,14 @@ std::string BuildRequestBody(const Options& options, std::string_view prompt) {
   if (options.endpoint == "chat") {
     writer.Key("messages");
     writer.StartArray();
+    if (system_prompt != nullptr) {
+      writer.StartObject();
+      writer.Key("role");
+      writer.String("system");
+      writer.Key("content");
+      string(*system_prompt);
+      writer.EndObject();
+    }
     writer.StartObject();
     writer.Key("role");
     writer.String("user");
@@ -353,7 +373,9 @@ struct Shared {
   const Target& target;
   const tcp::resolver::results_type& endpoints;
   const std::optional<std::string>& fixed_prompt;  // --prompt-file text
-  std::optional<Clock::time_point> stop_at;        // --duration
+  const std::vector<std::string>& system_prompts;  // --system-prompt-dir files, by name
+  std::optional<Clock::time_point> stop_at;        // --ramp-up + --duration
+  Clock::time_point measure_from;                  // the end of --ramp-up
 };
 
 // One closed-loop client: one connection, one request at a time. Run() is a member coroutine;
@@ -366,27 +388,43 @@ class Client {
 
   net::awaitable<void> Run() {
     const Options& options = shared_.options;
+    // Clients start evenly over the ramp-up or, with think time and no ramp-up, at random over
+    // one think time; otherwise all at once.
+    if (options.ramp_up_s > 0) {
+      co_await Pause(1000 * options.ramp_up_s * id_ / options.concurrency);
+    } else if (options.think_ms > 0) {
+      uint64_t r = SplitMix64(options.seed ^ 0x7468696e6bULL ^ static_cast<uint64_t>(id_)).Next();
+      co_await Pause(options.think_ms * static_cast<double>(r % 1000000) / 1e6);
+    }
     for (int index = 0;; ++index) {
       if (shared_.stop_at ? Clock::now() >= *shared_.stop_at
                           : index >= options.requests_per_client) {
         break;
+      }
+      if (index > 0 && options.think_ms > 0) {
+        co_await Pause(options.think_ms);
+        if (shared_.stop_at && Clock::now() >= *shared_.stop_at) break;
       }
       std::optional<std::string> error = co_await Request(index);
       if (error) {
         Close();
         stats_.Fail(std::move(*error));
         // Keeps a client of a refused or failing server from spinning until the deadline.
-        if (shared_.stop_at) {
-          net::steady_timer pause(stream_.get_executor(), std::chrono::milliseconds(100));
-          beast::error_code ec;
-          co_await pause.async_wait(net::redirect_error(use_awaitable, ec));
-        }
+        if (shared_.stop_at) co_await Pause(100);
       }
     }
     Close();
   }
 
  private:
+  net::awaitable<void> Pause(double ms) {
+    net::steady_timer timer(
+        stream_.get_executor(),
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms)));
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+
   // Sends request `index` and reads its response, retrying once on a fresh connection when a
   // reused one turns out to have been closed by the server. Returns an error message on
   // failure; records the request in stats_ on success.
@@ -401,10 +439,16 @@ class Client {
     request.set(http::field::host, shared_.target.host_header);
     request.set(http::field::user_agent, "bmas_loadgen");
     request.set(http::field::content_type, "application/json");
-    if (!options.api_key.empty()) request.set(http::field::authorization, "Bearer " + options.api_key);
+    if (!options.api_keys.empty()) {
+      request.set(http::field::authorization,
+                  "Bearer " + options.api_keys[static_cast<size_t>(id_) % options.api_keys.size()]);
+    }
     request.set(http::field::accept, options.no_stream ? "application/json" : "text/event-stream");
     request.keep_alive(true);
-    request.body() = BuildRequestBody(options, prompt);
+    const std::vector<std::string>& systems = shared_.system_prompts;
+    request.body() = BuildRequestBody(
+        options, prompt,
+        systems.empty() ? nullptr : &systems[static_cast<size_t>(id_) % systems.size()]);
     request.prepare_payload();
 
     Clock::time_point deadline =
@@ -537,6 +581,7 @@ class Client {
       if (token_events == 0) co_return Attempt{"stream had no token events"};
     }
 
+    if (sent_at < shared_.measure_from) co_return Attempt{};  // sent during the ramp-up
     int64_t tokens = completion_tokens.value_or(token_events);
     double ttft = Ms(first_token_at - sent_at);
     double e2e = Ms(end - sent_at);
@@ -692,6 +737,26 @@ void PrintTable(const Options& options, const Target& target, const Report& r) {
   if (!r.first_error.empty()) fmt::print("  first error   {}\n", r.first_error);
 }
 
+// The text of every regular file in `dir`, in order of file name. Throws std::runtime_error
+// when it cannot read one or finds none.
+std::vector<std::string> ReadDirectory(const std::string& dir) {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) throw std::runtime_error("no files in --system-prompt-dir " + dir);
+  std::vector<std::string> texts;
+  for (const auto& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) throw std::runtime_error("cannot read " + path.string());
+    texts.push_back(text.str());
+  }
+  return texts;
+}
+
 // 1000 connections need more descriptors than the usual soft limit of 1024.
 void RaiseFileLimit(int needed) {
   rlimit limit{};
@@ -733,7 +798,24 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-stream", options.no_stream, "Ask for whole responses instead of SSE");
   app.add_flag("--json", options.json, "Print one JSON object instead of a table");
   app.add_option("--seed", options.seed, "Seed of the generated prompts")->capture_default_str();
-  app.add_option("--api-key", options.api_key, "API key, sent as Authorization: Bearer KEY");
+  app.add_option("--api-key", options.api_keys,
+                 "API key, sent as Authorization: Bearer KEY; repeat it for several users "
+                 "(client i sends key i % n)");
+  app.add_option("--ramp-up", options.ramp_up_s,
+                 "Seconds over which clients start, evenly; requests sent in them are not "
+                 "counted, and --duration starts after them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--think-ms", options.think_ms,
+                 "Milliseconds each client waits between the end of a request and its next; "
+                 "clients also start spread over this time")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  auto* system_prompt_dir =
+      app.add_option("--system-prompt-dir", options.system_prompt_dir,
+                     "Directory of system prompts, one per file: client i sends file i % n "
+                     "(sorted by name) as the system message (needs --endpoint chat)")
+          ->check(CLI::ExistingDirectory);
   app.add_option("--connect-timeout-ms", options.connect_timeout_ms)
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
@@ -745,9 +827,14 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (system_prompt_dir->count() > 0 && options.endpoint != "chat") {
+    fmt::print(stderr, "bmas_loadgen: --system-prompt-dir needs --endpoint chat\n");
+    return 2;
+  }
 
   Target target;
   std::optional<std::string> fixed_prompt;
+  std::vector<std::string> system_prompts;
   tcp::resolver::results_type endpoints;
   try {
     target = ParseTarget(options.url, options.endpoint);
@@ -758,6 +845,8 @@ int Main(int argc, char** argv) {
       if (!in) throw std::runtime_error("cannot read --prompt-file " + options.prompt_file);
       fixed_prompt = text.str();
     }
+    if (!options.system_prompt_dir.empty())
+      system_prompts = ReadDirectory(options.system_prompt_dir);
     net::io_context resolve_io;
     tcp::resolver resolver(resolve_io);
     endpoints = resolver.resolve(target.host, target.port);
@@ -769,10 +858,12 @@ int Main(int argc, char** argv) {
   RaiseFileLimit(options.concurrency + 64);
 
   Clock::time_point start = Clock::now();
-  Shared shared{options, target, endpoints, fixed_prompt, std::nullopt};
+  Shared shared{options, target, endpoints, fixed_prompt, system_prompts, std::nullopt, start};
+  shared.measure_from = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(options.ramp_up_s));
   if (options.duration_s > 0) {
-    shared.stop_at = start + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(options.duration_s));
+    shared.stop_at = shared.measure_from + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(options.duration_s));
   }
 
   std::vector<Stats> stats(static_cast<size_t>(options.threads));
@@ -802,7 +893,7 @@ int Main(int argc, char** argv) {
 
   Stats total;
   for (auto& s : stats) total.Merge(std::move(s));
-  Report report = Summarize(options, total, start);
+  Report report = Summarize(options, total, shared.measure_from);
   if (options.json) {
     fmt::print("{}\n", ReportJson(report));
   } else {

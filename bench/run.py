@@ -211,14 +211,19 @@ def main():
                      "with validation and tokenization.",
                      rows))
 
-    with open(os.path.join(ROOT, "bench", "RESULTS.md"), "w") as f:
+    # bench/gateway_bench.py writes its own part, from "# Gateway benchmarks" on: keep it.
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    old = open(path).read() if os.path.exists(path) else ""
+    gateway_part = old[old.index("\n# Gateway benchmarks\n") + 1:] if "\n# Gateway benchmarks\n" in old else ""
+    with open(path, "w") as f:
         f.write("# Benchmark results\n\n")
         f.write(f"Written by `python3 bench/run.py` (or `make bench`) on {started}; {os.cpu_count()} cores, {cpu}, "
                 f"Linux {platform.release()}. Nothing here is typed in by hand: rerun the script to refresh it. "
                 "The machine is shared and noisy; compare ratios, not absolute times.\n\n")
         for title, command, text, table in sections:
             f.write(f"## {title}\n\n```\n{command}\n```\n\n{text}\n\n" + "\n".join(table) + "\n\n")
-    print(open(os.path.join(ROOT, "bench", "RESULTS.md")).read())
+        f.write(gateway_part)
+    print(open(path).read())
 
 
 if __name__ == "__main__":

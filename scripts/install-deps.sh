@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs everything bmas needs to build, run and test, from Debian 12's packages.
 # Safe to run again; skips apt-get when every package is already installed.
+# Usage: scripts/install-deps.sh [--bench]   (--bench adds what `make bench` compares the
+# gateway with: wrk and nginx)
 set -euo pipefail
+
+bench=false
+for arg in "$@"; do
+  case "$arg" in
+    --bench) bench=true ;;
+    *) echo "install-deps: unknown argument $arg (usage: install-deps.sh [--bench])" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential g++ cmake ninja-build ccache pkg-config git
@@ -13,6 +23,7 @@ packages=(
 # The integration test with the real OpenAI client needs node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+$bench && packages+=(wrk nginx)
 
 missing=()
 for p in "${packages[@]}"; do

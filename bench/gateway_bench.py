@@ -1,0 +1,591 @@
+#!/usr/bin/env python3
+"""Runs bmas gateway's benchmarks and writes them into bench/RESULTS.md under "# Gateway benchmarks".
+
+Usage: bench/gateway_bench.py [BUILD_DIR] [--quick] [--only 1,2,3,4]
+
+Every figure is measured by this script, beside the command that produced it; the engine
+sections above that heading (written by bench/run.py) are kept. --quick shortens every run
+(for trying the script out); --only runs the listed benchmarks and prints them without
+touching RESULTS.md. Needs wrk and nginx (`bash scripts/install-deps.sh --bench`).
+"""
+import json
+import os
+import platform
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+QUICK = "--quick" in sys.argv
+ONLY = None
+if "--only" in sys.argv:
+    i = sys.argv.index("--only")
+    ONLY = {int(x) for x in sys.argv[i + 1].split(",")}
+    del sys.argv[i:i + 2]  # run.py reads BUILD_DIR from the other arguments
+
+import run  # noqa: E402  bench/run.py: Engine, ROOT, BMAS, LOADGEN, MODEL
+ROOT, BMAS, LOADGEN, MODEL = run.ROOT, run.BMAS, run.LOADGEN, run.MODEL
+WRK_SCRIPT = os.path.join(ROOT, "bench", "wrk_completion.lua")
+HEADING = "# Gateway benchmarks"
+LLAMA = "llama-3.1-8b-h100"
+
+started_processes = []  # stopped at the end, whatever happens
+temporary_dirs = []  # removed at the end
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def http_get(url, key=None, timeout=5):
+    request = urllib.request.Request(url)
+    if key:
+        request.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def metric_sum(text, name, labels=""):
+    """Sum of the samples of `name` whose label set contains every `k="v"` in labels."""
+    total = 0.0
+    wanted = re.findall(r'(\w+="[^"]*")', labels)
+    for m in re.finditer(rf"^{re.escape(name)}(?:{{([^}}]*)}})? (\S+)$", text, re.M):
+        if all(w in (m.group(1) or "") for w in wanted):
+            total += float(m.group(2))
+    return total
+
+
+def engine(*args):
+    e = run.Engine(*args)
+    started_processes.append(e.proc)
+    return e
+
+
+def stop(proc, sig=signal.SIGTERM):
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class State:
+    """A state directory with users and their keys (`bmas user add`, `bmas key create`)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="bmas-bench-state-")
+        temporary_dirs.append(self.dir)
+        self.env = dict(os.environ, BMAS_STATE_DIR=self.dir)
+        self.keys = {}
+
+    def add_user(self, name, weight=None):
+        args = [BMAS, "user", "add", name] + (["--weight", str(weight)] if weight else [])
+        subprocess.run(args, env=self.env, check=True, capture_output=True)
+        self.keys[name] = subprocess.run([BMAS, "key", "create", name], env=self.env, check=True,
+                                         capture_output=True, text=True).stdout.strip()
+        return self.keys[name]
+
+
+class Gateway:
+    """A `bmas gateway` process (one worker thread) in front of `engines`, ready to serve."""
+
+    def __init__(self, state, engines, *args, key):
+        backends = [x for e in engines for x in ("--backend", e.url)]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([BMAS, "gateway", "--port", "0", *backends, *args], env=state.env,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        started_processes.append(self.proc)
+        m = re.search(r"(http://\S+)", self.proc.stdout.readline())
+        if not m:
+            raise RuntimeError("gateway did not start")
+        self.url = m.group(1)
+        self.command = " ".join(["BMAS_STATE_DIR=STATE build/bmas gateway --port 0",
+                                 *(["--backend URL"] * len(engines)), *args])
+        # Serves once every backend has passed its first health check.
+        deadline = time.time() + 20
+        while True:
+            healthy = metric_sum(self.metrics(), "bmas_gateway_backend_healthy")
+            if healthy == len(engines) and http_get(self.url + "/v1/models", key)[0] == 200:
+                break
+            if time.time() > deadline:
+                raise RuntimeError(f"gateway not ready: {healthy} of {len(engines)} backends healthy")
+            time.sleep(0.1)
+
+    def metrics(self):
+        return http_get(self.url + "/metrics")[1]
+
+    def cpu_seconds(self):
+        return cpu_seconds(self.proc.pid)
+
+    def peak_mb(self):
+        return status_kb(self.proc.pid, "VmHWM") / 1024
+
+    def wait_idle(self, timeout=60):
+        """Waits until no request is in flight to any backend."""
+        deadline = time.time() + timeout
+        while metric_sum(self.metrics(), "bmas_gateway_backend_in_flight") > 0:
+            if time.time() > deadline:
+                raise RuntimeError("gateway still has requests in flight")
+            time.sleep(0.2)
+
+    def stop(self):
+        stop(self.proc)
+
+
+class Nginx:
+    """nginx as a plain reverse proxy in front of one engine: 1 worker, upstream keep-alive."""
+
+    def __init__(self, engine_url):
+        self.dir = tempfile.mkdtemp(prefix="bmas-bench-nginx-")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        upstream = engine_url.removeprefix("http://")
+        # As root, nginx's workers would switch to nobody; they stay the current user.
+        user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
+        d = self.dir
+        self.config = (
+            f"{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n"
+            "events { worker_connections 4096; }\n"
+            "http {\n"
+            f"  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n"
+            f"  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n"
+            "  keepalive_requests 1000000;\n"
+            f"  upstream engine {{ server {upstream}; keepalive 64; keepalive_requests 1000000; }}\n"
+            "  server {\n"
+            f"    listen 127.0.0.1:{port};\n"
+            "    location / {\n"
+            "      proxy_pass http://engine;\n"
+            "      proxy_http_version 1.1;\n"
+            '      proxy_set_header Connection "";\n'
+            "      proxy_buffering off;\n"
+            "    }\n  }\n}\n")
+        self.path = os.path.join(d, "nginx.conf")
+        with open(self.path, "w") as f:
+            f.write(self.config)
+        self.proc = subprocess.Popen(["nginx", "-c", self.path, "-g", "daemon off;"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started_processes.append(self.proc)
+        deadline = time.time() + 10
+        while http_get(self.url + "/v1/models")[0] != 200:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("nginx did not start: " + open(os.path.join(d, "error.log")).read())
+            time.sleep(0.05)
+
+    def pids(self):
+        """The master and its workers."""
+        pids = [self.proc.pid]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                            pids.append(int(entry))
+                except OSError:
+                    pass
+        return pids
+
+    def cpu_seconds(self):
+        return sum(cpu_seconds(p) for p in self.pids())
+
+    def stop(self):
+        stop(self.proc, signal.SIGQUIT)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wrk(url, connections, seconds, key):
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", WRK_SCRIPT, url + "/v1/completions"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BMAS_BENCH_KEY=key))
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stdout} {out.stderr}")
+    result = json.loads(lines[-1])
+    if result["status_errors"] or result["socket_errors"]:
+        raise RuntimeError(f"{' '.join(cmd)}: errors: {result}")
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    shown = f"BMAS_BENCH_KEY=KEY wrk -t1 -c{connections} -d{seconds}s -s bench/wrk_completion.lua URL/v1/completions"
+    return result, shown
+
+
+def loadgen_command(url, args):
+    """The command, and how RESULTS.md shows it: keys as KEY1 ... KEYn, temporary paths as PROMPT_DIR."""
+    cmd = [LOADGEN, "--url", url, "--model", MODEL, "--json", *args]
+    shown = [re.sub(r"^/tmp/\S*", "PROMPT_DIR", a) for i, a in enumerate(args)
+             if a != "--api-key" and (i == 0 or args[i - 1] != "--api-key")]
+    n = args.count("--api-key")
+    shown += [] if n == 0 else ["--api-key KEY1"] if n == 1 else [f"--api-key KEY1 ... --api-key KEY{n}"]
+    return cmd, " ".join(["build/bench/bmas_loadgen --url URL --model", MODEL, "--json", *shown])
+
+
+def start_loadgen(url, *args):
+    cmd, shown = loadgen_command(url, args)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), shown
+
+
+def finish_loadgen(proc):
+    out, err = proc.communicate()
+    if not out.strip():
+        raise RuntimeError(f"bmas_loadgen failed: {err}")
+    result = json.loads(out)
+    if result["requests_failed"]:
+        raise RuntimeError(f"bmas_loadgen: {result['requests_failed']} requests failed: {result['first_error']}")
+    return result
+
+
+def loadgen(url, *args):
+    proc, shown = start_loadgen(url, *args)
+    return finish_loadgen(proc), shown
+
+
+# ---- 1. Overhead -------------------------------------------------------------------------------
+
+def overhead():
+    seconds, rounds = (2, 2) if QUICK else (5, 2)
+    eng = engine("--profile", "instant")
+    state = State()
+    key = state.add_user("bench")
+    gw = Gateway(state, [eng], key=key)
+    ngx = Nginx(eng.url)
+    targets = [("direct", eng.url, None), ("nginx", ngx.url, ngx), ("bmas gateway", gw.url, gw)]
+    # Rounds alternate the targets, so that a slow spell of the machine hits them alike; a row
+    # adds its rounds' requests, time and CPU, and averages their percentiles.
+    results, shown = {}, ""
+    for connections in (1, 32):
+        for name, url, proxy in targets:
+            wrk(url, connections, 1, key)  # warm-up: connections, upstream pools
+        for _ in range(rounds):
+            for name, url, proxy in targets:
+                cpu0 = proxy.cpu_seconds() if proxy else 0
+                r, shown_cmd = wrk(url, connections, seconds, key)
+                r["cpu_s"] = proxy.cpu_seconds() - cpu0 if proxy else 0
+                results.setdefault((name, connections), []).append(r)
+                if len(results[(name, connections)]) == 1:
+                    shown += f"{shown_cmd}   # URL: {name}; {rounds} rounds, alternating\n"
+    for k, rs in results.items():
+        requests = sum(r["requests"] for r in rs)
+        results[k] = {"requests": requests,
+                      "rps": requests / (sum(r["duration_us"] for r in rs) / 1e6),
+                      "p50_us": sum(r["p50_us"] for r in rs) / len(rs),
+                      "p99_us": sum(r["p99_us"] for r in rs) / len(rs),
+                      "cpu_us": sum(r["cpu_s"] for r in rs) * 1e6 / requests if k[0] != "direct" else None}
+    nginx_config = ngx.config
+    gw_command = gw.command
+    ngx.stop()
+    gw.stop()
+    eng.stop()
+
+    g32, n32 = results[("bmas gateway", 32)], results[("nginx", 32)]
+    g1, n1, d1 = results[("bmas gateway", 1)], results[("nginx", 1)], results[("direct", 1)]
+    rps_ratio = g32["rps"] / n32["rps"]
+    added_ms = (g1["p50_us"] - d1["p50_us"]) / 1e3
+    cpu_ratio = g32["cpu_us"] / n32["cpu_us"]
+    rows = ["| target | connections | requests/s | p50 (ms) | p99 (ms) | proxy CPU per request (µs) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for (name, c), r in results.items():
+        cpu = "" if r["cpu_us"] is None else f"{r['cpu_us']:.1f}"
+        rows.append(f"| {name} | {c} | {r['rps']:.0f} | {r['p50_us'] / 1e3:.3f} | {r['p99_us'] / 1e3:.3f} | {cpu} |")
+    config_lines = "\n".join(l for l in nginx_config.splitlines() if "temp_path" not in l and "pid " not in l
+                             and "error_log" not in l and not l.startswith("user "))
+    text = (f"Non-streaming `/v1/completions`, an 8-word prompt, `max_tokens` 16, against `bmas engine --profile instant` "
+            f"(no model time: what is measured is HTTP and proxying). Each row: {rounds} runs of {seconds} s, alternating "
+            f"with the other targets, after 1 s of warm-up; wrk, "
+            f"the engine and the proxy share the machine's 2 cores. nginx: `nginx -c DIR/nginx.conf -g 'daemon off;'` "
+            f"as the current user, with this configuration (plus pid, log and temp paths in DIR):\n\n```nginx\n{config_lines}\n```\n\n"
+            f"Gateway/nginx requests/s at 32 connections: **{rps_ratio:.2f}x** (target >= 0.8). "
+            f"Gateway p50 added at 1 connection over direct: **{added_ms:.3f} ms** (target < 0.1 ms; nginx adds "
+            f"{(n1['p50_us'] - d1['p50_us']) / 1e3:.3f} ms). CPU per request at 32 connections, gateway/nginx: "
+            f"**{cpu_ratio:.2f}x** ({g32['cpu_us']:.1f} against {n32['cpu_us']:.1f} µs; target < 2x). Proxy CPU is "
+            "utime + stime from /proc/PID/stat over the run (nginx: master and worker) divided by requests.")
+    return ("G1. Overhead: direct vs nginx vs bmas gateway, in front of an instant engine",
+            f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
+
+
+# ---- 2. Many streams -------------------------------------------------------------------------
+
+def many_streams():
+    ramp_s, seconds = (3, 7) if QUICK else (10, 30)
+    args = ["--concurrency", "1000", "--ramp-up", str(ramp_s), "--duration", str(seconds), "--max-tokens", "256",
+            "--prompt-words", "128"]
+    state = State()
+    key = state.add_user("bench")
+
+    eng = engine("--profile", LLAMA, "--max-num-seqs", "1024")
+    gw = Gateway(state, [eng], key=key)
+    direct, cmd_direct = loadgen(eng.url, *args, "--seed", "1")
+    cpu0, t0 = gw.cpu_seconds(), time.time()
+    via, cmd_via = loadgen(gw.url, *args, "--seed", "2", "--api-key", key)
+    via_cores = (gw.cpu_seconds() - cpu0) / (time.time() - t0)
+    via_peak = gw.peak_mb()
+    again, _ = loadgen(eng.url, *args, "--seed", "3")
+    gw.stop()
+    eng.stop()
+
+    engines = [engine("--profile", LLAMA), engine("--profile", LLAMA)]
+    gw2 = Gateway(state, engines, key=key)
+    idle_mb = gw2.peak_mb()
+    cpu0, t0 = gw2.cpu_seconds(), time.time()
+    two, cmd_two = loadgen(gw2.url, *args, "--seed", "4", "--api-key", key)
+    two_cores = (gw2.cpu_seconds() - cpu0) / (time.time() - t0)
+    two_peak = gw2.peak_mb()
+    gw2_command = gw2.command
+    gw2.stop()
+    for e in engines:
+        e.stop()
+
+    added_p99 = via["ttft_p99_ms"] - direct["ttft_p99_ms"]
+    noise_p99 = again["ttft_p99_ms"] - direct["ttft_p99_ms"]
+    rows = ["| path | requests counted | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p99 (ms) | gateway peak RSS (MB) | gateway CPU (cores) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, r, peak, cores in (("direct to one engine", direct, None, None),
+                                  ("gateway, that engine", via, via_peak, via_cores),
+                                  ("direct again (noise floor)", again, None, None),
+                                  ("gateway, two engines", two, two_peak, two_cores)):
+        rows.append(f"| {label} | {r['requests_ok']} | {r['output_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.1f} | "
+                    f"{r['ttft_p99_ms']:.1f} | {r['itl_p99_ms']:.2f} | {'' if peak is None else f'{peak:.1f}'} | "
+                    f"{'' if cores is None else f'{cores:.2f}'} |")
+    text = (f"1,000 streaming clients, started evenly over {ramp_s} s and then measured for {seconds} s (requests "
+            f"sent during the ramp-up are not counted), 128-word prompts, 256 output tokens. Gateway peak memory "
+            f"(VmHWM from /proc/PID/status) in front of two engines: **{two_peak:.1f} MB** (target: under 64 MB; "
+            f"{idle_mb:.1f} MB once started, before the load). TTFT p99 through the gateway to one engine minus "
+            f"direct to the same engine: **{added_p99:+.1f} ms** ({via['ttft_p99_ms']:.1f} against "
+            f"{direct['ttft_p99_ms']:.1f} ms; target: under 1 ms); the same load direct a second time differs from "
+            f"the first by {noise_p99:+.1f} ms, the noise floor of this comparison. Each run has its own --seed, "
+            "so none finds another's prompts in the prefix cache. The load client, the gateway and the engines "
+            "share 2 cores.")
+    command = (f"build/bmas engine --port 0 --profile {LLAMA} --max-num-seqs 1024\n"
+               f"BMAS_STATE_DIR=STATE build/bmas gateway --port 0 --backend URL\n{cmd_direct}   # direct\n"
+               f"{cmd_via}   # through the gateway\n{cmd_direct.replace('--seed 1', '--seed 3')}   # direct again\n"
+               f"build/bmas engine --port 0 --profile {LLAMA}   # twice\n{gw2_command}\n{cmd_two}")
+    return ("G2. Many streams: 1,000 concurrent streaming clients through the gateway", command, text, rows)
+
+
+# ---- 3. Noisy neighbour ------------------------------------------------------------------------
+
+def noisy_neighbour():
+    light_s = 8 if QUICK else 20
+    warm_s = 3
+    state = State()
+    light_keys = [state.add_user(f"light{i:02d}") for i in range(16)]
+    heavy_key = state.add_user("heavy")
+    w1_key, w2_key = state.add_user("w1", 1), state.add_user("w2", 2)
+    engines = [engine("--profile", LLAMA, "--max-num-seqs", "32") for _ in range(2)]
+
+    light = ["--concurrency", "16", "--duration", str(light_s), "--think-ms", "500", "--max-tokens", "16",
+             "--prompt-words", "64"] + [x for k in light_keys for x in ("--api-key", k)]
+    heavy = ["--concurrency", "128", "--duration", str(light_s + warm_s + 2), "--max-tokens", "1024",
+             "--prompt-words", "64", "--api-key", heavy_key]
+    runs, commands, seed = {}, [], 0
+    for fairness in ("vtc", "none"):
+        gw = Gateway(state, engines, "--fairness", fairness, key=heavy_key)
+        commands.append(gw.command)
+        if fairness == "vtc":
+            seed += 1
+            runs["alone"], cmd = loadgen(gw.url, *light, "--seed", str(seed))
+            commands.append(cmd + "   # light users alone")
+        heavy_proc, heavy_cmd = start_loadgen(gw.url, *heavy)
+        time.sleep(warm_s)
+        seed += 1
+        runs[fairness], cmd = loadgen(gw.url, *light, "--seed", str(seed))
+        commands += [heavy_cmd + f"   # heavy user; after {warm_s} s:", cmd + "   # light users; then the heavy client is killed"]
+        stop(heavy_proc)  # its streams are cut; the gateway aborts them upstream
+        gw.wait_idle()
+        gw.stop()
+
+    # Two backlogged users with weights 1 and 2.
+    window_s = 8 if QUICK else 20
+    gw = Gateway(state, engines, "--fairness", "vtc", key=w1_key)
+    weighted = ["--concurrency", "128", "--duration", str(warm_s + window_s + 1), "--max-tokens", "128",
+                "--prompt-words", "64"]
+    p1, cmd1 = start_loadgen(gw.url, *weighted, "--api-key", w1_key)
+    p2, cmd2 = start_loadgen(gw.url, *weighted, "--api-key", w2_key)
+    time.sleep(warm_s)
+    m0 = gw.metrics()
+    time.sleep(window_s)
+    m1 = gw.metrics()
+    finish_loadgen(p1)
+    finish_loadgen(p2)
+    gw.stop()
+    for e in engines:
+        e.stop()
+    commands += [gw.command, cmd1.replace("KEY1", "KEY_W1") + "   # weight 1", cmd2.replace("KEY1", "KEY_W2") + "   # weight 2, at the same time"]
+
+    def completion(m, user):
+        return metric_sum(m, "bmas_gateway_tokens_total", f'user="{user}",kind="completion"')
+
+    t1, t2 = completion(m1, "w1") - completion(m0, "w1"), completion(m1, "w2") - completion(m0, "w2")
+    share2 = t2 / (t1 + t2)
+    ratio = t2 / t1
+    alone, vtc, none = runs["alone"], runs["vtc"], runs["none"]
+    rows = ["| light users | requests | TTFT p50 (ms) | TTFT p99 (ms) | p99 / alone |", "|---|---:|---:|---:|---:|"]
+    for label, r in (("alone", alone), ("with the heavy user, --fairness vtc", vtc), ("with the heavy user, --fairness none", none)):
+        rows.append(f"| {label} | {r['requests_ok']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
+                    f"{r['ttft_p99_ms'] / alone['ttft_p99_ms']:.2f}x |")
+    rows += ["", "| weighted users (vtc) | weight | completion tokens in the window | share | target share |",
+             "|---|---:|---:|---:|---:|",
+             f"| w1 | 1 | {t1:.0f} | {100 * (1 - share2):.1f}% | 33.3% |",
+             f"| w2 | 2 | {t2:.0f} | {100 * share2:.1f}% | 66.7% |"]
+    text = (f"Two engines with `--max-num-seqs 32` (the gateway admits 32 per engine). 16 light users (one key each) "
+            f"send one request at a time, 64-word prompts, 16 output tokens, 500 ms think time, for {light_s} s; "
+            f"the heavy user keeps 128 streams of 1,024 output tokens open from {warm_s} s before. Light TTFT p99 "
+            f"with the heavy user under vtc: **{vtc['ttft_p99_ms'] / alone['ttft_p99_ms']:.2f}x** alone "
+            f"({vtc['ttft_p99_ms']:.1f} against {alone['ttft_p99_ms']:.1f} ms; target: within 2x); under "
+            f"`--fairness none`: {none['ttft_p99_ms'] / alone['ttft_p99_ms']:.1f}x.\n\n"
+            f"Weights: two users, weights 1 and 2, 128 streams of 128 output tokens each; completion tokens from "
+            f"the gateway's `bmas_gateway_tokens_total{{kind=\"completion\"}}` over {window_s} s after {warm_s} s "
+            f"of warm-up. w2/w1: **{ratio:.2f}** (target: 2 within 10%, 1.8 to 2.2).")
+    return ("G3. Noisy neighbour: light users' TTFT beside a heavy user, and weighted shares",
+            f"build/bmas engine --port 0 --profile {LLAMA} --max-num-seqs 32   # twice\n" + "\n".join(commands),
+            text, rows)
+
+
+# ---- 4. Shared prompts -------------------------------------------------------------------------
+
+def write_system_prompt(path, words, seed):
+    # Words of at most 4 letters: one token each with bmas's tokenizer. Each assistant's
+    # prompt differs from its first word.
+    vocab = ["node", "gpu", "data", "task", "job", "user", "core", "rack", "link", "port", "file",
+             "disk", "ram", "bus", "log", "key", "exam", "unit", "quiz", "labs", "week", "term"]
+    state = (seed + 1) * 2654435761 % 2**32
+    out = []
+    for _ in range(words):
+        state = (state * 1103515245 + 12345) % 2**31
+        out.append(vocab[(state >> 8) % len(vocab)])
+    with open(path, "w") as f:
+        f.write(f"Course {seed} helper: " + " ".join(out))
+
+
+def shared_prompts():
+    seconds = 10 if QUICK else 30
+    prompt_dir = tempfile.mkdtemp(prefix="bmas-bench-prompts-")
+    for a in range(16):
+        write_system_prompt(os.path.join(prompt_dir, f"assistant{a:02d}.txt"), 1500, a)
+    state = State()
+    keys = [state.add_user(f"student{i:03d}") for i in range(200)]
+    engine_args = ["--profile", LLAMA, "--num-kv-blocks", "640", "--max-model-len", "4096"]
+    args = ["--endpoint", "chat", "--system-prompt-dir", prompt_dir, "--concurrency", "200", "--duration",
+            str(seconds), "--think-ms", "2000", "--max-tokens", "32", "--prompt-words", "16"]
+    args += [x for k in keys for x in ("--api-key", k)]
+    runs, commands = {}, []
+    for routing in ("round_robin", "prefix_affinity"):
+        engines = [engine(*engine_args) for _ in range(4)]
+        gw = Gateway(state, engines, "--routing", routing, key=keys[0])
+        before = [e.metrics() for e in engines]
+        result, cmd = loadgen(gw.url, *args)
+        after = [e.metrics() for e in engines]
+        commands += [gw.command, cmd]
+        gw.stop()
+        for e in engines:
+            e.stop()
+        hits = sum(metric_sum(a, "vllm:prefix_cache_hits_total") - metric_sum(b, "vllm:prefix_cache_hits_total")
+                   for a, b in zip(after, before))
+        queries = sum(metric_sum(a, "vllm:prefix_cache_queries_total") - metric_sum(b, "vllm:prefix_cache_queries_total")
+                      for a, b in zip(after, before))
+        preempted = sum(metric_sum(a, "vllm:num_preemptions_total") - metric_sum(b, "vllm:num_preemptions_total")
+                        for a, b in zip(after, before))
+        result.update(hit_rate=hits / queries, preemptions=preempted,
+                      per_engine=[metric_sum(a, "vllm:prefix_cache_queries_total") - metric_sum(b, "vllm:prefix_cache_queries_total")
+                                  for a, b in zip(after, before)])
+        runs[routing] = result
+    shutil.rmtree(prompt_dir, ignore_errors=True)
+    rr, pa = runs["round_robin"], runs["prefix_affinity"]
+    prompt_tokens = pa["prompt_tokens"] // max(pa["requests_ok"], 1)
+    rows = ["| routing | requests | prefix-cache hit rate | TTFT mean (ms) | TTFT p50 (ms) | TTFT p99 (ms) | preemptions | prompt tokens per engine |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in (("round_robin", rr), ("prefix_affinity", pa)):
+        spread = " / ".join(f"{q / 1e3:.0f}k" for q in r["per_engine"])
+        rows.append(f"| {name} | {r['requests_ok']} | {100 * r['hit_rate']:.1f}% | {r['ttft_mean_ms']:.1f} | "
+                    f"{r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} | {r['preemptions']:.0f} | {spread} |")
+    text = (f"Four engines, each with 640 KV blocks of 16 tokens (room for about six of the system prompts). "
+            f"16 course assistants, each with its own system prompt of ~1,500 tokens (PROMPT_DIR, written by the "
+            f"script); 200 users (one key each), user i bound to assistant i % 16, each sending a chat request "
+            f"(system prompt + a 16-word question of their own) then thinking 2 s, for {seconds} s; "
+            f"{prompt_tokens} prompt tokens per request, 32 output tokens. Fresh engines for each policy. Hit rate: "
+            f"the sum over engines of `vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total` "
+            f"(tokens), during the run. prefix_affinity against round_robin: hit rate "
+            f"**{pa['hit_rate'] / rr['hit_rate']:.2f}x** (target >= 2x), mean TTFT **{pa['ttft_mean_ms'] / rr['ttft_mean_ms']:.2f}x** "
+            f"(target <= 0.5x).")
+    return ("G4. Shared prompts: prefix-affinity vs round-robin routing",
+            f"build/bmas engine --port 0 {' '.join(engine_args)}   # four, fresh for each policy\n" + "\n".join(commands),
+            text, rows)
+
+
+def main():
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None and shutil.which(tool, path="/usr/sbin:/usr/bin") is None:
+            sys.exit(f"gateway_bench: {tool} is missing; run `bash scripts/install-deps.sh --bench`")
+    os.environ["PATH"] += ":/usr/sbin"
+    started = time.strftime("%Y-%m-%d %H:%M")
+    # What was measured: the commit, whether src/ had changes not committed, and the binaries,
+    # which must not be rebuilt while the benchmarks run.
+    git = lambda *a: subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "src"):
+        commit += " with changes to src/ not committed"
+    binaries = {path: os.stat(path).st_mtime for path in (BMAS, LOADGEN)}
+    t0 = time.time()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    benchmarks = [(1, overhead), (2, many_streams), (3, noisy_neighbour), (4, shared_prompts)]
+    sections = []
+    try:
+        for number, bench in benchmarks:
+            if ONLY is None or number in ONLY:
+                sections.append(bench())
+                print(f"gateway_bench: {sections[-1][0]} done after {time.time() - t0:.0f} s", file=sys.stderr)
+    finally:
+        for proc in started_processes:
+            stop(proc)
+        for d in temporary_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    rebuilt = [run.rel(p) for p, mtime in binaries.items() if os.stat(p).st_mtime != mtime]
+    if rebuilt:
+        sys.exit(f"gateway_bench: {', '.join(rebuilt)} changed during the run; RESULTS.md is left as it was")
+    text = (f"{HEADING}\n\nWritten by `python3 bench/gateway_bench.py` (or `make bench`) on {started} in "
+            f"{time.time() - t0:.0f} s, at commit {commit}; {os.cpu_count()} cores, {cpu}, Linux {platform.release()}. Nothing here is "
+            "typed in by hand. URL, KEY and STATE stand for what the script created (the gateway's state "
+            "directory holds the users and keys it made with `bmas user add` and `bmas key create`).\n\n")
+    for title, command, body, table in sections:
+        text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
+    if ONLY is not None:
+        print(text)
+        return
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    head = open(path).read() if os.path.exists(path) else ""
+    head = head.split(HEADING + "\n", 1)[0].rstrip() + "\n\n" if head.strip() else ""
+    with open(path, "w") as f:
+        f.write(head + text.rstrip() + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
