@@ -77,6 +77,19 @@ def metric_sum(text, name, labels=""):
     return total
 
 
+def busy_cpu_seconds():
+    """CPU time the whole machine has spent busy since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def own_cpu_seconds():
+    """CPU time of this script and of every process it started and waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def engine(*args):
     e = run.Engine(*args)
     started_processes.append(e.proc)
@@ -552,6 +565,7 @@ def main():
     if git("status", "--porcelain", "src"):
         commit += " with changes to src/ not committed"
     binaries = {path: os.stat(path).st_mtime for path in (BMAS, LOADGEN)}
+    busy0, own0 = busy_cpu_seconds(), own_cpu_seconds()
     t0 = time.time()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     benchmarks = [(1, overhead), (2, many_streams), (3, noisy_neighbour), (4, shared_prompts)]
@@ -567,12 +581,14 @@ def main():
         for d in temporary_dirs:
             shutil.rmtree(d, ignore_errors=True)
 
+    others = (busy_cpu_seconds() - busy0 - (own_cpu_seconds() - own0)) / (time.time() - t0)
     rebuilt = [run.rel(p) for p, mtime in binaries.items() if os.stat(p).st_mtime != mtime]
     if rebuilt:
         sys.exit(f"gateway_bench: {', '.join(rebuilt)} changed during the run; RESULTS.md is left as it was")
     text = (f"{HEADING}\n\nWritten by `python3 bench/gateway_bench.py` (or `make bench`) on {started} in "
-            f"{time.time() - t0:.0f} s, at commit {commit}; {os.cpu_count()} cores, {cpu}, Linux {platform.release()}. Nothing here is "
-            "typed in by hand. URL, KEY and STATE stand for what the script created (the gateway's state "
+            f"{time.time() - t0:.0f} s, at commit {commit}; {os.cpu_count()} cores, {cpu}, Linux {platform.release()}; other processes kept {max(others, 0):.2f} cores "
+            "busy on average meanwhile (the machine's busy time from /proc/stat less this script's and its "
+            "children's). Nothing here is typed in by hand. URL, KEY and STATE stand for what the script created (the gateway's state "
             "directory holds the users and keys it made with `bmas user add` and `bmas key create`).\n\n")
     for title, command, body, table in sections:
         text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
