@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
+#include "daemon/serve.h"
 #include "engine/timing.h"
 
 namespace bmas {
@@ -92,22 +93,8 @@ int RunEngine(const EngineSettings& settings) {
   fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
   std::fflush(stdout);
 
-  net::signal_set signals(io, SIGINT, SIGTERM);
-  const auto deadline = std::chrono::seconds(settings.shutdown_timeout_s);
-  signals.async_wait([&](const beast::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("bmas engine: signal {}: not accepting; finishing in-flight requests (up to {}s)",
-                 signal, deadline.count());
-    net::co_spawn(
-        io,
-        [&]() -> awaitable<void> {
-          co_await server.Stop(deadline);
-          io.stop();
-        },
-        LogFailure("engine stop"));
-  });
-  io.run();
-  spdlog::info("bmas engine: stopped");
+  ServeUntilSignalled(io, server, std::chrono::seconds(settings.shutdown_timeout_s),
+                      "bmas engine");
   return 0;
 }
 

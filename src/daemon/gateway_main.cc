@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/serve.h"
 #include "gateway/gateway.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
@@ -63,23 +64,8 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   fmt::print("bmas gateway: listening on http://{}:{}\n", s.host, *port);
   std::fflush(stdout);
 
-  net::signal_set signals(io, SIGINT, SIGTERM);
-  const auto deadline = std::chrono::seconds(s.shutdown_timeout_s);
-  signals.async_wait([&](const beast::error_code& error, int signal) {
-    if (error) return;
-    spdlog::info("bmas gateway: signal {}: not accepting; finishing in-flight requests (up to "
-                 "{}s), then flushing usage",
-                 signal, deadline.count());
-    net::co_spawn(
-        io,
-        [&]() -> awaitable<void> {
-          co_await gw.Stop(deadline);
-          io.stop();
-        },
-        LogFailure("gateway stop"));
-  });
-  io.run();
-  spdlog::info("bmas gateway: stopped");
+  ServeUntilSignalled(io, gw, std::chrono::seconds(s.shutdown_timeout_s), "bmas gateway",
+                      "flushing usage");
   return 0;
 }
 
