@@ -205,8 +205,9 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
   c.add_option("--fairness", flags_.fairness, "vtc (token-fair) or none (FCFS)")
       ->check(CLI::IsMember({"vtc", "none"}))
       ->default_str(flags_.fairness);
-  c.add_option("--threads", threads_, "Worker threads (one is supported today)")
-      ->check(CLI::Range(1, 1))
+  c.add_option("--threads", flags_.threads,
+               "Worker threads for client connections; each keeps one core busy at most")
+      ->check(CLI::Range(1, 256))
       ->default_str("1");
   c.add_option("--queue-timeout", flags_.queue_timeout_s,
                "Seconds a request may wait for a backend before a 503")
@@ -241,6 +242,7 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
     if (given("--backend")) s.backends = flags_.backends;
     if (given("--routing")) s.routing = flags_.routing;
     if (given("--fairness")) s.fairness = flags_.fairness;
+    if (given("--threads")) s.threads = flags_.threads;
     if (given("--queue-timeout")) s.queue_timeout_s = flags_.queue_timeout_s;
     if (given("--max-body-bytes")) s.max_body_bytes = flags_.max_body_bytes;
     if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;

@@ -51,7 +51,6 @@ class GatewayCommand {
 
   CLI::App* cmd_ = nullptr;
   GatewaySettings flags_;
-  int threads_ = 1;
   std::string backend_url_;
 };
 

@@ -56,6 +56,7 @@ Config LoadConfig(const std::string& path) {
     g.fairness = t->String("fairness", g.fairness, {"vtc", "none"});
     g.reserve_fraction = t->Double("reserve_fraction", g.reserve_fraction, 0, 0.9);
     g.default_capacity = static_cast<int>(t->Int("default_capacity", g.default_capacity, 1, 1 << 20));
+    g.threads = static_cast<int>(t->Int("threads", g.threads, 1, 256));
     g.queue_timeout_s = t->Double("queue_timeout_s", g.queue_timeout_s, 0.001, 86400);
     g.max_body_bytes = t->Int("max_body_bytes", g.max_body_bytes, 1024, int64_t{1} << 32);
     g.shutdown_timeout_s = static_cast<int>(t->Int("shutdown_timeout_s", 30, 0, 3600));

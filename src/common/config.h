@@ -35,6 +35,7 @@ struct GatewaySettings {
   std::string fairness = "vtc";             // vtc or none (FCFS)
   double reserve_fraction = 0.25;
   int default_capacity = 64;
+  int threads = 1;  // worker threads serving connections
   double queue_timeout_s = 30;
   int64_t max_body_bytes = 4 << 20;
   int shutdown_timeout_s = 30;

@@ -169,7 +169,16 @@ awaitable<bool> ResponseWriter::EndStream() {
 }
 
 HttpServer::HttpServer(net::io_context& io, HttpServerOptions options, HttpHandler handler)
-    : io_(io), options_(std::move(options)), handler_(std::move(handler)), acceptor_(io) {}
+    : HttpServer(std::vector<net::io_context*>{&io}, std::move(options), std::move(handler)) {}
+
+HttpServer::HttpServer(std::vector<net::io_context*> workers, HttpServerOptions options,
+                       HttpHandler handler)
+    : workers_(std::move(workers)),
+      io_(*workers_.at(0)),
+      options_(std::move(options)),
+      handler_(std::move(handler)),
+      acceptor_(io_),
+      connections_(workers_.size()) {}
 
 Result<uint16_t> HttpServer::Listen() {
   beast::error_code ec;
@@ -198,7 +207,10 @@ void HttpServer::Start() { net::co_spawn(io_, AcceptLoop(), LogFailure("http acc
 awaitable<void> HttpServer::AcceptLoop() {
   while (!stopping_) {
     beast::error_code ec;
-    tcp::socket socket = co_await acceptor_.async_accept(net::redirect_error(use_awaitable, ec));
+    const size_t worker = next_worker_++ % workers_.size();
+    net::any_io_executor on = workers_[worker]->get_executor();
+    tcp::socket socket =
+        co_await acceptor_.async_accept(on, net::redirect_error(use_awaitable, ec));
     if (ec) {
       if (stopping_ || ec == net::error::operation_aborted) break;
       spdlog::warn("accept failed: {}", ec.message());
@@ -208,7 +220,7 @@ awaitable<void> HttpServer::AcceptLoop() {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(io_, Session(std::move(socket)), LogFailure("http session"));
+    net::co_spawn(on, Session(std::move(socket), worker), LogFailure("http session"));
   }
 }
 
@@ -228,11 +240,11 @@ awaitable<void> HttpServer::LingeringClose(beast::tcp_stream& stream) {
   }
 }
 
-awaitable<void> HttpServer::Session(tcp::socket socket) {
+awaitable<void> HttpServer::Session(tcp::socket socket, size_t worker) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   Connection conn{&stream, true};
-  connections_.insert(&conn);
+  connections_[worker].insert(&conn);
   while (!stopping_) {
     conn.idle = true;
     http::request_parser<http::string_body> parser;
@@ -301,7 +313,7 @@ awaitable<void> HttpServer::Session(tcp::socket socket) {
     --active_requests_;
     if (!writer.ok() || !writer.keep_alive()) break;
   }
-  connections_.erase(&conn);
+  connections_[worker].erase(&conn);
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream.socket().close(ec);
@@ -311,8 +323,24 @@ awaitable<void> HttpServer::Stop(std::chrono::steady_clock::duration deadline) {
   stopping_ = true;
   beast::error_code ec;
   acceptor_.close(ec);
-  auto close_idle = [this](bool all) {
-    for (Connection* c : connections_) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  workers_stopped_ = 0;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    net::co_spawn(*workers_[i], StopWorker(i, until), LogFailure("http stop"));
+  }
+  // Each worker bounds its own wait by `until`.
+  net::steady_timer t(io_);
+  while (workers_stopped_.load() < workers_.size()) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> HttpServer::StopWorker(size_t worker,
+                                       std::chrono::steady_clock::time_point until) {
+  std::unordered_set<Connection*>& connections = connections_[worker];
+  auto close = [&](bool all) {
+    for (Connection* c : connections) {
       if (all || c->idle) {
         beast::error_code ignored;
         c->stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -320,19 +348,19 @@ awaitable<void> HttpServer::Stop(std::chrono::steady_clock::duration deadline) {
       }
     }
   };
-  close_idle(false);
-  auto until = std::chrono::steady_clock::now() + deadline;
-  net::steady_timer t(io_);
-  while (!connections_.empty() && std::chrono::steady_clock::now() < until) {
-    close_idle(false);
+  beast::error_code ec;
+  net::steady_timer t(*workers_[worker]);
+  while (!connections.empty() && std::chrono::steady_clock::now() < until) {
+    close(false);
     t.expires_after(std::chrono::milliseconds(10));
     co_await t.async_wait(net::redirect_error(use_awaitable, ec));
   }
-  if (!connections_.empty()) {
-    spdlog::warn("stop deadline passed with {} requests in flight; closing them",
-                 active_requests_);
-    close_idle(true);
+  if (!connections.empty()) {
+    spdlog::warn("stop deadline passed with {} connection(s) busy; closing them",
+                 connections.size());
+    close(true);
   }
+  ++workers_stopped_;
 }
 
 }  // namespace bmas

@@ -7,8 +7,11 @@
 // chunked streaming responses, and a graceful stop: no new connections, in-flight requests
 // finish up to a deadline.
 //
-// Runs on one io_context; not thread-safe.
+// Accepts on one io_context and runs each connection on one of its worker io_contexts (round
+// robin), each run by one thread; a connection stays on its worker for its whole life. The
+// handler is called on the connection's worker.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -88,6 +91,9 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   HttpServer(net::io_context& io, HttpServerOptions options, HttpHandler handler);
+  // `workers` run the connections; the first accepts (it may be `io` of the other form).
+  HttpServer(std::vector<net::io_context*> workers, HttpServerOptions options,
+             HttpHandler handler);
 
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -100,7 +106,7 @@ class HttpServer {
   // `deadline` passes, then closes what remains.
   awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
 
-  size_t active_requests() const { return active_requests_; }
+  size_t active_requests() const { return active_requests_.load(); }
   uint16_t port() const { return port_; }
 
  private:
@@ -109,17 +115,23 @@ class HttpServer {
     bool idle;
   };
   awaitable<void> AcceptLoop();
-  awaitable<void> Session(tcp::socket socket);
+  awaitable<void> Session(tcp::socket socket, size_t worker);
   awaitable<void> LingeringClose(beast::tcp_stream& stream);
+  // On worker `worker`: closes idle connections until none is left or `until`, then the rest.
+  awaitable<void> StopWorker(size_t worker, std::chrono::steady_clock::time_point until);
 
-  net::io_context& io_;
+  std::vector<net::io_context*> workers_;
+  net::io_context& io_;  // workers_[0]: accepts
   HttpServerOptions options_;
   HttpHandler handler_;
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
-  bool stopping_ = false;
-  size_t active_requests_ = 0;
-  std::unordered_set<Connection*> connections_;
+  size_t next_worker_ = 0;
+  std::atomic<bool> stopping_ = false;
+  std::atomic<size_t> active_requests_ = 0;
+  std::atomic<size_t> workers_stopped_ = 0;
+  // Per worker, touched only on that worker's thread.
+  std::vector<std::unordered_set<Connection*>> connections_;
 };
 
 // The HTTP status for an error code: the one place this mapping lives.

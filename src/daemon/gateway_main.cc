@@ -3,6 +3,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -51,21 +54,37 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     return 1;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  net::io_context io(1);
-  gateway::Gateway gw(io, o, std::move(*store));
+  // One io_context per worker thread; the first runs on this thread and also accepts.
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  std::vector<net::io_context*> workers;
+  for (int i = 0; i < s.threads; ++i) {
+    workers.push_back(contexts.emplace_back(std::make_unique<net::io_context>(1)).get());
+  }
+  net::io_context& io = *workers[0];
+  gateway::Gateway gw(workers, o, std::move(*store));
   auto port = gw.Listen();
   if (!port) {
     fmt::print(stderr, "bmas gateway: {}\n", port.error().message);
     return 1;
   }
-  spdlog::info("bmas gateway: routing {}, fairness {}, {} backend(s) given, store {}", s.routing,
-               s.fairness, o.backends.size(), StorePath(state_dir));
+  spdlog::info("bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {}",
+               s.routing, s.fairness, o.backends.size(), s.threads, StorePath(state_dir));
   gw.Start();
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < workers.size(); ++i) {
+    guards.push_back(net::make_work_guard(*workers[i]));
+    threads.emplace_back([w = workers[i]] { w->run(); });
+  }
+  // Tests and `bmas up` read this line: the URL ends it.
   fmt::print("bmas gateway: listening on http://{}:{}\n", s.host, *port);
   std::fflush(stdout);
 
   ServeUntilSignalled(io, gw, std::chrono::seconds(s.shutdown_timeout_s), "bmas gateway",
                       "flushing usage");
+  // Stop() closed every connection; the other workers finish what is left and return.
+  guards.clear();
+  for (std::thread& t : threads) t.join();
   return 0;
 }
 

@@ -76,11 +76,14 @@ constexpr double kReserveWindowS = 30;
 }  // namespace
 
 struct Gateway::Backend {
-  Backend(net::io_context& io, BackendUrl u, bool from_store) : pool(io, u), from_store(from_store) {
-    state.id = u.url;
+  Backend(const std::vector<net::io_context*>& workers, BackendUrl u, bool from_store)
+      : url(std::move(u)), from_store(from_store) {
+    for (net::io_context* io : workers) pools.push_back(std::make_unique<ConnectionPool>(*io, url));
+    state.id = url.url;  // never changes: read without the lock
     state.healthy = false;  // until the first check passes
   }
-  ConnectionPool pool;
+  const BackendUrl url;
+  std::vector<std::unique_ptr<ConnectionPool>> pools;  // per worker, used on its thread only
   BackendState state;
   bool from_store;
   bool checked = false;
@@ -96,6 +99,7 @@ struct Gateway::Backend {
 };
 
 struct Gateway::Request {
+  size_t worker = 0;  // the worker the client's connection runs on
   std::string user;
   double weight = 1;
   std::string model;
@@ -108,17 +112,19 @@ struct Gateway::Request {
   Clock::time_point start;
 };
 
+// A request waiting for admission. Dispatch() (on any worker, under mu_) picks its backend and
+// wakes it on its own worker.
 struct Gateway::Waiter {
-  Waiter(net::io_context& io, Request* r) : wake(io), request(r) {}
+  Waiter(const net::any_io_executor& executor, Request* r) : wake(executor), request(r) {}
   net::steady_timer wake;
   Request* request;
-  Backend* backend = nullptr;
+  std::shared_ptr<Backend> backend;  // set under mu_
 };
 
 struct Gateway::ModelQueue {
   explicit ModelQueue(bool fair) : queue(fair) {}
   FairQueue queue;
-  std::unordered_map<Ticket, Waiter*> waiters;
+  std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters;
   // When each user last sent a request for this model (seconds on the gateway's clock).
   std::unordered_map<std::string, double> last_request;
 
@@ -136,13 +142,17 @@ struct Gateway::ModelQueue {
 };
 
 Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
-    : io_(io),
+    : Gateway(std::vector<net::io_context*>{&io}, std::move(options), std::move(store)) {}
+
+Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, StorePtr store)
+    : workers_(std::move(workers)),
+      io_(*workers_.at(0)),
       options_(std::move(options)),
       store_(std::move(store)),
-      http_(io, options_.http, [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
-      router_(options_.routing),
+      http_(workers_, options_.http,
+            [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
       epoch_(Clock::now()),
-      json_(std::make_unique<simdjson::dom::parser>()),
+      router_(options_.routing),
       queue_wait_(metrics_.AddHistogram("bmas_gateway_queue_wait_seconds",
                                         "Time requests waited in the fair queue.", "",
                                         LatencyBuckets())),
@@ -153,9 +163,12 @@ Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
                                  "Time from a request's arrival to the end of its response.", "",
                                  LatencyBuckets())),
       queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    json_.push_back(std::make_unique<simdjson::dom::parser>());
+  }
   for (const std::string& url : options_.backends) {
     auto parsed = ParseBackendUrl(url);
-    if (parsed) backends_.push_back(std::make_shared<Backend>(io_, *parsed, false));
+    if (parsed) backends_.push_back(std::make_shared<Backend>(workers_, *parsed, false));
   }
 }
 
@@ -164,6 +177,24 @@ Gateway::~Gateway() = default;
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
 
 Result<uint16_t> Gateway::Listen() { return http_.Listen(); }
+
+size_t Gateway::WorkerOf(const net::any_io_executor& executor) const {
+  const net::execution_context* context = &net::query(executor, net::execution::context);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] == context) return i;
+  }
+  return 0;
+}
+
+void Gateway::ClearPools(const std::shared_ptr<Backend>& backend) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i]->get_executor().running_in_this_thread()) {
+      backend->pools[i]->Clear();
+    } else {
+      net::post(*workers_[i], [backend, i] { backend->pools[i]->Clear(); });
+    }
+  }
+}
 
 void Gateway::Start() {
   http_.Start();
@@ -192,8 +223,10 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
     co_return;
   }
   if (target == "/health" && get) {
+    std::unique_lock lock(mu_);
     bool any = std::any_of(backends_.begin(), backends_.end(),
                            [](const auto& b) { return b->state.healthy; });
+    lock.unlock();
     co_await writer.Send(any ? http::status::ok : http::status::service_unavailable,
                          "application/json",
                          any ? R"({"status":"ok"})" : R"({"status":"no healthy backend"})");
@@ -223,7 +256,16 @@ awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& r
     co_return std::nullopt;
   }
   std::string key(header.substr(kBearer.size()));
-  if (auto it = keys_.find(key); it != keys_.end()) co_return it->second;
+  bool cached = false;
+  std::optional<std::string> cached_user;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = keys_.find(key); it != keys_.end()) {
+      cached = true;
+      cached_user = it->second;
+    }
+  }
+  if (cached) co_return cached_user;
   // A key not seen before: ask the store for its user and that user's limits in one go, so
   // that a user added a moment ago is limited from their first request.
   struct Found {
@@ -241,8 +283,11 @@ awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& r
     return found;
   };
   Found found = co_await store_.Run(std::move(check));
-  if (found.user) users_[*found.user] = *found.limits;
-  if (keys_.size() < 100000) keys_[key] = found.user;  // refreshed every second
+  {
+    std::lock_guard lock(mu_);
+    if (found.user) users_[*found.user] = *found.limits;
+    if (keys_.size() < 100000) keys_[key] = found.user;  // refreshed every second
+  }
   co_return found.user;
 }
 
@@ -262,17 +307,22 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
                   "`bmas key create USER`)");
     co_return;
   }
-  auto limits_it = users_.find(*user);
-  UserLimits limits = limits_it != users_.end() ? limits_it->second : UserLimits{};
+  UserLimits limits;
+  {
+    std::lock_guard lock(mu_);
+    auto limits_it = users_.find(*user);
+    if (limits_it != users_.end()) limits = limits_it->second;
+  }
 
   Request r;
+  r.worker = WorkerOf(co_await net::this_coro::executor);
   r.user = *user;
   r.weight = limits.weight;
   r.target = target;
   r.start = start;
   {
     // Only what routing, queuing and metering need; the backend validates the rest.
-    simdjson::dom::parser& parser = Reusable(json_);
+    simdjson::dom::parser& parser = Reusable(json_[r.worker]);
     simdjson::dom::element doc;
     const std::string& body = request.body();
     if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
@@ -346,10 +396,24 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   }
 
   bool known = false, healthy = false;
-  for (const auto& b : backends_) {
-    if (b->Serves(r.model)) {
-      known = true;
-      healthy = healthy || (b->state.healthy && !b->state.draining);
+  LimitDecision decision;
+  ModelQueue* mq = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& b : backends_) {
+      if (b->Serves(r.model)) {
+        known = true;
+        healthy = healthy || (b->state.healthy && !b->state.draining);
+      }
+    }
+    if (known && healthy) {
+      decision = limiter_.Check(r.user, limits, UnixNowSeconds());
+      if (decision.allowed) {
+        limiter_.OnStart(r.user, UnixNowSeconds());
+        auto& mq_ptr = queues_[r.model];
+        if (!mq_ptr) mq_ptr = std::make_unique<ModelQueue>(options_.fair);
+        mq = mq_ptr.get();  // queues are never removed
+      }
     }
   }
   if (!known) {
@@ -362,7 +426,6 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
                   fmt::format("no healthy backend serves model `{}` right now", r.model));
     co_return;
   }
-  LimitDecision decision = limiter_.Check(r.user, limits, UnixNowSeconds());
   if (!decision.allowed) {
     ResponseWriter::Headers headers;
     headers.emplace_back(http::field::retry_after,
@@ -371,79 +434,94 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
                   std::move(headers));
     co_return;
   }
-  limiter_.OnStart(r.user, UnixNowSeconds());
   struct EndGuard {
+    std::mutex& mu;
     RateLimiter& limiter;
     const std::string& user;
-    ~EndGuard() { limiter.OnEnd(user); }
-  } end_guard{limiter_, r.user};
+    ~EndGuard() {
+      std::lock_guard lock(mu);
+      limiter.OnEnd(user);
+    }
+  } end_guard{mu_, limiter_, r.user};
 
-  auto& mq_ptr = queues_[r.model];
-  if (!mq_ptr) mq_ptr = std::make_unique<ModelQueue>(options_.fair);
   // A first attempt that fails before anything reached the client is retried once elsewhere.
-  bool retry = co_await Attempt(r, *mq_ptr, writer, /*may_retry=*/true);
-  if (retry) co_await Attempt(r, *mq_ptr, writer, /*may_retry=*/false);
+  bool retry = co_await Attempt(r, *mq, writer, /*may_retry=*/true);
+  if (retry) co_await Attempt(r, *mq, writer, /*may_retry=*/false);
 }
 
 awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer,
                                  bool may_retry) {
-  Waiter waiter(io_, &r);
-  const Ticket ticket = next_ticket_++;
-  mq.waiters[ticket] = &waiter;
-  mq.queue.Push(ticket, r.user, r.weight);
-  mq.last_request[r.user] = Now();
+  auto waiter = std::make_shared<Waiter>(co_await net::this_coro::executor, &r);
   const Clock::time_point queued = Clock::now();
-  Dispatch(r.model);
+  Ticket ticket;
+  bool admitted;
+  {
+    std::lock_guard lock(mu_);
+    ticket = next_ticket_++;
+    mq.waiters[ticket] = waiter;
+    mq.queue.Push(ticket, r.user, r.weight);
+    mq.last_request[r.user] = Now();
+    DispatchLocked(r.model);
+    admitted = waiter->backend != nullptr;
+  }
   bool client_gone = false;
-  if (waiter.backend == nullptr) {
-    // A client that leaves while queued gives its place up.
-    writer.WatchForDisconnect([&client_gone, &waiter] {
+  if (!admitted) {
+    // Dispatch() on another worker wakes the timer through this worker, so no wake-up can
+    // come between here and the wait. A client that leaves while queued gives its place up.
+    writer.WatchForDisconnect([&client_gone, w = waiter.get()] {
       client_gone = true;
-      waiter.wake.cancel();
+      w->wake.cancel();
     });
-    waiter.wake.expires_after(options_.queue_timeout);
+    waiter->wake.expires_after(options_.queue_timeout);
     beast::error_code ec;
-    co_await waiter.wake.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
     writer.StopWatching();
+  }
+  std::shared_ptr<Backend> backend;
+  {
+    std::lock_guard lock(mu_);
+    backend = waiter->backend;
+    if (backend == nullptr) {  // timed out or the client left: not admitted meanwhile
+      mq.queue.Remove(ticket);
+      mq.waiters.erase(ticket);
+    } else if (client_gone) {
+      ReleaseLocked(*backend, r.user, r.model);
+    }
   }
   bool retry = false;
   if (client_gone) {
-    if (waiter.backend != nullptr) {
-      Release(*waiter.backend, r.user, r.model);
-    } else {
-      mq.queue.Remove(ticket);
-      mq.waiters.erase(ticket);
-    }
     CountStatus(499);  // nginx's "client closed request"
-  } else if (waiter.backend == nullptr) {
-    mq.queue.Remove(ticket);
-    mq.waiters.erase(ticket);
+  } else if (backend == nullptr) {
     CountStatus(503);
     std::string message = fmt::format(
         "no backend for model `{}` became free within {} s; try again later", r.model,
         options_.queue_timeout.count() / 1000.0);
     co_await writer.SendError(http::status::service_unavailable, std::move(message));
   } else {
-    queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
-    Backend& backend = *waiter.backend;
-    Result<void> relayed = co_await Relay(backend, r, writer);
-    const std::string backend_id = backend.state.id;
-    Release(backend, r.user, r.model);  // may remove a drained backend
+    {
+      std::lock_guard lock(mu_);
+      queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
+    }
+    Result<void> relayed = co_await Relay(*backend, r, writer);
+    bool other = false;
+    {
+      std::lock_guard lock(mu_);
+      ReleaseLocked(*backend, r.user, r.model);  // may remove a drained backend
+      if (!relayed && relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
+        backend->state.healthy = false;  // until its health check passes
+        other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
+          return b->Serves(r.model) && b->state.healthy && !b->state.draining;
+        });
+      }
+    }
     if (relayed) {
       CountStatus(200);
+      std::lock_guard lock(mu_);
       e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
-      // Nothing reached the client: take the backend out until its health check passes.
-      spdlog::warn("gateway: backend {} failed: {}", backend_id, relayed.error().message);
-      for (const auto& b : backends_) {
-        if (b->state.id == backend_id) {
-          b->state.healthy = false;
-          b->pool.Clear();
-        }
-      }
-      bool other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
-        return b->Serves(r.model) && b->state.healthy && !b->state.draining;
-      });
+      // Nothing reached the client: the backend is out until its health check passes.
+      spdlog::warn("gateway: backend {} failed: {}", backend->state.id, relayed.error().message);
+      ClearPools(backend);
       retry = may_retry && other;
       if (!retry) {
         CountStatus(503);
@@ -464,6 +542,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
 
 void Gateway::CountStatus(int status) {
   std::string key = std::to_string(status);
+  std::lock_guard lock(mu_);
   auto it = requests_by_status_.find(key);
   if (it == requests_by_status_.end()) {
     it = requests_by_status_
@@ -475,13 +554,19 @@ void Gateway::CountStatus(int status) {
   it->second->Inc();
 }
 
-void Gateway::Dispatch(const std::string& model) {
+void Gateway::DispatchLocked(const std::string& model) {
   auto it = queues_.find(model);
   if (it == queues_.end()) return;
   ModelQueue& mq = *it->second;
   std::vector<Backend*> open;
   std::vector<BackendState> states;
   std::vector<Backend*> candidates;
+  auto shared = [this](Backend* b) {
+    for (const auto& p : backends_) {
+      if (p.get() == b) return p;
+    }
+    return std::shared_ptr<Backend>();
+  };
   while (mq.queue.size() > 0) {
     open.clear();
     for (const auto& b : backends_) {
@@ -509,7 +594,7 @@ void Gateway::Dispatch(const std::string& model) {
     std::optional<Ticket> ticket = mq.queue.PopNext(eligible);
     if (!ticket) break;
     auto w = mq.waiters.find(*ticket);
-    Waiter* waiter = w->second;
+    std::shared_ptr<Waiter> waiter = std::move(w->second);
     mq.waiters.erase(w);
     Request& r = *waiter->request;
     bool others = mq.OthersActive(r.user);
@@ -527,19 +612,24 @@ void Gateway::Dispatch(const std::string& model) {
     ++b->user_in_flight[r.user];
     b->state.outstanding_tokens += r.prompt_estimate;
     mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
-    waiter->backend = b;
-    waiter->wake.cancel();
+    waiter->backend = shared(b);
+    // The timer belongs to the waiter's worker: cancel it there.
+    if (workers_[r.worker]->get_executor().running_in_this_thread()) {
+      waiter->wake.cancel();
+    } else {
+      net::post(waiter->wake.get_executor(), [waiter] { waiter->wake.cancel(); });
+    }
   }
   queue_depth_.Set(0);
   for (const auto& [m, q] : queues_) queue_depth_.Set(queue_depth_.value() + q->queue.size());
 }
 
-void Gateway::Release(Backend& b, const std::string& user, const std::string& model) {
+void Gateway::ReleaseLocked(Backend& b, const std::string& user, const std::string& model) {
   --b.state.in_flight;
   auto u = b.user_in_flight.find(user);
   if (u != b.user_in_flight.end() && --u->second <= 0) b.user_in_flight.erase(u);
   if (b.state.in_flight == 0) b.state.outstanding_tokens = 0;
-  Dispatch(model);
+  DispatchLocked(model);
   if (b.state.draining && b.state.in_flight == 0) {
     backends_.erase(std::remove_if(backends_.begin(), backends_.end(),
                                    [&](const auto& p) { return p.get() == &b; }),
@@ -554,7 +644,7 @@ awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& w
   bool stale = false;
   Result<void> result = co_await RelayOnce(b, r, writer, stale);
   if (stale) {
-    b.pool.Clear();
+    b.pools[r.worker]->Clear();
     bool ignored = false;
     result = co_await RelayOnce(b, r, writer, ignored);
   }
@@ -564,12 +654,13 @@ awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& w
 awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
                                            bool& stale) {
   bool reused = false;
-  auto acquired = co_await b.pool.Acquire(options_.connect_timeout, reused);
+  ConnectionPool& pool = *b.pools[r.worker];
+  auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
   if (!acquired) co_return acquired.error();
   std::unique_ptr<beast::tcp_stream> up = std::move(*acquired);
 
-  http::request<http::string_body> req{http::verb::post, b.pool.url().base_path + r.target, 11};
-  req.set(http::field::host, b.pool.url().host + ":" + b.pool.url().port);
+  http::request<http::string_body> req{http::verb::post, b.url.base_path + r.target, 11};
+  req.set(http::field::host, b.url.host + ":" + b.url.port);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
   req.body() = r.upstream_body;
@@ -619,21 +710,25 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
                      fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
     } else {
       if (status == http::status::ok &&
-          ParseUsage(Reusable(json_), body, prompt_tokens, completion_tokens)) {
+          ParseUsage(Reusable(json_[r.worker]), body, prompt_tokens, completion_tokens)) {
         Meter(r, b, prompt_tokens, completion_tokens);
       }
       // The watch's callback closes `up`: it must end before the pool owns `up` (and may
       // lend it to another request or destroy it) while the response is still written.
       writer.StopWatching();
-      if (parser.keep_alive()) b.pool.Release(std::move(up));
+      if (parser.keep_alive()) pool.Release(std::move(up));
       // The view is made outside the co_await: GCC 12 destroys temporaries in it twice.
       const std::string_view type =
           content_type.empty() ? std::string_view("application/json") : content_type;
       co_await writer.Send(status, type, std::move(body));
     }
   } else if (co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
-    auto queue = queues_.find(r.model);
-    FairQueue* mq_charge = queue != queues_.end() ? &queue->second->queue : nullptr;
+    FairQueue* mq_charge = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto queue = queues_.find(r.model);
+      if (queue != queues_.end()) mq_charge = &queue->second->queue;  // never removed
+    }
     SseSplitter events;
     std::string out;
     bool done = false, usage_seen = false, first = true, client_gone = false;
@@ -642,26 +737,32 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
       events.Append(std::string_view(chunk.data(), n));
       out.clear();
+      int64_t streamed = 0;
       for (std::string_view e = events.Next(); !e.empty(); e = events.Next()) {
         bool forward = true;
         if (e.rfind("data: [DONE]", 0) == 0) {
           done = true;
         } else if (e.find("\"choices\":[]") != std::string_view::npos &&
                    e.find("\"usage\"") != std::string_view::npos) {
-          usage_seen = ParseUsage(Reusable(json_), e.substr(6), prompt_tokens, completion_tokens);
+          usage_seen = ParseUsage(Reusable(json_[r.worker]), e.substr(6), prompt_tokens,
+                                  completion_tokens);
           forward = r.client_wants_usage;
         } else {
-          ++content_events;
-          // Output counts for fairness as it streams, not only when the request ends.
-          if (mq_charge != nullptr) mq_charge->Charge(r.user, r.weight, 1);
+          ++streamed;
         }
         if (forward) out.append(e);
       }
-      if (!out.empty()) {
-        if (first) {
-          first = false;
+      content_events += streamed;
+      if (streamed > 0 || (first && !out.empty())) {
+        // Output counts for fairness as it streams, not only when the request ends.
+        std::lock_guard lock(mu_);
+        if (mq_charge != nullptr && streamed > 0) mq_charge->Charge(r.user, r.weight, streamed);
+        if (first && !out.empty()) {
           ttft_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
         }
+      }
+      if (!out.empty()) {
+        first = false;
         client_gone = !co_await writer.SendChunk(out);  // then the upstream is dropped
       }
     }
@@ -683,7 +784,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     if (writer.ok()) co_await writer.EndStream();
     if (parser.is_done() && parser.keep_alive() && !ec && !client_gone) {
       writer.StopWatching();  // as above: before the pool owns `up`
-      b.pool.Release(std::move(up));
+      pool.Release(std::move(up));
     }
   }
   co_return result;
@@ -703,6 +804,7 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
                     int64_t already_charged) {
   const int64_t minute = UnixNow() / 60;
   auto key = std::make_tuple(minute, r.user, r.model, b.state.id);
+  std::lock_guard lock(mu_);
   UsageDelta& d = unflushed_[key];
   if (d.user.empty()) d = UsageDelta{minute, r.user, r.model, b.state.id, 0, 0, 0};
   d.requests += 1;
@@ -738,7 +840,11 @@ awaitable<void> Gateway::HealthLoop() {
   while (!stopping_) {
     // Checks run one after another; a dead backend costs at most the connect timeout. A
     // backend removed meanwhile stays alive through its check (shared ownership).
-    std::vector<std::shared_ptr<Backend>> all(backends_.begin(), backends_.end());
+    std::vector<std::shared_ptr<Backend>> all;
+    {
+      std::lock_guard lock(mu_);
+      all.assign(backends_.begin(), backends_.end());
+    }
     for (const auto& b : all) co_await CheckBackend(b);
     timer.expires_after(options_.health_interval);
     beast::error_code ec;
@@ -750,13 +856,13 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
   Backend& b = *backend;
   // A short-lived connection per check: health must not depend on the request pool.
   auto get = [&](std::string path) -> awaitable<Result<std::string>> {
-    ConnectionPool probe(io_, b.pool.url());
+    ConnectionPool probe(io_, b.url);
     bool reused = false;
     auto conn = co_await probe.Acquire(options_.connect_timeout, reused);
     if (!conn) co_return conn.error();
     auto& s = **conn;
-    http::request<http::empty_body> req{http::verb::get, b.pool.url().base_path + path, 11};
-    req.set(http::field::host, b.pool.url().host);
+    http::request<http::empty_body> req{http::verb::get, b.url.base_path + path, 11};
+    req.set(http::field::host, b.url.host);
     req.keep_alive(false);
     beast::error_code ec;
     s.expires_after(options_.connect_timeout);
@@ -770,48 +876,59 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
     }
     co_return std::move(res.body());
   };
-  const bool was_healthy = b.state.healthy;
+  bool need_models;
+  {
+    std::lock_guard lock(mu_);
+    need_models = b.models.empty() || b.checks++ % 10 == 0;
+  }
   auto health = co_await get("/health");
   bool healthy = health.has_value();
-  if (healthy && (b.models.empty() || b.checks % 10 == 0)) {
-    auto models = co_await get("/v1/models");
-    if (models) {
-      simdjson::dom::parser parser;
-      simdjson::dom::element doc;
-      simdjson::dom::array data;
-      if (!parser.parse(*models).get(doc) && !doc["data"].get_array().get(data)) {
-        b.models.clear();
-        b.model_cards.clear();
-        for (simdjson::dom::element m : data) {
-          std::string_view id;
-          if (m["id"].get_string().get(id)) continue;
-          b.models.emplace_back(id);
-          b.model_cards.push_back(simdjson::minify(m));
-          int64_t seqs;
-          if (!m["max_num_seqs"].get_int64().get(seqs) && seqs > 0) {
-            b.state.capacity = static_cast<int>(seqs);
-          }
-        }
+  // Parsed here, stored under the lock below.
+  std::optional<std::vector<std::string>> models, cards;
+  int capacity = 0;
+  if (healthy && need_models) {
+    auto listed = co_await get("/v1/models");
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    simdjson::dom::array data;
+    if (listed && !parser.parse(*listed).get(doc) && !doc["data"].get_array().get(data)) {
+      models.emplace();
+      cards.emplace();
+      for (simdjson::dom::element m : data) {
+        std::string_view id;
+        if (m["id"].get_string().get(id)) continue;
+        models->emplace_back(id);
+        cards->push_back(simdjson::minify(m));
+        int64_t seqs;
+        if (!m["max_num_seqs"].get_int64().get(seqs) && seqs > 0) capacity = static_cast<int>(seqs);
       }
     }
-    healthy = !b.models.empty();
   }
+  std::optional<std::string> engine_metrics;
   if (healthy) {
     // The engine's own view of its load, for least_load routing (vLLM's metric names).
-    auto metrics = co_await get("/metrics");
-    if (metrics) {
-      b.state.engine_waiting = static_cast<int>(MetricSum(*metrics, "vllm:num_requests_waiting"));
-      b.state.engine_running = static_cast<int>(MetricSum(*metrics, "vllm:num_requests_running"));
-      b.state.kv_usage = MetricSum(*metrics, "vllm:kv_cache_usage_perc");
-    }
+    auto got = co_await get("/metrics");
+    if (got) engine_metrics = std::move(*got);
   }
-  ++b.checks;
+  std::lock_guard lock(mu_);
+  if (models) {
+    b.models = std::move(*models);
+    b.model_cards = std::move(*cards);
+    if (capacity > 0) b.state.capacity = capacity;
+  }
+  healthy = healthy && !b.models.empty();
+  if (engine_metrics) {
+    b.state.engine_waiting = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_waiting"));
+    b.state.engine_running = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_running"));
+    b.state.kv_usage = MetricSum(*engine_metrics, "vllm:kv_cache_usage_perc");
+  }
   b.checked = true;
+  const bool was_healthy = b.state.healthy;
   b.state.healthy = healthy;
   if (was_healthy != healthy) {
     spdlog::info("gateway: backend {} is {}", b.state.id, healthy ? "healthy" : "down");
-    if (!healthy) b.pool.Clear();
-    for (const auto& [model, q] : queues_) Dispatch(model);
+    if (!healthy) ClearPools(backend);
+    for (const auto& [model, q] : queues_) DispatchLocked(model);
   }
 }
 
@@ -823,7 +940,7 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
                            [&](const auto& b) { return b->state.id == parsed->url; });
     if (it == backends_.end()) {
       spdlog::info("gateway: backend {} added", parsed->url);
-      backends_.push_back(std::make_shared<Backend>(io_, *parsed, true));
+      backends_.push_back(std::make_shared<Backend>(workers_, *parsed, true));
       net::co_spawn(io_, CheckBackend(backends_.back()), LogFailure("gateway backend check"));
     } else if ((*it)->state.draining) {
       (*it)->state.draining = false;
@@ -849,8 +966,11 @@ awaitable<void> Gateway::RefreshLoop() {
   net::steady_timer timer(io_);
   while (!stopping_) {
     std::vector<std::string> keys;
-    keys.reserve(keys_.size());
-    for (const auto& [k, u] : keys_) keys.push_back(k);
+    {
+      std::lock_guard lock(mu_);
+      keys.reserve(keys_.size());
+      for (const auto& [k, u] : keys_) keys.push_back(k);
+    }
     struct Snapshot {
       std::unordered_map<std::string, std::optional<std::string>> keys;
       std::unordered_map<std::string, UserLimits> users;
@@ -879,6 +999,7 @@ awaitable<void> Gateway::RefreshLoop() {
     };
     Snapshot snapshot = co_await store_.Run(std::move(read));
     if (snapshot.ok) {
+      std::lock_guard lock(mu_);
       // Keys presented while the snapshot was read stay; revocations apply from here.
       for (auto& [k, u] : snapshot.keys) keys_[k] = u;
       users_ = std::move(snapshot.users);
@@ -894,10 +1015,13 @@ awaitable<void> Gateway::RefreshLoop() {
 }
 
 awaitable<void> Gateway::Flush() {
-  if (unflushed_.empty()) co_return;
   std::vector<UsageDelta> deltas;
-  for (auto& [key, d] : unflushed_) deltas.push_back(std::move(d));
-  unflushed_.clear();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, d] : unflushed_) deltas.push_back(std::move(d));
+    unflushed_.clear();
+  }
+  if (deltas.empty()) co_return;
   auto write = [deltas = std::move(deltas)](Store& store) { return store.RecordUsage(deltas); };
   Result<void> written = co_await store_.Run(std::move(write));
   if (!written) spdlog::error("gateway: usage not recorded: {}", written.error().message);
@@ -916,6 +1040,7 @@ awaitable<void> Gateway::FlushLoop() {
 // ---- Views ----------------------------------------------------------------------------------
 
 std::string Gateway::ModelsJson() const {
+  std::lock_guard lock(mu_);
   std::string out = R"({"object":"list","data":[)";
   std::vector<std::string> seen;
   for (const auto& b : backends_) {
@@ -932,6 +1057,7 @@ std::string Gateway::ModelsJson() const {
 }
 
 std::string Gateway::RenderMetrics() {
+  std::lock_guard lock(mu_);
   std::string text = metrics_.Render();
   text += "# HELP bmas_gateway_backend_in_flight Requests in flight per backend.\n"
           "# TYPE bmas_gateway_backend_in_flight gauge\n";

@@ -3,14 +3,18 @@
 // `bmas gateway`: the multi-tenant OpenAI-compatible front of a pool of vLLM (or `bmas engine`)
 // backends. Request path: authenticate -> limits -> fair queue -> route -> relay -> meter.
 //
-// Runs on one io_context thread (all state below is confined to it); SQLite work goes to a
-// StoreWorker thread. Users, keys and backends are re-read from the store every second, so
+// Connections run on N worker io_contexts, one thread each (`--threads N`); the first also runs
+// the background loops (health checks, store refresh, usage flush). State shared by all
+// requests (queues, limits, backends' counts, usage, metrics) is guarded by one mutex held only
+// in short sections that never suspend; each worker has its own upstream connection pools and
+// JSON parser. SQLite work goes to a StoreWorker thread. Users, keys and backends are re-read from the store every second, so
 // changes made with `bmas user`, `bmas key` and `bmas gateway backend` take effect live.
 
 #include <array>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -50,6 +54,8 @@ struct GatewayOptions {
 class Gateway {
  public:
   Gateway(net::io_context& io, GatewayOptions options, StorePtr store);
+  // `workers[0]` also runs the background loops. Each must be run by one thread.
+  Gateway(std::vector<net::io_context*> workers, GatewayOptions options, StorePtr store);
   ~Gateway();
 
   Gateway(const Gateway&) = delete;
@@ -75,10 +81,13 @@ class Gateway {
   // client and another backend could take the request.
   awaitable<bool> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
   void CountStatus(int status);
+  size_t WorkerOf(const net::any_io_executor& executor) const;
 
-  // Queueing and admission.
-  void Dispatch(const std::string& model);
-  void Release(Backend& backend, const std::string& user, const std::string& model);
+  // Queueing and admission. REQUIRES: mu_ held.
+  void DispatchLocked(const std::string& model);
+  void ReleaseLocked(Backend& backend, const std::string& user, const std::string& model);
+  // Drops the idle upstream connections of `backend` on every worker.
+  void ClearPools(const std::shared_ptr<Backend>& backend);
 
   // One attempt at relaying to `backend`. Returns kUnavailable when it failed before anything
   // reached the client (the caller may retry elsewhere).
@@ -98,25 +107,29 @@ class Gateway {
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
 
-  // Records usage, and charges the fair queue what it was not charged yet.
+  // Records usage, and charges the fair queue what it was not charged yet. Takes mu_.
   void Meter(const Request& request, const Backend& backend, int64_t prompt_tokens,
              int64_t completion_tokens, int64_t already_charged = 0);
-  std::string ModelsJson() const;
-  std::string RenderMetrics();
+  std::string ModelsJson() const;      // takes mu_
+  std::string RenderMetrics();         // takes mu_
   double Now() const;
 
-  net::io_context& io_;
+  std::vector<net::io_context*> workers_;
+  net::io_context& io_;  // workers_[0]
   GatewayOptions options_;
   StoreWorker store_;
   HttpServer http_;
+  uint64_t refreshes_ = 0;  // io_ only
+  bool stopping_ = false;   // io_ only
+  const std::chrono::steady_clock::time_point epoch_;
+
+  // Guards every member below but json_, and each backend's state, models and counts.
+  mutable std::mutex mu_;
   RateLimiter limiter_;
   Router router_;
   std::vector<std::shared_ptr<Backend>> backends_;  // shared with health checks in flight
   std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
   Ticket next_ticket_ = 1;
-  uint64_t refreshes_ = 0;
-  bool stopping_ = false;
-  const std::chrono::steady_clock::time_point epoch_;
 
   // Store snapshots, refreshed every second.
   std::unordered_map<std::string, std::optional<std::string>> keys_;  // key -> user (or none)
@@ -125,10 +138,10 @@ class Gateway {
   // Metered usage not yet in the store: (minute, user, model, backend) -> delta.
   std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta> unflushed_;
 
-  // Parses request bodies and usage chunks, keeping its buffers from one document to the next
-  // (a parse then allocates nothing). Each use finishes with the document before its next
-  // co_await.
-  std::unique_ptr<simdjson::dom::parser> json_;
+  // Per worker (not guarded): parses request bodies and usage chunks, keeping its buffers from
+  // one document to the next (a parse then allocates nothing). Each use finishes with the
+  // document before its next co_await.
+  std::vector<std::unique_ptr<simdjson::dom::parser>> json_;
 
   MetricsRegistry metrics_;
   std::map<std::string, Counter*> requests_by_status_;

@@ -287,6 +287,37 @@ class GatewayTest : public ::testing::Test {
     }
     return sum;
   }
+  struct Totals {
+    int64_t requests = 0, prompt = 0, completion = 0;
+    bool operator==(const Totals&) const = default;
+  };
+  // Engine `e`'s own counts of requests, prompt tokens and generated tokens.
+  Totals EngineTotals(size_t e) {
+    return Totals{static_cast<int64_t>(EngineRequests(e)),
+                  static_cast<int64_t>(EngineMetric(e, "vllm:prompt_tokens_total")),
+                  static_cast<int64_t>(EngineMetric(e, "vllm:generation_tokens_total"))};
+  }
+  // `bmas usage --json` summed by backend and by user (`raw`: its output); false when it
+  // could not be read.
+  bool UsageTotals(std::map<std::string, Totals>& by_backend,
+                   std::map<std::string, Totals>& by_user, std::string& raw) {
+    by_backend.clear();
+    by_user.clear();
+    auto r = RunBmas({"usage", "--json"}, Env());
+    if (!r || !r->status.Success()) return false;
+    raw = r->out;
+    rapidjson::Document rows;
+    rows.Parse(r->out.c_str());
+    if (rows.HasParseError() || !rows.IsArray()) return false;
+    for (const auto& row : rows.GetArray()) {
+      for (auto* t : {&by_backend[Str(At(row, "backend"))], &by_user[Str(At(row, "user"))]}) {
+        t->requests += Int(At(row, "requests"));
+        t->prompt += Int(At(row, "prompt_tokens"));
+        t->completion += Int(At(row, "completion_tokens"));
+      }
+    }
+    return true;
+  }
   // The gateway's bmas_gateway_backend_<name>{backend="url"}, or nullopt when not listed.
   std::optional<double> BackendGauge(std::string_view name, const std::string& url) {
     return MetricValue(MetricsOf(gateway_->port()),
@@ -668,34 +699,12 @@ TEST_F(GatewayTest, MeteredUsageEqualsTheEnginesTokenCounters) {
     ++sent[user];
   }
 
-  struct Totals {
-    int64_t requests = 0, prompt = 0, completion = 0;
-    bool operator==(const Totals&) const = default;
-  };
-  auto engine_totals = [&](size_t e) {
-    return Totals{static_cast<int64_t>(EngineRequests(e)),
-                  static_cast<int64_t>(EngineMetric(e, "vllm:prompt_tokens_total")),
-                  static_cast<int64_t>(EngineMetric(e, "vllm:generation_tokens_total"))};
-  };
+  auto engine_totals = [&](size_t e) { return EngineTotals(e); };
   std::map<std::string, Totals> by_backend, by_user;
   std::string last_usage;
   const bool equal = Eventually(
       [&] {
-        by_backend.clear();
-        by_user.clear();
-        auto r = RunBmas({"usage", "--json"}, Env());
-        if (!r || !r->status.Success()) return false;
-        last_usage = r->out;
-        rapidjson::Document rows;
-        rows.Parse(r->out.c_str());
-        if (rows.HasParseError() || !rows.IsArray()) return false;
-        for (const auto& row : rows.GetArray()) {
-          for (auto* t : {&by_backend[Str(At(row, "backend"))], &by_user[Str(At(row, "user"))]}) {
-            t->requests += Int(At(row, "requests"));
-            t->prompt += Int(At(row, "prompt_tokens"));
-            t->completion += Int(At(row, "completion_tokens"));
-          }
-        }
+        if (!UsageTotals(by_backend, by_user, last_usage)) return false;
         return by_backend.size() == 2 && by_backend[engines_[0]->url()] == engine_totals(0) &&
                by_backend[engines_[1]->url()] == engine_totals(1);
       },
@@ -724,6 +733,80 @@ TEST_F(GatewayTest, MeteredUsageEqualsTheEnginesTokenCounters) {
         << "two rows for one (user, model, backend): " << last_usage;
   }
   EXPECT_EQ(keys.size(), 4u) << last_usage;  // two users on two backends
+}
+
+// Several worker threads share the queues, limits and meters: under concurrent load from many
+// connections (spread over the workers, and queued, since the engines take four requests each)
+// every request is answered, and metering still equals the engines' own counters.
+TEST_F(GatewayTest, ThreadedGatewayMetersConcurrentLoadExactly) {
+  ClusterOptions o;
+  const std::vector<std::string> engine = {"--profile", "llama-3.1-8b-h100", "--max-num-seqs", "4"};
+  o.engines = {engine, engine};
+  o.gateway_args = {"--threads", "3", "--routing", "least_load"};
+  o.users = {{"bob", {}}, {"carol", {"--weight", "2"}}};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  const std::vector<std::pair<std::string, std::string>> users = {
+      {"alice", key_}, {"bob", keys_["bob"]}, {"carol", keys_["carol"]}};
+
+  constexpr int kClients = 12, kEach = 8;
+  std::mutex mu;
+  std::map<std::string, int> sent;
+  std::vector<std::string> failures;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      const auto& [user, key] = users[c % users.size()];
+      HttpClient http(gateway_->port());  // one kept-alive connection per client
+      http.SetDefaultHeader("Authorization", "Bearer " + key);
+      for (int i = 0; i < kEach; ++i) {
+        const std::string prompt = PromptOfTokens(8 + (c * kEach + i) % 40, 1000 * c + i);
+        std::string failure;
+        if (i % 2 == 0) {
+          auto r = http.Post("/v1/completions", CompletionBody(prompt, 4 + i % 5));
+          if (!r || r->status != 200) {
+            failure = r ? fmt::format("status {}: {}", r->status, r->body) : r.error().message;
+          }
+        } else {
+          const std::string extra(i % 4 == 1 ? kStream : kStreamWithUsage);
+          StreamOutcome s = ReadStream(gateway_->port(), "/v1/chat/completions",
+                                       ChatBody(prompt, 4 + i % 5, extra), key);
+          if (s.status != 200 || !s.clean_end || s.last_event != "[DONE]") {
+            failure = fmt::format("stream: status {}, last event {}, {}", s.status, s.last_event,
+                                  s.failure);
+          }
+        }
+        std::lock_guard lock(mu);
+        if (failure.empty()) {
+          ++sent[user];
+        } else {
+          failures.push_back(fmt::format("{} request {}: {}", user, i, failure));
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(failures.empty()) << ::testing::PrintToString(failures);
+
+  auto engine_totals = [&](size_t e) { return EngineTotals(e); };
+  std::map<std::string, Totals> by_backend, by_user;
+  std::string last_usage;
+  const bool equal = Eventually(
+      [&] {
+        if (!UsageTotals(by_backend, by_user, last_usage)) return false;
+        return by_backend[engines_[0]->url()] == engine_totals(0) &&
+               by_backend[engines_[1]->url()] == engine_totals(1);
+      },
+      3s);
+  ASSERT_TRUE(equal) << "usage: " << last_usage;
+  for (const auto& [user, key] : users) {
+    EXPECT_EQ(by_user[user].requests, kClients / 3 * kEach) << user;
+    EXPECT_EQ(sent[user], kClients / 3 * kEach) << user;
+  }
+  EXPECT_EQ(GatewayMetric(R"(bmas_gateway_requests_total{status="200"})"),
+            kClients * kEach);
+  EXPECT_EQ(GatewayMetric("bmas_gateway_queue_depth"), 0);
+  EXPECT_EQ(BackendGauge("in_flight", engines_[0]->url()), 0);
+  EXPECT_EQ(BackendGauge("in_flight", engines_[1]->url()), 0);
 }
 
 // ---- Models and routing -------------------------------------------------------------------
