@@ -16,7 +16,7 @@ done
 packages=(
   build-essential g++ cmake ninja-build ccache pkg-config git
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
-  libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev
+  libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl procps python3
 )

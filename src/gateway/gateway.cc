@@ -307,17 +307,9 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
                   "`bmas key create USER`)");
     co_return;
   }
-  UserLimits limits;
-  {
-    std::lock_guard lock(mu_);
-    auto limits_it = users_.find(*user);
-    if (limits_it != users_.end()) limits = limits_it->second;
-  }
-
   Request r;
   r.worker = WorkerOf(co_await net::this_coro::executor);
   r.user = *user;
-  r.weight = limits.weight;
   r.target = target;
   r.start = start;
   {
@@ -400,6 +392,9 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   ModelQueue* mq = nullptr;
   {
     std::lock_guard lock(mu_);
+    auto limits_it = users_.find(r.user);
+    const UserLimits limits = limits_it != users_.end() ? limits_it->second : UserLimits{};
+    r.weight = limits.weight;
     for (const auto& b : backends_) {
       if (b->Serves(r.model)) {
         known = true;
@@ -486,6 +481,8 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
       mq.waiters.erase(ticket);
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
+    } else {
+      queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
     }
   }
   bool retry = false;
@@ -498,16 +495,15 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
         options_.queue_timeout.count() / 1000.0);
     co_await writer.SendError(http::status::service_unavailable, std::move(message));
   } else {
-    {
-      std::lock_guard lock(mu_);
-      queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
-    }
     Result<void> relayed = co_await Relay(*backend, r, writer);
     bool other = false;
     {
       std::lock_guard lock(mu_);
       ReleaseLocked(*backend, r.user, r.model);  // may remove a drained backend
-      if (!relayed && relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
+      if (relayed) {
+        CountStatusLocked(200);
+        e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+      } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
         backend->state.healthy = false;  // until its health check passes
         other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
           return b->Serves(r.model) && b->state.healthy && !b->state.draining;
@@ -515,9 +511,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
       }
     }
     if (relayed) {
-      CountStatus(200);
-      std::lock_guard lock(mu_);
-      e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+      // Counted above, under the lock.
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
       // Nothing reached the client: the backend is out until its health check passes.
       spdlog::warn("gateway: backend {} failed: {}", backend->state.id, relayed.error().message);
@@ -541,8 +535,12 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
 }
 
 void Gateway::CountStatus(int status) {
-  std::string key = std::to_string(status);
   std::lock_guard lock(mu_);
+  CountStatusLocked(status);
+}
+
+void Gateway::CountStatusLocked(int status) {
+  std::string key = std::to_string(status);
   auto it = requests_by_status_.find(key);
   if (it == requests_by_status_.end()) {
     it = requests_by_status_

@@ -81,6 +81,7 @@ class Gateway {
   // client and another backend could take the request.
   awaitable<bool> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
   void CountStatus(int status);
+  void CountStatusLocked(int status);  // REQUIRES: mu_ held
   size_t WorkerOf(const net::any_io_executor& executor) const;
 
   // Queueing and admission. REQUIRES: mu_ held.
