@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
 #include "common/config.h"
 #include "common/config_table.h"
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
   up_cmd.Register(app, global);
   UserCommands user_cmds;
   user_cmds.Register(app, global);
+  SlurmCommands slurm_cmds;
+  slurm_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

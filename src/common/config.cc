@@ -68,6 +68,8 @@ Config LoadConfig(const std::string& path) {
     config.up.gateway = t->Bool("gateway", config.up.gateway);
     t->RejectUnknownKeys();
   }
+  // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.
+  top.Table("cluster");
   top.RejectUnknownKeys();
   return config;
 }

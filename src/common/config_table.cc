@@ -108,6 +108,26 @@ std::optional<ConfigTable> ConfigTable::Table(std::string_view key) {
   return ConfigTable(*t, source_, Path(key));
 }
 
+std::vector<ConfigTable> ConfigTable::TableArray(std::string_view key) {
+  std::vector<ConfigTable> out;
+  const toml::node* n = Get(key);
+  if (n == nullptr) return out;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) Fail(key, n, "expected an array of tables");
+  for (size_t i = 0; i < a->size(); ++i) {
+    const toml::table* t = (*a)[i].as_table();
+    if (t == nullptr) Fail(key, &(*a)[i], "expected an array of tables");
+    out.emplace_back(*t, source_, fmt::format("{}[{}]", Path(key), i));
+  }
+  return out;
+}
+
+void ConfigTable::Invalid(std::string_view key, const std::string& what) const {
+  Fail(key, table_->get(key), what);
+}
+
+int ConfigTable::line() const { return static_cast<int>(table_->source().begin.line); }
+
 namespace {
 
 // toml++ keeps a table's keys sorted by name; bmas reports them in file order.

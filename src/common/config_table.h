@@ -41,14 +41,24 @@ class ConfigTable {
   std::vector<std::string> StringArray(std::string_view key);
   // A sub-table, or nullopt when absent.
   std::optional<ConfigTable> Table(std::string_view key);
+  // The tables of an array of tables (`[[key]]` or `key = [{...}, ...]`), empty when absent;
+  // element i is named "key[i]" in errors.
+  std::vector<ConfigTable> TableArray(std::string_view key);
   // Keys of this table, in file order.
   std::vector<std::string> Keys() const;
   bool Has(std::string_view key) const;
 
   // Throws for the first key of this table that was never read.
   void RejectUnknownKeys() const;
+  // Throws ConfigError "<file>:<line>: <path.key>: <what>" for a value the caller finds wrong
+  // (the line of `key`, else of this table).
+  [[noreturn]] void Invalid(std::string_view key, const std::string& what) const;
 
   const std::string& source() const { return source_; }
+  // The dotted path of this table, e.g. "cluster.nodes[2]".
+  const std::string& prefix() const { return prefix_; }
+  // The line where this table starts (its header), for errors about the table as a whole.
+  int line() const;
 
  private:
   const toml::node* Get(std::string_view key);

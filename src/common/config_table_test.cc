@@ -227,5 +227,29 @@ TEST(ConfigTableTest, FirstUnknownKeyInFileOrderIsReported) {
   EXPECT_EQ(ErrorOf([&] { t.RejectUnknownKeys(); }), "test.toml:1: unknown key 'zeta'");
 }
 
+TEST(ConfigTableTest, TableArrayNamesEachElement) {
+  toml::table root = Parse("[[n]]\na = 1\n\n[[n]]\nb = 2\nm = [{ c = 3 }]\n", kSource);
+  ConfigTable t(root, kSource, "");
+  std::vector<ConfigTable> n = t.TableArray("n");
+  ASSERT_EQ(n.size(), 2u);
+  EXPECT_EQ(n[0].Int("a", 0, 0, 9), 1);
+  EXPECT_EQ(n[1].prefix(), "n[1]");
+  EXPECT_EQ(n[1].line(), 4);
+  std::vector<ConfigTable> m = n[1].TableArray("m");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].Int("c", 0, 0, 9), 3);
+  EXPECT_EQ(ErrorOf([&] { n[1].RejectUnknownKeys(); }), "test.toml:5: unknown key 'n[1].b'");
+  EXPECT_EQ(ErrorOf([&] { n[1].Invalid("b", "too big"); }), "test.toml:5: n[1].b: too big");
+  EXPECT_EQ(ErrorOf([&] { n[0].Invalid("x", "required"); }), "test.toml:1: n[0].x: required");
+  EXPECT_TRUE(t.TableArray("absent").empty());
+}
+
+TEST(ConfigTableTest, TableArrayRejectsOtherValues) {
+  toml::table root = Parse("a = 1\nb = [1]\n", kSource);
+  ConfigTable t(root, kSource, "");
+  EXPECT_EQ(ErrorOf([&] { t.TableArray("a"); }), "test.toml:1: a: expected an array of tables");
+  EXPECT_EQ(ErrorOf([&] { t.TableArray("b"); }), "test.toml:2: b: expected an array of tables");
+}
+
 }  // namespace
 }  // namespace bmas

@@ -642,7 +642,9 @@ TEST_F(InstantGatewayTest, StreamsAreRelayedWithUsageOnlyWhenAskedFor) {
         ++usage_chunks;
         EXPECT_EQ(i + 2, events->size()) << "the usage chunk is not the last before [DONE]";
         EXPECT_EQ(Int(At(usage, "completion_tokens")), kMaxTokens);
-        if (!chat) EXPECT_EQ(Int(At(usage, "prompt_tokens")), 6);
+        if (!chat) {
+          EXPECT_EQ(Int(At(usage, "prompt_tokens")), 6);
+        }
         continue;
       }
       EXPECT_TRUE(usage.IsNull()) << "usage in a content chunk: " << (*events)[i];

@@ -1,0 +1,28 @@
+#pragma once
+
+// `bmas slurm ...`: Slurm as bmas drives it. `bmas slurm config` renders Slurm's files from
+// the cluster inventory; `up`, `down` and `status` for a local cluster join this group.
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace bmas {
+
+class SlurmCommands {
+ public:
+  // Adds the `slurm` group to `app`; `global` must outlive the parse.
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int RunConfig(GlobalOptions& global);
+
+  CLI::App* slurm_ = nullptr;
+  CLI::App* config_ = nullptr;
+  std::string cluster_file_;
+  std::string out_dir_;
+};
+
+}  // namespace bmas

@@ -1,0 +1,164 @@
+#pragma once
+
+// The cluster inventory: the machines bmas runs on, read from the [cluster] table of a TOML
+// file. examples/cluster-12x4.toml documents every key. Slurm's config, job shapes and the
+// NCCL environment all derive from it, so it is checked hard when read.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bmas {
+
+class ConfigTable;
+
+enum class Fabric { kEthernet, kRoce, kInfiniband };
+
+// One network interface of a node.
+struct Nic {
+  std::string name;  // interface name, e.g. "ens1f0np0" (NCCL_SOCKET_IFNAME)
+  Fabric fabric = Fabric::kEthernet;
+  int speed_gbps = 0;
+  std::string hca;     // RDMA device, e.g. "mlx5_0" (NCCL_IB_HCA); "" on plain Ethernet
+  int gid_index = -1;  // RoCE GID index (NCCL_IB_GID_INDEX); -1 = NCCL's default
+};
+
+// `count` NVLinks between GPUs `a` and `b` of one node (indices from 0).
+struct GpuLink {
+  int a = 0;
+  int b = 0;
+  int count = 0;
+  int line = 0;  // where it was declared, for errors
+};
+
+// The GPUs of one node; all of one type.
+struct GpuSpec {
+  int count = 0;
+  std::string type;  // Slurm's GRES type, e.g. "h100"
+  int memory_gb = 0;
+  bool mig = false;  // the GPUs can be split into MIG instances
+  std::vector<GpuLink> nvlinks;
+};
+
+// count x count matrix of NVLink counts between the GPUs of `gpus`, 0 on the diagonal.
+// REQUIRES: ValidateCluster accepted the links.
+std::vector<std::vector<int>> LinkMatrix(const GpuSpec& gpus);
+
+struct Node {
+  std::string name;
+  std::string address;   // where slurmd listens (NodeAddr)
+  std::string hostname;  // NodeHostname; "" = Slurm's default (the node's name)
+  int port = 0;          // slurmd's port; 0 = SlurmdPortOf
+  int cpus = 0;
+  int sockets = 0;  // CPU layout; 0 = not given (all three or none)
+  int cores_per_socket = 0;
+  int threads_per_core = 0;
+  int64_t memory_mib = 0;  // memory Slurm may hand to jobs (RealMemory)
+  GpuSpec gpus;
+  std::vector<Nic> nics;
+  std::vector<std::string> features;  // Slurm node features, for --constraint
+  int line = 0;                       // the line of its [[cluster.nodes]] entry
+};
+
+struct Controller {
+  std::string name;
+  std::string address;
+  int line = 0;
+};
+
+// A network switch for Slurm's topology/tree: leaves list nodes, upper levels list switches.
+struct Switch {
+  std::string name;
+  std::vector<std::string> nodes;
+  std::vector<std::string> switches;
+  int line = 0;
+};
+
+enum class PreemptMode { kOff, kRequeue, kCancel };
+
+inline constexpr int64_t kUnlimitedMinutes = -1;
+
+struct Partition {
+  std::string name;
+  std::vector<std::string> nodes;  // expanded names
+  bool is_default = false;
+  int64_t default_time_min = 60;  // kUnlimitedMinutes = no limit
+  int64_t max_time_min = kUnlimitedMinutes;
+  int priority_tier = 1;  // higher tiers preempt lower ones (preempt/partition_prio)
+  PreemptMode preempt_mode = PreemptMode::kOff;  // what happens to this partition's jobs
+  std::string qos;                               // partition QOS; "" = none
+  int max_nodes = 0;                             // per job; 0 = unlimited
+  int line = 0;
+};
+
+// How Slurm runs. A real cluster takes these from [cluster.slurm]; `bmas slurm up` replaces
+// the paths and ports with ones under its state dir.
+struct SlurmSettings {
+  std::string cluster_name = "bmas";
+  // Every node on this host (several slurmd, fake GPUs): per-node spool, tmp, ports and
+  // device directories, and nodes may claim more CPUs and memory than the host has.
+  bool local = false;
+  std::string slurm_user = "slurm";
+  int slurmctld_port = 6817;
+  int slurmd_port = 6818;  // local: node i gets slurmd_port + i unless it names a port
+  std::string state_save_dir = "/var/spool/slurmctld";
+  std::string spool_dir = "/var/spool/slurmd";
+  std::string log_dir = "/var/log/slurm";
+  std::string run_dir = "/run";
+  std::string tmpfs = "/tmp";
+  std::string gpu_device_dir = "/dev";  // nvidiaN there; local: <dir>/<node>/nvidiaN
+  std::string munge_socket;             // "" = munge's default
+  int cred_expire_s = 0;                // munge credential lifetime; 0 = Slurm's (120 s)
+  std::string jwt_key;                  // HS256 key for slurmrestd; "" = no JWT
+  std::string prolog = "/usr/local/sbin/bmas-slurm-prolog";  // "" = none
+  std::string epilog = "/usr/local/sbin/bmas-slurm-epilog";  // "" = none
+  int kill_wait_s = 30;             // SIGTERM to SIGKILL for preempted and cancelled jobs
+  int64_t def_mem_per_cpu_mib = 0;  // 0 = the smallest node's memory per CPU
+  bool accounting = false;          // slurmdbd
+  std::string slurmdbd_host;        // "" = the controller
+  int slurmdbd_port = 6819;
+};
+
+struct Cluster {
+  std::string source;  // the file it was read from, for messages
+  Controller controller;
+  std::vector<Node> nodes;
+  std::vector<Switch> switches;
+  std::vector<Partition> partitions;
+  SlurmSettings slurm;
+
+  // The node called `name`, or nullptr.
+  const Node* FindNode(std::string_view name) const;
+};
+
+// slurmd's port for nodes[index]: its own, else (local) slurm_port + index, else SlurmdPort.
+int SlurmdPortOf(const Cluster& cluster, size_t index);
+
+// Reads the [cluster] table of the TOML file `path` (other tables are left to their own
+// readers) and validates it. Throws ConfigError naming the file, line and entry.
+Cluster LoadCluster(const std::string& path);
+
+// The same from TOML text; `source` names it in errors.
+Cluster ParseCluster(std::string_view toml_text, const std::string& source);
+
+// Reads an already parsed [cluster] table and validates it. Throws ConfigError.
+Cluster ReadCluster(ConfigTable& table);
+
+// What the types alone cannot check: unique names, NVLinks between GPUs that exist,
+// partitions and switches naming known nodes, consistent times and ports. The error
+// (InvalidArgument) reads "<file>:<line>: <entry>: <problem>".
+Result<void> ValidateCluster(const Cluster& cluster);
+
+// A Slurm time ("30", "1:00:00", "7-00:00:00", "UNLIMITED", ...) in minutes, rounded up;
+// kUnlimitedMinutes for UNLIMITED/INFINITE.
+Result<int64_t> ParseSlurmMinutes(std::string_view text);
+
+// Minutes as Slurm writes them: "01:00:00", "7-00:00:00", "UNLIMITED".
+std::string FormatSlurmMinutes(int64_t minutes);
+
+std::string_view FabricName(Fabric fabric);
+
+}  // namespace bmas
