@@ -9,7 +9,7 @@ function(bmas_add_test name)
     set(T_LABELS unit)
   endif()
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${T_LABELS}"
+    PROPERTIES LABELS "${T_LABELS}" SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
     ENVIRONMENT "BMAS_BINARY=$<TARGET_FILE:bmas>"
     DISCOVERY_TIMEOUT 30)
 endfunction()

@@ -19,6 +19,9 @@ packages=(
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl procps python3
+  # A real local Slurm cluster (bmas slurm up) and MPI across its nodes.
+  slurm-wlm slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
+  openmpi-bin libopenmpi-dev
 )
 # The integration test with the real OpenAI client needs node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.

@@ -5,11 +5,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include "common/config_table.h"
 #include "core/cluster.h"
+#include "common/config.h"
+#include "common/process.h"
+#include "slurm/local_cluster.h"
 #include "slurm/slurm_config.h"
 
 namespace bmas {
@@ -53,6 +60,132 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
   config_->add_option("--out", out_dir_, "Directory to write the files to (created if missing)")
       ->required();
   config_->callback([this, &global] { global.exit_code = RunConfig(global); });
+
+  CLI::App* up = slurm_->add_subcommand(
+      "up", "Start a real Slurm cluster on this machine (munged, slurmctld, one slurmd per node, "
+            "slurmrestd with JWT; fake GPUs) under the state dir, and wait until its nodes are "
+            "idle");
+  up->add_option("--cluster", cluster_file_,
+                 "Inventory to run (default: 3 nodes x 4 GPUs, examples/cluster-local.toml)")
+      ->check(CLI::ExistingFile);
+  up->add_option("--timeout", timeout_s_, "Seconds to wait for the nodes to be idle")
+      ->check(CLI::Range(1, 3600))
+      ->default_str("60");
+  up->callback([this, &global] { global.exit_code = RunUp(global); });
+  CLI::App* down = slurm_->add_subcommand(
+      "down", "Cancel the local cluster's jobs, stop the daemons `bmas slurm up` started and "
+              "remove its fake GPUs");
+  down->callback([this, &global] { global.exit_code = RunDown(global); });
+  CLI::App* status = slurm_->add_subcommand(
+      "status", "Show the local cluster's daemons, nodes and slurmrestd address");
+  status->add_flag("--json", json_, "One JSON object");
+  status->callback([this, &global] { global.exit_code = RunStatus(global); });
+}
+
+int SlurmCommands::RunUp(GlobalOptions& global) {
+  global.SetUpLogging();
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  Cluster inventory;
+  try {
+    inventory = cluster_file_.empty() ? slurm::BuiltinLocalCluster() : LoadCluster(cluster_file_);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "bmas slurm up: {}\n", e.what());
+    return 2;
+  }
+  auto c = slurm::StartLocalCluster(inventory, state_dir, std::chrono::seconds(timeout_s_));
+  if (!c) {
+    fmt::print(stderr, "bmas slurm up: {}\n", c.error().message);
+    return c.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
+  }
+  fmt::print("bmas slurm: local cluster up in {}\n", c->root);
+  fmt::print("  nodes       {} ({} fake GPUs each, {}/<node>/nvidiaN)\n",
+             fmt::join(c->nodes, " "), c->gpus_per_node, c->device_dir);
+  fmt::print("  slurmctld   127.0.0.1:{}\n", c->slurmctld_port);
+  fmt::print("  slurmrestd  {}\n", c->rest_url());
+  fmt::print("  Slurm's own commands: export SLURM_CONF={}\n", c->conf);
+  fmt::print("  stop it with: bmas slurm down\n");
+  return 0;
+}
+
+int SlurmCommands::RunDown(GlobalOptions& global) {
+  global.SetUpLogging();
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  auto c = slurm::ReadLocalCluster(state_dir);
+  if (!c) {
+    fmt::print(stderr, "bmas slurm down: {}\n", c.error().message);
+    return 1;
+  }
+  if (auto stopped = slurm::StopLocalCluster(state_dir); !stopped) {
+    fmt::print(stderr, "bmas slurm down: {}\n", stopped.error().message);
+    return 1;
+  }
+  fmt::print("bmas slurm: stopped {} daemon(s) and removed {}\n", c->daemons.size(),
+             c->device_dir);
+  return 0;
+}
+
+int SlurmCommands::RunStatus(GlobalOptions& global) {
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  auto c = slurm::ReadLocalCluster(state_dir);
+  if (!c) {
+    fmt::print(stderr, "bmas slurm status: {}\n", c.error().message);
+    return 1;
+  }
+  auto states = slurm::NodeStates(*c);
+  std::map<std::string, std::string> state_of;
+  if (states) state_of.insert(states->begin(), states->end());
+  if (json_) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartObject();
+    w.Key("root");
+    w.String(c->root.c_str());
+    w.Key("slurmrestd");
+    w.String(c->rest_url().c_str());
+    w.Key("slurm_conf");
+    w.String(c->conf.c_str());
+    w.Key("daemons");
+    w.StartArray();
+    for (const auto& d : c->daemons) {
+      w.StartObject();
+      w.Key("name");
+      w.String(d.name.c_str());
+      w.Key("pid");
+      w.Int(d.pid);
+      w.Key("running");
+      w.Bool(ProcessRunning(d.pid, d.comm));
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("nodes");
+    w.StartArray();
+    for (const std::string& node : c->nodes) {
+      auto it = state_of.find(node);
+      const std::string state = it != state_of.end() ? it->second : "unknown";
+      w.StartObject();
+      w.Key("name");
+      w.String(node.c_str());
+      w.Key("state");
+      w.String(state.c_str());
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    fmt::print("{}\n", buf.GetString());
+    return 0;
+  }
+  fmt::print("local cluster in {}; slurmrestd {}; SLURM_CONF={}\n", c->root, c->rest_url(),
+             c->conf);
+  for (const auto& d : c->daemons) {
+    fmt::print("  {:<14} pid {:<8} {}\n", d.name, d.pid,
+               ProcessRunning(d.pid, d.comm) ? "running" : "stopped");
+  }
+  if (states) {
+    for (const auto& [node, state] : *states) fmt::print("  node {:<9} {}\n", node, state);
+  } else {
+    fmt::print("  nodes: {}\n", states.error().message);
+  }
+  return 0;
 }
 
 int SlurmCommands::RunConfig(GlobalOptions& global) {

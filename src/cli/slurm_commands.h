@@ -18,9 +18,14 @@ class SlurmCommands {
 
  private:
   int RunConfig(GlobalOptions& global);
+  int RunUp(GlobalOptions& global);
+  int RunDown(GlobalOptions& global);
+  int RunStatus(GlobalOptions& global);
 
   CLI::App* slurm_ = nullptr;
   CLI::App* config_ = nullptr;
+  int timeout_s_ = 60;
+  bool json_ = false;
   std::string cluster_file_;
   std::string out_dir_;
 };

@@ -1,0 +1,181 @@
+#include "common/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace bmas {
+namespace {
+
+// This process's environment with `extra` (NAME=VALUE) added or replacing.
+std::vector<std::string> MergedEnvironment(const std::vector<std::string>& extra) {
+  std::map<std::string, std::string> vars;
+  auto add = [&](const std::string& entry) {
+    size_t eq = entry.find('=');
+    if (eq != std::string::npos) vars[entry.substr(0, eq)] = entry;
+  };
+  for (char** e = environ; *e != nullptr; ++e) add(*e);
+  for (const std::string& e : extra) add(e);
+  std::vector<std::string> out;
+  for (auto& [name, entry] : vars) out.push_back(std::move(entry));
+  return out;
+}
+
+std::vector<char*> Pointers(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// posix_spawnp with `out_fd` and `err_fd` as stdout and stderr and stdin from /dev/null.
+Result<pid_t> SpawnWith(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                        int out_fd, int err_fd, bool detach) {
+  if (args.empty()) return InvalidArgument("no command to run");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  sigset_t all;
+  sigfillset(&all);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (detach) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
+  std::vector<std::string> merged = MergedEnvironment(env);
+  std::vector<char*> argv = Pointers(args);
+  std::vector<char*> envp = Pointers(merged);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Internal(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
+  return pid;
+}
+
+int ExitCodeOf(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+Result<pid_t> Spawn(const SpawnOptions& o) {
+  const std::string path = o.output.empty() ? "/dev/null" : o.output;
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  Result<pid_t> pid = SpawnWith(o.args, o.env, fd, fd, o.detach);
+  close(fd);
+  return pid;
+}
+
+Result<CommandOutput> RunCommand(const std::vector<std::string>& args,
+                                 const std::vector<std::string>& env,
+                                 std::chrono::milliseconds timeout) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(out[0]);
+    close(out[1]);
+    return Internal(fmt::format("pipe: {}", std::strerror(errno)));
+  }
+  Result<pid_t> pid = SpawnWith(args, env, out[1], err[1], /*detach=*/false);
+  close(out[1]);
+  close(err[1]);
+  CommandOutput result;
+  if (pid) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    std::string* sinks[2] = {&result.out, &result.err};
+    int open_fds = 2;
+    bool killed = false;
+    while (open_fds > 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 && !killed) {
+        kill(*pid, SIGKILL);
+        killed = true;
+      }
+      int n = poll(fds, 2, killed ? 1000 : static_cast<int>(left.count()));
+      if (n < 0 && errno != EINTR) break;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        char buf[4096];
+        ssize_t got = read(fds[i].fd, buf, sizeof buf);
+        if (got > 0) {
+          sinks[i]->append(buf, static_cast<size_t>(got));
+        } else if (got == 0 || errno != EINTR) {
+          fds[i].fd = -1;
+          --open_fds;
+        }
+      }
+      if (killed && n == 0) break;
+    }
+    int status = 0;
+    while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.exit_code = ExitCodeOf(status);
+    if (killed) result.err += fmt::format("\n(killed after {} ms)", timeout.count());
+  }
+  close(out[0]);
+  close(err[0]);
+  if (!pid) return pid.error();
+  return result;
+}
+
+bool ProcessRunning(pid_t pid, const std::string& comm) {
+  if (pid <= 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // "PID (COMM) STATE ...": the state follows the last ')'.
+  size_t close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
+  const char state = line[close_paren + 2];
+  if (state == 'Z' || state == 'X') return false;
+  if (comm.empty()) return true;
+  std::ifstream comm_file(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  std::getline(comm_file, name);
+  return name == comm.substr(0, 15);  // the kernel keeps 15 characters
+}
+
+bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace) {
+  if (!ProcessRunning(pid, comm)) return true;
+  kill(pid, SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (std::chrono::steady_clock::now() < until) {
+    waitpid(pid, nullptr, WNOHANG);  // reaps it if it is our child
+    if (!ProcessRunning(pid, comm)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  for (int i = 0; i < 100; ++i) {
+    waitpid(pid, nullptr, WNOHANG);
+    if (!ProcessRunning(pid, comm)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace bmas

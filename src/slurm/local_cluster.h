@@ -1,0 +1,73 @@
+#pragma once
+
+// A real Slurm cluster on this one machine, for development, tests and demos: munged,
+// slurmctld, one slurmd per inventory node (each in its own UTS namespace, so jobs see their
+// node's host name) and slurmrestd with JWT, all under <state_dir>/slurm, with fake GPU
+// character devices under /dev/bmas-<id>/<node>/. Ports come from the state dir's path, so
+// two state dirs give two clusters that never collide. The daemons run detached; what was
+// started is recorded in <state_dir>/slurm/local.json, and StopLocalCluster stops exactly that.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/cluster.h"
+
+namespace bmas::slurm {
+
+struct LocalDaemon {
+  std::string name;  // "munged", "slurmctld", "slurmd oss01", "slurmrestd"
+  std::string comm;  // its /proc/PID/comm, to recognise it later
+  pid_t pid = -1;
+  std::string log;
+};
+
+struct LocalCluster {
+  std::string state_dir;
+  std::string root;        // <state_dir>/slurm
+  std::string id;          // 8 hex digits derived from the state dir's path
+  std::string conf;        // <root>/etc/slurm.conf: SLURM_CONF for Slurm's own commands
+  std::string device_dir;  // /dev/bmas-<id>
+  std::string jwt_key;     // HS256 key slurmctld checks slurmrestd's tokens with
+  int slurmctld_port = 0;
+  int rest_port = 0;
+  std::vector<std::string> nodes;
+  int gpus_per_node = 0;
+  std::vector<LocalDaemon> daemons;  // in start order
+
+  std::string rest_url() const { return "http://127.0.0.1:" + std::to_string(rest_port); }
+};
+
+// The inventory `bmas slurm up` runs when given none (examples/cluster-local.toml).
+Cluster BuiltinLocalCluster();
+
+// 8 hex digits of a hash of the state dir's absolute path.
+std::string LocalClusterId(const std::string& state_dir);
+
+// `inventory` rewritten to run on this host under `root`: loopback addresses, the given
+// ports (slurmctld at base_port, node i's slurmd at base_port + 1 + i), paths under root,
+// devices under device_dir.
+Cluster Localize(Cluster inventory, const std::string& root, const std::string& device_dir,
+                 int base_port);
+
+// Starts the cluster and waits (up to `timeout`) until every node is idle. Needs root and
+// Slurm's packages; says which are missing and how to install them.
+Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& state_dir,
+                                       std::chrono::seconds timeout);
+
+// What local.json records, or NotFound when no local cluster was started in `state_dir`.
+Result<LocalCluster> ReadLocalCluster(const std::string& state_dir);
+
+// Cancels the cluster's jobs, stops its daemons (last started first) and removes its devices.
+Result<void> StopLocalCluster(const std::string& state_dir);
+
+// Node name -> Slurm's state for it ("idle", "mixed", "down*", ...), from sinfo.
+Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalCluster& c);
+
+// Why a local cluster cannot start here ("" when it can): not root, or packages missing.
+std::string LocalClusterPrerequisites();
+
+}  // namespace bmas::slurm

@@ -1,0 +1,184 @@
+// `bmas slurm up/status/down`: a real Slurm (munged, slurmctld, slurmd per node, slurmrestd)
+// started by the real binary in a fresh state dir, checked with Slurm's own commands, and
+// stopped. Needs root and Slurm's packages (scripts/install-deps.sh installs them).
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/process.h"
+#include "engine_process.h"
+#include "test_helpers.h"
+
+namespace bmas::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class SlurmLocalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || access("/usr/sbin/slurmctld", X_OK) != 0) {
+      GTEST_SKIP() << "needs root and Slurm (bash scripts/install-deps.sh)";
+    }
+    // munge, nobody and the jobs' users must reach the state dir.
+    fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read |
+                                     fs::perms::group_exec | fs::perms::others_read |
+                                     fs::perms::others_exec);
+  }
+
+  void TearDown() override {
+    for (const std::string& state : started_) {
+      RunBmas({"--state-dir", state, "slurm", "down"});
+    }
+  }
+
+  CliRun Bmas(const std::vector<std::string>& args) {
+    auto r = RunBmas(args);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CliRun{};
+  }
+
+  // `bmas slurm up` in `state`; stopped at the end of the test.
+  CliRun Up(const std::string& state, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--state-dir", state, "slurm", "up"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    started_.push_back(state);
+    return Bmas(args);
+  }
+
+  rapidjson::Document Status(const std::string& state) {
+    CliRun r = Bmas({"--state-dir", state, "slurm", "status", "--json"});
+    EXPECT_TRUE(r.status.Success()) << r.err;
+    return ParseJson(r.out);
+  }
+
+  static std::string Conf(const std::string& state) { return state + "/slurm/etc/slurm.conf"; }
+
+  TempDir dir_;
+  std::vector<std::string> started_;
+};
+
+TEST_F(SlurmLocalTest, UpRunsJobsOnFakeGpusAndDownStopsExactlyWhatItStarted) {
+  const std::string state = dir_.path() + "/state";
+  CliRun up = Up(state);
+  ASSERT_TRUE(up.status.Success()) << up.err;
+  EXPECT_THAT(up.out, HasSubstr("slurmrestd  http://127.0.0.1:"));
+
+  rapidjson::Document status = Status(state);
+  std::vector<int> pids;
+  for (const auto& d : At(status, "daemons").GetArray()) {
+    EXPECT_TRUE(At(d, "running").GetBool()) << Str(At(d, "name"));
+    pids.push_back(Int(At(d, "pid")));
+  }
+  EXPECT_EQ(pids.size(), 6u);  // munged, slurmctld, 3 slurmd, slurmrestd
+  std::vector<std::string> nodes;
+  for (const auto& n : At(status, "nodes").GetArray()) {
+    nodes.push_back(Str(At(n, "name")));
+    EXPECT_EQ(Str(At(n, "state")), "idle");
+  }
+  EXPECT_EQ(nodes, (std::vector<std::string>{"oss01", "oss02", "oss03"}));
+
+  // Fake GPUs: character devices with the NVIDIA driver's major number, one set per node.
+  const std::string conf = Conf(state);
+  std::string gres;
+  {
+    std::ifstream in(state + "/slurm/etc/gres.conf");
+    gres.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = gres.find("File=/dev/bmas-");
+  ASSERT_NE(at, std::string::npos) << gres;
+  const std::string device_dir = gres.substr(at + 5, gres.find("/oss01/") - at - 5);
+  struct stat st;
+  ASSERT_EQ(stat((device_dir + "/oss02/nvidia3").c_str(), &st), 0) << device_dir;
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(major(st.st_rdev), 195u);
+
+  // A 2-GPU job lands on one node, sees two GPUs, and runs under that node's host name.
+  auto job = RunCommand({"srun", "--gres=gpu:2", "-N1", "sh", "-c",
+                         "echo $(hostname) $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"},
+                        {"SLURM_CONF=" + conf}, std::chrono::seconds(30));
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->exit_code, 0) << job->err;
+  std::istringstream words(job->out);
+  std::string host, node, gpus;
+  words >> host >> node >> gpus;
+  EXPECT_EQ(host, node);
+  EXPECT_EQ(gpus, "0,1");
+
+  // One cluster per state dir.
+  CliRun again = Bmas({"--state-dir", state, "slurm", "up"});
+  EXPECT_EQ(again.status.code, 1);
+  EXPECT_THAT(again.err, HasSubstr("already up"));
+
+  CliRun down = Bmas({"--state-dir", state, "slurm", "down"});
+  ASSERT_TRUE(down.status.Success()) << down.err;
+  for (int pid : pids) EXPECT_FALSE(ProcessRunning(pid)) << pid;
+  EXPECT_FALSE(fs::exists(device_dir));
+  CliRun gone = Bmas({"--state-dir", state, "slurm", "status"});
+  EXPECT_EQ(gone.status.code, 1);
+  EXPECT_THAT(gone.err, HasSubstr("no local Slurm cluster"));
+}
+
+TEST_F(SlurmLocalTest, TwoStateDirsRunTwoClustersSideBySide) {
+  // One node each, from an inventory file.
+  const std::string inventory = dir_.path() + "/one.toml";
+  {
+    std::ofstream out(inventory);
+    out << "[cluster]\ncontroller = { name = \"localhost\", address = \"127.0.0.1\" }\n"
+           "[cluster.slurm]\nlocal = true\n"
+           "[[cluster.nodes]]\nnames = \"solo\"\naddress = \"127.0.0.1\"\ncpus = 2\n"
+           "memory_gb = 2\n[cluster.nodes.gpus]\ncount = 2\ntype = \"h100\"\n";
+  }
+  const std::string a = dir_.path() + "/a", b = dir_.path() + "/b";
+  CliRun up_a = Up(a, {"--cluster", inventory});
+  ASSERT_TRUE(up_a.status.Success()) << up_a.err;
+  CliRun up_b = Up(b, {"--cluster", inventory});
+  ASSERT_TRUE(up_b.status.Success()) << up_b.err;
+  EXPECT_NE(Str(At(Status(a), "slurmrestd")), Str(At(Status(b), "slurmrestd")));
+  for (const std::string& state : {a, b}) {
+    auto job = RunCommand({"srun", "--gres=gpu:1", "hostname"}, {"SLURM_CONF=" + Conf(state)},
+                          std::chrono::seconds(30));
+    ASSERT_TRUE(job) << job.error().message;
+    EXPECT_EQ(job->exit_code, 0) << job->err;
+    EXPECT_EQ(job->out, "solo\n");
+  }
+}
+
+TEST_F(SlurmLocalTest, BadInventoryOrUnreachableStateDirIsAClearErrorAndStartsNothing) {
+  const std::string inventory = dir_.path() + "/bad.toml";
+  {
+    std::ofstream out(inventory);
+    out << "[cluster]\ncontroller = { name = \"localhost\", address = \"127.0.0.1\" }\n"
+           "[[cluster.nodes]]\nnames = \"n1\"\naddress = \"127.0.0.1\"\ncpus = 2\n"
+           "memory_gb = 2\n[[cluster.nodes]]\nnames = \"n1\"\naddress = \"127.0.0.1\"\n"
+           "cpus = 2\nmemory_gb = 2\n";
+  }
+  const std::string state = dir_.path() + "/state";
+  CliRun bad = Bmas({"--state-dir", state, "slurm", "up", "--cluster", inventory});
+  EXPECT_EQ(bad.status.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("n1"));
+  EXPECT_FALSE(fs::exists(state + "/slurm/local.json"));
+
+  // A parent the daemons' users cannot pass through.
+  const std::string closed = dir_.path() + "/closed";
+  fs::create_directories(closed);
+  fs::permissions(closed, fs::perms::owner_all);
+  CliRun unreachable = Bmas({"--state-dir", closed + "/state", "slurm", "up"});
+  EXPECT_EQ(unreachable.status.code, 2);
+  EXPECT_THAT(unreachable.err, HasSubstr("chmod o+x " + closed));
+}
+
+}  // namespace
+}  // namespace bmas::testing
