@@ -1,0 +1,59 @@
+#pragma once
+
+// How a GPU job is laid out on the cluster, decided before Slurm sees it: GPUs that fit in one
+// node stay in one node (one NVLink island); more take whole nodes. And the environment a
+// launcher (torchrun, MPI) needs to join the job's processes up, NCCL's included. Pure: takes
+// the inventory and the request, returns the decision.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "core/cluster.h"
+
+namespace bmas {
+
+enum class Launcher { kNone, kTorchrun, kMpi };
+
+Result<Launcher> ParseLauncher(std::string_view name);
+std::string_view LauncherName(Launcher launcher);
+
+struct ShapeRequest {
+  int gpus = 0;           // --gpus N: the whole job's GPUs (0 with nodes/gpus_per_node)
+  int nodes = 0;          // --nodes N
+  int gpus_per_node = 0;  // --gpus-per-node M
+  std::string partition;  // "" = the default partition
+  Launcher launcher = Launcher::kNone;
+};
+
+struct JobShape {
+  std::string partition;
+  int nodes = 1;
+  int gpus_per_node = 0;
+  int tasks_per_node = 1;  // mpi: one per GPU; torchrun and none: one per node
+  std::string gpu_type;    // the nodes' GPU type
+  Launcher launcher = Launcher::kNone;
+};
+
+// The shape for `request` on the partition's nodes. InvalidArgument, saying why and what
+// would fit, when it cannot be satisfied (more GPUs than the partition has, a per-node count
+// over a node's GPUs, N GPUs that do not split into whole nodes, ...).
+Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& request);
+
+// The environment every task of the job starts with, before the launcher adds per-rank
+// variables: WORLD_SIZE (processes in all), NNODES, GPUS_PER_NODE and NCCL_* / OpenMPI
+// settings from the nodes' NICs. MASTER_ADDR, MASTER_PORT (from the job id) and
+// NODE_RANK/RANK are only known once Slurm has placed the job: the batch script sets them.
+std::map<std::string, std::string> DistributedEnvironment(const Cluster& cluster,
+                                                          const JobShape& shape);
+
+// The batch script that runs `command` (argv, quoted for the shell) with the shape's launcher:
+// none runs it once per node, torchrun once per node under torchrun (one process per GPU),
+// mpi once per task under `srun --mpi=pmix`.
+std::string BatchScript(const JobShape& shape, const std::vector<std::string>& command);
+
+// `arg` quoted for a POSIX shell.
+std::string ShellQuote(const std::string& arg);
+
+}  // namespace bmas

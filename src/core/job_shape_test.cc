@@ -1,0 +1,100 @@
+#include "core/job_shape.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace bmas {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The reference cluster: 12 nodes x 4 H100, RoCE.
+Cluster Reference() { return LoadCluster(std::string(BMAS_SOURCE_DIR) + "/examples/cluster-12x4.toml"); }
+
+JobShape Plan(const ShapeRequest& r, const Cluster& c = Reference()) {
+  auto shape = PlanJobShape(c, r);
+  EXPECT_TRUE(shape) << shape.error().message;
+  return shape ? *shape : JobShape{};
+}
+
+std::string Refusal(const ShapeRequest& r, const Cluster& c = Reference()) {
+  auto shape = PlanJobShape(c, r);
+  EXPECT_FALSE(shape);
+  return shape ? "" : shape.error().message;
+}
+
+TEST(JobShapeTest, GpusThatFitInOneNodeStayInOneNode) {
+  for (int gpus : {1, 2, 3, 4}) {
+    JobShape s = Plan({.gpus = gpus});
+    EXPECT_EQ(s.nodes, 1);
+    EXPECT_EQ(s.gpus_per_node, gpus);
+    EXPECT_EQ(s.partition, "lab");
+    EXPECT_EQ(s.gpu_type, "h100");
+  }
+}
+
+TEST(JobShapeTest, MoreGpusTakeWholeNodes) {
+  JobShape s = Plan({.gpus = 8});
+  EXPECT_EQ(s.nodes, 2);
+  EXPECT_EQ(s.gpus_per_node, 4);
+  s = Plan({.gpus = 48, .partition = "training"});
+  EXPECT_EQ(s.nodes, 12);
+  EXPECT_EQ(s.gpus_per_node, 4);
+}
+
+TEST(JobShapeTest, RefusalsSayWhyAndWhatWouldFit) {
+  EXPECT_THAT(Refusal({.gpus = 6}), HasSubstr("ask for 4 or 8 GPUs"));
+  EXPECT_THAT(Refusal({.gpus = 49}), HasSubstr("48 GPUs in all"));
+  EXPECT_THAT(Refusal({.nodes = 2, .gpus_per_node = 8}),
+              HasSubstr("what fits: --nodes 4 --gpus-per-node 4"));
+  EXPECT_THAT(Refusal({.nodes = 13, .gpus_per_node = 1}), HasSubstr("12 such nodes"));
+  EXPECT_THAT(Refusal({.gpus = 1, .partition = "gpu"}), HasSubstr("no partition 'gpu'"));
+  EXPECT_THAT(Refusal({.gpus = 5, .nodes = 2}), HasSubstr("do not split evenly"));
+  EXPECT_THAT(Refusal({.gpus = 4, .nodes = 2, .gpus_per_node = 1}), HasSubstr("is not --nodes"));
+}
+
+TEST(JobShapeTest, ExplicitLayoutAndTasksPerLauncher) {
+  JobShape s = Plan({.nodes = 3, .gpus_per_node = 2, .launcher = Launcher::kMpi});
+  EXPECT_EQ(s.nodes, 3);
+  EXPECT_EQ(s.gpus_per_node, 2);
+  EXPECT_EQ(s.tasks_per_node, 2);  // one MPI rank per GPU
+  s = Plan({.gpus = 8, .launcher = Launcher::kTorchrun});
+  EXPECT_EQ(s.tasks_per_node, 1);  // torchrun starts the per-GPU processes itself
+  s = Plan({.nodes = 3, .launcher = Launcher::kMpi});
+  EXPECT_EQ(s.gpus_per_node, 0);  // a CPU job over three nodes
+  EXPECT_EQ(s.tasks_per_node, 1);
+}
+
+TEST(JobShapeTest, EnvironmentComesFromTheNodesNics) {
+  const Cluster c = Reference();
+  auto env = DistributedEnvironment(c, Plan({.gpus = 8, .launcher = Launcher::kTorchrun}, c));
+  EXPECT_EQ(env["NNODES"], "2");
+  EXPECT_EQ(env["GPUS_PER_NODE"], "4");
+  EXPECT_EQ(env["WORLD_SIZE"], "8");
+  EXPECT_FALSE(env["NCCL_SOCKET_IFNAME"].empty());
+  EXPECT_FALSE(env["NCCL_IB_HCA"].empty());  // RoCE: NCCL uses the RDMA devices
+  EXPECT_EQ(env.count("NCCL_IB_DISABLE"), 0u);
+
+  const Cluster local =
+      LoadCluster(std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local.toml");
+  env = DistributedEnvironment(local, Plan({.nodes = 3, .launcher = Launcher::kMpi}, local));
+  EXPECT_EQ(env["WORLD_SIZE"], "3");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "lo");
+  EXPECT_EQ(env["NCCL_IB_DISABLE"], "1");
+  EXPECT_EQ(env["OMPI_MCA_btl"], "self,tcp");
+  EXPECT_EQ(env["OMPI_MCA_btl_tcp_if_include"], "lo");
+}
+
+TEST(JobShapeTest, BatchScriptQuotesTheCommandAndUsesTheLauncher) {
+  JobShape one = Plan({.gpus = 2});
+  std::string s = BatchScript(one, {"python3", "-c", "print('hi there')"});
+  EXPECT_THAT(s, HasSubstr("python3 -c 'print('\\''hi there'\\'')'"));
+  EXPECT_THAT(s, HasSubstr("MASTER_ADDR="));
+  EXPECT_THAT(BatchScript(Plan({.nodes = 3, .launcher = Launcher::kMpi}), {"./allreduce"}),
+              HasSubstr("srun --mpi=pmix"));
+  EXPECT_THAT(BatchScript(Plan({.gpus = 8, .launcher = Launcher::kTorchrun}), {"train.py"}),
+              HasSubstr("torchrun --nnodes=$NNODES --nproc-per-node=$GPUS_PER_NODE"));
+}
+
+}  // namespace
+}  // namespace bmas
