@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/job_commands.h"
 #include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
 #include "common/config.h"
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   user_cmds.Register(app, global);
   SlurmCommands slurm_cmds;
   slurm_cmds.Register(app, global);
+  JobCommands job_cmds;
+  job_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

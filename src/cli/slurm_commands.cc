@@ -92,7 +92,8 @@ int SlurmCommands::RunUp(GlobalOptions& global) {
     fmt::print(stderr, "bmas slurm up: {}\n", e.what());
     return 2;
   }
-  auto c = slurm::StartLocalCluster(inventory, state_dir, std::chrono::seconds(timeout_s_));
+  auto c = slurm::StartLocalCluster(inventory, cluster_file_, state_dir,
+                                    std::chrono::seconds(timeout_s_));
   if (!c) {
     fmt::print(stderr, "bmas slurm up: {}\n", c.error().message);
     return c.error().code == ErrorCode::kInvalidArgument ? 2 : 1;

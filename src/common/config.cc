@@ -66,6 +66,7 @@ Config LoadConfig(const std::string& path) {
     config.up.engines = static_cast<int>(t->Int("engines", config.up.engines, 0, 64));
     config.up.engine_base_port = static_cast<int>(t->Int("engine_base_port", 0, 0, 65535));
     config.up.gateway = t->Bool("gateway", config.up.gateway);
+    config.up.slurm = t->Bool("slurm", config.up.slurm);
     t->RejectUnknownKeys();
   }
   // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.

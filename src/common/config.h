@@ -45,6 +45,7 @@ struct UpSettings {
   int engines = 2;  // simulated engines `bmas up` starts
   int engine_base_port = 0;  // engine i listens on base + i; 0 = any free ports
   bool gateway = true;       // start a gateway in front of the engines
+  bool slurm = true;         // start a local Slurm (root, Slurm installed)
 };
 
 struct Config {

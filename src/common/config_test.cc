@@ -54,6 +54,7 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.gateway.reserve_fraction, d.gateway.reserve_fraction);
   EXPECT_EQ(c.gateway.default_capacity, d.gateway.default_capacity);
   EXPECT_EQ(c.gateway.threads, d.gateway.threads);
+  EXPECT_EQ(c.up.slurm, d.up.slurm);
   EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
   EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
 }

@@ -247,6 +247,7 @@ void ReadSlurm(ConfigTable& t, SlurmSettings& s) {
   s.munge_socket = AbsolutePath(t, "munge_socket", s.munge_socket, true);
   s.cred_expire_s = Int32(t, "cred_expire_s", s.cred_expire_s, 0, 86400);
   s.jwt_key = AbsolutePath(t, "jwt_key", s.jwt_key, true);
+  s.slurmrestd = t.String("slurmrestd", s.slurmrestd);
   s.prolog = AbsolutePath(t, "prolog", s.prolog, true);
   s.epilog = AbsolutePath(t, "epilog", s.epilog, true);
   s.kill_wait_s = Int32(t, "kill_wait_s", s.kill_wait_s, 0, 65533);

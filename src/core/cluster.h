@@ -113,9 +113,11 @@ struct SlurmSettings {
   std::string munge_socket;             // "" = munge's default
   int cred_expire_s = 0;                // munge credential lifetime; 0 = Slurm's (120 s)
   std::string jwt_key;                  // HS256 key for slurmrestd; "" = no JWT
+  std::string slurmrestd;               // "host:port" of a running slurmrestd; "" = none
   std::string prolog = "/usr/local/sbin/bmas-slurm-prolog";  // "" = none
   std::string epilog = "/usr/local/sbin/bmas-slurm-epilog";  // "" = none
   int kill_wait_s = 30;             // SIGTERM to SIGKILL for preempted and cancelled jobs
+  int64_t first_job_id = 0;         // FirstJobId; 0 = Slurm's (1)
   int64_t def_mem_per_cpu_mib = 0;  // 0 = the smallest node's memory per CPU
   bool accounting = false;          // slurmdbd
   std::string slurmdbd_host;        // "" = the controller

@@ -17,8 +17,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/result.h"
+#include "slurm/local_cluster.h"
 
 extern char** environ;
 
@@ -235,6 +237,35 @@ int RunUp(const UpOptions& options) {
     children.back().url = *url;
   }
 
+  // A local Slurm when this machine can run one; otherwise why not. Left alone when
+  // `bmas slurm up` already runs one in this state dir.
+  std::string slurm_line;
+  bool slurm_started = false;
+  if (config.up.slurm) {
+    auto running = slurm::ReadLocalCluster(dir);
+    std::string why = slurm::LocalClusterPrerequisites();
+    if (running) {
+      slurm_line = fmt::format("  {:<10} {:<28} local Slurm started by `bmas slurm up`; left "
+                               "running\n",
+                               "slurm", running->rest_url());
+    } else if (!why.empty()) {
+      slurm_line = fmt::format("  {:<10} not started: {}\n", "slurm", why);
+    } else {
+      auto cluster = slurm::StartLocalCluster(slurm::BuiltinLocalCluster(), "", dir,
+                                              std::chrono::seconds(60));
+      if (cluster) {
+        slurm_started = true;
+        slurm_line = fmt::format(
+            "  {:<10} {:<28} local Slurm (slurmrestd): nodes {}, {} fake GPUs each\n"
+            "  {:<10} {:<28} SLURM_CONF={}; `bmas run` submits jobs\n",
+            "slurm", cluster->rest_url(), fmt::join(cluster->nodes, " "),
+            cluster->gpus_per_node, "", "", cluster->conf);
+      } else {
+        slurm_line = fmt::format("  {:<10} not started: {}\n", "slurm", cluster.error().message);
+      }
+    }
+  }
+
   std::string summary;
   for (const Child& c : children) {
     if (c.name == "gateway") {
@@ -247,7 +278,10 @@ int RunUp(const UpOptions& options) {
     }
     summary += fmt::format("  {:<10} {:<28} log {}\n", "", "", c.log);
   }
-  if (children.empty()) summary = "  (no components configured: [up] engines = 0)\n";
+  if (children.empty() && slurm_line.empty()) {
+    summary = "  (no components configured: [up] engines = 0)\n";
+  }
+  summary += slurm_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
@@ -285,6 +319,11 @@ int RunUp(const UpOptions& options) {
     }
   }
   StopAll(children, std::chrono::seconds(e.shutdown_timeout_s + 5));
+  if (slurm_started) {
+    if (auto stopped = slurm::StopLocalCluster(dir); !stopped) {
+      fmt::print(stderr, "bmas up: stopping Slurm: {}\n", stopped.error().message);
+    }
+  }
   fs::remove(fs::path(dir) / "run" / "up.txt", ec);
   fmt::print("bmas up: stopped.\n");
   return exit_code;

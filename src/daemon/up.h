@@ -1,8 +1,8 @@
 #pragma once
 
 // `bmas up`: starts every bmas component this machine can run, prints what runs where, and
-// stops all of it on Ctrl-C (SIGINT) or SIGTERM. Today: simulated engines and the gateway
-// in front of them.
+// stops all of it on Ctrl-C (SIGINT) or SIGTERM. Today: simulated engines, the gateway in
+// front of them, and a local Slurm cluster when bmas runs as root with Slurm installed.
 
 #include <string>
 

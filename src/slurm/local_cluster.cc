@@ -211,6 +211,7 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
   };
   w.StartObject();
   str("state_dir", c.state_dir);
+  str("inventory", c.inventory);
   str("root", c.root);
   str("id", c.id);
   str("conf", c.conf);
@@ -379,6 +380,9 @@ Cluster Localize(Cluster c, const std::string& root, const std::string& device_d
   s.prolog = root + "/bin/bmas-slurm-prolog";
   s.epilog = root + "/bin/bmas-slurm-epilog";
   s.accounting = false;  // slurmdbd is not started by `bmas slurm up` yet
+  // Local clusters side by side share the host's cgroups, whose paths name the node and the
+  // job id: job ids from a range of their own keep them apart.
+  s.first_job_id = int64_t{(base_port - 20000) / 16} * 10000 + 1;
   return c;
 }
 
@@ -403,8 +407,8 @@ std::string LocalClusterPrerequisites() {
   return fmt::format("Slurm is not installed (missing {}): {}", list, kInstallHint);
 }
 
-Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& state_dir,
-                                       std::chrono::seconds timeout) {
+Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& inventory_file,
+                                       const std::string& state_dir, std::chrono::seconds timeout) {
   if (std::string why = LocalClusterPrerequisites(); !why.empty()) {
     return Error{ErrorCode::kUnavailable, why};
   }
@@ -423,6 +427,7 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
 
   LocalCluster c;
   c.state_dir = fs::absolute(state_dir).string();
+  c.inventory = inventory_file.empty() ? "" : fs::absolute(inventory_file).string();
   c.root = c.state_dir + "/slurm";
   c.id = LocalClusterId(c.state_dir);
   c.conf = c.root + "/etc/slurm.conf";
@@ -512,6 +517,7 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
     if (d.HasMember(key) && d[key].IsInt()) out = d[key].GetInt();
   };
   str("state_dir", c.state_dir);
+  str("inventory", c.inventory);
   str("root", c.root);
   str("id", c.id);
   str("conf", c.conf);

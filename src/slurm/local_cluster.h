@@ -27,6 +27,7 @@ struct LocalDaemon {
 
 struct LocalCluster {
   std::string state_dir;
+  std::string inventory;   // the inventory file it runs; "" = BuiltinLocalCluster()
   std::string root;        // <state_dir>/slurm
   std::string id;          // 8 hex digits derived from the state dir's path
   std::string conf;        // <root>/etc/slurm.conf: SLURM_CONF for Slurm's own commands
@@ -55,8 +56,9 @@ Cluster Localize(Cluster inventory, const std::string& root, const std::string& 
 
 // Starts the cluster and waits (up to `timeout`) until every node is idle. Needs root and
 // Slurm's packages; says which are missing and how to install them.
-Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& state_dir,
-                                       std::chrono::seconds timeout);
+// `inventory_file` ("" for the built-in one) is recorded for `bmas run`.
+Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& inventory_file,
+                                       const std::string& state_dir, std::chrono::seconds timeout);
 
 // What local.json records, or NotFound when no local cluster was started in `state_dir`.
 Result<LocalCluster> ReadLocalCluster(const std::string& state_dir);

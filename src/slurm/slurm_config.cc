@@ -89,6 +89,7 @@ void Scheduling(Out out, const Cluster& c) {
   // Local nodes claim CPUs the host lacks, which CPU binding cannot honour.
   fmt::format_to(out, "TaskPlugin={}\n", s.local ? "task/cgroup" : "task/cgroup,task/affinity");
   fmt::format_to(out, "MpiDefault=none\nReturnToService=2\nKillWait={}\n", s.kill_wait_s);
+  if (s.first_job_id > 0) fmt::format_to(out, "FirstJobId={}\n", s.first_job_id);
   if (!c.switches.empty()) fmt::format_to(out, "TopologyPlugin=topology/tree\n");
 
   fmt::format_to(out,

@@ -1,0 +1,406 @@
+#include "cli/job_commands.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "common/config.h"
+#include "common/config_table.h"
+#include "common/process.h"
+#include "core/job_shape.h"
+#include "slurm/jwt.h"
+#include "slurm/local_cluster.h"
+#include "slurm/rest_client.h"
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A job in one of these states will not run again.
+bool Finished(const std::string& state) {
+  for (const char* s : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                        "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}) {
+    if (state == s) return true;
+  }
+  return false;
+}
+
+struct Account {
+  std::string name;
+  std::string home;
+};
+
+Result<Account> AccountOf(uid_t uid) {
+  passwd* pw = getpwuid(uid);
+  if (pw == nullptr) return Error{ErrorCode::kNotFound, fmt::format("uid {} has no account", uid)};
+  return Account{pw->pw_name, pw->pw_dir};
+}
+
+Result<Account> AccountNamed(const std::string& name) {
+  passwd* pw = getpwnam(name.c_str());
+  if (pw == nullptr) {
+    return Error{ErrorCode::kNotFound,
+                 fmt::format("there is no Unix account '{}' on this host: a bmas user is the "
+                             "Unix account of that name",
+                             name)};
+  }
+  return Account{pw->pw_name, pw->pw_dir};
+}
+
+// The cluster bmas talks to, and how to reach it as `user`.
+struct SlurmTarget {
+  Cluster inventory;
+  RestEndpoint endpoint;
+  std::vector<std::string> env;  // SLURM_CONF=... for Slurm's own commands (local cluster)
+  std::string jwt_key;
+};
+
+Result<SlurmTarget> ResolveSlurm(GlobalOptions& global, const std::string& user) {
+  SlurmTarget t;
+  Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  auto local = slurm::ReadLocalCluster(state_dir);
+  try {
+    if (local) {
+      t.inventory = local->inventory.empty() ? slurm::BuiltinLocalCluster()
+                                             : LoadCluster(local->inventory);
+      t.endpoint.port = static_cast<uint16_t>(local->rest_port);
+      t.env.push_back("SLURM_CONF=" + local->conf);
+      t.jwt_key = local->jwt_key;
+    } else if (!global.config_file.empty()) {
+      t.inventory = LoadCluster(global.config_file);
+      if (t.inventory.slurm.slurmrestd.empty()) {
+        return InvalidArgument(fmt::format(
+            "{} gives no [cluster.slurm] slurmrestd = \"host:port\", and no local cluster runs "
+            "in {} (`bmas slurm up` starts one)",
+            global.config_file, state_dir));
+      }
+      auto address = ParseRestAddress(t.inventory.slurm.slurmrestd);
+      if (!address) return address.error();
+      t.endpoint = *address;
+      t.jwt_key = t.inventory.slurm.jwt_key;
+    } else {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("no Slurm to talk to: no local cluster runs in {} (`bmas slurm "
+                               "up` starts one) and no --config names a [cluster]",
+                               state_dir)};
+    }
+  } catch (const ConfigError& e) {
+    return InvalidArgument(e.what());
+  }
+  t.endpoint.user = user;
+  // Root mints tokens with the cluster's key; others ask slurmctld for one of their own.
+  auto token = access(t.jwt_key.c_str(), R_OK) == 0
+                   ? MintSlurmJwtFromKeyFile(t.jwt_key, user, 3600)
+                   : Result<std::string>(Error{ErrorCode::kPermissionDenied, ""});
+  if (!token) {
+    auto r = RunCommand({"scontrol", "token", "lifespan=3600"}, t.env, std::chrono::seconds(10));
+    if (!r || r->exit_code != 0 || r->out.find("SLURM_JWT=") == std::string::npos) {
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("cannot get a Slurm token for {}: {}", user,
+                               r ? r->err : r.error().message)};
+    }
+    std::string out = r->out.substr(r->out.find("SLURM_JWT=") + 10);
+    token = out.substr(0, out.find_first_of("\r\n"));
+  }
+  t.endpoint.token = *token;
+  return t;
+}
+
+int Fail(const std::string& command, const Error& e) {
+  fmt::print(stderr, "bmas {}: {}\n", command, e.message);
+  return e.code == ErrorCode::kInvalidArgument || e.code == ErrorCode::kPermissionDenied ? 2 : 1;
+}
+
+// Prints what `path` gained since `offset`; returns the new offset. A file that shrank was
+// started again (a requeued job's output is truncated): it is printed from its start.
+size_t PrintNew(const std::string& path, size_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return offset;
+  std::error_code ec;
+  if (fs::file_size(path, ec) < offset) offset = 0;
+  in.seekg(static_cast<std::streamoff>(offset));
+  char buf[8192];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    std::fwrite(buf, 1, static_cast<size_t>(in.gcount()), stdout);
+    offset += static_cast<size_t>(in.gcount());
+  }
+  std::fflush(stdout);
+  return offset;
+}
+
+// Streams the job's output until it finishes; returns its final state.
+Result<JobInfo> Follow(SlurmRestClient& client, int64_t id) {
+  size_t offset = 0;
+  while (true) {
+    auto job = client.Job(id);
+    if (!job) return job.error();
+    // Only once it runs: before that the file may be an old job's of the same id.
+    if (job->start_time > 0 && !job->stdout_path.empty()) {
+      offset = PrintNew(job->stdout_path, offset);
+    }
+    if (Finished(job->state)) return job;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& j) {
+  auto str = [&](const char* key, const std::string& v) {
+    w.Key(key);
+    w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
+  };
+  auto num = [&](const char* key, int64_t v) {
+    w.Key(key);
+    w.Int64(v);
+  };
+  w.StartObject();
+  num("id", j.id);
+  str("name", j.name);
+  str("user", j.user);
+  str("partition", j.partition);
+  str("state", j.state);
+  str("reason", j.reason);
+  w.Key("nodes");
+  w.StartArray();
+  for (const std::string& n : j.nodes) w.String(n.c_str());
+  w.EndArray();
+  num("gpus", j.gpus);
+  num("restart_count", j.restart_count);
+  num("exit_code", j.exit_code);
+  num("submit_time", j.submit_time);
+  num("start_time", j.start_time);
+  num("end_time", j.end_time);
+  str("stdout", j.stdout_path);
+  w.EndObject();
+}
+
+std::string Time(int64_t unix_s) {
+  if (unix_s <= 0) return "-";
+  std::time_t t = unix_s;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+}  // namespace
+
+void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
+  CLI::App* run = app.add_subcommand(
+      "run", "Run a command as a Slurm job, shaped for the cluster's topology; prints the job id "
+             "(with --wait: streams its output and exits with its exit code)");
+  run->add_option("--user", user_, "Run as this Unix user (root only)");
+  run->add_option("--gpus", gpus_, "GPUs for the whole job: one node when they fit, else whole "
+                                   "nodes")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(CLI::NonNegativeNumber);
+  run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--partition", partition_, "Partition (default: the cluster's default, lab)");
+  run->add_option("--time", time_, "Time limit in Slurm's form: 30, 2:00:00, 1-00:00:00");
+  run->add_option("--name", name_, "Job name (default: the command's name)");
+  run->add_option("--launcher", launcher_, "none, torchrun or mpi (srun --mpi=pmix)")
+      ->check(CLI::IsMember({"none", "torchrun", "mpi"}))
+      ->default_str("none");
+  run->add_flag("--wait", wait_, "Stream the job's output; exit with its exit code");
+  run->add_option("command", command_, "The command and its arguments (after --)")->required();
+  run->callback([this, &global] { global.exit_code = Run(global); });
+
+  CLI::App* jobs = app.add_subcommand("jobs", "List your jobs (--all: everyone's)");
+  jobs->add_option("--user", user_, "Only this user's jobs");
+  jobs->add_flag("--all", all_, "Every user's jobs");
+  jobs->add_flag("--json", json_, "A JSON array, one object per job");
+  jobs->callback([this, &global] { global.exit_code = Jobs(global); });
+
+  CLI::App* job = app.add_subcommand("job", "One job");
+  job->require_subcommand(1);
+  CLI::App* show = job->add_subcommand("show", "A job's state, placement and times");
+  show->add_option("id", id_, "Job id")->required();
+  show->add_flag("--json", json_, "One JSON object");
+  show->callback([this, &global] { global.exit_code = Show(global); });
+
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel one of your jobs");
+  cancel->add_option("id", id_, "Job id")->required();
+  cancel->callback([this, &global] { global.exit_code = Cancel(global); });
+
+  CLI::App* logs = app.add_subcommand("logs", "Print one of your jobs' output");
+  logs->add_option("id", id_, "Job id")->required();
+  logs->add_flag("-f,--follow", follow_, "Keep printing until the job ends");
+  logs->callback([this, &global] { global.exit_code = Logs(global); });
+}
+
+int JobCommands::Run(GlobalOptions& global) {
+  auto caller = AccountOf(getuid());
+  if (!caller) return Fail("run", caller.error());
+  if (!user_.empty() && user_ != caller->name && geteuid() != 0) {
+    return Fail("run", Error{ErrorCode::kPermissionDenied,
+                             "only root may run jobs as another user (--user)"});
+  }
+  auto account = user_.empty() ? caller : AccountNamed(user_);
+  if (!account) return Fail("run", account.error());
+  auto target = ResolveSlurm(global, account->name);
+  if (!target) return Fail("run", target.error());
+  auto launcher = ParseLauncher(launcher_);
+  if (!launcher) return Fail("run", launcher.error());
+  ShapeRequest request{gpus_, nodes_, gpus_per_node_, partition_, *launcher};
+  auto shape = PlanJobShape(target->inventory, request);
+  if (!shape) return Fail("run", shape.error());
+
+  JobSpec spec;
+  spec.name = name_.empty() ? fs::path(command_[0]).filename().string() : name_;
+  spec.partition = shape->partition;
+  spec.nodes = shape->nodes;
+  spec.tasks_per_node = shape->tasks_per_node;
+  spec.gpus_per_node = shape->gpus_per_node;
+  if (!time_.empty()) {
+    auto minutes = ParseSlurmMinutes(time_);
+    if (!minutes) return Fail("run", minutes.error());
+    spec.time_limit_minutes = static_cast<int>(*minutes);
+  }
+  // The job starts where the caller is, or in the user's home when root acts for them.
+  std::error_code ec;
+  spec.cwd = account->name == caller->name ? fs::current_path(ec).string() : account->home;
+  spec.stdout_path = spec.cwd + "/bmas-%j.out";
+  spec.environment = DistributedEnvironment(target->inventory, *shape);
+  spec.environment["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  if (const char* path = std::getenv("PATH"); path && account->name == caller->name) {
+    spec.environment["PATH"] = path;
+  }
+  spec.environment["HOME"] = account->home;
+  spec.environment["USER"] = account->name;
+  spec.environment["LOGNAME"] = account->name;
+  for (const std::string& e : target->env) {
+    spec.environment[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  }
+  spec.script = BatchScript(*shape, command_);
+
+  SlurmRestClient client(target->endpoint);
+  auto id = client.Submit(spec);
+  if (!id) return Fail("run", id.error());
+  if (!wait_) {
+    fmt::print("{}\n", *id);
+    return 0;
+  }
+  fmt::print(stderr, "bmas run: job {} submitted ({} node(s) x {} GPU(s), partition {})\n", *id,
+             shape->nodes, shape->gpus_per_node, shape->partition);
+  auto done = Follow(client, *id);
+  if (!done) return Fail("run", done.error());
+  if (done->state != "COMPLETED" && done->exit_code == 0) {
+    fmt::print(stderr, "bmas run: job {} ended {} ({})\n", *id, done->state, done->reason);
+    return 1;
+  }
+  return done->exit_code;
+}
+
+int JobCommands::Jobs(GlobalOptions& global) {
+  auto caller = AccountOf(getuid());
+  if (!caller) return Fail("jobs", caller.error());
+  auto target = ResolveSlurm(global, caller->name);
+  if (!target) return Fail("jobs", target.error());
+  SlurmRestClient client(target->endpoint);
+  auto jobs = client.Jobs();
+  if (!jobs) return Fail("jobs", jobs.error());
+  const std::string only = all_ ? "" : (user_.empty() ? caller->name : user_);
+  std::vector<JobInfo> shown;
+  for (JobInfo& j : *jobs) {
+    if (only.empty() || j.user == only) shown.push_back(std::move(j));
+  }
+  if (json_) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartArray();
+    for (const JobInfo& j : shown) WriteJobJson(w, j);
+    w.EndArray();
+    fmt::print("{}\n", buf.GetString());
+    return 0;
+  }
+  fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", "ID", "NAME", "USER",
+             "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES");
+  for (const JobInfo& j : shown) {
+    fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", j.id, j.name.substr(0, 16),
+               j.user, j.partition, j.state, j.gpus, j.restart_count, fmt::join(j.nodes, ","));
+  }
+  return 0;
+}
+
+// A client acting as the caller, and job `id` when the caller may read it (theirs, or root).
+struct OwnedJob {
+  std::unique_ptr<SlurmRestClient> client;
+  JobInfo job;
+};
+
+static Result<OwnedJob> OpenOwnJob(GlobalOptions& global, int64_t id) {
+  auto caller = AccountOf(getuid());
+  if (!caller) return caller.error();
+  auto target = ResolveSlurm(global, caller->name);
+  if (!target) return target.error();
+  OwnedJob owned{std::make_unique<SlurmRestClient>(target->endpoint), {}};
+  auto job = owned.client->Job(id);
+  if (!job) return job.error();
+  if (job->user != caller->name && geteuid() != 0) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("job {} belongs to {}; you may read or cancel only your own jobs",
+                             id, job->user)};
+  }
+  owned.job = std::move(*job);
+  return owned;
+}
+
+int JobCommands::Show(GlobalOptions& global) {
+  auto owned = OpenOwnJob(global, id_);
+  if (!owned) return Fail("job show", owned.error());
+  const JobInfo* job = &owned->job;
+  if (json_) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    WriteJobJson(w, *job);
+    fmt::print("{}\n", buf.GetString());
+    return 0;
+  }
+  fmt::print("job {} ({}) of {} in {}: {} ({})\n", job->id, job->name, job->user, job->partition,
+             job->state, job->reason);
+  fmt::print("  nodes     {}\n  gpus      {}\n  restarts  {}\n  exit code {}\n",
+             job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")), job->gpus,
+             job->restart_count, job->exit_code);
+  fmt::print("  submitted {}\n  started   {}\n  ended     {}\n  output    {}\n",
+             Time(job->submit_time), Time(job->start_time), Time(job->end_time), job->stdout_path);
+  return 0;
+}
+
+int JobCommands::Cancel(GlobalOptions& global) {
+  auto owned = OpenOwnJob(global, id_);
+  if (!owned) return Fail("cancel", owned.error());
+  if (auto done = owned->client->Cancel(id_); !done) return Fail("cancel", done.error());
+  fmt::print("cancelled job {}\n", id_);
+  return 0;
+}
+
+int JobCommands::Logs(GlobalOptions& global) {
+  auto owned = OpenOwnJob(global, id_);
+  if (!owned) return Fail("logs", owned.error());
+  const JobInfo* job = &owned->job;
+  if (follow_) {
+    auto done = Follow(*owned->client, id_);
+    return done ? 0 : Fail("logs", done.error());
+  }
+  if (!fs::exists(job->stdout_path)) {
+    return Fail("logs", Error{ErrorCode::kNotFound,
+                              fmt::format("job {} has no output yet ({}; state {})", id_,
+                                          job->stdout_path, job->state)});
+  }
+  PrintNew(job->stdout_path, 0);
+  return 0;
+}
+
+}  // namespace bmas

@@ -1,0 +1,40 @@
+#pragma once
+
+// The deep path from a user's shell: `bmas run`, `bmas jobs`, `bmas job show`, `bmas cancel`
+// and `bmas logs`, through slurmrestd as the calling Unix user (root may act for others).
+// The cluster is the local one `bmas slurm up` started in the state dir, else the inventory
+// in the config file, whose [cluster.slurm] slurmrestd names where to reach Slurm.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace bmas {
+
+class JobCommands {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int Run(GlobalOptions& global);
+  int Jobs(GlobalOptions& global);
+  int Show(GlobalOptions& global);
+  int Cancel(GlobalOptions& global);
+  int Logs(GlobalOptions& global);
+
+  // bmas run
+  std::string user_;
+  int gpus_ = 0, nodes_ = 0, gpus_per_node_ = 0;
+  std::string partition_, time_, name_, launcher_ = "none";
+  bool wait_ = false;
+  std::vector<std::string> command_;
+  // bmas jobs / job show / cancel / logs
+  bool all_ = false, json_ = false, follow_ = false;
+  int64_t id_ = 0;
+};
+
+}  // namespace bmas

@@ -1,0 +1,288 @@
+#include "slurm/rest_client.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <optional>
+
+#include "common/asio.h"
+#include "slurm/jwt.h"
+
+namespace bmas {
+namespace {
+
+constexpr size_t kMaxResponseBytes = 256u << 20;  // a /jobs listing of a busy cluster
+
+// The outcome of one exchange; default-constructible so that it can leave a coroutine.
+struct Exchanged {
+  beast::error_code ec;
+  const char* step = "";
+  RestResponse response;
+};
+
+class TcpRestTransport final : public RestTransport {
+ public:
+  TcpRestTransport(std::string host, uint16_t port, std::chrono::milliseconds timeout)
+      : host_(std::move(host)), port_(port), timeout_(timeout) {}
+
+  Result<RestResponse> RoundTrip(const RestRequest& request) override {
+    net::io_context io;
+    std::optional<Exchanged> result;
+    std::exception_ptr failure;
+    net::co_spawn(io, Exchange(request), [&result, &failure](std::exception_ptr e, Exchanged x) {
+      failure = e;
+      if (!e) result = std::move(x);
+    });
+    io.run();
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& e) {
+        return Error{ErrorCode::kUnavailable,
+                     fmt::format("request to slurmrestd at {} failed: {}", Url(), e.what()),
+                     {}};
+      }
+    }
+    if (!result.has_value()) return Internal("slurmrestd exchange ended without a result");
+    if (result->ec) {
+      const bool timed_out = result->ec == beast::error::timeout;
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("{} to slurmrestd at {} failed: {}", result->step, Url(),
+                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
+                                         : result->ec.message()),
+                   {}};
+    }
+    return std::move(result->response);
+  }
+
+  std::string Url() const override {
+    if (host_.find(':') != std::string::npos) return fmt::format("http://[{}]:{}", host_, port_);
+    return fmt::format("http://{}:{}", host_, port_);
+  }
+
+ private:
+  // One request on a fresh connection. The stream's deadline covers connect, write and read.
+  awaitable<Exchanged> Exchange(RestRequest request) {
+    Exchanged out;
+    auto executor = co_await net::this_coro::executor;
+    tcp::resolver resolver(executor);
+    beast::tcp_stream stream(executor);
+    const std::string port = std::to_string(port_);
+    auto endpoints =
+        co_await resolver.async_resolve(host_, port, net::redirect_error(use_awaitable, out.ec));
+    if (out.ec) {
+      out.step = "resolve";
+      co_return out;
+    }
+    stream.expires_after(timeout_);
+    co_await stream.async_connect(endpoints, net::redirect_error(use_awaitable, out.ec));
+    if (out.ec) {
+      out.step = "connect";
+      co_return out;
+    }
+
+    const http::verb verb = http::string_to_verb(request.method);
+    http::request<http::string_body> req{verb, request.target, 11};
+    req.set(http::field::host, fmt::format("{}:{}", host_, port_));
+    req.set(http::field::user_agent, "bmas");
+    req.set(http::field::accept, "application/json");
+    for (const auto& [name, value] : request.headers) req.set(name, value);
+    if (!request.body.empty()) {
+      // Without this slurmrestd reads the body as a URL query: "Unable to parse query."
+      req.set(http::field::content_type, "application/json");
+      req.body() = std::move(request.body);
+    }
+    req.keep_alive(false);
+    req.prepare_payload();
+    co_await http::async_write(stream, req, net::redirect_error(use_awaitable, out.ec));
+    if (out.ec) {
+      out.step = "write";
+      co_return out;
+    }
+
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxResponseBytes);
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, out.ec));
+    if (out.ec) {
+      out.step = "read";
+      co_return out;
+    }
+    out.response.status = static_cast<int>(parser.get().result_int());
+    out.response.body = std::move(parser.get().body());
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    co_return out;
+  }
+
+  std::string host_;
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+Result<RestEndpoint> ParseRestAddress(std::string_view address) {
+  std::string_view host;
+  std::string_view port;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return InvalidArgument(fmt::format("slurmrestd address \"{}\" is not [host]:port", address),
+                             "address");
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      return InvalidArgument(fmt::format("slurmrestd address \"{}\" is not host:port", address),
+                             "address");
+    }
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+  }
+  int value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9' || value > 65535) {
+      value = -1;
+      break;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (port.empty() || value <= 0 || value > 65535) {
+    return InvalidArgument(fmt::format("slurmrestd address \"{}\": bad port", address), "address");
+  }
+  RestEndpoint e;
+  e.host = std::string(host);
+  e.port = static_cast<uint16_t>(value);
+  return e;
+}
+
+RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
+                                     std::chrono::milliseconds timeout) {
+  return std::make_unique<TcpRestTransport>(std::move(host), port, timeout);
+}
+
+Result<std::string> SlurmSignalName(int signal) {
+  // The enum of v0.0.38's `signal` query parameter.
+  static constexpr std::pair<int, const char*> kSignals[] = {
+      {SIGHUP, "HUP"},   {SIGINT, "INT"},   {SIGQUIT, "QUIT"}, {SIGABRT, "ABRT"}, {SIGKILL, "KILL"},
+      {SIGALRM, "ALRM"}, {SIGTERM, "TERM"}, {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGURG, "URG"},
+      {SIGCONT, "CONT"}, {SIGSTOP, "STOP"}, {SIGTSTP, "TSTP"}, {SIGTTIN, "TTIN"}, {SIGTTOU, "TTOU"},
+  };
+  for (const auto& [number, name] : kSignals) {
+    if (number == signal) return std::string(name);
+  }
+  return InvalidArgument(fmt::format("slurmrestd cannot send signal {}", signal), "signal");
+}
+
+SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, std::chrono::milliseconds timeout)
+    : endpoint_(std::move(endpoint)),
+      transport_(NewTcpRestTransport(endpoint_.host, endpoint_.port, timeout)) {}
+
+SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport)
+    : endpoint_(std::move(endpoint)), transport_(std::move(transport)) {}
+
+Result<RestResponse> SlurmRestClient::Call(std::string method, std::string target, std::string body,
+                                           std::string_view what) {
+  // slurmrestd cannot tell a rejected token from a dead slurmctld (both are "Unspecified
+  // error"), so the failures visible here are caught before sending.
+  if (!endpoint_.token.empty()) {
+    auto claims = DecodeJwtClaims(endpoint_.token);
+    if (!claims) {
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("cannot {}: the token for user \"{}\" is unusable: {}", what,
+                               endpoint_.user, claims.error().message),
+                   "token"};
+    }
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    if (claims->expires_at <= now) {
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("cannot {}: the JWT for user \"{}\" expired {} s ago; mint a "
+                               "new one from the cluster's jwt_key",
+                               what, endpoint_.user, now - claims->expires_at),
+                   "token"};
+    }
+  }
+  RestRequest request;
+  request.method = std::move(method);
+  request.target = std::move(target);
+  request.body = std::move(body);
+  request.headers = {{"X-SLURM-USER-NAME", endpoint_.user},
+                     {"X-SLURM-USER-TOKEN", endpoint_.token}};
+  auto response = transport_->RoundTrip(request);
+  if (!response) {
+    Error e = response.error();
+    if (e.code == ErrorCode::kUnavailable) {
+      e.message = fmt::format(
+          "cannot {}: {}. Is slurmrestd running? Start the local cluster with `bmas slurm up`, "
+          "or set the address of a running slurmrestd in the cluster config",
+          what, e.message);
+    }
+    return e;
+  }
+  if (auto e = ErrorFromResponse(response->status, response->body, what, endpoint_.user)) {
+    return *e;
+  }
+  return response;
+}
+
+Result<std::string> SlurmRestClient::Ping() {
+  auto r = Call("GET", fmt::format("{}/ping", kApiPrefix), {}, "ping slurmrestd");
+  if (!r) return r.error();
+  return ParsePingResponse(r->body);
+}
+
+Result<int64_t> SlurmRestClient::Submit(const JobSpec& spec) {
+  auto body = RenderJobSubmit(spec);
+  if (!body) return body.error();
+  const std::string what =
+      spec.name.empty() ? std::string("submit a job") : fmt::format("submit job \"{}\"", spec.name);
+  auto r = Call("POST", fmt::format("{}/job/submit", kApiPrefix), std::move(*body), what);
+  if (!r) return r.error();
+  return ParseSubmitResponse(r->body);
+}
+
+Result<std::vector<JobInfo>> SlurmRestClient::Jobs() {
+  auto r = Call("GET", fmt::format("{}/jobs", kApiPrefix), {}, "list jobs");
+  if (!r) return r.error();
+  return ParseJobsResponse(r->body);
+}
+
+Result<JobInfo> SlurmRestClient::Job(int64_t id) {
+  auto r =
+      Call("GET", fmt::format("{}/job/{}", kApiPrefix, id), {}, fmt::format("show job {}", id));
+  if (!r) return r.error();
+  auto jobs = ParseJobsResponse(r->body);
+  if (!jobs) return jobs.error();
+  for (JobInfo& job : *jobs) {
+    if (job.id == id) return std::move(job);
+  }
+  return NotFound(fmt::format("slurmctld does not know job {}", id), "job_id");
+}
+
+Result<void> SlurmRestClient::Cancel(int64_t id, int signal) {
+  std::string target = fmt::format("{}/job/{}", kApiPrefix, id);
+  if (signal != 0) {
+    auto name = SlurmSignalName(signal);
+    if (!name) return name.error();
+    target += "?signal=" + *name;
+  }
+  const std::string what =
+      signal == 0 ? fmt::format("cancel job {}", id) : fmt::format("signal job {}", id);
+  auto r = Call("DELETE", std::move(target), {}, what);
+  if (!r) return r.error();
+  return {};
+}
+
+Result<std::vector<NodeInfo>> SlurmRestClient::Nodes() {
+  auto r = Call("GET", fmt::format("{}/nodes", kApiPrefix), {}, "list nodes");
+  if (!r) return r.error();
+  return ParseNodesResponse(r->body);
+}
+
+}  // namespace bmas

@@ -1,0 +1,116 @@
+#pragma once
+
+// A blocking client of slurmrestd's REST API, openapi/v0.0.38 (Slurm 22.05), authenticated
+// with a JWT (X-SLURM-USER-NAME / X-SLURM-USER-TOKEN). Jobs run as the user the token names.
+//
+// Below it sits a transport seam (RestTransport): the real one speaks HTTP/1.1 over TCP with
+// Beast; tests pass canned responses instead.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "slurm/slurm_json.h"
+
+namespace bmas {
+
+// Where slurmrestd listens and whom to act as.
+struct RestEndpoint {
+  std::string host = "127.0.0.1";
+  uint16_t port = 6820;
+  std::string user;   // X-SLURM-USER-NAME: the Unix user the requests act as
+  std::string token;  // X-SLURM-USER-TOKEN: a JWT for `user` (see slurm/jwt.h)
+};
+
+// "host:port" (or "[v6]:port") as an endpoint with no user. InvalidArgument otherwise.
+Result<RestEndpoint> ParseRestAddress(std::string_view address);
+
+// One HTTP request as the client builds it.
+struct RestRequest {
+  std::string method;  // "GET", "POST" or "DELETE"
+  std::string target;  // "/slurm/v0.0.38/jobs"
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;  // JSON; empty for GET and DELETE
+};
+
+struct RestResponse {
+  int status = 0;
+  std::string body;
+};
+
+// Carries one request to slurmrestd and brings back the whole response.
+class RestTransport {
+ public:
+  virtual ~RestTransport() = default;
+  // Blocks until the response or the transport's deadline. Errors: kUnavailable, saying which
+  // step failed ("connect", "write", "read") and why, when slurmrestd cannot be reached or
+  // the exchange fails. An HTTP error status is a response, not an error.
+  virtual Result<RestResponse> RoundTrip(const RestRequest& request) = 0;
+  // For messages: "http://127.0.0.1:6820".
+  virtual std::string Url() const = 0;
+};
+using RestTransportPtr = std::unique_ptr<RestTransport>;
+
+// HTTP/1.1 over TCP, one connection per request, each request bounded by `timeout` from
+// connect to the last byte. Thread-compatible: one call at a time per transport.
+RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
+                                     std::chrono::milliseconds timeout);
+
+// The API bmas uses. Every method blocks; not thread-safe (one call at a time).
+// Failures carry slurmrestd's errors[] in their message, with codes from ErrorFromResponse;
+// when slurmrestd cannot be reached the message names its URL and how to start it.
+class SlurmRestClient {
+ public:
+  static constexpr std::string_view kApiPrefix = "/slurm/v0.0.38";
+
+  explicit SlurmRestClient(RestEndpoint endpoint,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport);
+
+  // The Slurm release ("22.05.8") when slurmctld answers UP.
+  Result<std::string> Ping();
+
+  // Submits a batch job as endpoint().user; returns its id. InvalidArgument for a spec that
+  // RenderJobSubmit refuses or that Slurm cannot satisfy (bad partition, too many GPUs, ...).
+  // Slurm may still list a request it refused as a FAILED job (Reason=BadConstraints) whose
+  // id the response does not give.
+  Result<int64_t> Submit(const JobSpec& spec);
+
+  // Every job slurmctld still remembers (finished ones for MinJobAge, 300 s by default), of
+  // every user: slurmctld shows other users' jobs unless PrivateData=jobs.
+  Result<std::vector<JobInfo>> Jobs();
+
+  // One job. NotFound when slurmctld does not know it (never existed, or purged).
+  Result<JobInfo> Job(int64_t id);
+
+  // signal 0: cancel the job (Slurm sends SIGKILL; the job ends CANCELLED). Otherwise sends
+  // that signal (one of HUP INT QUIT ABRT KILL ALRM TERM USR1 USR2 URG CONT STOP TSTP TTIN
+  // TTOU) to the job's processes and leaves the outcome to the job. PermissionDenied when the
+  // job belongs to another user; NotFound when there is no such job.
+  Result<void> Cancel(int64_t id, int signal = 0);
+
+  // Every node with its state, CPUs, memory and GPUs.
+  Result<std::vector<NodeInfo>> Nodes();
+
+  const RestEndpoint& endpoint() const { return endpoint_; }
+
+ private:
+  // Sends one request with the auth headers; a transport failure or an error response
+  // becomes an Error for `what`.
+  Result<RestResponse> Call(std::string method, std::string target, std::string body,
+                            std::string_view what);
+
+  RestEndpoint endpoint_;
+  RestTransportPtr transport_;
+};
+
+// The name slurmrestd's `signal` parameter takes for a signal number ("TERM" for 15);
+// InvalidArgument for a signal v0.0.38 does not accept.
+Result<std::string> SlurmSignalName(int signal);
+
+}  // namespace bmas

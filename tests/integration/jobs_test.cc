@@ -1,0 +1,206 @@
+// `bmas run`, `jobs`, `job show`, `cancel` and `logs` against a real local Slurm that each test
+// starts with `bmas slurm up` in its own state dir and stops at its end. Needs root and
+// Slurm's packages; the MPI test needs OpenMPI (scripts/install-deps.sh installs them all).
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/process.h"
+#include "engine_process.h"
+#include "test_helpers.h"
+
+namespace bmas::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class JobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || access("/usr/sbin/slurmctld", X_OK) != 0) {
+      GTEST_SKIP() << "needs root and Slurm (bash scripts/install-deps.sh)";
+    }
+    // Jobs write their output in the directory they start in: the test's, open to all.
+    fs::permissions(dir_.path(), fs::perms::all | fs::perms::sticky_bit);
+    state_ = dir_.path() + "/state";
+    auto up = RunBmas({"--state-dir", state_, "slurm", "up"});
+    ASSERT_TRUE(up && up->status.Success()) << (up ? up->err : up.error().message);
+  }
+
+  void TearDown() override {
+    if (!state_.empty()) RunBmas({"--state-dir", state_, "slurm", "down"});
+  }
+
+  // `bmas --state-dir STATE ARGS...` in the test's directory, as `user` ("" = root).
+  CommandOutput Bmas(const std::vector<std::string>& args, const std::string& user = "",
+                     std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    std::vector<std::string> argv;
+    if (!user.empty()) {
+      argv = {"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups"};
+    }
+    argv.push_back("sh");
+    argv.push_back("-c");
+    argv.push_back("cd \"$0\" && exec \"$@\"");
+    argv.push_back(dir_.path());
+    argv.push_back(std::getenv("BMAS_BINARY"));
+    argv.push_back("--state-dir");
+    argv.push_back(state_);
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv, {}, timeout);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  }
+
+  rapidjson::Document Job(const std::string& id) {
+    CommandOutput r = Bmas({"job", "show", id, "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return ParseJson(r.out);
+  }
+
+  // Waits until job `id` is in `state` (up to `timeout`).
+  bool WaitForState(const std::string& id, const std::string& state,
+                    std::chrono::seconds timeout) {
+    return Eventually([&] { return Str(At(Job(id), "state")) == state; }, timeout);
+  }
+
+  static std::string Trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+
+  // A Unix account for tests that need two users; made once per machine.
+  static std::string User(const std::string& name) {
+    if (getpwnam(name.c_str()) == nullptr) {
+      auto r = RunCommand({"useradd", "--create-home", name});
+      EXPECT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
+    }
+    return name;
+  }
+
+  TempDir dir_;
+  std::string state_;
+};
+
+TEST_F(JobsTest, TwoGpusLandOnOneNodeAndWaitReturnsTheJobsExitCode) {
+  CommandOutput r = Bmas({"run", "--gpus", "2", "--wait", "--", "sh", "-c",
+                          "echo $(hostname) $CUDA_VISIBLE_DEVICES $NNODES; exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  std::istringstream words(r.out);
+  std::string host, gpus, nnodes;
+  words >> host >> gpus >> nnodes;
+  EXPECT_THAT(host, ::testing::StartsWith("oss0"));
+  EXPECT_EQ(gpus, "0,1");
+  EXPECT_EQ(nnodes, "1");
+}
+
+TEST_F(JobsTest, EightGpusSpanTwoNodesWithFourEach) {
+  CommandOutput r = Bmas({"run", "--gpus", "8", "--wait", "--", "sh", "-c",
+                          "echo $(hostname) $CUDA_VISIBLE_DEVICES $NODE_RANK $MASTER_ADDR"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_THAT(lines[0], ::testing::EndsWith("0,1,2,3 0 oss01"));
+  EXPECT_THAT(lines[1], ::testing::EndsWith("0,1,2,3 1 oss01"));
+
+  CommandOutput jobs = Bmas({"jobs", "--json"});
+  rapidjson::Document rows = ParseJson(jobs.out);
+  ASSERT_TRUE(rows.IsArray() && rows.Size() == 1) << jobs.out;
+  EXPECT_EQ(Int(At(At(rows, 0), "gpus")), 8);
+  EXPECT_EQ(At(At(rows, 0), "nodes").Size(), 2u);
+  EXPECT_EQ(Str(At(At(rows, 0), "state")), "COMPLETED");
+}
+
+TEST_F(JobsTest, MpiAllreduceAcrossThreeNodesGivesTheSumOnEveryRank) {
+  if (access("/usr/bin/mpicc", X_OK) != 0) GTEST_SKIP() << "needs OpenMPI (mpicc)";
+  const std::string source = dir_.path() + "/allreduce.c";
+  {
+    std::ofstream out(source);
+    out << "#include <mpi.h>\n#include <stdio.h>\n"
+           "int main(int argc, char** argv) {\n"
+           "  MPI_Init(&argc, &argv);\n  int rank, size, sum = 0;\n"
+           "  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n  MPI_Comm_size(MPI_COMM_WORLD, &size);\n"
+           "  int value = rank + 1;\n"
+           "  MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);\n"
+           "  printf(\"rank %d of %d: sum %d\\n\", rank, size, sum);\n"
+           "  MPI_Finalize();\n  return 0;\n}\n";
+  }
+  auto cc = RunCommand({"mpicc", "-o", dir_.path() + "/allreduce", source});
+  ASSERT_TRUE(cc && cc->exit_code == 0) << (cc ? cc->err : cc.error().message);
+  CommandOutput r =
+      Bmas({"run", "--nodes", "3", "--launcher", "mpi", "--wait", "--", dir_.path() + "/allreduce"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("rank {} of 3: sum 6", rank)));
+  }
+}
+
+TEST_F(JobsTest, UsersCancelAndReadOnlyTheirOwnJobs) {
+  const std::string alice = User("bmastest1"), bob = User("bmastest2");
+  CommandOutput run = Bmas({"run", "--", "sleep", "60"}, alice);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = Trim(run.out);
+  EXPECT_EQ(Str(At(Job(id), "user")), alice);
+
+  CommandOutput denied = Bmas({"cancel", id}, bob);
+  EXPECT_EQ(denied.exit_code, 2);
+  EXPECT_THAT(denied.err, HasSubstr("belongs to " + alice));
+  EXPECT_EQ(Bmas({"logs", id}, bob).exit_code, 2);
+  CommandOutput others = Bmas({"run", "--user", alice, "--", "true"}, bob);
+  EXPECT_EQ(others.exit_code, 2);
+  EXPECT_THAT(others.err, HasSubstr("only root"));
+
+  CommandOutput cancelled = Bmas({"cancel", id}, alice);
+  EXPECT_EQ(cancelled.exit_code, 0) << cancelled.err;
+  EXPECT_TRUE(WaitForState(id, "CANCELLED", std::chrono::seconds(20)));
+}
+
+TEST_F(JobsTest, ARequestThatCannotFitSaysWhatWould) {
+  CommandOutput r = Bmas({"run", "--gpus", "6", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("ask for 4 or 8 GPUs"));
+  r = Bmas({"run", "--gpus", "13", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("12 GPUs in all"));
+  EXPECT_EQ(Bmas({"jobs", "--json"}).out, "[]\n");  // nothing was submitted
+}
+
+TEST_F(JobsTest, TrainingPreemptsInferenceWhichIsRequeuedAndCompletesLater) {
+  // An inference replica holds every GPU until it is preempted; on its second run it ends.
+  CommandOutput inference =
+      Bmas({"run", "--partition", "inference", "--gpus", "12", "--name", "replica", "--", "sh",
+            "-c", "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then exit 0; fi; sleep 300"});
+  ASSERT_EQ(inference.exit_code, 0) << inference.err;
+  const std::string replica = Trim(inference.out);
+  ASSERT_TRUE(WaitForState(replica, "RUNNING", std::chrono::seconds(20)));
+
+  CommandOutput training =
+      Bmas({"run", "--partition", "training", "--gpus", "4", "--wait", "--", "echo", "trained"});
+  EXPECT_EQ(training.exit_code, 0) << training.err;
+  EXPECT_EQ(training.out, "trained\n");
+
+  // Requeued (Slurm lets it start again once its credential expires) and then completed.
+  EXPECT_TRUE(WaitForState(replica, "COMPLETED", std::chrono::seconds(180)))
+      << Str(At(Job(replica), "state"));
+  EXPECT_GE(Int(At(Job(replica), "restart_count")), 1);
+}
+
+}  // namespace
+}  // namespace bmas::testing
