@@ -1,5 +1,7 @@
 #include "cli/job_commands.h"
 
+#include "cli/slurm_target.h"
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -56,66 +58,6 @@ Result<Account> AccountNamed(const std::string& name) {
                              name)};
   }
   return Account{pw->pw_name, pw->pw_dir};
-}
-
-// The cluster bmas talks to, and how to reach it as `user`.
-struct SlurmTarget {
-  Cluster inventory;
-  RestEndpoint endpoint;
-  std::vector<std::string> env;  // SLURM_CONF=... for Slurm's own commands (local cluster)
-  std::string jwt_key;
-};
-
-Result<SlurmTarget> ResolveSlurm(GlobalOptions& global, const std::string& user) {
-  SlurmTarget t;
-  Config config = global.LoadConfigOrDefaults();
-  const std::string state_dir = ResolveStateDir(global.state_dir, config);
-  auto local = slurm::ReadLocalCluster(state_dir);
-  try {
-    if (local) {
-      t.inventory = local->inventory.empty() ? slurm::BuiltinLocalCluster()
-                                             : LoadCluster(local->inventory);
-      t.endpoint.port = static_cast<uint16_t>(local->rest_port);
-      t.env.push_back("SLURM_CONF=" + local->conf);
-      t.jwt_key = local->jwt_key;
-    } else if (!global.config_file.empty()) {
-      t.inventory = LoadCluster(global.config_file);
-      if (t.inventory.slurm.slurmrestd.empty()) {
-        return InvalidArgument(fmt::format(
-            "{} gives no [cluster.slurm] slurmrestd = \"host:port\", and no local cluster runs "
-            "in {} (`bmas slurm up` starts one)",
-            global.config_file, state_dir));
-      }
-      auto address = ParseRestAddress(t.inventory.slurm.slurmrestd);
-      if (!address) return address.error();
-      t.endpoint = *address;
-      t.jwt_key = t.inventory.slurm.jwt_key;
-    } else {
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("no Slurm to talk to: no local cluster runs in {} (`bmas slurm "
-                               "up` starts one) and no --config names a [cluster]",
-                               state_dir)};
-    }
-  } catch (const ConfigError& e) {
-    return InvalidArgument(e.what());
-  }
-  t.endpoint.user = user;
-  // Root mints tokens with the cluster's key; others ask slurmctld for one of their own.
-  auto token = access(t.jwt_key.c_str(), R_OK) == 0
-                   ? MintSlurmJwtFromKeyFile(t.jwt_key, user, 3600)
-                   : Result<std::string>(Error{ErrorCode::kPermissionDenied, ""});
-  if (!token) {
-    auto r = RunCommand({"scontrol", "token", "lifespan=3600"}, t.env, std::chrono::seconds(10));
-    if (!r || r->exit_code != 0 || r->out.find("SLURM_JWT=") == std::string::npos) {
-      return Error{ErrorCode::kPermissionDenied,
-                   fmt::format("cannot get a Slurm token for {}: {}", user,
-                               r ? r->err : r.error().message)};
-    }
-    std::string out = r->out.substr(r->out.find("SLURM_JWT=") + 10);
-    token = out.substr(0, out.find_first_of("\r\n"));
-  }
-  t.endpoint.token = *token;
-  return t;
 }
 
 int Fail(const std::string& command, const Error& e) {
@@ -284,10 +226,18 @@ int JobCommands::Run(GlobalOptions& global) {
     spec.environment[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
   }
   spec.script = BatchScript(*shape, command_);
+  // In research mode, its users' jobs go to the nodes they own.
+  spec.reservation = ReservationFor(*target, account->name);
 
   SlurmRestClient client(target->endpoint);
   auto id = client.Submit(spec);
-  if (!id) return Fail("run", id.error());
+  if (!id) {
+    Error e = id.error();
+    if (spec.reservation.empty() && e.message.find("reserved") != std::string::npos) {
+      e.message += " (the cluster is in research mode: `bmas mode` shows whose nodes are reserved)";
+    }
+    return Fail("run", e);
+  }
   if (!wait_) {
     fmt::print("{}\n", *id);
     return 0;

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/job_commands.h"
+#include "cli/mode_commands.h"
 #include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
 #include "common/config.h"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   slurm_cmds.Register(app, global);
   JobCommands job_cmds;
   job_cmds.Register(app, global);
+  ModeCommands mode_cmds;
+  mode_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

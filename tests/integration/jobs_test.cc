@@ -202,5 +202,34 @@ TEST_F(JobsTest, TrainingPreemptsInferenceWhichIsRequeuedAndCompletesLater) {
   EXPECT_GE(Int(At(Job(replica), "restart_count")), 1);
 }
 
+TEST_F(JobsTest, ResearchModeKeepsOtherUsersOffTheReservedNodesAndLabModeLetsThemBack) {
+  const std::string alice = User("bmastest1"), bob = User("bmastest2");
+  CommandOutput research = Bmas({"mode", "research", "--users", alice, "--nodes", "oss[01-02]"});
+  ASSERT_EQ(research.exit_code, 0) << research.err;
+  rapidjson::Document mode = ParseJson(Bmas({"mode", "--json"}).out);
+  EXPECT_EQ(Str(At(mode, "mode")), "research");
+  EXPECT_EQ(Str(At(At(mode, "users"), 0)), alice);
+  EXPECT_EQ(At(mode, "nodes").Size(), 2u);
+  EXPECT_EQ(Bmas({"mode", "lab"}, bob).exit_code, 2);  // only root switches
+
+  // Bob's first 4-GPU job takes the one shared node; his second waits.
+  const std::string first = Trim(Bmas({"run", "--gpus", "4", "--", "sleep", "60"}, bob).out);
+  const std::string second = Trim(Bmas({"run", "--gpus", "4", "--", "sleep", "60"}, bob).out);
+  ASSERT_TRUE(WaitForState(first, "RUNNING", std::chrono::seconds(20)));
+  EXPECT_EQ(Str(At(At(Job(first), "nodes"), 0)), "oss03");
+  // Alice's jobs go to her nodes, even while Bob's wait.
+  CommandOutput mine = Bmas({"run", "--gpus", "4", "--wait", "--", "hostname"}, alice);
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_THAT(mine.out, ::testing::AnyOf("oss01\n", "oss02\n"));
+  EXPECT_EQ(Str(At(Job(second), "state")), "PENDING");
+
+  // Lab mode: Bob's waiting job starts on a node that was reserved.
+  CommandOutput lab = Bmas({"mode", "lab"});
+  ASSERT_EQ(lab.exit_code, 0) << lab.err;
+  EXPECT_EQ(Str(At(ParseJson(Bmas({"mode", "--json"}).out), "mode")), "lab");
+  ASSERT_TRUE(WaitForState(second, "RUNNING", std::chrono::seconds(30)));
+  EXPECT_THAT(Str(At(At(Job(second), "nodes"), 0)), ::testing::AnyOf("oss01", "oss02"));
+}
+
 }  // namespace
 }  // namespace bmas::testing
