@@ -48,6 +48,8 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
   auto running = p.WaitForLine("bmas up: running", 30s);
   ASSERT_TRUE(running) << running.error().message;
   EXPECT_THAT(p.stdout_text(), HasSubstr("state dir " + state));
+  // Slurm runs, or the summary says why not (here: the test's directory is private).
+  EXPECT_THAT(p.stdout_text(), ::testing::ContainsRegex("\n  slurm +(http://|not started: )"));
 
   std::vector<std::string> urls = EngineUrls(p.stdout_text());
   ASSERT_EQ(urls.size(), 2u) << p.stdout_text();
