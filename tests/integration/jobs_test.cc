@@ -57,13 +57,25 @@ class JobsTest : public ::testing::Test {
     argv.push_back("-c");
     argv.push_back("cd \"$0\" && exec \"$@\"");
     argv.push_back(dir_.path());
-    argv.push_back(std::getenv("BMAS_BINARY"));
+    argv.push_back(user.empty() ? std::string(std::getenv("BMAS_BINARY")) : SharedBinary());
     argv.push_back("--state-dir");
     argv.push_back(state_);
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = RunCommand(argv, {}, timeout);
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
+  }
+
+  // A copy of the binary other users can run: the build tree may sit in a private directory
+  // (a fresh clone under mktemp's 0700 directory, say).
+  std::string SharedBinary() {
+    const std::string copy = dir_.path() + "/bmas";
+    if (!fs::exists(copy)) {
+      fs::copy_file(std::getenv("BMAS_BINARY"), copy);
+      fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+    }
+    return copy;
   }
 
   rapidjson::Document Job(const std::string& id) {
