@@ -82,8 +82,11 @@ void Scheduling(Out out, const Cluster& c) {
                  "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\n"
                  "GresTypes=gpu\nSchedulerType=sched/backfill\n");
   fmt::format_to(out,
-                 "# Schedule on submission, and backfill every second so preemption is prompt.\n"
-                 "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1\n");
+                 "# Schedule on submission, backfill every second so preemption is prompt, and\n"
+                 "# run the main scheduler every 2 s (not 60) so that requeued jobs, preempted\n"
+                 "# inference replicas among them, start again soon after they are eligible.\n"
+                 "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,"
+                 "sched_interval=2\n");
   fmt::format_to(out, "DefMemPerCPU={}\n", DefMemPerCpu(c));
   fmt::format_to(out, "ProctrackType=proctrack/cgroup\n");
   // Local nodes claim CPUs the host lacks, which CPU binding cannot honour.
