@@ -1,3 +1,4 @@
+#include <ctime>
 #include "cli/commands.h"
 
 #include <unistd.h>
@@ -16,6 +17,22 @@
 #include "engine/calibrate.h"
 
 namespace bmas {
+
+int ReportFailure(const std::string& command, const Error& error) {
+  fmt::print(stderr, "bmas {}: {}\n", command, error.message);
+  return error.code == ErrorCode::kInvalidArgument || error.code == ErrorCode::kPermissionDenied
+             ? 2
+             : 1;
+}
+
+std::string UtcTime(int64_t unix_seconds) {
+  std::time_t t = unix_seconds;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 Config GlobalOptions::LoadConfigOrDefaults() const { return LoadConfig(config_file); }
 

@@ -11,6 +11,13 @@
 
 namespace bmas {
 
+// Prints "bmas COMMAND: message" on stderr; returns the exit code for it: 2 for bad input or
+// a refusal, 1 for anything else.
+int ReportFailure(const std::string& command, const Error& error);
+
+// Unix seconds as 2026-11-21T09:48:45Z.
+std::string UtcTime(int64_t unix_seconds);
+
 struct GlobalOptions {
   std::string config_file;
   std::string state_dir;

@@ -29,15 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A job in one of these states will not run again.
-bool Finished(const std::string& state) {
-  for (const char* s : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                        "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}) {
-    if (state == s) return true;
-  }
-  return false;
-}
-
 struct Account {
   std::string name;
   std::string home;
@@ -58,11 +49,6 @@ Result<Account> AccountNamed(const std::string& name) {
                              name)};
   }
   return Account{pw->pw_name, pw->pw_dir};
-}
-
-int Fail(const std::string& command, const Error& e) {
-  fmt::print(stderr, "bmas {}: {}\n", command, e.message);
-  return e.code == ErrorCode::kInvalidArgument || e.code == ErrorCode::kPermissionDenied ? 2 : 1;
 }
 
 // Prints what `path` gained since `offset`; returns the new offset. A file that shrank was
@@ -92,7 +78,7 @@ Result<JobInfo> Follow(SlurmRestClient& client, int64_t id) {
     if (job->start_time > 0 && !job->stdout_path.empty()) {
       offset = PrintNew(job->stdout_path, offset);
     }
-    if (Finished(job->state)) return job;
+    if (IsJobStateFinal(job->state)) return job;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -127,14 +113,6 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   w.EndObject();
 }
 
-std::string Time(int64_t unix_s) {
-  if (unix_s <= 0) return "-";
-  std::time_t t = unix_s;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
 
 }  // namespace
 
@@ -184,20 +162,20 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
 
 int JobCommands::Run(GlobalOptions& global) {
   auto caller = AccountOf(getuid());
-  if (!caller) return Fail("run", caller.error());
+  if (!caller) return ReportFailure("run", caller.error());
   if (!user_.empty() && user_ != caller->name && geteuid() != 0) {
-    return Fail("run", Error{ErrorCode::kPermissionDenied,
+    return ReportFailure("run", Error{ErrorCode::kPermissionDenied,
                              "only root may run jobs as another user (--user)"});
   }
   auto account = user_.empty() ? caller : AccountNamed(user_);
-  if (!account) return Fail("run", account.error());
+  if (!account) return ReportFailure("run", account.error());
   auto target = ResolveSlurm(global, account->name);
-  if (!target) return Fail("run", target.error());
+  if (!target) return ReportFailure("run", target.error());
   auto launcher = ParseLauncher(launcher_);
-  if (!launcher) return Fail("run", launcher.error());
+  if (!launcher) return ReportFailure("run", launcher.error());
   ShapeRequest request{gpus_, nodes_, gpus_per_node_, partition_, *launcher};
   auto shape = PlanJobShape(target->inventory, request);
-  if (!shape) return Fail("run", shape.error());
+  if (!shape) return ReportFailure("run", shape.error());
 
   JobSpec spec;
   spec.name = name_.empty() ? fs::path(command_[0]).filename().string() : name_;
@@ -207,7 +185,7 @@ int JobCommands::Run(GlobalOptions& global) {
   spec.gpus_per_node = shape->gpus_per_node;
   if (!time_.empty()) {
     auto minutes = ParseSlurmMinutes(time_);
-    if (!minutes) return Fail("run", minutes.error());
+    if (!minutes) return ReportFailure("run", minutes.error());
     spec.time_limit_minutes = static_cast<int>(*minutes);
   }
   // The job starts where the caller is, or in the user's home when root acts for them.
@@ -236,7 +214,7 @@ int JobCommands::Run(GlobalOptions& global) {
     if (spec.reservation.empty() && e.message.find("reserved") != std::string::npos) {
       e.message += " (the cluster is in research mode: `bmas mode` shows whose nodes are reserved)";
     }
-    return Fail("run", e);
+    return ReportFailure("run", e);
   }
   if (!wait_) {
     fmt::print("{}\n", *id);
@@ -245,7 +223,7 @@ int JobCommands::Run(GlobalOptions& global) {
   fmt::print(stderr, "bmas run: job {} submitted ({} node(s) x {} GPU(s), partition {})\n", *id,
              shape->nodes, shape->gpus_per_node, shape->partition);
   auto done = Follow(client, *id);
-  if (!done) return Fail("run", done.error());
+  if (!done) return ReportFailure("run", done.error());
   if (done->state != "COMPLETED" && done->exit_code == 0) {
     fmt::print(stderr, "bmas run: job {} ended {} ({})\n", *id, done->state, done->reason);
     return 1;
@@ -255,12 +233,12 @@ int JobCommands::Run(GlobalOptions& global) {
 
 int JobCommands::Jobs(GlobalOptions& global) {
   auto caller = AccountOf(getuid());
-  if (!caller) return Fail("jobs", caller.error());
+  if (!caller) return ReportFailure("jobs", caller.error());
   auto target = ResolveSlurm(global, caller->name);
-  if (!target) return Fail("jobs", target.error());
+  if (!target) return ReportFailure("jobs", target.error());
   SlurmRestClient client(target->endpoint);
   auto jobs = client.Jobs();
-  if (!jobs) return Fail("jobs", jobs.error());
+  if (!jobs) return ReportFailure("jobs", jobs.error());
   const std::string only = all_ ? "" : (user_.empty() ? caller->name : user_);
   std::vector<JobInfo> shown;
   for (JobInfo& j : *jobs) {
@@ -307,9 +285,14 @@ static Result<OwnedJob> OpenOwnJob(GlobalOptions& global, int64_t id) {
   return owned;
 }
 
+// A job's time, or "-" while it has none (not started, not ended).
+static std::string When(int64_t unix_seconds) {
+  return unix_seconds > 0 ? UtcTime(unix_seconds) : "-";
+}
+
 int JobCommands::Show(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
-  if (!owned) return Fail("job show", owned.error());
+  if (!owned) return ReportFailure("job show", owned.error());
   const JobInfo* job = &owned->job;
   if (json_) {
     rapidjson::StringBuffer buf;
@@ -324,28 +307,28 @@ int JobCommands::Show(GlobalOptions& global) {
              job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")), job->gpus,
              job->restart_count, job->exit_code);
   fmt::print("  submitted {}\n  started   {}\n  ended     {}\n  output    {}\n",
-             Time(job->submit_time), Time(job->start_time), Time(job->end_time), job->stdout_path);
+             When(job->submit_time), When(job->start_time), When(job->end_time), job->stdout_path);
   return 0;
 }
 
 int JobCommands::Cancel(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
-  if (!owned) return Fail("cancel", owned.error());
-  if (auto done = owned->client->Cancel(id_); !done) return Fail("cancel", done.error());
+  if (!owned) return ReportFailure("cancel", owned.error());
+  if (auto done = owned->client->Cancel(id_); !done) return ReportFailure("cancel", done.error());
   fmt::print("cancelled job {}\n", id_);
   return 0;
 }
 
 int JobCommands::Logs(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
-  if (!owned) return Fail("logs", owned.error());
+  if (!owned) return ReportFailure("logs", owned.error());
   const JobInfo* job = &owned->job;
   if (follow_) {
     auto done = Follow(*owned->client, id_);
-    return done ? 0 : Fail("logs", done.error());
+    return done ? 0 : ReportFailure("logs", done.error());
   }
   if (!fs::exists(job->stdout_path)) {
-    return Fail("logs", Error{ErrorCode::kNotFound,
+    return ReportFailure("logs", Error{ErrorCode::kNotFound,
                               fmt::format("job {} has no output yet ({}; state {})", id_,
                                           job->stdout_path, job->state)});
   }

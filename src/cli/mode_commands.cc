@@ -21,11 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int Fail(const std::string& command, const Error& e) {
-  fmt::print(stderr, "bmas {}: {}\n", command, e.message);
-  return e.code == ErrorCode::kInvalidArgument || e.code == ErrorCode::kPermissionDenied ? 2 : 1;
-}
-
 // `scontrol ARGS...` against the target's Slurm; its stderr becomes the error.
 Result<std::string> Scontrol(const SlurmTarget& t, std::vector<std::string> args) {
   args.insert(args.begin(), "scontrol");
@@ -87,9 +82,9 @@ void ModeCommands::Register(CLI::App& app, GlobalOptions& global) {
 int ModeCommands::Show(GlobalOptions& global) {
   passwd* me = getpwuid(getuid());
   auto target = ResolveSlurm(global, me != nullptr ? me->pw_name : "root");
-  if (!target) return Fail("mode", target.error());
+  if (!target) return ReportFailure("mode", target.error());
   auto mode = CurrentMode(*target);
-  if (!mode) return Fail("mode", mode.error());
+  if (!mode) return ReportFailure("mode", mode.error());
   if (json_) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -122,40 +117,40 @@ int ModeCommands::Show(GlobalOptions& global) {
 int ModeCommands::Research(GlobalOptions& global) {
   const auto start = Clock::now();
   if (geteuid() != 0) {
-    return Fail("mode research", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
+    return ReportFailure("mode research", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
   }
   for (const std::string& u : users_) {
     if (getpwnam(u.c_str()) == nullptr) {
-      return Fail("mode research", InvalidArgument(fmt::format(
+      return ReportFailure("mode research", InvalidArgument(fmt::format(
                                        "there is no Unix account '{}' on this host", u)));
     }
   }
   if (nodes_.empty() == (count_ == 0)) {
-    return Fail("mode research", InvalidArgument("give --nodes LIST or --count N"));
+    return ReportFailure("mode research", InvalidArgument("give --nodes LIST or --count N"));
   }
   auto target = ResolveSlurm(global, "root");
-  if (!target) return Fail("mode research", target.error());
+  if (!target) return ReportFailure("mode research", target.error());
   SlurmRestClient client(target->endpoint);
 
   std::vector<std::string> nodes;
   if (!nodes_.empty()) {
     auto expanded = ExpandHostlist(nodes_);
-    if (!expanded) return Fail("mode research", expanded.error());
+    if (!expanded) return ReportFailure("mode research", expanded.error());
     nodes = *expanded;
     for (const std::string& n : nodes) {
       if (target->inventory.FindNode(n) == nullptr) {
-        return Fail("mode research",
+        return ReportFailure("mode research",
                     InvalidArgument(fmt::format("node {} is not in the cluster", n)));
       }
     }
   } else {
     auto all = client.Nodes();
-    if (!all) return Fail("mode research", all.error());
+    if (!all) return ReportFailure("mode research", all.error());
     std::stable_sort(all->begin(), all->end(), [](const NodeInfo& a, const NodeInfo& b) {
       return (a.state == "idle") > (b.state == "idle");
     });
     if (static_cast<size_t>(count_) > all->size()) {
-      return Fail("mode research", InvalidArgument(fmt::format(
+      return ReportFailure("mode research", InvalidArgument(fmt::format(
                                        "the cluster has {} nodes, not {}", all->size(), count_)));
     }
     for (int i = 0; i < count_; ++i) nodes.push_back((*all)[i].name);
@@ -164,19 +159,19 @@ int ModeCommands::Research(GlobalOptions& global) {
 
   // One research reservation at a time: a new one replaces it.
   auto mode = CurrentMode(*target);
-  if (!mode) return Fail("mode research", mode.error());
+  if (!mode) return ReportFailure("mode research", mode.error());
   if (mode->research) {
     auto deleted = Scontrol(*target, {"delete", fmt::format("ReservationName={}",
                                                               slurm::kResearchReservation)});
-    if (!deleted) return Fail("mode research", deleted.error());
+    if (!deleted) return ReportFailure("mode research", deleted.error());
   }
   auto created = Scontrol(*target, slurm::CreateResearchArgs(users_, nodes));
-  if (!created) return Fail("mode research", created.error());
+  if (!created) return ReportFailure("mode research", created.error());
 
   int requeued = 0;
   if (force_) {
     auto jobs = client.Jobs();
-    if (!jobs) return Fail("mode research", jobs.error());
+    if (!jobs) return ReportFailure("mode research", jobs.error());
     for (const JobInfo& j : *jobs) {
       const bool theirs = std::find(users_.begin(), users_.end(), j.user) != users_.end();
       const bool there = std::any_of(j.nodes.begin(), j.nodes.end(), [&](const std::string& n) {
@@ -197,19 +192,19 @@ int ModeCommands::Research(GlobalOptions& global) {
 int ModeCommands::Lab(GlobalOptions& global) {
   const auto start = Clock::now();
   if (geteuid() != 0) {
-    return Fail("mode lab", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
+    return ReportFailure("mode lab", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
   }
   auto target = ResolveSlurm(global, "root");
-  if (!target) return Fail("mode lab", target.error());
+  if (!target) return ReportFailure("mode lab", target.error());
   auto mode = CurrentMode(*target);
-  if (!mode) return Fail("mode lab", mode.error());
+  if (!mode) return ReportFailure("mode lab", mode.error());
   if (!mode->research) {
     fmt::print("lab: already; every node is shared\n");
     return 0;
   }
   auto deleted = Scontrol(
       *target, {"delete", fmt::format("ReservationName={}", slurm::kResearchReservation)});
-  if (!deleted) return Fail("mode lab", deleted.error());
+  if (!deleted) return ReportFailure("mode lab", deleted.error());
   fmt::print("lab: {} shared again; switched in {:.2f} s\n", CompressHostlist(mode->nodes),
              Since(start));
   return 0;

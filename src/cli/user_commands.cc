@@ -15,15 +15,6 @@ namespace {
 
 std::string Limit(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 
-std::string Time(int64_t unix_seconds) {
-  std::time_t t = unix_seconds;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 void OptionalInt(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
                  const std::optional<int64_t>& v) {
   w.Key(key);
@@ -45,7 +36,7 @@ std::string UsersJson(const std::vector<User>& users) {
     OptionalInt(w, "tokens_per_day", u.limits.tokens_per_day);
     OptionalInt(w, "max_concurrent", u.limits.max_concurrent);
     w.Key("created_at");
-    w.String(Time(u.created_at).c_str());
+    w.String(UtcTime(u.created_at).c_str());
     w.EndObject();
   }
   w.EndArray();
@@ -63,9 +54,9 @@ std::string KeysJson(const std::vector<KeyInfo>& keys) {
     w.Key("user");
     w.String(k.user.c_str());
     w.Key("created_at");
-    w.String(Time(k.created_at).c_str());
+    w.String(UtcTime(k.created_at).c_str());
     w.Key("revoked_at");
-    if (k.revoked_at) w.String(Time(*k.revoked_at).c_str()); else w.Null();
+    if (k.revoked_at) w.String(UtcTime(*k.revoked_at).c_str()); else w.Null();
     w.EndObject();
   }
   w.EndArray();
@@ -168,7 +159,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
       for (const User& u : *users) {
         fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {}\n", u.name, u.limits.weight,
                    Limit(u.limits.rpm), Limit(u.limits.tpm), Limit(u.limits.tokens_per_day),
-                   Limit(u.limits.max_concurrent), Time(u.created_at));
+                   Limit(u.limits.max_concurrent), UtcTime(u.created_at));
       }
     }
   } else if (which == user_set_) {
@@ -238,8 +229,8 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     } else {
       fmt::print("{:<14} {:<22} {}\n", "ID", "CREATED", "REVOKED");
       for (const KeyInfo& k : *keys) {
-        fmt::print("{:<14} {:<22} {}\n", k.id, Time(k.created_at),
-                   k.revoked_at ? Time(*k.revoked_at) : "-");
+        fmt::print("{:<14} {:<22} {}\n", k.id, UtcTime(k.created_at),
+                   k.revoked_at ? UtcTime(*k.revoked_at) : "-");
       }
     }
   }

@@ -556,21 +556,17 @@ void Gateway::DispatchLocked(const std::string& model) {
   auto it = queues_.find(model);
   if (it == queues_.end()) return;
   ModelQueue& mq = *it->second;
-  std::vector<Backend*> open;
+  // Entries of backends_, which does not change while mu_ is held.
+  using BackendRef = const std::shared_ptr<Backend>*;
+  std::vector<BackendRef> open;
   std::vector<BackendState> states;
-  std::vector<Backend*> candidates;
-  auto shared = [this](Backend* b) {
-    for (const auto& p : backends_) {
-      if (p.get() == b) return p;
-    }
-    return std::shared_ptr<Backend>();
-  };
+  std::vector<BackendRef> candidates;
   while (mq.queue.size() > 0) {
     open.clear();
     for (const auto& b : backends_) {
       if (b->Serves(model) && b->state.healthy && !b->state.draining &&
           b->state.in_flight < b->capacity(options_.default_capacity)) {
-        open.push_back(b.get());
+        open.push_back(&b);
       }
     }
     if (open.empty()) break;
@@ -587,7 +583,7 @@ void Gateway::DispatchLocked(const std::string& model) {
     auto eligible = [&](const std::string& user) {
       bool others = mq.OthersActive(user);
       return std::any_of(open.begin(), open.end(),
-                         [&](Backend* b) { return may_use(*b, user, others); });
+                         [&](BackendRef b) { return may_use(**b, user, others); });
     };
     std::optional<Ticket> ticket = mq.queue.PopNext(eligible);
     if (!ticket) break;
@@ -598,19 +594,19 @@ void Gateway::DispatchLocked(const std::string& model) {
     bool others = mq.OthersActive(r.user);
     states.clear();
     candidates.clear();
-    for (Backend* b : open) {
-      if (may_use(*b, r.user, others)) {
+    for (BackendRef b : open) {
+      if (may_use(**b, r.user, others)) {
         candidates.push_back(b);
-        states.push_back(b->state);
+        states.push_back((*b)->state);
       }
     }
     std::optional<size_t> pick = router_.Pick(states, r.prefix_key);
-    Backend* b = candidates[pick.value_or(0)];
+    const std::shared_ptr<Backend>& b = *candidates[pick.value_or(0)];
     ++b->state.in_flight;
     ++b->user_in_flight[r.user];
     b->state.outstanding_tokens += r.prompt_estimate;
     mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
-    waiter->backend = shared(b);
+    waiter->backend = b;
     // The timer belongs to the waiter's worker: cancel it there.
     if (workers_[r.worker]->get_executor().running_in_this_thread()) {
       waiter->wake.cancel();
