@@ -34,17 +34,17 @@ Result<std::string> Scontrol(const SlurmTarget& t, std::vector<std::string> args
   return r->out;
 }
 
-Result<slurm::Mode> CurrentMode(const SlurmTarget& t) {
-  auto out = Scontrol(t, {"-o", "show", "reservation"});
-  if (!out) return out.error();
-  return slurm::ParseMode(*out);
-}
-
 double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 }  // namespace
+
+Result<slurm::Mode> CurrentMode(const SlurmTarget& t) {
+  auto out = Scontrol(t, {"-o", "show", "reservation"});
+  if (!out) return out.error();
+  return slurm::ParseMode(*out);
+}
 
 // Exposed for `bmas run`: research users' jobs go into their reservation.
 std::string ReservationFor(const SlurmTarget& target, const std::string& user) {

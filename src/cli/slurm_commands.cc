@@ -1,5 +1,6 @@
 #include "cli/slurm_commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,9 @@
 #include "core/cluster.h"
 #include "common/config.h"
 #include "common/process.h"
+#include "cli/slurm_target.h"
+#include "daemon/slurm_monitor.h"
+#include "store/store.h"
 #include "slurm/local_cluster.h"
 #include "slurm/slurm_config.h"
 
@@ -80,6 +84,50 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
       "status", "Show the local cluster's daemons, nodes and slurmrestd address");
   status->add_flag("--json", json_, "One JSON object");
   status->callback([this, &global] { global.exit_code = RunStatus(global); });
+  CLI::App* monitor = slurm_->add_subcommand(
+      "monitor", "Serve /metrics for the cluster (jobs and GPUs per user and partition, pending "
+                 "jobs, mode) and record finished jobs for `bmas usage` (bmas up runs it)");
+  monitor->add_option("--host", monitor_host_, "Address to listen on")->default_str("127.0.0.1");
+  monitor->add_option("--port", monitor_port_, "Port (0 picks a free one)")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("0");
+  monitor->add_option("--interval", monitor_interval_s_, "Seconds between polls of slurmrestd")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->default_str("2");
+  monitor->callback([this, &global] { global.exit_code = RunMonitor(global); });
+}
+
+int SlurmCommands::RunMonitor(GlobalOptions& global) {
+  global.SetUpLogging();
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  passwd* pw = getpwuid(geteuid());
+  const std::string user = pw != nullptr ? pw->pw_name : "root";
+  SlurmMonitorOptions o;
+  o.host = monitor_host_;
+  o.port = static_cast<uint16_t>(monitor_port_);
+  o.interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s_ * 1000));
+  o.store_path = StorePath(state_dir);
+  // Resolved on every poll: a local cluster may come up after the monitor, and tokens expire.
+  o.poll = [&global, user]() -> Result<SlurmSnapshot> {
+    auto target = ResolveSlurm(global, user);
+    if (!target) return target.error();
+    SlurmRestClient client(target->endpoint, std::chrono::seconds(10));
+    SlurmSnapshot s;
+    s.cluster = target->inventory.slurm.cluster_name;
+    auto jobs = client.Jobs();
+    if (!jobs) return jobs.error();
+    auto nodes = client.Nodes();
+    if (!nodes) return nodes.error();
+    auto mode = CurrentMode(*target);
+    if (!mode) return mode.error();
+    s.jobs = std::move(*jobs);
+    s.nodes = std::move(*nodes);
+    s.mode = std::move(*mode);
+    return s;
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  return RunSlurmMonitor(o);
 }
 
 int SlurmCommands::RunUp(GlobalOptions& global) {

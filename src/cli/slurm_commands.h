@@ -21,6 +21,7 @@ class SlurmCommands {
   int RunUp(GlobalOptions& global);
   int RunDown(GlobalOptions& global);
   int RunStatus(GlobalOptions& global);
+  int RunMonitor(GlobalOptions& global);
 
   CLI::App* slurm_ = nullptr;
   CLI::App* config_ = nullptr;
@@ -28,6 +29,9 @@ class SlurmCommands {
   bool json_ = false;
   std::string cluster_file_;
   std::string out_dir_;
+  std::string monitor_host_ = "127.0.0.1";
+  int monitor_port_ = 0;
+  double monitor_interval_s_ = 2;
 };
 
 }  // namespace bmas

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "common/result.h"
 #include "core/cluster.h"
+#include "slurm/modes.h"
 #include "slurm/rest_client.h"
 
 namespace bmas {
@@ -23,6 +24,9 @@ struct SlurmTarget {
 // The target, acting as Unix user `user`. Root mints the token with the cluster's JWT key;
 // other users get theirs from slurmctld (`scontrol token`).
 Result<SlurmTarget> ResolveSlurm(GlobalOptions& global, const std::string& user);
+
+// The mode Slurm's reservations say the cluster is in (`scontrol show reservation`).
+Result<slurm::Mode> CurrentMode(const SlurmTarget& target);
 
 // The research reservation when `user` is one of research mode's users, else "".
 std::string ReservationFor(const SlurmTarget& target, const std::string& user);

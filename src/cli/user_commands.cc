@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
@@ -82,6 +83,56 @@ void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<i
       ->check(CLI::NonNegativeNumber);
 }
 
+// Per user: finished jobs and their GPU-hours beside the gateway's tokens, for users with
+// either. A table, or a JSON array of {user, jobs, gpu_hours, gpu_seconds, prompt_tokens,
+// completion_tokens}.
+std::string PerUserUsage(const std::vector<UsageRow>& tokens, const std::vector<JobUsageRow>& jobs,
+                         bool json) {
+  struct Row {
+    int64_t jobs = 0, gpu_seconds = 0, prompt_tokens = 0, completion_tokens = 0;
+  };
+  std::map<std::string, Row> by_user;
+  for (const UsageRow& u : tokens) {
+    by_user[u.user].prompt_tokens += u.prompt_tokens;
+    by_user[u.user].completion_tokens += u.completion_tokens;
+  }
+  for (const JobUsageRow& j : jobs) {
+    by_user[j.user].jobs += j.jobs;
+    by_user[j.user].gpu_seconds += j.gpu_seconds;
+  }
+  if (json) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartArray();
+    for (const auto& [user, r] : by_user) {
+      w.StartObject();
+      w.Key("user");
+      w.String(user.c_str());
+      w.Key("jobs");
+      w.Int64(r.jobs);
+      w.Key("gpu_hours");
+      w.Double(static_cast<double>(r.gpu_seconds) / 3600.0);
+      w.Key("gpu_seconds");
+      w.Int64(r.gpu_seconds);
+      w.Key("prompt_tokens");
+      w.Int64(r.prompt_tokens);
+      w.Key("completion_tokens");
+      w.Int64(r.completion_tokens);
+      w.EndObject();
+    }
+    w.EndArray();
+    return std::string(buf.GetString()) + "\n";
+  }
+  std::string out = fmt::format("{:<16} {:>6} {:>10} {:>14} {:>17}\n", "USER", "JOBS",
+                                "GPU_HOURS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
+  for (const auto& [user, r] : by_user) {
+    out += fmt::format("{:<16} {:>6} {:>10.3f} {:>14} {:>17}\n", user, r.jobs,
+                       static_cast<double>(r.gpu_seconds) / 3600.0, r.prompt_tokens,
+                       r.completion_tokens);
+  }
+  return out;
+}
+
 }  // namespace
 
 void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
@@ -110,13 +161,17 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   key_list_->add_option("name", name_, "User name")->required();
   key_list_->add_flag("--json", json_, "Print a JSON array");
 
-  usage_ = app.add_subcommand("usage", "Metered tokens per (user, model, backend)");
+  usage_ = app.add_subcommand("usage", "Metered tokens per (user, model, backend), then GPU-hours "
+                                       "of finished Slurm jobs and tokens per user");
   usage_->add_option_function<std::string>("--user", [this](const std::string& u) { usage_user_ = u; },
                                            "Only this user");
   usage_->add_option("--since", since_,
                      "From this time: unix seconds, 2026-11-21, 2026-11-21T10:00:00Z, or an age "
                      "such as 30m, 12h, 7d (default: all)");
   usage_->add_flag("--json", json_, "Print a JSON array, one object per (user, model, backend)");
+  usage_->add_flag("--jobs", usage_jobs_,
+                   "Per user only: finished Slurm jobs, their GPU-hours, and tokens (with --json, "
+                   "one object per user)");
 
   for (CLI::App* c : {user_add_, user_list_, user_set_, user_remove_, key_create_, key_revoke_, key_list_, usage_}) {
     c->callback([this, &global, c] { global.exit_code = Run(global, c); });
@@ -191,7 +246,11 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     }
     auto rows = store.QueryUsage(usage_user_, since);
     if (!rows) return fail(rows.error());
-    if (json_) {
+    auto jobs = store.QueryJobUsage(usage_user_, since);
+    if (!jobs) return fail(jobs.error());
+    if (usage_jobs_) {
+      fmt::print("{}", PerUserUsage(*rows, *jobs, json_));
+    } else if (json_) {
       rapidjson::StringBuffer buf;
       rapidjson::Writer<rapidjson::StringBuffer> w(buf);
       w.StartArray();
@@ -220,6 +279,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
         fmt::print("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", u.user, u.model, u.backend,
                    u.requests, u.prompt_tokens, u.completion_tokens);
       }
+      if (!jobs->empty()) fmt::print("\n{}", PerUserUsage(*rows, *jobs, false));
     }
   } else if (which == key_list_) {
     auto keys = store.ListKeys(name_);

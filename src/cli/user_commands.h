@@ -45,6 +45,7 @@ class UserCommands {
   std::optional<int64_t> rpm_, tpm_, tokens_per_day_, max_concurrent_;
   std::vector<std::string> unset_;
   bool json_ = false;
+  bool usage_jobs_ = false;
 };
 
 }  // namespace bmas

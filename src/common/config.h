@@ -46,6 +46,7 @@ struct UpSettings {
   int engine_base_port = 0;  // engine i listens on base + i; 0 = any free ports
   bool gateway = true;       // start a gateway in front of the engines
   bool slurm = true;         // start a local Slurm (root, Slurm installed)
+  int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
 };
 
 struct Config {

@@ -138,6 +138,16 @@ void StopAll(std::vector<Child>& children, std::chrono::seconds grace) {
   }
 }
 
+// `bmas --state-dir DIR [--config FILE]`: the start of a child's command line.
+std::vector<std::string> SelfArgs(const UpOptions& options, const std::string& dir) {
+  std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
+  if (!options.config.source.empty()) {
+    args.push_back("--config");
+    args.push_back(options.config.source);
+  }
+  return args;
+}
+
 }  // namespace
 
 int RunUp(const UpOptions& options) {
@@ -190,11 +200,7 @@ int RunUp(const UpOptions& options) {
     c.name = fmt::format("engine-{}", i);
     c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
-    std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
-    if (!config.source.empty()) {
-      args.push_back("--config");
-      args.push_back(config.source);
-    }
+    std::vector<std::string> args = SelfArgs(options, dir);
     args.insert(args.end(), {"engine", "--port", std::to_string(port)});
     auto spawned = Spawn(args, c.log);
     if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
@@ -214,11 +220,7 @@ int RunUp(const UpOptions& options) {
     Child g;
     g.name = "gateway";
     g.log = (fs::path(dir) / "logs" / "gateway.log").string();
-    std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
-    if (!config.source.empty()) {
-      args.push_back("--config");
-      args.push_back(config.source);
-    }
+    std::vector<std::string> args = SelfArgs(options, dir);
     args.push_back("gateway");
     for (size_t i = 0; i < num_engines; ++i) {
       args.push_back("--backend");
@@ -266,8 +268,41 @@ int RunUp(const UpOptions& options) {
     }
   }
 
+  // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
+  std::string monitor_line;
+  if (slurm::ReadLocalCluster(dir)) {
+    Child m;
+    m.name = "slurm-mon";
+    m.log = (fs::path(dir) / "logs" / "slurm-monitor.log").string();
+    std::vector<std::string> args = SelfArgs(options, dir);
+    args.insert(args.end(), {"slurm", "monitor", "--port",
+                             std::to_string(config.up.slurm_monitor_port)});
+    auto spawned = Spawn(args, m.log);
+    Result<std::string> url = spawned ? Result<std::string>(std::string())
+                                      : Result<std::string>(spawned.error());
+    if (spawned) {
+      m.pid = spawned->first;
+      url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
+      close(spawned->second);
+      if (url) {
+        m.url = *url;
+        children.push_back(m);
+      } else {
+        std::vector<Child> failed = {m};
+        StopAll(failed, std::chrono::seconds(2));
+      }
+    }
+    monitor_line =
+        url ? fmt::format("  {:<10} {:<28} Slurm jobs and GPUs per user and partition, mode: "
+                          "{}/metrics\n  {:<10} {:<28} log {}\n",
+                          m.name, m.url, m.url, "", "", m.log)
+            : fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", m.name,
+                          url.error().message, m.log, LogTail(m.log));
+  }
+
   std::string summary;
   for (const Child& c : children) {
+    if (c.name == "slurm-mon") continue;  // after Slurm's own line
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
                              "over the engines\n",
@@ -281,7 +316,7 @@ int RunUp(const UpOptions& options) {
   if (children.empty() && slurm_line.empty()) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
-  summary += slurm_line;
+  summary += slurm_line + monitor_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "

@@ -54,6 +54,24 @@ constexpr const char* kMigrations[] = {
       added_at INTEGER NOT NULL
     );
     )sql",
+    R"sql(
+    CREATE TABLE jobs (
+      cluster TEXT NOT NULL,
+      id INTEGER NOT NULL,
+      user TEXT NOT NULL,
+      name TEXT NOT NULL,
+      partition TEXT NOT NULL,
+      state TEXT NOT NULL,
+      gpus INTEGER NOT NULL,
+      nodes TEXT NOT NULL,
+      submit_time INTEGER NOT NULL,
+      start_time INTEGER NOT NULL,
+      end_time INTEGER NOT NULL,
+      exit_code INTEGER NOT NULL,
+      PRIMARY KEY (cluster, id, start_time)
+    );
+    CREATE INDEX jobs_by_user ON jobs(user, end_time);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -395,6 +413,46 @@ class SqliteStore final : public Store {
       rows.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
     }
     if (rc != SQLITE_DONE) return Fail("reading usage");
+    return rows;
+  }
+
+  Result<int> RecordJobs(const std::vector<JobRecord>& jobs) override {
+    if (jobs.empty()) return 0;
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r.error();
+    Statement s(db_,
+                "INSERT OR IGNORE INTO jobs (cluster, id, user, name, partition, state, gpus, "
+                "nodes, submit_time, start_time, end_time, exit_code) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    int added = 0;
+    for (const JobRecord& j : jobs) {
+      std::string nodes;
+      for (const std::string& n : j.nodes) nodes += (nodes.empty() ? "" : ",") + n;
+      s.Bind(1, j.cluster).Bind(2, j.id).Bind(3, j.user).Bind(4, j.name).Bind(5, j.partition);
+      s.Bind(6, j.state).Bind(7, int64_t{j.gpus}).Bind(8, nodes).Bind(9, j.submit_time);
+      s.Bind(10, j.start_time).Bind(11, j.end_time).Bind(12, int64_t{j.exit_code});
+      if (s.Step() != SQLITE_DONE) {
+        Exec("ROLLBACK;");
+        return Fail("recording jobs");
+      }
+      added += sqlite3_changes(db_);
+      s.Reset();
+    }
+    if (auto r = Exec("COMMIT;"); !r) return r.error();
+    return added;
+  }
+
+  Result<std::vector<JobUsageRow>> QueryJobUsage(const std::optional<std::string>& user,
+                                                 int64_t since_unix) override {
+    Statement s(db_,
+                "SELECT user, COUNT(*), SUM(CASE WHEN start_time > 0 AND end_time > start_time "
+                "THEN gpus * (end_time - start_time) ELSE 0 END) FROM jobs "
+                "WHERE end_time >= ? AND (? IS NULL OR user = ?) GROUP BY user ORDER BY user");
+    s.Bind(1, since_unix);
+    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
+    std::vector<JobUsageRow> rows;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) rows.push_back({s.Text(0), s.Int(1), s.Int(2)});
+    if (rc != SQLITE_DONE) return Fail("reading job usage");
     return rows;
   }
 

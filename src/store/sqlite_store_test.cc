@@ -38,7 +38,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -214,6 +214,32 @@ TEST_F(SqliteStoreTest, UsageAddsUpPerUserModelBackend) {
   ASSERT_EQ(recent->size(), 2u);  // the first minute is before `since`
 }
 
+TEST_F(SqliteStoreTest, FinishedJobsAreRecordedOnceAndSumToGpuSeconds) {
+  JobRecord a{"c", 7, "alice", "train", "lab", "COMPLETED", 2, {"oss01"}, 100, 1000, 1600, 0};
+  JobRecord b{"c", 8, "alice", "x", "lab", "FAILED", 4, {"oss01", "oss02"}, 100, 2000, 2100, 1};
+  JobRecord never{"c", 9, "bob", "y", "lab", "CANCELLED", 1, {}, 100, 0, 3000, 0};
+  auto added = store_->RecordJobs({a, b, never});
+  ASSERT_TRUE(added) << added.error().message;
+  EXPECT_EQ(*added, 3);
+  EXPECT_EQ(*store_->RecordJobs({a}), 0);  // seen again by the next poll: no double count
+  JobRecord requeued = a;                  // the same id, run again later
+  requeued.start_time = 5000;
+  requeued.end_time = 5100;
+  EXPECT_EQ(*store_->RecordJobs({requeued}), 1);
+
+  auto rows = store_->QueryJobUsage(std::nullopt, 0);
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].user, "alice");
+  EXPECT_EQ((*rows)[0].jobs, 3);
+  EXPECT_EQ((*rows)[0].gpu_seconds, 2 * 600 + 4 * 100 + 2 * 100);
+  EXPECT_EQ((*rows)[1].user, "bob");
+  EXPECT_EQ((*rows)[1].gpu_seconds, 0);  // cancelled before it started
+  auto late = store_->QueryJobUsage(std::string("alice"), 2100);
+  ASSERT_EQ(late->size(), 1u);
+  EXPECT_EQ((*late)[0].jobs, 2);
+}
+
 TEST_F(SqliteStoreTest, BackendsAreSharedThroughTheStore) {
   ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8001"));
   ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8002"));
@@ -255,7 +281,7 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);

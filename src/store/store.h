@@ -63,6 +63,25 @@ struct UsageRow {
   int64_t completion_tokens = 0;
 };
 
+// A finished Slurm job, as the Slurm monitor records it for accounting.
+struct JobRecord {
+  std::string cluster;  // Slurm's ClusterName: job ids are unique only within a cluster
+  int64_t id = 0;
+  std::string user, name, partition;
+  std::string state;   // final: COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+  int gpus = 0;        // held while it ran
+  std::vector<std::string> nodes;
+  int64_t submit_time = 0, start_time = 0, end_time = 0;  // unix seconds; start 0 = never ran
+  int exit_code = 0;
+};
+
+// GPU time summed over finished jobs, one row per user.
+struct JobUsageRow {
+  std::string user;
+  int64_t jobs = 0;
+  int64_t gpu_seconds = 0;  // sum of gpus x (end - start)
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -89,6 +108,13 @@ class Store {
   // Usage since `since_unix` (inclusive, to the minute), of one user or of all.
   virtual Result<std::vector<UsageRow>> QueryUsage(const std::optional<std::string>& user,
                                                    int64_t since_unix) = 0;
+
+  // Adds finished jobs; one already recorded (same cluster, id and start) is left as it is.
+  // Returns how many were new.
+  virtual Result<int> RecordJobs(const std::vector<JobRecord>& jobs) = 0;
+  // GPU time of jobs that ended at or after `since_unix`, of one user or of all.
+  virtual Result<std::vector<JobUsageRow>> QueryJobUsage(const std::optional<std::string>& user,
+                                                         int64_t since_unix) = 0;
 
   // The gateway's backends (base URLs), so that a running gateway and `bmas gateway backend`
   // share them.

@@ -21,6 +21,7 @@
 
 #include "common/process.h"
 #include "engine_process.h"
+#include "http_client.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -241,6 +242,55 @@ TEST_F(JobsTest, ResearchModeKeepsOtherUsersOffTheReservedNodesAndLabModeLetsThe
   EXPECT_EQ(Str(At(ParseJson(Bmas({"mode", "--json"}).out), "mode")), "lab");
   ASSERT_TRUE(WaitForState(second, "RUNNING", std::chrono::seconds(30)));
   EXPECT_THAT(Str(At(At(Job(second), "nodes"), 0)), ::testing::AnyOf("oss01", "oss02"));
+}
+
+TEST_F(JobsTest, UpsMonitorShowsGpusHeldPerUserAndRecordsFinishedJobsForUsage) {
+  // `bmas up` beside the running cluster leaves it alone and starts `bmas slurm monitor`.
+  auto up = Process::Start({"--state-dir", state_, "up", "--engines", "0"});
+  ASSERT_TRUE(up) << up.error().message;
+  auto running = (*up)->WaitForLine("bmas up: running", std::chrono::seconds(30));
+  ASSERT_TRUE(running) << running.error().message << (*up)->StderrText();
+  const std::string& summary = (*up)->stdout_text();
+  const size_t at = summary.find("\n  slurm-mon ");
+  ASSERT_NE(at, std::string::npos) << summary;
+  const std::string line = summary.substr(at + 1, summary.find('\n', at + 1) - at - 1);
+  ASSERT_THAT(line, HasSubstr("/metrics"));
+  HttpClient metrics(PortOfUrl(line.substr(line.find("http://"))));
+  auto value = [&](std::string_view series) {
+    auto r = metrics.Get("/metrics");
+    return r ? MetricValue(r->body, series) : std::nullopt;
+  };
+
+  const std::string alice = User("bmastest1");
+  const std::string held = Trim(Bmas({"run", "--gpus", "3", "--", "sleep", "60"}, alice).out);
+  ASSERT_FALSE(held.empty());
+  EXPECT_TRUE(Eventually(
+      [&] { return value("bmas_slurm_gpus_held{user=\"bmastest1\",partition=\"lab\"}") == 3; },
+      std::chrono::seconds(20)));
+  EXPECT_EQ(value("bmas_mode{mode=\"lab\"}"), 1);
+  EXPECT_EQ(value("bmas_slurm_gpus{state=\"allocated\"}"), 3);
+  ASSERT_EQ(Bmas({"cancel", held}, alice).exit_code, 0);
+
+  // A finished job reaches the store with its GPUs and times; usage shows its GPU-hours.
+  CommandOutput done = Bmas({"run", "--gpus", "2", "--wait", "--", "sleep", "2"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  rapidjson::Document usage;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        usage = ParseJson(Bmas({"usage", "--jobs", "--json"}).out);
+        return usage.IsArray() && usage.Size() == 2;
+      },
+      std::chrono::seconds(20)));
+  ASSERT_TRUE(usage.IsArray() && usage.Size() == 2);
+  EXPECT_EQ(Str(At(At(usage, 0), "user")), "bmastest1");
+  EXPECT_EQ(Int(At(At(usage, 0), "jobs")), 1);
+  EXPECT_EQ(Str(At(At(usage, 1), "user")), "root");
+  EXPECT_EQ(Int(At(At(usage, 1), "jobs")), 1);
+  // Two GPUs for about two seconds (Slurm's times are whole seconds).
+  EXPECT_GE(Int(At(At(usage, 1), "gpu_seconds")), 2);
+  EXPECT_LE(Int(At(At(usage, 1), "gpu_seconds")), 2 * 10);
+  EXPECT_THAT(Bmas({"usage"}).out, HasSubstr("GPU_HOURS"));
+  EXPECT_GE(value("bmas_slurm_jobs_recorded_total").value_or(0), 2);
 }
 
 }  // namespace
