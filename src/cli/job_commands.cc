@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,49 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
 }
 
 
+// Lab-mode guardrail: the partition's cap on GPUs one user holds at once. Slurm enforces it
+// too (the partition QOS), but would leave a job over the cap pending with a terse reason;
+// this says why at once and what would fit. Running and pending jobs both count: a pending
+// one holds its GPUs as soon as it starts.
+Result<void> CheckGpuCap(SlurmRestClient& client, const Cluster& inventory, const JobShape& shape,
+                         const std::string& user) {
+  const auto partition =
+      std::find_if(inventory.partitions.begin(), inventory.partitions.end(),
+                   [&](const Partition& p) { return p.name == shape.partition; });
+  if (partition == inventory.partitions.end() || partition->max_gpus_per_user <= 0 ||
+      !inventory.slurm.accounting) {
+    return {};
+  }
+  const int cap = partition->max_gpus_per_user;
+  const int asked = shape.nodes * shape.gpus_per_node;
+  if (asked > cap) {
+    return InvalidArgument(fmt::format(
+        "partition {} lets one user hold at most {} GPU(s) at once and this job asks for {}: "
+        "ask for at most {}{}",
+        shape.partition, cap, asked, cap,
+        shape.partition == "training" ? "" : ", or use another partition (--partition training)"));
+  }
+  auto jobs = client.Jobs();
+  if (!jobs) return jobs.error();
+  int held = 0;
+  std::vector<std::string> ids;
+  for (const JobInfo& j : *jobs) {
+    if (j.user != user || j.partition != shape.partition || IsJobStateFinal(j.state)) continue;
+    if (j.gpus == 0) continue;
+    held += j.gpus;
+    ids.push_back(fmt::format("{}", j.id));
+  }
+  if (held + asked > cap) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("partition {} lets one user hold at most {} GPU(s) at once; {} "
+                             "holds or waits for {} (job(s) {}) and this job asks for {}: wait "
+                             "for one to end (`bmas jobs`), cancel one, or ask for at most {}",
+                             shape.partition, cap, user, held, fmt::join(ids, ", "), asked,
+                             std::max(0, cap - held))};
+  }
+  return {};
+}
+
 }  // namespace
 
 void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
@@ -208,6 +252,9 @@ int JobCommands::Run(GlobalOptions& global) {
   spec.reservation = ReservationFor(*target, account->name);
 
   SlurmRestClient client(target->endpoint);
+  if (auto within = CheckGpuCap(client, target->inventory, *shape, account->name); !within) {
+    return ReportFailure("run", within.error());
+  }
   auto id = client.Submit(spec);
   if (!id) {
     Error e = id.error();

@@ -200,9 +200,19 @@ Partition ReadPartition(ConfigTable& t, const std::vector<Node>& nodes) {
   p.qos = t.String("qos", "");
   if (!p.qos.empty() && !IsSlurmName(p.qos)) t.Invalid("qos", "not a QOS name");
   p.max_nodes = Int32(t, "max_nodes", 0, 0, 1 << 20);
+  p.max_gpus_per_user = Int32(t, "max_gpus_per_user", 0, 0, 1 << 20);
   t.RejectUnknownKeys();
   return p;
 }
+
+}  // namespace
+
+std::string Partition::EffectiveQos() const {
+  if (!qos.empty()) return qos;
+  return max_gpus_per_user > 0 ? "bmas_" + name : "";
+}
+
+namespace {
 
 // Without [[cluster.partitions]]: lab for everyone, training above the preemptible inference.
 std::vector<Partition> DefaultPartitions(const std::vector<Node>& nodes) {

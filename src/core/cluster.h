@@ -91,7 +91,13 @@ struct Partition {
   PreemptMode preempt_mode = PreemptMode::kOff;  // what happens to this partition's jobs
   std::string qos;                               // partition QOS; "" = none
   int max_nodes = 0;                             // per job; 0 = unlimited
+  // GPUs one user may hold at once in this partition; 0 = no cap. Slurm enforces it through
+  // the partition's QOS (MaxTRESPerUser=gres/gpu=N), which needs accounting (slurmdbd).
+  int max_gpus_per_user = 0;
   int line = 0;
+
+  // The partition's QOS: `qos`, else "bmas_<name>" when it has a GPU cap, else "".
+  std::string EffectiveQos() const;
 };
 
 // How Slurm runs. A real cluster takes these from [cluster.slurm]; `bmas slurm up` replaces

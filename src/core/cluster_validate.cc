@@ -158,6 +158,11 @@ class Checker {
         }
         default_partition = &p;
       }
+      if (p.max_gpus_per_user > 0 && !c_.slurm.accounting) {
+        return Fail(p.line, entry,
+                    "max_gpus_per_user needs [cluster.slurm] accounting = true: Slurm enforces "
+                    "it through a partition QOS, and QOS limits need slurmdbd");
+      }
       if (p.max_time_min != kUnlimitedMinutes &&
           (p.default_time_min == kUnlimitedMinutes || p.default_time_min > p.max_time_min)) {
         return Fail(p.line, entry,

@@ -126,6 +126,9 @@ void Accounting(Out out, const Cluster& c) {
   // slurmdbd authenticates through munge; with a private munged it must be told the socket.
   if (!s.munge_socket.empty()) fmt::format_to(out, "AccountingStoragePass={}\n", s.munge_socket);
   fmt::format_to(out, "AccountingStorageTRES=gres/gpu\n");
+  // Jobs need an account (association) and run under their QOS's limits: the partitions'
+  // per-user GPU caps.
+  fmt::format_to(out, "AccountingStorageEnforce=associations,limits,qos\n");
 }
 
 void Nodes(Out out, const Cluster& c) {
@@ -157,7 +160,9 @@ void Partitions(Out out, const Cluster& c) {
                    CompressHostlist(p.nodes), p.is_default ? "YES" : "NO",
                    FormatSlurmMinutes(p.default_time_min), FormatSlurmMinutes(p.max_time_min));
     if (p.max_nodes > 0) fmt::format_to(out, " MaxNodes={}", p.max_nodes);
-    if (!p.qos.empty()) fmt::format_to(out, " QOS={}", p.qos);
+    if (std::string qos = p.EffectiveQos(); !qos.empty() && c.slurm.accounting) {
+      fmt::format_to(out, " QOS={}", qos);
+    }
     fmt::format_to(out, " PriorityTier={} PreemptMode={} State=UP\n", p.priority_tier,
                    PreemptModeName(p.preempt_mode));
   }

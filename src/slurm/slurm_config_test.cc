@@ -157,6 +157,23 @@ TEST_F(SlurmConfigTest, OptionalPartsFollowTheInventory) {
                               "AccountingStorageHost=mgs1\nAccountingStoragePort=6819\n"
                               "AccountingStoragePass=/run/m.sock\n"));
   EXPECT_THAT(conf, Not(HasSubstr("jobcomp")));
+  EXPECT_THAT(conf, HasSubstr("AccountingStorageEnforce=associations,limits,qos\n"));
+}
+
+TEST_F(SlurmConfigTest, AGpuCapGivesThePartitionAQos) {
+  Cluster c = reference_;
+  c.slurm.accounting = true;
+  c.partitions[0].max_gpus_per_user = 4;  // lab
+  EXPECT_EQ(c.partitions[0].EffectiveQos(), "bmas_lab");
+  std::string conf = RenderSlurmConfig(c)["slurm.conf"];
+  EXPECT_THAT(conf, HasSubstr("PartitionName=lab Nodes=oss[01-12] Default=YES DefaultTime=01:00:00 "
+                              "MaxTime=1-00:00:00 QOS=bmas_lab PriorityTier=10"));
+  // Without slurmdbd a cap cannot be enforced: the inventory is refused, naming the entry.
+  c.slurm.accounting = false;
+  auto valid = ValidateCluster(c);
+  ASSERT_FALSE(valid);
+  EXPECT_THAT(valid.error().message, HasSubstr("partition lab"));
+  EXPECT_THAT(valid.error().message, HasSubstr("accounting = true"));
 }
 
 TEST_F(SlurmConfigTest, DefMemPerCpuComesFromTheSmallestNode) {

@@ -39,7 +39,9 @@ class JobsTest : public ::testing::Test {
     // Jobs write their output in the directory they start in: the test's, open to all.
     fs::permissions(dir_.path(), fs::perms::all | fs::perms::sticky_bit);
     state_ = dir_.path() + "/state";
-    auto up = RunBmas({"--state-dir", state_, "slurm", "up"});
+    std::vector<std::string> args = {"--state-dir", state_, "slurm", "up"};
+    if (!inventory_.empty()) args.insert(args.end(), {"--cluster", inventory_});
+    auto up = RunBmas(args, {}, std::chrono::seconds(120));
     ASSERT_TRUE(up && up->status.Success()) << (up ? up->err : up.error().message);
   }
 
@@ -107,6 +109,7 @@ class JobsTest : public ::testing::Test {
 
   TempDir dir_;
   std::string state_;
+  std::string inventory_;  // "" = the built-in one
 };
 
 TEST_F(JobsTest, TwoGpusLandOnOneNodeAndWaitReturnsTheJobsExitCode) {
@@ -291,6 +294,78 @@ TEST_F(JobsTest, UpsMonitorShowsGpusHeldPerUserAndRecordsFinishedJobsForUsage) {
   EXPECT_LE(Int(At(At(usage, 1), "gpu_seconds")), 2 * 10);
   EXPECT_THAT(Bmas({"usage"}).out, HasSubstr("GPU_HOURS"));
   EXPECT_GE(value("bmas_slurm_jobs_recorded_total").value_or(0), 2);
+}
+
+// Lab-mode guardrails: with accounting, the local cluster starts MariaDB and slurmdbd, and
+// the lab partition's QOS caps the GPUs one user holds at once.
+class GuardrailTest : public JobsTest {
+ protected:
+  void SetUp() override {
+    // Accounts made before the cluster starts get their Slurm associations from `slurm up`.
+    alice_ = User("bmastest1");
+    bob_ = User("bmastest2");
+    inventory_ = dir_.WriteFile("cluster.toml", R"toml(
+[cluster]
+controller = { name = "localhost", address = "127.0.0.1" }
+[cluster.slurm]
+cluster_name = "bmas-guard"
+local = true
+accounting = true
+[[cluster.nodes]]
+names = "oss[01-03]"
+address = "127.0.0.1"
+cpus = 8
+memory_gb = 16
+[cluster.nodes.gpus]
+count = 4
+type = "h100"
+memory_gb = 80
+[[cluster.partitions]]
+name = "lab"
+default = true
+max_gpus_per_user = 4
+[[cluster.partitions]]
+name = "training"
+)toml");
+    JobsTest::SetUp();
+  }
+
+  std::string alice_, bob_;
+};
+
+TEST_F(GuardrailTest, LabCapsGpusPerUserAndBmasRunRefusesEarly) {
+  const std::string held = Trim(Bmas({"run", "--gpus", "3", "--", "sleep", "60"}, alice_).out);
+  ASSERT_FALSE(held.empty());
+  ASSERT_TRUE(WaitForState(held, "RUNNING", std::chrono::seconds(30)));
+
+  // Over the cap with what she holds: refused before Slurm sees it, saying what would fit.
+  CommandOutput more = Bmas({"run", "--gpus", "2", "--", "true"}, alice_);
+  EXPECT_EQ(more.exit_code, 1);
+  EXPECT_THAT(more.err, HasSubstr("at most 4 GPU(s) at once"));
+  EXPECT_THAT(more.err, HasSubstr("ask for at most 1"));
+  // A job that alone exceeds the cap: refused, pointing at another partition.
+  CommandOutput big = Bmas({"run", "--gpus", "8", "--", "true"}, alice_);
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_THAT(big.err, HasSubstr("--partition training"));
+  // Within the cap, and other users, and other partitions, are not disturbed.
+  EXPECT_EQ(Bmas({"run", "--gpus", "1", "--wait", "--", "true"}, alice_).exit_code, 0);
+  EXPECT_EQ(Bmas({"run", "--gpus", "4", "--wait", "--", "true"}, bob_).exit_code, 0);
+  EXPECT_EQ(
+      Bmas({"run", "--gpus", "8", "--partition", "training", "--wait", "--", "true"}, alice_)
+          .exit_code,
+      0);
+
+  // Slurm enforces the cap itself (the partition QOS): plain sbatch past it waits.
+  auto sbatch = RunCommand({"setpriv", "--reuid=" + alice_, "--regid=" + alice_, "--init-groups",
+                            "sbatch", "--parsable", "-D", dir_.path(), "-p", "lab", "--gpus=2",
+                            "--wrap", "true"},
+                           {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"},
+                           std::chrono::seconds(30));
+  ASSERT_TRUE(sbatch && sbatch->exit_code == 0) << (sbatch ? sbatch->err : "");
+  const std::string waiting = Trim(sbatch->out);
+  EXPECT_TRUE(Eventually([&] { return Str(At(Job(waiting), "reason")) == "QOSMaxGRESPerUser"; },
+                         std::chrono::seconds(15)));
+  EXPECT_EQ(Str(At(Job(waiting), "state")), "PENDING");
 }
 
 }  // namespace
