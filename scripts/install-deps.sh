@@ -21,6 +21,8 @@ packages=(
   curl procps python3
   # A real local Slurm cluster (bmas slurm up) and MPI across its nodes.
   slurm-wlm slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
+  # Accounting for per-user GPU caps (an inventory with accounting = true): slurmdbd on MariaDB.
+  slurmdbd mariadb-server
   openmpi-bin libopenmpi-dev
 )
 # The integration test with the real OpenAI client needs node and npm. A machine that already
