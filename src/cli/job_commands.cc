@@ -3,6 +3,7 @@
 #include "cli/slurm_target.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,18 +70,28 @@ size_t PrintNew(const std::string& path, size_t offset) {
   return offset;
 }
 
+// Whether `path` exists and was modified at or after `unix_seconds`.
+bool WrittenSince(const std::string& path, int64_t unix_seconds) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && st.st_mtim.tv_sec >= unix_seconds;
+}
+
 // Streams the job's output until it finishes; returns its final state.
 Result<JobInfo> Follow(SlurmRestClient& client, int64_t id) {
   size_t offset = 0;
-  while (true) {
+  // Often at first, when a short job's first line is what the user waits for (Slurm starts a
+  // job within a second of its submission), then every 100 ms.
+  for (int polls = 0;; ++polls) {
     auto job = client.Job(id);
     if (!job) return job.error();
-    // Only once it runs: before that the file may be an old job's of the same id.
-    if (job->start_time > 0 && !job->stdout_path.empty()) {
+    // Only once it runs, and only a file written since it started: before that the file may
+    // be an old job's of the same id (Slurm truncates it when the job's first step opens it).
+    if (job->start_time > 0 && !job->stdout_path.empty() &&
+        WrittenSince(job->stdout_path, job->start_time)) {
       offset = PrintNew(job->stdout_path, offset);
     }
     if (IsJobStateFinal(job->state)) return job;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(polls < 100 ? 20 : 100));
   }
 }
 

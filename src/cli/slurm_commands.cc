@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
 #include "core/cluster.h"
@@ -108,12 +110,26 @@ int SlurmCommands::RunMonitor(GlobalOptions& global) {
   o.interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s_ * 1000));
   o.store_path = StorePath(state_dir);
   // Resolved on every poll: a local cluster may come up after the monitor, and tokens expire.
-  o.poll = [&global, user]() -> Result<SlurmSnapshot> {
+  // With slurmdbd, its finished jobs too: all it has at start (30 days back), then every
+  // minute the last ten. Jobs seen before are recorded once.
+  auto last_accounted = std::make_shared<std::chrono::steady_clock::time_point>();
+  o.poll = [&global, user, last_accounted]() -> Result<SlurmSnapshot> {
     auto target = ResolveSlurm(global, user);
     if (!target) return target.error();
     SlurmRestClient client(target->endpoint, std::chrono::seconds(10));
     SlurmSnapshot s;
     s.cluster = target->inventory.slurm.cluster_name;
+    const auto now = std::chrono::steady_clock::now();
+    if (target->inventory.slurm.accounting && now - *last_accounted >= std::chrono::minutes(1)) {
+      const bool first = *last_accounted == std::chrono::steady_clock::time_point();
+      auto accounted = client.AccountedJobs(first ? 30 * 86400 : 600);
+      if (accounted) {
+        s.accounted = std::move(*accounted);
+        *last_accounted = now;
+      } else {
+        spdlog::warn("bmas slurm monitor: slurmdbd's jobs: {}", accounted.error().message);
+      }
+    }
     auto jobs = client.Jobs();
     if (!jobs) return jobs.error();
     auto nodes = client.Nodes();

@@ -145,7 +145,12 @@ int RunSlurmMonitor(const SlurmMonitorOptions& options) {
       if (snapshot) {
         s = std::move(*snapshot);
         s.reachable = true;
-        auto added = store->RecordJobs(FinishedJobRecords(s.jobs, s.cluster));
+        // slurmctld's jobs, and slurmdbd's: those catch jobs that ended while no monitor ran.
+        std::vector<JobRecord> finished = FinishedJobRecords(s.jobs, s.cluster);
+        for (JobRecord& r : FinishedJobRecords(s.accounted, s.cluster)) {
+          finished.push_back(std::move(r));
+        }
+        auto added = store->RecordJobs(finished);
         if (added) {
           recorded += *added;
         } else {

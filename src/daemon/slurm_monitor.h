@@ -26,6 +26,7 @@ struct SlurmSnapshot {
   std::string error;       // why the last poll failed
   std::string cluster;     // Slurm's ClusterName, recorded with each finished job
   std::vector<JobInfo> jobs;
+  std::vector<JobInfo> accounted;  // finished jobs from slurmdbd, when the cluster has it
   std::vector<NodeInfo> nodes;
   slurm::Mode mode;
 };

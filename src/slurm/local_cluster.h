@@ -37,6 +37,7 @@ struct LocalCluster {
   int rest_port = 0;
   std::vector<std::string> nodes;
   int gpus_per_node = 0;
+  bool accounting = false;  // slurmdbd (and MariaDB) run too; slurmrestd serves dbv0.0.38
   std::vector<LocalDaemon> daemons;  // in start order
 
   std::string rest_url() const { return "http://127.0.0.1:" + std::to_string(rest_port); }

@@ -253,6 +253,19 @@ Result<std::vector<JobInfo>> SlurmRestClient::Jobs() {
   return ParseJobsResponse(r->body);
 }
 
+Result<std::vector<JobInfo>> SlurmRestClient::AccountedJobs(int64_t seconds) {
+  auto r = Call("GET", fmt::format("/slurmdb/v0.0.38/jobs?start_time=now-{}", seconds), {},
+                "list slurmdbd's jobs");
+  if (!r) {
+    // slurmdbd answers an empty result with an error of its own.
+    if (r.error().message.find("Nothing found") != std::string::npos) {
+      return std::vector<JobInfo>{};
+    }
+    return r.error();
+  }
+  return ParseDbJobsResponse(r->body);
+}
+
 Result<JobInfo> SlurmRestClient::Job(int64_t id) {
   auto r =
       Call("GET", fmt::format("{}/job/{}", kApiPrefix, id), {}, fmt::format("show job {}", id));

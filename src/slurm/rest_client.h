@@ -85,6 +85,10 @@ class SlurmRestClient {
   // every user: slurmctld shows other users' jobs unless PrivateData=jobs.
   Result<std::vector<JobInfo>> Jobs();
 
+  // Jobs slurmdbd recorded that ran or were pending at some point in the last `seconds`
+  // (openapi/dbv0.0.38: slurmrestd must load it, and the cluster must have slurmdbd).
+  Result<std::vector<JobInfo>> AccountedJobs(int64_t seconds);
+
   // One job. NotFound when slurmctld does not know it (never existed, or purged).
   Result<JobInfo> Job(int64_t id);
 

@@ -484,6 +484,49 @@ Result<std::vector<JobInfo>> ParseJobsResponse(std::string_view body) {
   return out;
 }
 
+Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
+  auto doc = ParseDocument(body, "slurmdbd's jobs");
+  if (!doc) return doc.error();
+  const Value* jobs = Member(*doc, "jobs");
+  if (jobs == nullptr || !jobs->IsArray()) {
+    return Internal("slurmrestd's slurmdb jobs response has no jobs[] array");
+  }
+  std::vector<JobInfo> out;
+  for (const Value& j : jobs->GetArray()) {
+    JobInfo job;
+    job.id = Int(j, "job_id");
+    job.name = Str(j, "name");
+    job.user = Str(j, "user");
+    job.partition = Str(j, "partition");
+    if (const Value* state = Member(j, "state")) job.state = Str(*state, "current");
+    if (const std::string nodes = Str(j, "nodes"); !nodes.empty() && nodes != "None assigned") {
+      auto expanded = ExpandHostlist(nodes);
+      job.nodes = expanded ? std::move(*expanded) : std::vector<std::string>{nodes};
+    }
+    job.node_count = static_cast<int>(job.nodes.size());
+    if (const Value* time = Member(j, "time")) {
+      job.submit_time = Int(*time, "submission");
+      job.start_time = Int(*time, "start");
+      job.end_time = Int(*time, "end");
+    }
+    // GPUs allocated: tres.allocated[] {type: "gres", name: "gpu", count}.
+    if (const Value* tres = Member(j, "tres")) {
+      if (const Value* allocated = Member(*tres, "allocated"); allocated && allocated->IsArray()) {
+        for (const Value& t : allocated->GetArray()) {
+          if (Str(t, "type") == "gres" && Str(t, "name") == "gpu") {
+            job.gpus += static_cast<int>(Int(t, "count"));
+          }
+        }
+      }
+    }
+    if (const Value* exit = Member(j, "exit_code")) {
+      job.exit_code = static_cast<int>(Int(*exit, "return_code"));
+    }
+    out.push_back(std::move(job));
+  }
+  return out;
+}
+
 Result<std::vector<NodeInfo>> ParseNodesResponse(std::string_view body) {
   auto doc = ParseDocument(body, "nodes");
   if (!doc) return doc.error();

@@ -133,6 +133,11 @@ Result<int64_t> ParseSubmitResponse(std::string_view body);
 // (tres_per_job, tres_per_node x nodes, tres_per_task x tasks).
 Result<std::vector<JobInfo>> ParseJobsResponse(std::string_view body);
 
+// jobs[] of slurmdbd's GET /slurmdb/v0.0.38/jobs (openapi/dbv0.0.38): id, name, user,
+// partition, state (state.current), nodes, times, GPUs allocated (gres/gpu in
+// tres.allocated) and exit code. Fields only slurmctld knows stay empty.
+Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body);
+
 // nodes[] of GET /nodes.
 Result<std::vector<NodeInfo>> ParseNodesResponse(std::string_view body);
 

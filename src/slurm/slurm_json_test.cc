@@ -45,6 +45,28 @@ JobSpec MinimalSpec() {
 
 // ---- Jobs ----
 
+// Captured from slurmrestd 22.05 with openapi/dbv0.0.38 over slurmdbd: a 2-GPU job that
+// exited 3 and a training job over two nodes with one GPU each.
+TEST(ParseDbJobsTest, FinishedJobsFromSlurmdbd) {
+  auto jobs = ParseDbJobsResponse(Fixture("dbv0.0.38_jobs.json"));
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 2u);
+  const JobInfo& failed = (*jobs)[0];
+  EXPECT_EQ(failed.id, 9640001);
+  EXPECT_EQ(failed.user, "root");
+  EXPECT_EQ(failed.partition, "lab");
+  EXPECT_EQ(failed.state, "FAILED");
+  EXPECT_EQ(failed.gpus, 2);
+  EXPECT_EQ(failed.nodes, std::vector<std::string>{"oss01"});
+  EXPECT_GT(failed.start_time, 0);
+  EXPECT_GE(failed.end_time, failed.start_time);
+  const JobInfo& training = (*jobs)[1];
+  EXPECT_EQ(training.state, "COMPLETED");
+  EXPECT_EQ(training.partition, "training");
+  EXPECT_EQ(training.gpus, 2);
+  EXPECT_EQ(training.nodes, (std::vector<std::string>{"oss01", "oss02"}));
+}
+
 TEST(ParseJobsTest, RunningTwoGpuJob) {
   const JobInfo j = OnlyJob("job_running_gpu2.json");
   EXPECT_EQ(j.id, 1);
