@@ -24,6 +24,9 @@ packages=(
   # Accounting for per-user GPU caps (an inventory with accounting = true): slurmdbd on MariaDB.
   slurmdbd mariadb-server
   openmpi-bin libopenmpi-dev
+  # LXD workspaces (bmas lxd up, bmas image build): LXD and lxcfs, id mapping, the btrfs
+  # pool on a loop file, image packing, the busybox test image and Debian images.
+  lxd lxcfs uidmap btrfs-progs squashfs-tools xz-utils busybox-static debootstrap
 )
 # The integration test with the real OpenAI client needs node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.

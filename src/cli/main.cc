@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/job_commands.h"
+#include "cli/lxd_commands.h"
 #include "cli/mode_commands.h"
 #include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   job_cmds.Register(app, global);
   ModeCommands mode_cmds;
   mode_cmds.Register(app, global);
+  LxdCommands lxd_cmds;
+  lxd_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -71,6 +71,22 @@ Config LoadConfig(const std::string& path) {
         static_cast<int>(t->Int("slurm_monitor_port", 0, 0, 65535));
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("lxd")) {
+    LxdSettings& l = config.lxd;
+    l.dir = t->String("dir", l.dir);
+    l.storage_driver = t->String("storage_driver", l.storage_driver, {"auto", "btrfs", "dir"});
+    l.pool_size = t->String("pool_size", l.pool_size);
+    l.users = static_cast<int>(t->Int("users", l.users, 1, 100000));
+    t->RejectUnknownKeys();
+  }
+  if (auto t = top.Table("workspace")) {
+    WorkspaceSettings& w = config.workspace;
+    w.cpus = static_cast<int>(t->Int("cpus", w.cpus, 0, 4096));
+    w.memory = t->String("memory", w.memory);
+    w.processes = static_cast<int>(t->Int("processes", w.processes, 0, 1 << 22));
+    w.disk = t->String("disk", w.disk);
+    t->RejectUnknownKeys();
+  }
   // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.
   top.Table("cluster");
   top.RejectUnknownKeys();

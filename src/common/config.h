@@ -49,12 +49,30 @@ struct UpSettings {
   int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
 };
 
+// LXD as `bmas lxd up` runs it, and the defaults of `bmas workspace create`.
+struct LxdSettings {
+  std::string dir = "/var/lib/lxd";  // LXD_DIR: its data and its socket (<dir>/unix.socket)
+  std::string storage_driver = "auto";  // auto (btrfs, else dir), btrfs or dir
+  std::string pool_size = "20GiB";      // the btrfs loop file's size
+  int users = 300;  // id ranges in /etc/subuid and /etc/subgid are sized for this many
+};
+
+// Limits of a new workspace; 0 or "" = none.
+struct WorkspaceSettings {
+  int cpus = 0;
+  std::string memory;  // "4GiB"
+  int processes = 0;
+  std::string disk;    // "20GiB"; enforced on btrfs only
+};
+
 struct Config {
   std::string source;     // the file read, or "" for defaults only
   std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
   EngineSettings engine;
   GatewaySettings gateway;
   UpSettings up;
+  LxdSettings lxd;
+  WorkspaceSettings workspace;
 };
 
 // Reads `path`; "" gives the defaults. Throws ConfigError naming file, line and key.

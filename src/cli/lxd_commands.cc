@@ -1,0 +1,364 @@
+#include "cli/lxd_commands.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "common/process.h"
+#include "lxd/image_build.h"
+#include "lxd/local_lxd.h"
+#include "lxd/lxd_client.h"
+#include "lxd/workspace.h"
+
+namespace bmas {
+namespace {
+
+struct LxdContext {
+  Config config;
+  std::string state_dir;
+  std::string socket;
+  std::string pool_driver;  // as `bmas lxd up` recorded it; "" when unknown
+};
+
+LxdContext Context(GlobalOptions& global) {
+  LxdContext c;
+  c.config = global.LoadConfigOrDefaults();
+  c.state_dir = ResolveStateDir(global.state_dir, c.config);
+  c.socket = lxd::SocketPath(c.config.lxd);
+  if (auto l = lxd::ReadLocalLxd(c.state_dir); l && l->socket == c.socket) {
+    c.pool_driver = l->pool_driver;
+  }
+  return c;
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+void Str(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key, const std::string& v) {
+  w.Key(key);
+  w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
+}
+
+}  // namespace
+
+void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
+  CLI::App* lxd = app.add_subcommand("lxd", "LXD on this machine, for workspaces");
+  lxd->require_subcommand(1);
+  CLI::App* up = lxd->add_subcommand(
+      "up", "Start lxcfs and lxd if they are not running, raise inotify limits, prepare "
+            "/etc/subuid and /etc/subgid, create the storage pool and the bmas profile "
+            "(idempotent; needs root)");
+  up->callback([this, &global] { global.exit_code = RunUp(global); });
+  CLI::App* down = lxd->add_subcommand(
+      "down", "Stop what `bmas lxd up` started (its LXD's running containers first)");
+  down->callback([this, &global] { global.exit_code = RunDown(global); });
+  CLI::App* status = lxd->add_subcommand(
+      "status", "LXD's socket, version, storage pool (and whether it enforces disk limits)");
+  status->add_flag("--json", json_, "One JSON object");
+  status->callback([this, &global] { global.exit_code = RunStatus(global); });
+
+  CLI::App* image = app.add_subcommand("image", "Container images built on this machine");
+  image->require_subcommand(1);
+  CLI::App* build = image->add_subcommand(
+      "build", "Build an image locally and import it into LXD (no image server needed)");
+  build->add_option("--base", base_, "busybox (1 MB, for tests) or debian (debootstrap minbase)")
+      ->check(CLI::IsMember({"busybox", "debian"}))
+      ->default_str("busybox");
+  build->add_option("--alias", alias_, "Alias to give it (default: bmas-<base>)");
+  build->callback([this, &global] { global.exit_code = RunImageBuild(global); });
+  CLI::App* list_images = image->add_subcommand("list", "Images in LXD");
+  list_images->add_flag("--json", json_, "Print a JSON array");
+  list_images->callback([this, &global] { global.exit_code = RunImageList(global); });
+
+  CLI::App* ws = app.add_subcommand(
+      "workspace", "A persistent container per user, with the user's home and uid");
+  ws->require_subcommand(1);
+  create_ = ws->add_subcommand("create", "Create and start USER's workspace");
+  create_->add_option("user", user_, "A Unix account on this host")->required();
+  create_->add_option("--image", image_, "Image alias or fingerprint (default: the newest "
+                                         "`bmas image build` made)");
+  create_->add_option("--cpus", limits_.cpus, "CPUs (limits.cpu; default: config's, 0 = none)")
+      ->check(CLI::Range(0, 4096));
+  create_->add_option("--memory", limits_.memory, "Memory, e.g. 4GiB (limits.memory)");
+  create_->add_option("--processes", limits_.processes, "Most processes (limits.processes)")
+      ->check(CLI::Range(0, 1 << 22));
+  create_->add_option("--disk", limits_.disk,
+                      "Root disk size, e.g. 20GiB (enforced on a btrfs pool only)");
+  create_->callback([this, &global] { global.exit_code = RunWorkspace(global, "create"); });
+  for (const char* verb : {"start", "stop", "delete"}) {
+    CLI::App* c = ws->add_subcommand(verb, fmt::format("{} USER's workspace", verb == std::string("delete")
+                                                                                  ? "Delete (the home stays)"
+                                                                                  : verb));
+    c->add_option("user", user_, "A Unix account on this host")->required();
+    c->callback([this, &global, verb] { global.exit_code = RunWorkspace(global, verb); });
+  }
+  CLI::App* list = ws->add_subcommand("list", "Every workspace, its state and limits");
+  list->add_flag("--json", json_, "Print a JSON array");
+  list->callback([this, &global] { global.exit_code = RunWorkspace(global, "list"); });
+  CLI::App* exec = ws->add_subcommand(
+      "exec", "Run a command in USER's workspace as USER (exit code and output passed through; "
+              "output arrives when the command ends)");
+  exec->add_option("user", user_, "A Unix account on this host")->required();
+  exec->add_option("command", command_, "The command and its arguments (after --)")->required();
+  exec->callback([this, &global] { global.exit_code = RunWorkspace(global, "exec"); });
+  CLI::App* shell = ws->add_subcommand(
+      "shell", "An interactive login shell in USER's workspace as USER (through `lxc exec`)");
+  shell->add_option("user", user_, "A Unix account on this host")->required();
+  shell->callback([this, &global] { global.exit_code = RunWorkspace(global, "shell"); });
+}
+
+int LxdCommands::RunUp(GlobalOptions& global) {
+  global.SetUpLogging();
+  LxdContext c = Context(global);
+  auto l = lxd::StartLocalLxd(c.config.lxd, c.state_dir);
+  if (!l) return ReportFailure("lxd up", l.error());
+  fmt::print("bmas lxd: LXD ready on {}\n", l->socket);
+  fmt::print("  storage pool {} ({}{})\n", lxd::kPoolName, l->pool_driver,
+             l->pool_driver == "btrfs" ? ", copy-on-write, disk limits enforced"
+                                       : ", disk limits NOT enforced");
+  if (!l->pool_note.empty()) fmt::print("  {}\n", l->pool_note);
+  fmt::print("  profile {}\n", lxd::kProfileName);
+  for (const auto& d : l->started) {
+    fmt::print("  started {} (pid {}), log {}\n", d.name, d.pid, d.log);
+  }
+  if (l->started.empty()) fmt::print("  started nothing: lxcfs and lxd were already running\n");
+  fmt::print("  stop what it started with: bmas lxd down\n");
+  return 0;
+}
+
+int LxdCommands::RunDown(GlobalOptions& global) {
+  global.SetUpLogging();
+  LxdContext c = Context(global);
+  auto stopped = lxd::StopLocalLxd(c.state_dir);
+  if (!stopped) return ReportFailure("lxd down", stopped.error());
+  if (stopped->empty()) fmt::print("bmas lxd: nothing that `bmas lxd up` started was running\n");
+  for (const std::string& s : *stopped) fmt::print("bmas lxd: stopped {}\n", s);
+  return 0;
+}
+
+int LxdCommands::RunStatus(GlobalOptions& global) {
+  LxdContext c = Context(global);
+  lxd::LxdClient client(c.socket, std::chrono::seconds(5));
+  auto server = client.Server();
+  std::string driver = c.pool_driver;
+  if (server) {
+    if (auto pools = client.StoragePools()) {
+      for (const auto& p : *pools) {
+        if (p.name == lxd::kPoolName) driver = p.driver;
+      }
+    }
+  }
+  auto local = lxd::ReadLocalLxd(c.state_dir);
+  if (json_) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartObject();
+    Str(w, "socket", c.socket);
+    w.Key("running");
+    w.Bool(static_cast<bool>(server));
+    Str(w, "version", server ? server->version : "");
+    Str(w, "pool_driver", driver);
+    w.Key("disk_limits_enforced");
+    w.Bool(driver == "btrfs");
+    w.Key("started");
+    w.StartArray();
+    if (local) {
+      for (const auto& d : local->started) {
+        w.StartObject();
+        Str(w, "name", d.name);
+        w.Key("pid");
+        w.Int(d.pid);
+        w.Key("running");
+        w.Bool(ProcessRunning(d.pid, d.comm));
+        w.EndObject();
+      }
+    }
+    w.EndArray();
+    w.EndObject();
+    fmt::print("{}\n", buf.GetString());
+    return server ? 0 : 1;
+  }
+  if (!server) {
+    fmt::print("LXD on {}: not answering ({})\n", c.socket, server.error().message);
+    return 1;
+  }
+  fmt::print("LXD {} on {}\n", server->version, c.socket);
+  if (driver.empty()) {
+    fmt::print("  storage pool {}: missing (`bmas lxd up` creates it)\n", lxd::kPoolName);
+  } else {
+    fmt::print("  storage pool {}: {} ({})\n", lxd::kPoolName, driver,
+               driver == "btrfs" ? "copy-on-write; disk limits enforced"
+                                 : "disk limits NOT enforced");
+  }
+  if (local) {
+    for (const auto& d : local->started) {
+      fmt::print("  {:<6} pid {:<8} {} (started by bmas lxd up)\n", d.name, d.pid,
+                 ProcessRunning(d.pid, d.comm) ? "running" : "stopped");
+    }
+  }
+  return 0;
+}
+
+int LxdCommands::RunImageBuild(GlobalOptions& global) {
+  global.SetUpLogging();
+  LxdContext c = Context(global);
+  if (geteuid() != 0) {
+    return ReportFailure("image build",
+                         Error{ErrorCode::kPermissionDenied,
+                               "importing an image needs LXD's root-only socket: run as root", {}});
+  }
+  lxd::LxdClient client(c.socket, std::chrono::seconds(600));
+  auto built = lxd::BuildImage(client, base_, alias_, c.state_dir);
+  if (!built) return ReportFailure("image build", built.error());
+  fmt::print("bmas image: built {} ({} bytes) in {:.1f} s, alias {}, fingerprint {}\n", base_,
+             built->size, built->seconds, built->alias, built->fingerprint.substr(0, 12));
+  return 0;
+}
+
+int LxdCommands::RunImageList(GlobalOptions& global) {
+  LxdContext c = Context(global);
+  lxd::LxdClient client(c.socket);
+  auto images = client.Images();
+  if (!images) return ReportFailure("image list", images.error());
+  if (json_) {
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartArray();
+    for (const auto& i : *images) {
+      w.StartObject();
+      Str(w, "fingerprint", i.fingerprint);
+      w.Key("aliases");
+      w.StartArray();
+      for (const auto& a : i.aliases) w.String(a.c_str());
+      w.EndArray();
+      auto base = i.properties.find("bmas.base");
+      Str(w, "base", base == i.properties.end() ? "" : base->second);
+      w.Key("size");
+      w.Int64(i.size);
+      Str(w, "uploaded_at", i.uploaded_at);
+      w.EndObject();
+    }
+    w.EndArray();
+    fmt::print("{}\n", buf.GetString());
+    return 0;
+  }
+  fmt::print("{:<14} {:<20} {:<9} {:>12} {}\n", "FINGERPRINT", "ALIASES", "BASE", "SIZE",
+             "UPLOADED");
+  for (const auto& i : *images) {
+    std::string aliases;
+    for (const auto& a : i.aliases) aliases += (aliases.empty() ? "" : ",") + a;
+    auto base = i.properties.find("bmas.base");
+    fmt::print("{:<14} {:<20} {:<9} {:>12} {}\n", i.fingerprint.substr(0, 12), OrDash(aliases),
+               base == i.properties.end() ? "-" : base->second, i.size, i.uploaded_at.substr(0, 19));
+  }
+  return 0;
+}
+
+int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
+  const std::string command = "workspace " + verb;
+  LxdContext c = Context(global);
+  if (verb != "list") {
+    if (auto account = lxd::LookUpAccount(user_); !account) {
+      return ReportFailure(command, account.error());
+    }
+  }
+  if (auto allowed = lxd::CheckCaller(geteuid(), verb == "list" ? std::string() : user_);
+      !allowed) {
+    return ReportFailure(command, allowed.error());
+  }
+  lxd::LxdClient client(c.socket);
+  lxd::Workspaces workspaces(client, c.pool_driver);
+  if (verb == "create") {
+    auto given = [this](const char* flag) { return create_->count(flag) > 0; };
+    WorkspaceSettings limits = c.config.workspace;
+    if (given("--cpus")) limits.cpus = limits_.cpus;
+    if (given("--memory")) limits.memory = limits_.memory;
+    if (given("--processes")) limits.processes = limits_.processes;
+    if (given("--disk")) limits.disk = limits_.disk;
+    auto w = workspaces.Create(user_, image_, limits);
+    if (!w) return ReportFailure(command, w.error());
+    fmt::print("bmas workspace: {} runs {}'s workspace (home {}; cpus {}, memory {}, processes "
+               "{}, disk {})\n",
+               w->name, user_, w->home, OrDash(w->cpus), OrDash(w->memory), OrDash(w->processes),
+               !limits.disk.empty() && c.pool_driver != "btrfs" ? "not enforced on this pool"
+                                                                 : OrDash(w->disk));
+    return 0;
+  }
+  if (verb == "start" || verb == "stop" || verb == "delete") {
+    auto r = verb == "start" ? workspaces.Start(user_)
+             : verb == "stop" ? workspaces.Stop(user_)
+                              : workspaces.Delete(user_);
+    if (!r) return ReportFailure(command, r.error());
+    fmt::print("bmas workspace: {} {}\n", lxd::WorkspaceName(user_),
+               verb == "start" ? "started" : verb == "stop" ? "stopped" : "deleted");
+    return 0;
+  }
+  if (verb == "list") {
+    auto list = workspaces.List();
+    if (!list) return ReportFailure(command, list.error());
+    if (json_) {
+      rapidjson::StringBuffer buf;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+      w.StartArray();
+      for (const auto& ws : *list) {
+        w.StartObject();
+        Str(w, "user", ws.user);
+        Str(w, "name", ws.name);
+        Str(w, "status", ws.status);
+        Str(w, "image", ws.image);
+        Str(w, "cpus", ws.cpus);
+        Str(w, "memory", ws.memory);
+        Str(w, "processes", ws.processes);
+        Str(w, "disk", ws.disk);
+        Str(w, "home", ws.home);
+        w.EndObject();
+      }
+      w.EndArray();
+      fmt::print("{}\n", buf.GetString());
+      return 0;
+    }
+    fmt::print("{:<16} {:<20} {:<8} {:>5} {:>8} {:>6} {:>7}  {}\n", "USER", "NAME", "STATE",
+               "CPUS", "MEMORY", "PROCS", "DISK", "IMAGE");
+    for (const auto& ws : *list) {
+      fmt::print("{:<16} {:<20} {:<8} {:>5} {:>8} {:>6} {:>7}  {}\n", ws.user, ws.name, ws.status,
+                 OrDash(ws.cpus), OrDash(ws.memory), OrDash(ws.processes), OrDash(ws.disk),
+                 OrDash(ws.image));
+    }
+    return 0;
+  }
+  if (verb == "exec") {
+    auto r = workspaces.Exec(user_, command_);
+    if (!r) return ReportFailure(command, r.error());
+    std::fwrite(r->out.data(), 1, r->out.size(), stdout);
+    std::fwrite(r->err.data(), 1, r->err.size(), stderr);
+    std::fflush(stdout);
+    return r->exit_code;
+  }
+  // shell: LXD's interactive exec needs its websocket protocol; `lxc exec` speaks it.
+  auto account = lxd::LookUpAccount(user_);
+  auto w = workspaces.Get(user_);
+  if (!w) return ReportFailure(command, w.error());
+  if (w->status != "Running") {
+    return ReportFailure(command, Error{ErrorCode::kUnavailable,
+                                        fmt::format("{}'s workspace is {}: `bmas workspace start "
+                                                    "{}`",
+                                                    user_, w->status, user_),
+                                        {}});
+  }
+  setenv("LXD_DIR", c.config.lxd.dir.c_str(), 1);
+  const std::string uid = std::to_string(account->uid), gid = std::to_string(account->gid);
+  const std::string home = "HOME=" + account->home, usr = "USER=" + account->name;
+  std::vector<const char*> argv = {"lxc", "exec", w->name.c_str(), "--user", uid.c_str(),
+                                   "--group", gid.c_str(), "--cwd", account->home.c_str(),
+                                   "--env", home.c_str(), "--env", usr.c_str(), "--",
+                                   "/bin/sh", "-l", nullptr};
+  execvp("lxc", const_cast<char* const*>(argv.data()));
+  return ReportFailure(command, Internal(fmt::format("cannot run lxc: {}", std::strerror(errno))));
+}
+
+}  // namespace bmas

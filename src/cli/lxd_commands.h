@@ -1,0 +1,37 @@
+#pragma once
+
+// `bmas lxd up|down|status`, `bmas image build|list` and `bmas workspace ...`.
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "common/config.h"
+
+namespace bmas {
+
+class LxdCommands {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int RunUp(GlobalOptions& global);
+  int RunDown(GlobalOptions& global);
+  int RunStatus(GlobalOptions& global);
+  int RunImageBuild(GlobalOptions& global);
+  int RunImageList(GlobalOptions& global);
+  int RunWorkspace(GlobalOptions& global, const std::string& verb);
+
+  bool json_ = false;
+  std::string base_ = "busybox";
+  std::string alias_;
+  std::string user_;
+  std::string image_;
+  std::vector<std::string> command_;
+  WorkspaceSettings limits_;
+  CLI::App* create_ = nullptr;
+};
+
+}  // namespace bmas

@@ -1,0 +1,222 @@
+#include "lxd/image_build.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/process.h"
+
+namespace bmas::lxd {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<void> Write(const fs::path& path, const std::string& text, fs::perms perms) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return Internal(fmt::format("cannot write {}", path.string()));
+  std::error_code ec;
+  fs::permissions(path, perms, ec);
+  return {};
+}
+
+Result<void> Run(const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  auto r = RunCommand(args, {}, timeout);
+  if (!r) return r.error();
+  if (r->exit_code != 0) {
+    std::string tail = r->err.empty() ? r->out : r->err;
+    if (tail.size() > 2000) tail = tail.substr(tail.size() - 2000);
+    return Internal(fmt::format("{} failed (exit {}): {}", args[0], r->exit_code, tail));
+  }
+  return {};
+}
+
+std::string Metadata(const std::string& base, const std::string& description) {
+  return fmt::format(
+      "architecture: x86_64\n"
+      "creation_date: {}\n"
+      "properties:\n"
+      "  description: \"{}\"\n"
+      "  os: {}\n"
+      "  bmas.built: \"true\"\n"
+      "  bmas.base: {}\n"
+      "templates:\n"
+      "  /etc/hostname:\n"
+      "    when: [create, copy]\n"
+      "    template: hostname.tpl\n",
+      std::time(nullptr), description, base, base);
+}
+
+// A root file system of busybox alone: its applets as links, and an init that mounts the
+// cgroup file system (so limits can be read inside) and then sleeps.
+Result<void> BusyboxRootfs(const fs::path& rootfs) {
+  const char* busybox = "/bin/busybox";
+  if (access(busybox, X_OK) != 0) {
+    return Error{ErrorCode::kUnavailable,
+                 "busybox is not installed: apt-get install -y busybox-static", {}};
+  }
+  std::error_code ec;
+  for (const char* dir : {"bin", "sbin", "etc/init.d", "proc", "sys", "dev", "tmp", "root", "home",
+                          "run", "var/tmp", "usr/bin", "usr/sbin"}) {
+    fs::create_directories(rootfs / dir, ec);
+    if (ec) return Internal(fmt::format("cannot create {}: {}", (rootfs / dir).string(), ec.message()));
+  }
+  fs::permissions(rootfs / "tmp", fs::perms::all | fs::perms::sticky_bit, ec);
+  fs::copy_file(busybox, rootfs / "bin/busybox", fs::copy_options::overwrite_existing, ec);
+  if (ec) return Internal(fmt::format("cannot copy {}: {}", busybox, ec.message()));
+  auto list = RunCommand({busybox, "--list-full"}, {}, std::chrono::seconds(10));
+  if (!list || list->exit_code != 0) return Internal("busybox --list-full failed");
+  std::istringstream applets(list->out);
+  for (std::string applet; std::getline(applets, applet);) {
+    if (applet.empty() || applet == "bin/busybox") continue;
+    const fs::path link = rootfs / applet;
+    if (fs::exists(fs::symlink_status(link))) continue;
+    fs::create_symlink("/bin/busybox", link, ec);
+  }
+  if (auto w = Write(rootfs / "etc/inittab",
+                     "::sysinit:/etc/init.d/rcS\n::respawn:/bin/sleep 2147483647\n",
+                     fs::perms(0644));
+      !w) {
+    return w;
+  }
+  if (auto w = Write(rootfs / "etc/init.d/rcS",
+                     "#!/bin/sh\n"
+                     "# cgroup v2 where the host has it, else the v1 controllers LXD gives us.\n"
+                     "mount -t cgroup2 none /sys/fs/cgroup 2>/dev/null && exit 0\n"
+                     "mount -t tmpfs cgroup /sys/fs/cgroup 2>/dev/null || exit 0\n"
+                     "for c in cpuset cpu memory pids; do\n"
+                     "  mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c\n"
+                     "done\n",
+                     fs::perms(0755));
+      !w) {
+    return w;
+  }
+  if (auto w = Write(rootfs / "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n", fs::perms(0644)); !w) {
+    return w;
+  }
+  if (auto w = Write(rootfs / "etc/group", "root:x:0:\n", fs::perms(0644)); !w) return w;
+  return {};
+}
+
+Result<void> DebianRootfs(const fs::path& rootfs) {
+  if (geteuid() != 0) {
+    return Error{ErrorCode::kPermissionDenied, "building a Debian image needs root (debootstrap)",
+                 {}};
+  }
+  if (access("/usr/sbin/debootstrap", X_OK) != 0) {
+    return Error{ErrorCode::kUnavailable,
+                 "debootstrap is not installed: apt-get install -y debootstrap", {}};
+  }
+  auto mirror = AptMirror();
+  if (!mirror) return mirror.error();
+  return Run({"debootstrap", "--variant=minbase", "--include=systemd-sysv,dbus,iproute2,procps",
+              "bookworm", rootfs.string(), *mirror},
+             std::chrono::seconds(1800));
+}
+
+}  // namespace
+
+Result<std::string> AptMirror() {
+  std::vector<fs::path> files = {"/etc/apt/sources.list"};
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/etc/apt/sources.list.d", ec)) {
+    files.push_back(e.path());
+  }
+  for (const fs::path& f : files) {
+    std::ifstream in(f);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string first;
+      words >> first;
+      if (first == "deb") {
+        // deb [options] URI suite components
+        for (std::string w; words >> w;) {
+          if (w.rfind("http", 0) == 0 && w.find("security") == std::string::npos) return w;
+        }
+      } else if (first == "URIs:") {
+        for (std::string w; words >> w;) {
+          if (w.rfind("http", 0) == 0 && w.find("security") == std::string::npos) return w;
+        }
+      }
+    }
+  }
+  return NotFound("no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d");
+}
+
+Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,
+                              const std::string& work_dir) {
+  const auto started = std::chrono::steady_clock::now();
+  if (base != "busybox" && base != "debian") {
+    return InvalidArgument(fmt::format("unknown image base \"{}\": busybox or debian", base),
+                           "base");
+  }
+  const fs::path dir = fs::path(work_dir) / fmt::format("image-{}-{}", base, getpid());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir / "templates", ec);
+  if (ec) return Internal(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+
+  auto rootfs = base == "busybox" ? BusyboxRootfs(dir / "rootfs") : DebianRootfs(dir / "rootfs");
+  if (!rootfs) return rootfs.error();
+  const std::string description =
+      base == "busybox" ? "bmas busybox (tests)" : "bmas Debian 12 minbase";
+  if (auto w = Write(dir / "metadata.yaml", Metadata(base, description), fs::perms(0644)); !w) {
+    return w.error();
+  }
+  if (auto w = Write(dir / "templates/hostname.tpl", "{{ container.name }}\n", fs::perms(0644)); !w) {
+    return w.error();
+  }
+  const fs::path tarball = dir / "image.tar.gz";
+  std::vector<std::string> tar = {"tar", "-C", dir.string(), "--numeric-owner", "-czf",
+                                  tarball.string()};
+  if (base == "busybox") {
+    tar.insert(tar.begin() + 3, {"--owner=0", "--group=0"});
+  }
+  for (const char* part : {"metadata.yaml", "templates", "rootfs"}) tar.emplace_back(part);
+  if (auto r = Run(tar, std::chrono::seconds(900)); !r) return r.error();
+
+  std::ifstream in(tarball, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) return Internal(fmt::format("cannot read {}", tarball.string()));
+  BuiltImage out;
+  out.size = static_cast<int64_t>(bytes.size());
+  out.alias = alias.empty() ? "bmas-" + base : alias;
+  auto fp = client.ImportImage(std::move(bytes), out.alias);
+  if (!fp) return fp.error();
+  out.fingerprint = *fp;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+Result<Image> NewestBuiltImage(LxdClient& client) {
+  auto images = client.Images();
+  if (!images) return images.error();
+  const Image* newest = nullptr;
+  for (const Image& i : *images) {
+    auto it = i.properties.find("bmas.built");
+    if (it == i.properties.end() || it->second != "true") continue;
+    if (newest == nullptr || i.uploaded_at > newest->uploaded_at) newest = &i;
+  }
+  if (newest == nullptr) {
+    return NotFound("no image built by bmas yet: `bmas image build --base debian` (or "
+                    "`--base busybox` for a small test image)",
+                    "image");
+  }
+  return *newest;
+}
+
+}  // namespace bmas::lxd

@@ -1,0 +1,35 @@
+#pragma once
+
+// Container images built on this machine, without an image server: a busybox one (1 MB, for
+// tests) from the busybox-static package, and a Debian one (debootstrap minbase from the mirror
+// apt uses). Each is packed as a unified image tarball and imported through LXD's API with
+// properties bmas.built=true and bmas.base=<base>, so the newest can be found later.
+
+#include <string>
+
+#include "common/result.h"
+#include "lxd/lxd_client.h"
+
+namespace bmas::lxd {
+
+struct BuiltImage {
+  std::string fingerprint;
+  std::string alias;
+  int64_t size = 0;      // bytes of the tarball
+  double seconds = 0;    // to build and import
+};
+
+// base: "busybox" or "debian". `work_dir` holds the build tree (removed after). `alias` ""
+// = "bmas-<base>". Debian needs root and debootstrap; the suite is the host's (bookworm).
+Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,
+                              const std::string& work_dir);
+
+// The Debian mirror apt uses on this host (from /etc/apt/sources.list or
+// /etc/apt/sources.list.d/*.sources); NotFound when none is configured.
+Result<std::string> AptMirror();
+
+// The newest image that BuildImage imported (by upload time); NotFound with the command that
+// makes one when there is none.
+Result<Image> NewestBuiltImage(LxdClient& client);
+
+}  // namespace bmas::lxd

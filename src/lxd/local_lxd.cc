@@ -1,0 +1,433 @@
+#include "lxd/local_lxd.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/prettywriter.h>
+#include <rapidjson/stringbuffer.h>
+#include <spdlog/spdlog.h>
+
+#include "common/process.h"
+#include "lxd/lxd_client.h"
+
+namespace bmas::lxd {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kLxcfsMount = "/var/lib/lxcfs";
+constexpr int64_t kIdsPerContainer = 65536;  // security.idmap.isolated gives each this many
+constexpr int64_t kInotifyLimit = 1048576;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result<void> WriteAtomically(const std::string& path, const std::string& text, mode_t mode) {
+  const std::string tmp = fmt::format("{}.bmas-tmp{}", path, getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return Internal(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = fchmod(fd, mode) == 0 && ok;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    unlink(tmp.c_str());
+    return Internal(fmt::format("cannot write {}: {}", path, why));
+  }
+  return {};
+}
+
+// Whether a file system of type `type` is mounted at `path` ("" = any type).
+bool Mounted(const std::string& path, const std::string& type = "") {
+  std::istringstream lines(ReadText("/proc/self/mounts"));
+  std::string device, point, fstype, rest;
+  while (lines >> device >> point >> fstype && std::getline(lines, rest)) {
+    if (point == path && (type.empty() || fstype == type)) return true;
+  }
+  return false;
+}
+
+bool Answers(const std::string& socket) {
+  LxdClient client(socket, std::chrono::seconds(2));
+  return static_cast<bool>(client.Server());
+}
+
+bool WaitFor(const std::function<bool()>& ready, pid_t pid, Clock::duration timeout) {
+  const auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    if (ready()) return true;
+    if (pid > 0 && !ProcessRunning(pid)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return ready();
+}
+
+std::string LogTail(const std::string& path) {
+  const std::string text = ReadText(path);
+  return text.size() > 1500 ? text.substr(text.size() - 1500) : text;
+}
+
+Result<void> RaiseSysctl(const std::string& key, int64_t value) {
+  const std::string path = "/proc/sys/" + key;
+  int64_t current = 0;
+  std::ifstream(path) >> current;
+  if (current >= value) return {};
+  std::ofstream out(path);
+  out << value;
+  out.flush();
+  if (!out) return Internal(fmt::format("cannot raise {} to {}", path, value));
+  return {};
+}
+
+Result<void> Save(const LocalLxd& l) {
+  rapidjson::StringBuffer buf;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buf);
+  auto str = [&](const char* key, const std::string& value) {
+    w.Key(key);
+    w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+  };
+  w.StartObject();
+  str("state_dir", l.state_dir);
+  str("lxd_dir", l.lxd_dir);
+  str("socket", l.socket);
+  str("pool_driver", l.pool_driver);
+  str("pool_note", l.pool_note);
+  w.Key("started");
+  w.StartArray();
+  for (const StartedDaemon& d : l.started) {
+    w.StartObject();
+    str("name", d.name);
+    str("comm", d.comm);
+    w.Key("pid");
+    w.Int(d.pid);
+    str("log", d.log);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return WriteAtomically(l.state_dir + "/lxd.json", std::string(buf.GetString()) + "\n", 0644);
+}
+
+Result<StartedDaemon> StartDetached(const std::string& name, const std::string& comm,
+                                    std::vector<std::string> args, std::vector<std::string> env,
+                                    const std::string& log) {
+  SpawnOptions o;
+  o.args = std::move(args);
+  o.output = log;
+  o.env = std::move(env);
+  o.detach = true;
+  auto pid = Spawn(o);
+  if (!pid) return pid.error();
+  return StartedDaemon{name, comm, *pid, log};
+}
+
+// Every directory above `path` must let unprivileged containers' root (a high host uid)
+// through, or their root file systems under LXD_DIR cannot be reached.
+Result<void> CheckTraversable(const fs::path& path) {
+  for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
+    struct stat st;
+    if (stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+      return InvalidArgument(fmt::format(
+          "{} is not traversable by other users, so unprivileged containers cannot reach "
+          "their root file systems under {}: `chmod o+x {}` or choose another lxd.dir",
+          p.string(), path.string(), p.string()));
+    }
+    if (p == p.root_path()) break;
+  }
+  return {};
+}
+
+Result<std::string> EnsurePool(LxdClient& client, const LxdSettings& s, std::string& note) {
+  auto pools = client.StoragePools();
+  if (!pools) return pools.error();
+  for (const StoragePool& p : *pools) {
+    if (p.name == kPoolName) return p.driver;
+  }
+  if (s.storage_driver != "dir") {
+    auto made = client.CreateStoragePool(kPoolName, "btrfs", {{"size", s.pool_size}});
+    if (made) return std::string("btrfs");
+    if (s.storage_driver == "btrfs") return made.error();
+    note = fmt::format("btrfs could not be used ({}); fell back to dir, where disk quotas are "
+                       "not enforced",
+                       made.error().message);
+    spdlog::warn("lxd: {}", note);
+  }
+  auto made = client.CreateStoragePool(kPoolName, "dir", {});
+  if (!made) return made.error();
+  return std::string("dir");
+}
+
+}  // namespace
+
+std::string SocketPath(const LxdSettings& settings) { return settings.dir + "/unix.socket"; }
+
+std::string LxdPrerequisites() {
+  if (geteuid() != 0) {
+    return "starting and preparing LXD needs root: run bmas as root (sudo)";
+  }
+  std::vector<std::string> missing;
+  for (const char* path : {"/usr/bin/lxd", "/usr/bin/lxcfs", "/usr/bin/newuidmap",
+                           "/usr/bin/mkfs.btrfs", "/usr/bin/mksquashfs"}) {
+    if (access(path, X_OK) != 0) missing.push_back(path);
+  }
+  if (access("/usr/sbin/lxd", X_OK) == 0) {
+    missing.erase(std::remove(missing.begin(), missing.end(), "/usr/bin/lxd"), missing.end());
+  }
+  if (access("/usr/sbin/mkfs.btrfs", X_OK) == 0 || access("/sbin/mkfs.btrfs", X_OK) == 0) {
+    missing.erase(std::remove(missing.begin(), missing.end(), "/usr/bin/mkfs.btrfs"),
+                  missing.end());
+  }
+  if (missing.empty()) return "";
+  std::string list;
+  for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
+  return fmt::format("LXD is not installed (missing {}): {}", list, kInstallHint);
+}
+
+std::string EnsureSubIdsInText(const std::string& text, int64_t count,
+                               const std::vector<int64_t>& single_ids) {
+  struct Line {
+    std::string owner;
+    int64_t start = 0, size = 0;
+    std::string raw;
+  };
+  std::vector<Line> lines;
+  std::istringstream in(text);
+  for (std::string raw; std::getline(in, raw);) {
+    Line l;
+    l.raw = raw;
+    const size_t a = raw.find(':'), b = raw.rfind(':');
+    if (a != std::string::npos && b != a) {
+      l.owner = raw.substr(0, a);
+      try {
+        l.start = std::stoll(raw.substr(a + 1, b - a - 1));
+        l.size = std::stoll(raw.substr(b + 1));
+      } catch (const std::exception&) {
+        l.owner.clear();
+      }
+    }
+    lines.push_back(l);
+  }
+  auto overlaps = [&](int64_t start, int64_t size, const Line* self) {
+    for (const Line& l : lines) {
+      if (&l == self || l.owner.empty() || l.size <= 1) continue;
+      if (self != nullptr && l.start == self->start && l.size == self->size) continue;
+      if (start < l.start + l.size && l.start < start + size) return true;
+    }
+    return false;
+  };
+  // root's largest range: grow it in place when nothing else sits there; else add one above
+  // every range in the file.
+  Line* root = nullptr;
+  for (Line& l : lines) {
+    if (l.owner == "root" && l.size > 1 && (root == nullptr || l.size > root->size)) root = &l;
+  }
+  if (root == nullptr || root->size < count) {
+    if (root != nullptr && !overlaps(root->start, count, root)) {
+      root->size = count;
+      root->raw = fmt::format("root:{}:{}", root->start, count);
+    } else {
+      int64_t top = 100000;
+      for (const Line& l : lines) {
+        if (!l.owner.empty() && l.size > 1) top = std::max(top, l.start + l.size);
+      }
+      lines.push_back(Line{"root", top, count, fmt::format("root:{}:{}", top, count)});
+    }
+  }
+  for (int64_t id : single_ids) {
+    const bool present = std::any_of(lines.begin(), lines.end(), [&](const Line& l) {
+      return l.owner == "root" && l.start == id && l.size == 1;
+    });
+    if (!present) lines.push_back(Line{"root", id, 1, fmt::format("root:{}:1", id)});
+  }
+  std::string out;
+  for (const Line& l : lines) out += l.raw + "\n";
+  return out;
+}
+
+Result<bool> EnsureSubIds(const std::string& path, int64_t count,
+                          const std::vector<int64_t>& single_ids) {
+  const std::string before = ReadText(path);
+  const std::string after = EnsureSubIdsInText(before, count, single_ids);
+  if (after == before) return false;
+  if (auto w = WriteAtomically(path, after, 0644); !w) return w.error();
+  return true;
+}
+
+Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
+  const std::string path = state_dir + "/lxd.json";
+  const std::string text = ReadText(path);
+  if (text.empty()) {
+    return NotFound(fmt::format("`bmas lxd up` has not run with state dir {} (no {})", state_dir,
+                                path));
+  }
+  rapidjson::Document d;
+  d.Parse(text.c_str());
+  if (d.HasParseError() || !d.IsObject()) return Internal(fmt::format("{} is not valid JSON", path));
+  auto str = [](const rapidjson::Value& v, const char* key) {
+    auto it = v.FindMember(key);
+    return it != v.MemberEnd() && it->value.IsString() ? std::string(it->value.GetString())
+                                                       : std::string();
+  };
+  LocalLxd l;
+  l.state_dir = str(d, "state_dir");
+  l.lxd_dir = str(d, "lxd_dir");
+  l.socket = str(d, "socket");
+  l.pool_driver = str(d, "pool_driver");
+  l.pool_note = str(d, "pool_note");
+  if (auto it = d.FindMember("started"); it != d.MemberEnd() && it->value.IsArray()) {
+    for (const auto& e : it->value.GetArray()) {
+      StartedDaemon s{str(e, "name"), str(e, "comm"), -1, str(e, "log")};
+      if (auto p = e.FindMember("pid"); p != e.MemberEnd() && p->value.IsInt()) {
+        s.pid = p->value.GetInt();
+      }
+      l.started.push_back(s);
+    }
+  }
+  return l;
+}
+
+Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
+  if (std::string why = LxdPrerequisites(); !why.empty()) {
+    return Error{geteuid() != 0 ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, why, {}};
+  }
+  LocalLxd l;
+  std::error_code ec;
+  fs::create_directories(state_dir + "/logs", ec);
+  if (ec) return Internal(fmt::format("cannot create {}/logs: {}", state_dir, ec.message()));
+  l.state_dir = fs::absolute(state_dir).string();
+  l.lxd_dir = fs::absolute(settings.dir).string();
+  l.socket = l.lxd_dir + "/unix.socket";
+  if (auto earlier = ReadLocalLxd(l.state_dir)) {
+    for (const StartedDaemon& d : earlier->started) {
+      if (ProcessRunning(d.pid, d.comm)) l.started.push_back(d);
+    }
+  }
+
+  // Before lxd starts: it reads the id ranges and needs the watches for many containers.
+  for (const char* key : {"fs/inotify/max_user_instances", "fs/inotify/max_user_watches"}) {
+    if (auto r = RaiseSysctl(key, kInotifyLimit); !r) return r.error();
+  }
+  const int64_t ids = kIdsPerContainer * (int64_t{settings.users} + 1);
+  for (const char* file : {"/etc/subuid", "/etc/subgid"}) {
+    auto changed = EnsureSubIds(file, ids, {});
+    if (!changed) return changed.error();
+    if (*changed && Answers(l.socket)) {
+      spdlog::warn("lxd: {} changed while LXD runs; LXD reads it at start-up only", file);
+    }
+  }
+
+  if (!Mounted(kLxcfsMount)) {
+    fs::create_directories(kLxcfsMount, ec);
+    auto lxcfs = StartDetached("lxcfs", "lxcfs", {"lxcfs", kLxcfsMount}, {},
+                               l.state_dir + "/logs/lxcfs.log");
+    if (!lxcfs) return lxcfs.error();
+    l.started.push_back(*lxcfs);
+    if (auto saved = Save(l); !saved) return saved.error();
+    if (!WaitFor([] { return Mounted(kLxcfsMount); }, lxcfs->pid, std::chrono::seconds(10))) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("lxcfs did not mount {}; its log {} ends with:\n{}", kLxcfsMount,
+                               lxcfs->log, LogTail(lxcfs->log)),
+                   {}};
+    }
+  }
+
+  if (!Answers(l.socket)) {
+    fs::create_directories(l.lxd_dir, ec);
+    if (ec) return Internal(fmt::format("cannot create {}: {}", l.lxd_dir, ec.message()));
+    if (auto t = CheckTraversable(fs::path(l.lxd_dir) / "x"); !t) return t.error();
+    // AppArmor profiles LXD's containers need; absent AppArmor is fine.
+    if (access("/usr/libexec/lxd/lxd-apparmor-load", X_OK) == 0) {
+      (void)RunCommand({"/usr/libexec/lxd/lxd-apparmor-load"}, {}, std::chrono::seconds(30));
+    }
+    std::vector<std::string> args = {"lxd", "--logfile=" + l.lxd_dir + "/lxd.log"};
+    if (getgrnam("lxd") != nullptr) args.insert(args.begin() + 1, "--group=lxd");
+    auto lxd = StartDetached("lxd", "lxd", args, {"LXD_DIR=" + l.lxd_dir},
+                             l.state_dir + "/logs/lxd.out");
+    if (!lxd) return lxd.error();
+    l.started.push_back(*lxd);
+    if (auto saved = Save(l); !saved) return saved.error();
+    const std::string socket = l.socket;
+    if (!WaitFor([&socket] { return Answers(socket); }, lxd->pid, std::chrono::seconds(60))) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("lxd did not answer on {}; its log {} ends with:\n{}", l.socket,
+                               l.lxd_dir + "/lxd.log", LogTail(l.lxd_dir + "/lxd.log") +
+                                                           LogTail(lxd->log)),
+                   {}};
+    }
+  }
+
+  LxdClient client(l.socket);
+  auto driver = EnsurePool(client, settings, l.pool_note);
+  if (!driver) return driver.error();
+  l.pool_driver = *driver;
+  Profile profile;
+  profile.name = kProfileName;
+  profile.description = "bmas workspaces: unprivileged, own id range, no network, no GPU";
+  profile.config = {{"security.idmap.isolated", "true"}, {"security.privileged", "false"}};
+  profile.devices = {{"root", {{"type", "disk"}, {"path", "/"}, {"pool", kPoolName}}}};
+  if (auto p = client.PutProfile(profile); !p) return p.error();
+  if (auto saved = Save(l); !saved) return saved.error();
+  return l;
+}
+
+Result<std::vector<std::string>> StopLocalLxd(const std::string& state_dir) {
+  auto l = ReadLocalLxd(state_dir);
+  if (!l) return l.error();
+  std::vector<std::string> stopped;
+  for (auto it = l->started.rbegin(); it != l->started.rend(); ++it) {
+    if (!ProcessRunning(it->pid, it->comm)) continue;
+    if (it->name == "lxd") {
+      // Killing lxd leaves its containers running with nobody to manage them.
+      LxdClient client(l->socket);
+      if (auto instances = client.Instances()) {
+        for (const Instance& i : *instances) {
+          if (i.status != "Running") continue;
+          if (auto s = client.ChangeState(i.name, "stop", /*force=*/true); !s) {
+            spdlog::warn("lxd: {}", s.error().message);
+          } else {
+            stopped.push_back("instance " + i.name);
+          }
+        }
+      }
+    }
+    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(20))) {
+      return Internal(fmt::format("{} (pid {}) did not stop", it->name, it->pid));
+    }
+    stopped.push_back(fmt::format("{} (pid {})", it->name, it->pid));
+    if (it->name == "lxd") {
+      // LXD leaves its pool's loop mount and its own tmpfs mounts behind.
+      for (const char* sub : {"/storage-pools/bmas", "/shmounts", "/devlxd"}) {
+        const std::string path = l->lxd_dir + sub;
+        if (Mounted(path) && umount2(path.c_str(), MNT_DETACH) != 0) {
+          spdlog::warn("lxd: cannot unmount {}: {}", path, std::strerror(errno));
+        }
+      }
+    }
+    if (it->name == "lxcfs" && Mounted(kLxcfsMount)) {
+      umount2(kLxcfsMount, MNT_DETACH);
+    }
+  }
+  l->started.clear();
+  if (auto saved = Save(*l); !saved) return saved.error();
+  return stopped;
+}
+
+}  // namespace bmas::lxd

@@ -1,0 +1,616 @@
+#include "lxd/lxd_client.h"
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "common/asio.h"
+
+namespace bmas::lxd {
+namespace {
+
+using rapidjson::Value;
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+constexpr size_t kMaxResponseBytes = 256u << 20;
+
+class UnixLxdTransport final : public LxdTransport {
+ public:
+  UnixLxdTransport(std::string path, std::chrono::milliseconds timeout)
+      : path_(std::move(path)), timeout_(timeout) {}
+
+  Result<LxdResponse> RoundTrip(const LxdRequest& request) override {
+    using Local = net::local::stream_protocol;
+    net::io_context io;
+    Local::socket socket(io);
+    beast::error_code ec;
+    auto fail = [&](const char* step) -> Error {
+      const bool timed_out = ec == net::error::would_block || ec == net::error::try_again ||
+                             ec == net::error::timed_out;
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("{} to LXD at {} failed: {}", step, path_,
+                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
+                                         : ec.message()),
+                   {}};
+    };
+    socket.connect(Local::endpoint(path_), ec);
+    if (ec) return fail("connect");
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
+    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+
+    http::request<http::string_body> req{http::string_to_verb(request.method), request.target, 11};
+    req.set(http::field::host, "lxd");
+    req.set(http::field::user_agent, "bmas");
+    for (const auto& [name, value] : request.headers) req.set(name, value);
+    if (!request.body.empty()) {
+      req.set(http::field::content_type, request.content_type);
+      req.body() = request.body;
+    }
+    req.keep_alive(false);
+    req.prepare_payload();
+    http::write(socket, req, ec);
+    if (ec) return fail("write");
+
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxResponseBytes);
+    http::read(socket, buffer, parser, ec);
+    if (ec) return fail("read");
+    LxdResponse out;
+    out.status = static_cast<int>(parser.get().result_int());
+    if (auto it = parser.get().find(http::field::etag); it != parser.get().end()) {
+      out.etag = std::string(it->value());
+    }
+    out.body = std::move(parser.get().body());
+    return out;
+  }
+
+  std::string Where() const override { return path_; }
+
+ private:
+  std::string path_;
+  std::chrono::milliseconds timeout_;
+};
+
+// ---- JSON reading -------------------------------------------------------------------------
+
+const Value* Member(const Value& v, const char* key) {
+  if (!v.IsObject()) return nullptr;
+  const auto it = v.FindMember(key);
+  return it == v.MemberEnd() ? nullptr : &it->value;
+}
+
+std::string Str(const Value& v, const char* key) {
+  const Value* m = Member(v, key);
+  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength())
+                                       : std::string();
+}
+
+int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
+  const Value* m = Member(v, key);
+  if (m == nullptr) return fallback;
+  if (m->IsInt64()) return m->GetInt64();
+  if (m->IsString()) {
+    try {
+      return std::stoll(m->GetString());
+    } catch (const std::exception&) {
+      return fallback;
+    }
+  }
+  return fallback;
+}
+
+StringMap Strings(const Value& v, const char* key) {
+  StringMap out;
+  const Value* m = Member(v, key);
+  if (m == nullptr || !m->IsObject()) return out;
+  for (const auto& e : m->GetObject()) {
+    if (e.value.IsString()) out[e.name.GetString()] = e.value.GetString();
+  }
+  return out;
+}
+
+std::vector<std::string> StringList(const Value& v, const char* key) {
+  std::vector<std::string> out;
+  const Value* m = Member(v, key);
+  if (m == nullptr || !m->IsArray()) return out;
+  for (const Value& e : m->GetArray()) {
+    if (e.IsString()) out.emplace_back(e.GetString());
+  }
+  return out;
+}
+
+std::map<std::string, StringMap> Devices(const Value& v) {
+  std::map<std::string, StringMap> out;
+  const Value* m = Member(v, "devices");
+  if (m == nullptr || !m->IsObject()) return out;
+  for (const auto& e : m->GetObject()) {
+    StringMap d;
+    if (e.value.IsObject()) {
+      for (const auto& kv : e.value.GetObject()) {
+        if (kv.value.IsString()) d[kv.name.GetString()] = kv.value.GetString();
+      }
+    }
+    out[e.name.GetString()] = std::move(d);
+  }
+  return out;
+}
+
+Result<rapidjson::Document> Parse(const std::string& text, const std::string& what) {
+  rapidjson::Document d;
+  d.Parse(text.c_str(), text.size());
+  if (d.HasParseError() || !d.IsObject()) {
+    return Internal(fmt::format("cannot {}: LXD answered with something that is not a JSON "
+                                "object: {}",
+                                what, text.substr(0, 200)));
+  }
+  return d;
+}
+
+std::string Serialize(const Value& v) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  v.Accept(w);
+  return buf.GetString();
+}
+
+// ---- JSON writing -------------------------------------------------------------------------
+
+void WriteString(Writer& w, const std::string& s) {
+  w.String(s.c_str(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void WriteMap(Writer& w, const StringMap& m) {
+  w.StartObject();
+  for (const auto& [k, v] : m) {
+    WriteString(w, k);
+    WriteString(w, v);
+  }
+  w.EndObject();
+}
+
+void WriteDevices(Writer& w, const std::map<std::string, StringMap>& devices) {
+  w.StartObject();
+  for (const auto& [name, spec] : devices) {
+    WriteString(w, name);
+    WriteMap(w, spec);
+  }
+  w.EndObject();
+}
+
+void WriteStrings(Writer& w, const std::vector<std::string>& list) {
+  w.StartArray();
+  for (const auto& s : list) WriteString(w, s);
+  w.EndArray();
+}
+
+// Escapes a path segment (instance and device names are plain; this guards the rest).
+std::string Segment(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+ErrorCode CodeFor(int64_t lxd_code) {
+  switch (lxd_code) {
+    case 400: return ErrorCode::kInvalidArgument;
+    case 403: return ErrorCode::kPermissionDenied;
+    case 404: return ErrorCode::kNotFound;
+    case 409: return ErrorCode::kAlreadyExists;
+    case 503: return ErrorCode::kUnavailable;
+    default: return ErrorCode::kInternal;
+  }
+}
+
+Instance ParseInstance(const Value& v) {
+  Instance i;
+  i.name = Str(v, "name");
+  i.status = Str(v, "status");
+  i.type = Str(v, "type");
+  i.config = Strings(v, "config");
+  i.devices = Devices(v);
+  i.profiles = StringList(v, "profiles");
+  i.created_at = Str(v, "created_at");
+  return i;
+}
+
+Profile ParseProfile(const Value& v) {
+  Profile p;
+  p.name = Str(v, "name");
+  p.description = Str(v, "description");
+  p.config = Strings(v, "config");
+  p.devices = Devices(v);
+  return p;
+}
+
+std::string ProfileBody(const Profile& p, bool with_name) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  if (with_name) {
+    w.Key("name");
+    WriteString(w, p.name);
+  }
+  w.Key("description");
+  WriteString(w, p.description);
+  w.Key("config");
+  WriteMap(w, p.config);
+  w.Key("devices");
+  WriteDevices(w, p.devices);
+  w.EndObject();
+  return buf.GetString();
+}
+
+}  // namespace
+
+LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout) {
+  return std::make_unique<UnixLxdTransport>(std::move(path), timeout);
+}
+
+bool IsValidInstanceName(const std::string& name) {
+  if (name.empty() || name.size() > 63 || !std::isalpha(static_cast<unsigned char>(name[0])) ||
+      name.back() == '-') {
+    return false;
+  }
+  for (unsigned char c : name) {
+    if (!std::isalnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+LxdClient::LxdClient(const std::string& socket, std::chrono::milliseconds timeout)
+    : transport_(NewUnixLxdTransport(socket, timeout)) {}
+
+LxdClient::LxdClient(LxdTransportPtr transport) : transport_(std::move(transport)) {}
+
+Result<LxdResponse> LxdClient::Call(LxdRequest request, const std::string& what) {
+  auto response = transport_->RoundTrip(request);
+  if (!response) {
+    Error e = response.error();
+    e.message = fmt::format("cannot {}: {}. Is LXD running? `bmas lxd up` starts it", what,
+                            e.message);
+    return e;
+  }
+  if (response->status >= 200 && response->status < 300) return response;
+  auto doc = Parse(response->body, what);
+  std::string message = doc ? Str(*doc, "error") : std::string();
+  int64_t code = doc ? Int(*doc, "error_code", response->status) : response->status;
+  if (message.empty()) message = fmt::format("HTTP {}", response->status);
+  return Error{CodeFor(code), fmt::format("cannot {}: {}", what, message), {}};
+}
+
+Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string& what) {
+  auto r = Call(std::move(request), what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  if (Str(*doc, "type") != "async") {
+    const Value* m = Member(*doc, "metadata");
+    return m != nullptr ? Serialize(*m) : std::string("null");
+  }
+  const std::string op = Str(*doc, "operation");
+  if (op.empty()) return Internal(fmt::format("cannot {}: async response without operation", what));
+  // The wait is long-polled in slices so the transport's deadline never cuts it.
+  for (;;) {
+    auto w = Call(LxdRequest{"GET", op + "/wait?timeout=30", {}, {}}, what);
+    if (!w) return w.error();
+    auto wd = Parse(w->body, what);
+    if (!wd) return wd.error();
+    const Value* meta = Member(*wd, "metadata");
+    if (meta == nullptr || !meta->IsObject()) {
+      return Internal(fmt::format("cannot {}: operation {} has no metadata", what, op));
+    }
+    const std::string status = Str(*meta, "status");
+    if (status == "Success") {
+      const Value* m = Member(*meta, "metadata");
+      return m != nullptr ? Serialize(*m) : std::string("null");
+    }
+    if (status == "Running" || status == "Pending") continue;
+    std::string err = Str(*meta, "err");
+    if (err.empty()) err = fmt::format("operation ended {}", status);
+    ErrorCode code = ErrorCode::kInternal;
+    if (err.find("already exists") != std::string::npos) code = ErrorCode::kAlreadyExists;
+    if (err.find("not found") != std::string::npos) code = ErrorCode::kNotFound;
+    return Error{code, fmt::format("cannot {}: {}", what, err), {}};
+  }
+}
+
+Result<ServerInfo> LxdClient::Server() {
+  auto r = Call(LxdRequest{"GET", "/1.0", {}, {}}, "ask LXD for its version");
+  if (!r) return r.error();
+  auto doc = Parse(r->body, "read LXD's server info");
+  if (!doc) return doc.error();
+  ServerInfo info;
+  if (const Value* m = Member(*doc, "metadata")) {
+    if (const Value* env = Member(*m, "environment")) {
+      info.version = Str(*env, "server_version");
+      info.kernel = Str(*env, "kernel_version");
+      if (const Value* drivers = Member(*env, "storage_supported_drivers");
+          drivers != nullptr && drivers->IsArray()) {
+        for (const Value& d : drivers->GetArray()) info.storage_drivers.push_back(Str(d, "Name"));
+      }
+    }
+  }
+  return info;
+}
+
+Result<std::vector<Instance>> LxdClient::Instances() {
+  auto r = Call(LxdRequest{"GET", "/1.0/instances?recursion=1", {}, {}}, "list instances");
+  if (!r) return r.error();
+  auto doc = Parse(r->body, "list instances");
+  if (!doc) return doc.error();
+  std::vector<Instance> out;
+  const Value* m = Member(*doc, "metadata");
+  if (m != nullptr && m->IsArray()) {
+    for (const Value& v : m->GetArray()) out.push_back(ParseInstance(v));
+  }
+  return out;
+}
+
+Result<Instance> LxdClient::GetInstance(const std::string& name) {
+  const std::string what = fmt::format("get instance {}", name);
+  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  const Value* m = Member(*doc, "metadata");
+  if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
+  Instance i = ParseInstance(*m);
+  i.etag = r->etag;
+  return i;
+}
+
+Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, spec.name);
+  w.Key("type");
+  w.String("container");
+  w.Key("source");
+  w.StartObject();
+  w.Key("type");
+  w.String("image");
+  // 64 hex digits name an image by fingerprint; anything else is an alias.
+  const bool fingerprint =
+      spec.image.size() == 64 && spec.image.find_first_not_of("0123456789abcdef") == std::string::npos;
+  w.Key(fingerprint ? "fingerprint" : "alias");
+  WriteString(w, spec.image);
+  w.EndObject();
+  w.Key("profiles");
+  WriteStrings(w, spec.profiles);
+  w.Key("config");
+  WriteMap(w, spec.config);
+  w.Key("devices");
+  WriteDevices(w, spec.devices);
+  w.EndObject();
+  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, buf.GetString()},
+                       fmt::format("create instance {}", spec.name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::ChangeState(const std::string& name, const std::string& action, bool force,
+                                    int timeout_s) {
+  const std::string body = fmt::format(R"({{"action":"{}","timeout":{},"force":{}}})", action,
+                                       timeout_s, force ? "true" : "false");
+  auto r = CallAndWait(LxdRequest{"PUT", "/1.0/instances/" + Segment(name) + "/state", {}, body},
+                       fmt::format("{} instance {}", action, name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::DeleteInstance(const std::string& name) {
+  auto r = CallAndWait(LxdRequest{"DELETE", "/1.0/instances/" + Segment(name), {}, {}},
+                       fmt::format("delete instance {}", name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::AddDevice(const std::string& name, const std::string& device,
+                                  const StringMap& spec) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("devices");
+  WriteDevices(w, {{device, spec}});
+  w.EndObject();
+  auto r = CallAndWait(LxdRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
+                       fmt::format("add device {} to {}", device, name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::RemoveDevice(const std::string& name, const std::string& device) {
+  const std::string what = fmt::format("remove device {} from {}", device, name);
+  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  Value* m = nullptr;
+  if (auto it = doc->FindMember("metadata"); it != doc->MemberEnd() && it->value.IsObject()) {
+    m = &it->value;
+  }
+  if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
+  auto devices = m->FindMember("devices");
+  if (devices == m->MemberEnd() || !devices->value.IsObject() ||
+      !devices->value.HasMember(device.c_str())) {
+    return NotFound(fmt::format("cannot {}: it has no such device", what), "device");
+  }
+  devices->value.RemoveMember(device.c_str());
+  LxdRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(*m)};
+  if (!r->etag.empty()) put.headers.emplace_back("If-Match", r->etag);
+  auto done = CallAndWait(std::move(put), what);
+  if (!done) return done.error();
+  return {};
+}
+
+Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec) {
+  const std::string what = fmt::format("run a command in {}", name);
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("command");
+  WriteStrings(w, spec.command);
+  w.Key("environment");
+  WriteMap(w, spec.environment);
+  w.Key("wait-for-websocket");
+  w.Bool(false);
+  w.Key("interactive");
+  w.Bool(false);
+  w.Key("record-output");
+  w.Bool(true);
+  w.Key("user");
+  w.Uint(spec.user);
+  w.Key("group");
+  w.Uint(spec.group);
+  if (!spec.cwd.empty()) {
+    w.Key("cwd");
+    WriteString(w, spec.cwd);
+  }
+  w.EndObject();
+  auto meta = CallAndWait(
+      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, buf.GetString()}, what);
+  if (!meta) return meta.error();
+  auto doc = Parse(*meta, what);
+  if (!doc) return doc.error();
+  ExecResult result;
+  result.exit_code = static_cast<int>(Int(*doc, "return", -1));
+  const StringMap output = Strings(*doc, "output");
+  for (const auto& [fd, path] : output) {
+    auto log = Call(LxdRequest{"GET", path, {}, {}}, what + " (read its output)");
+    if (!log) return log.error();
+    (fd == "1" ? result.out : result.err) = std::move(log->body);
+    // The recorded output would otherwise pile up in the instance's log directory.
+    (void)Call(LxdRequest{"DELETE", path, {}, {}}, what + " (delete its output)");
+  }
+  return result;
+}
+
+Result<std::vector<Image>> LxdClient::Images() {
+  auto r = Call(LxdRequest{"GET", "/1.0/images?recursion=1", {}, {}}, "list images");
+  if (!r) return r.error();
+  auto doc = Parse(r->body, "list images");
+  if (!doc) return doc.error();
+  std::vector<Image> out;
+  const Value* m = Member(*doc, "metadata");
+  if (m == nullptr || !m->IsArray()) return out;
+  for (const Value& v : m->GetArray()) {
+    Image i;
+    i.fingerprint = Str(v, "fingerprint");
+    i.properties = Strings(v, "properties");
+    i.size = Int(v, "size");
+    i.uploaded_at = Str(v, "uploaded_at");
+    if (const Value* aliases = Member(v, "aliases"); aliases != nullptr && aliases->IsArray()) {
+      for (const Value& a : aliases->GetArray()) i.aliases.push_back(Str(a, "name"));
+    }
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+Result<std::string> LxdClient::ImportImage(std::string tarball, const std::string& alias) {
+  LxdRequest req{"POST", "/1.0/images", {}, std::move(tarball)};
+  req.content_type = "application/octet-stream";
+  auto meta = CallAndWait(std::move(req), "import an image");
+  if (!meta) return meta.error();
+  auto doc = Parse(*meta, "import an image");
+  if (!doc) return doc.error();
+  const std::string fingerprint = Str(*doc, "fingerprint");
+  if (fingerprint.empty()) return Internal("LXD imported an image but gave no fingerprint");
+  if (alias.empty()) return fingerprint;
+  const std::string what = fmt::format("point alias {} at image {}", alias, fingerprint);
+  auto existing = Call(LxdRequest{"GET", "/1.0/images/aliases/" + Segment(alias), {}, {}}, what);
+  if (existing) {
+    const std::string body = fmt::format(R"({{"target":"{}","description":""}})", fingerprint);
+    auto put = Call(LxdRequest{"PUT", "/1.0/images/aliases/" + Segment(alias), {}, body}, what);
+    if (!put) return put.error();
+    return fingerprint;
+  }
+  if (existing.error().code != ErrorCode::kNotFound) return existing.error();
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, alias);
+  w.Key("target");
+  WriteString(w, fingerprint);
+  w.EndObject();
+  auto post = Call(LxdRequest{"POST", "/1.0/images/aliases", {}, buf.GetString()}, what);
+  if (!post) return post.error();
+  return fingerprint;
+}
+
+Result<std::vector<StoragePool>> LxdClient::StoragePools() {
+  auto r = Call(LxdRequest{"GET", "/1.0/storage-pools?recursion=1", {}, {}}, "list storage pools");
+  if (!r) return r.error();
+  auto doc = Parse(r->body, "list storage pools");
+  if (!doc) return doc.error();
+  std::vector<StoragePool> out;
+  const Value* m = Member(*doc, "metadata");
+  if (m == nullptr || !m->IsArray()) return out;
+  for (const Value& v : m->GetArray()) {
+    out.push_back(StoragePool{Str(v, "name"), Str(v, "driver"), Strings(v, "config"),
+                              Str(v, "status")});
+  }
+  return out;
+}
+
+Result<void> LxdClient::CreateStoragePool(const std::string& name, const std::string& driver,
+                                          const StringMap& config) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, name);
+  w.Key("driver");
+  WriteString(w, driver);
+  w.Key("config");
+  WriteMap(w, config);
+  w.EndObject();
+  auto r = CallAndWait(LxdRequest{"POST", "/1.0/storage-pools", {}, buf.GetString()},
+                       fmt::format("create storage pool {} ({})", name, driver));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<Profile> LxdClient::GetProfile(const std::string& name) {
+  const std::string what = fmt::format("get profile {}", name);
+  auto r = Call(LxdRequest{"GET", "/1.0/profiles/" + Segment(name), {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  const Value* m = Member(*doc, "metadata");
+  if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
+  return ParseProfile(*m);
+}
+
+Result<void> LxdClient::PutProfile(const Profile& profile) {
+  const std::string what = fmt::format("write profile {}", profile.name);
+  auto existing = GetProfile(profile.name);
+  if (!existing && existing.error().code != ErrorCode::kNotFound) return existing.error();
+  auto r = existing
+               ? Call(LxdRequest{"PUT", "/1.0/profiles/" + Segment(profile.name), {},
+                                 ProfileBody(profile, false)},
+                      what)
+               : Call(LxdRequest{"POST", "/1.0/profiles", {}, ProfileBody(profile, true)}, what);
+  if (!r) return r.error();
+  return {};
+}
+
+}  // namespace bmas::lxd

@@ -1,0 +1,173 @@
+#pragma once
+
+// A blocking client of LXD's REST API (/1.0) over its unix socket: instances, their state,
+// devices and exec; operations; images; storage pools and profiles.
+//
+// Below it sits a transport seam (LxdTransport): the real one speaks HTTP/1.1 over the unix
+// socket with Beast; tests pass canned responses instead. JSON stays inside lxd_client.cc:
+// callers see the structs below.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bmas::lxd {
+
+using StringMap = std::map<std::string, std::string>;
+
+// One HTTP request as the client builds it.
+struct LxdRequest {
+  std::string method;  // "GET", "POST", "PUT", "PATCH", "DELETE"
+  std::string target;  // "/1.0/instances?recursion=1"
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+struct LxdResponse {
+  int status = 0;
+  std::string etag;  // the ETag header, "" when absent
+  std::string body;
+};
+
+// Carries one request to LXD and brings back the whole response.
+class LxdTransport {
+ public:
+  virtual ~LxdTransport() = default;
+  // Blocks until the response or the transport's deadline. kUnavailable when LXD cannot be
+  // reached or the exchange fails; an HTTP error status is a response, not an error.
+  virtual Result<LxdResponse> RoundTrip(const LxdRequest& request) = 0;
+  // For messages: the socket's path.
+  virtual std::string Where() const = 0;
+};
+using LxdTransportPtr = std::unique_ptr<LxdTransport>;
+
+// HTTP/1.1 over the unix socket at `path`, one connection per request; every read and write
+// is bounded by `timeout` (SO_RCVTIMEO/SO_SNDTIMEO). Thread-compatible.
+LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout);
+
+struct ServerInfo {
+  std::string version;  // "5.0.2"
+  std::string kernel;   // "5.10.0-..."
+  std::vector<std::string> storage_drivers;  // supported here, "btrfs", "dir", ...
+};
+
+struct Instance {
+  std::string name;
+  std::string status;  // "Running", "Stopped", ...
+  std::string type;    // "container"
+  StringMap config;    // as set (not expanded with profiles)
+  std::map<std::string, StringMap> devices;
+  std::vector<std::string> profiles;
+  std::string created_at;
+  std::string etag;  // from GetInstance only: for a PUT with If-Match
+};
+
+struct InstanceSpec {
+  std::string name;
+  std::string image;  // an alias or a fingerprint
+  std::vector<std::string> profiles;
+  StringMap config;
+  std::map<std::string, StringMap> devices;
+};
+
+struct ExecSpec {
+  std::vector<std::string> command;
+  StringMap environment;
+  uint32_t user = 0;
+  uint32_t group = 0;
+  std::string cwd;  // "" = LXD's default
+};
+
+struct ExecResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+struct Image {
+  std::string fingerprint;
+  std::vector<std::string> aliases;
+  StringMap properties;
+  int64_t size = 0;
+  std::string uploaded_at;  // RFC 3339; sorts as text
+};
+
+struct StoragePool {
+  std::string name;
+  std::string driver;
+  StringMap config;
+  std::string status;
+};
+
+struct Profile {
+  std::string name;
+  std::string description;
+  StringMap config;
+  std::map<std::string, StringMap> devices;
+};
+
+// The API bmas uses. Every method blocks; one call at a time. Errors carry LXD's message
+// and map its error codes: 404 kNotFound, 409 kAlreadyExists, 403 kPermissionDenied,
+// 400 kInvalidArgument, other kInternal; kUnavailable when LXD cannot be reached (the message
+// names the socket and `bmas lxd up`). Methods that start an operation wait for it.
+class LxdClient {
+ public:
+  explicit LxdClient(const std::string& socket,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  explicit LxdClient(LxdTransportPtr transport);
+
+  Result<ServerInfo> Server();
+
+  Result<std::vector<Instance>> Instances();
+  Result<Instance> GetInstance(const std::string& name);
+  Result<void> CreateInstance(const InstanceSpec& spec);
+  // action: "start", "stop", "restart", "freeze", "unfreeze".
+  Result<void> ChangeState(const std::string& name, const std::string& action, bool force = false,
+                           int timeout_s = 30);
+  Result<void> DeleteInstance(const std::string& name);
+
+  // Adds (or replaces) one device, live (PATCH).
+  Result<void> AddDevice(const std::string& name, const std::string& device, const StringMap& spec);
+  // Removes one device: GET with its ETag, PUT without it under If-Match (PATCH cannot delete).
+  // NotFound when the instance has no such device.
+  Result<void> RemoveDevice(const std::string& name, const std::string& device);
+
+  // Runs a command to its end with its output recorded; the recorded logs are deleted after.
+  Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec);
+
+  Result<std::vector<Image>> Images();
+  // Imports a unified image tarball (metadata.yaml + rootfs/ + templates/) and returns its
+  // fingerprint; `alias`, when given, is pointed at it (moved from an older image).
+  Result<std::string> ImportImage(std::string tarball, const std::string& alias);
+
+  Result<std::vector<StoragePool>> StoragePools();
+  Result<void> CreateStoragePool(const std::string& name, const std::string& driver,
+                                 const StringMap& config);
+
+  // NotFound when absent.
+  Result<Profile> GetProfile(const std::string& name);
+  // Creates the profile, or replaces its config and devices when it exists.
+  Result<void> PutProfile(const Profile& profile);
+
+ private:
+  // Sends one request; a transport failure or an error response becomes an Error for `what`.
+  Result<LxdResponse> Call(LxdRequest request, const std::string& what);
+  // For an async response: waits for its operation and returns the operation's metadata
+  // (as JSON text); for a sync one returns its metadata.
+  Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
+
+  LxdTransportPtr transport_;
+};
+
+// LXD's instance names are host names: letters, digits and '-', 1-63 characters, starting with
+// a letter, not ending with '-'.
+bool IsValidInstanceName(const std::string& name);
+
+}  // namespace bmas::lxd

@@ -1,0 +1,239 @@
+#include "lxd/workspace.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "lxd/image_build.h"
+#include "lxd/local_lxd.h"
+
+namespace bmas::lxd {
+namespace {
+
+constexpr const char* kUserKey = "user.bmas.user";
+
+uint32_t Fnv1a32(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+Workspace FromInstance(const Instance& i) {
+  Workspace w;
+  auto get = [&i](const char* key) {
+    auto it = i.config.find(key);
+    return it == i.config.end() ? std::string() : it->second;
+  };
+  w.user = get(kUserKey);
+  w.name = i.name;
+  w.status = i.status;
+  w.image = get("image.description");
+  w.cpus = get("limits.cpu");
+  w.memory = get("limits.memory");
+  w.processes = get("limits.processes");
+  if (auto root = i.devices.find("root"); root != i.devices.end()) {
+    if (auto size = root->second.find("size"); size != root->second.end()) w.disk = size->second;
+  }
+  if (auto home = i.devices.find("home"); home != i.devices.end()) {
+    if (auto path = home->second.find("path"); path != home->second.end()) w.home = path->second;
+  }
+  return w;
+}
+
+}  // namespace
+
+Result<Account> LookUpAccount(const std::string& user) {
+  passwd* pw = user.empty() ? nullptr : getpwnam(user.c_str());
+  if (pw == nullptr) {
+    return NotFound(fmt::format("there is no Unix account \"{}\" on this host (a workspace "
+                                "belongs to a Unix user: add one with useradd)",
+                                user),
+                    "user");
+  }
+  return Account{pw->pw_name, pw->pw_uid, pw->pw_gid, pw->pw_dir, pw->pw_shell};
+}
+
+std::string WorkspaceName(const std::string& user) {
+  std::string plain = "ws-" + user;
+  if (IsValidInstanceName(plain)) return plain;
+  std::string kept;
+  for (unsigned char c : user) {
+    if (std::isalnum(c)) kept += static_cast<char>(std::tolower(c));
+    else if (c == '-' || c == '_' || c == '.') kept += '-';
+  }
+  if (kept.size() > 40) kept.resize(40);
+  while (!kept.empty() && kept.back() == '-') kept.pop_back();
+  return fmt::format("ws-{}{}{:08x}", kept, kept.empty() ? "" : "-", Fnv1a32(user));
+}
+
+InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
+                               const WorkspaceSettings& limits, const std::string& pool_driver) {
+  InstanceSpec spec;
+  spec.name = WorkspaceName(account.name);
+  spec.image = image;
+  spec.profiles = {kProfileName};
+  spec.config[kUserKey] = account.name;
+  spec.config["security.privileged"] = "false";
+  spec.config["raw.idmap"] = account.uid == account.gid
+                                 ? fmt::format("both {} {}", account.uid, account.uid)
+                                 : fmt::format("uid {} {}\ngid {} {}", account.uid, account.uid,
+                                               account.gid, account.gid);
+  if (limits.cpus > 0) spec.config["limits.cpu"] = std::to_string(limits.cpus);
+  if (!limits.memory.empty()) spec.config["limits.memory"] = limits.memory;
+  if (limits.processes > 0) spec.config["limits.processes"] = std::to_string(limits.processes);
+  spec.devices["home"] = {{"type", "disk"}, {"source", account.home}, {"path", account.home}};
+  if (!limits.disk.empty() && pool_driver == "btrfs") {
+    spec.devices["root"] = {{"type", "disk"}, {"path", "/"}, {"pool", kPoolName},
+                            {"size", limits.disk}};
+  }
+  return spec;
+}
+
+Result<void> CheckCaller(uid_t caller, const std::string& user) {
+  if (caller == 0) return {};
+  passwd* pw = getpwuid(caller);
+  const std::string me = pw != nullptr ? pw->pw_name : std::to_string(caller);
+  if (!user.empty() && me != user) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("{} may act only on their own workspace, not on {}'s", me, user),
+                 "user"};
+  }
+  return Error{ErrorCode::kPermissionDenied,
+               "LXD's socket is root-only, and the broker that will run workspace commands for "
+               "users (`bmas agent`) is not there yet: run this as root (sudo bmas workspace ...)",
+               {}};
+}
+
+Workspaces::Workspaces(LxdClient& client, std::string pool_driver)
+    : client_(client), pool_driver_(std::move(pool_driver)) {}
+
+Result<Workspace> Workspaces::Create(const std::string& user, const std::string& image,
+                                     const WorkspaceSettings& limits, const std::string& subuid,
+                                     const std::string& subgid) {
+  auto account = LookUpAccount(user);
+  if (!account) return account.error();
+  struct stat st;
+  if (stat(account->home.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return InvalidArgument(fmt::format("{}'s home {} (from the password database) is not a "
+                                       "directory; create it first",
+                                       user, account->home),
+                           "user");
+  }
+  const std::string name = WorkspaceName(user);
+  auto existing = client_.GetInstance(name);
+  if (existing) {
+    return Error{ErrorCode::kAlreadyExists,
+                 fmt::format("{} already has a workspace ({}, {})", user, name, existing->status),
+                 "user"};
+  }
+  if (existing.error().code != ErrorCode::kNotFound) return existing.error();
+  std::string source = image;
+  if (source.empty()) {
+    auto newest = NewestBuiltImage(client_);
+    if (!newest) return newest.error();
+    source = newest->fingerprint;
+  } else {
+    auto images = client_.Images();
+    if (!images) return images.error();
+    bool found = false;
+    for (const Image& i : *images) {
+      found = found || i.fingerprint == source ||
+              std::find(i.aliases.begin(), i.aliases.end(), source) != i.aliases.end();
+    }
+    if (!found) {
+      return NotFound(fmt::format("there is no image \"{}\": `bmas image build` makes one", source),
+                      "image");
+    }
+  }
+  // The user's own ids, mapped into the container one-to-one.
+  if (auto r = EnsureSubIds(subuid, 0, {account->uid}); !r) return r.error();
+  if (auto r = EnsureSubIds(subgid, 0, {account->gid}); !r) return r.error();
+
+  InstanceSpec spec = WorkspaceInstance(*account, source, limits, pool_driver_);
+  if (auto r = client_.CreateInstance(spec); !r) return r.error();
+  if (auto r = client_.ChangeState(name, "start"); !r) {
+    (void)client_.DeleteInstance(name);
+    return r.error();
+  }
+  return Get(user);
+}
+
+Result<Workspace> Workspaces::Get(const std::string& user) {
+  auto i = client_.GetInstance(WorkspaceName(user));
+  if (!i) {
+    if (i.error().code == ErrorCode::kNotFound) {
+      return NotFound(fmt::format("{} has no workspace: `bmas workspace create {}`", user, user),
+                      "user");
+    }
+    return i.error();
+  }
+  return FromInstance(*i);
+}
+
+Result<void> Workspaces::Start(const std::string& user) {
+  auto w = Get(user);
+  if (!w) return w.error();
+  if (w->status == "Running") return {};
+  return client_.ChangeState(w->name, "start");
+}
+
+Result<void> Workspaces::Stop(const std::string& user) {
+  auto w = Get(user);
+  if (!w) return w.error();
+  if (w->status == "Stopped") return {};
+  // Busybox's init ignores SIGPWR-less shutdown requests; a short grace, then force.
+  if (auto r = client_.ChangeState(w->name, "stop", /*force=*/false, 10); r) return {};
+  return client_.ChangeState(w->name, "stop", /*force=*/true);
+}
+
+Result<void> Workspaces::Delete(const std::string& user) {
+  auto w = Get(user);
+  if (!w) return w.error();
+  if (w->status != "Stopped") {
+    if (auto r = client_.ChangeState(w->name, "stop", /*force=*/true); !r) return r;
+  }
+  return client_.DeleteInstance(w->name);
+}
+
+Result<std::vector<Workspace>> Workspaces::List() {
+  auto instances = client_.Instances();
+  if (!instances) return instances.error();
+  std::vector<Workspace> out;
+  for (const Instance& i : *instances) {
+    if (i.config.contains(kUserKey)) out.push_back(FromInstance(i));
+  }
+  return out;
+}
+
+Result<ExecResult> Workspaces::Exec(const std::string& user,
+                                    const std::vector<std::string>& command) {
+  auto account = LookUpAccount(user);
+  if (!account) return account.error();
+  auto w = Get(user);
+  if (!w) return w.error();
+  if (w->status != "Running") {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("{}'s workspace is {}: `bmas workspace start {}`", user,
+                             w->status, user),
+                 {}};
+  }
+  ExecSpec spec;
+  spec.command = command;
+  spec.user = account->uid;
+  spec.group = account->gid;
+  spec.cwd = account->home;
+  spec.environment = {{"HOME", account->home},
+                      {"USER", account->name},
+                      {"LOGNAME", account->name},
+                      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}};
+  return client_.Exec(w->name, spec);
+}
+
+}  // namespace bmas::lxd

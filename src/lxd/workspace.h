@@ -1,0 +1,79 @@
+#pragma once
+
+// Workspaces: one persistent unprivileged LXD container per Unix user, with the user's home
+// bind-mounted at the same path and the user's own uid/gid mapped in (raw.idmap), so files
+// written inside belong to the user on the host. Limits come from flags or the config.
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/result.h"
+#include "lxd/lxd_client.h"
+
+namespace bmas::lxd {
+
+// A Unix account from the password database.
+struct Account {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+  std::string shell;
+};
+
+// getpwnam; NotFound "there is no Unix account ..." otherwise.
+Result<Account> LookUpAccount(const std::string& user);
+
+// The container's name: "ws-<user>" when the user name is a valid instance name that way,
+// else "ws-<the name's letters, digits and dashes>-<8 hex digits of its hash>".
+std::string WorkspaceName(const std::string& user);
+
+struct Workspace {
+  std::string user;
+  std::string name;    // the LXD instance
+  std::string status;  // "Running", "Stopped", ...
+  std::string image;   // description of the image it was made from
+  std::string cpus, memory, processes, disk;  // "" = no limit
+  std::string home;
+};
+
+// The instance a workspace is: the bmas profile, the limits, the home device, raw.idmap.
+// `disk` is applied only when `pool_driver` is "btrfs" (dir pools do not enforce it).
+InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
+                               const WorkspaceSettings& limits, const std::string& pool_driver);
+
+// Who may act on `user`'s workspace: root on anyone's; a non-root caller only on their own,
+// and (until `bmas agent` brokers the root-only LXD socket) not even that. PermissionDenied
+// with the reason otherwise. `user` "" = all workspaces (a listing).
+Result<void> CheckCaller(uid_t caller, const std::string& user);
+
+class Workspaces {
+ public:
+  // `pool_driver` as `bmas lxd up` recorded it ("" when unknown: disk limits are skipped).
+  Workspaces(LxdClient& client, std::string pool_driver);
+
+  // Creates and starts `user`'s workspace from `image` ("" = the newest built image). Adds
+  // root:UID:1 and root:GID:1 to `subuid`/`subgid`. Nothing is left behind on failure.
+  // Errors: NotFound (no such account, image), AlreadyExists, InvalidArgument (no home).
+  Result<Workspace> Create(const std::string& user, const std::string& image,
+                           const WorkspaceSettings& limits, const std::string& subuid = "/etc/subuid",
+                           const std::string& subgid = "/etc/subgid");
+  Result<void> Start(const std::string& user);
+  Result<void> Stop(const std::string& user);
+  // Stops it first if it runs. The home on the host is untouched.
+  Result<void> Delete(const std::string& user);
+  Result<std::vector<Workspace>> List();
+  Result<Workspace> Get(const std::string& user);
+  // Runs `command` as the user (uid, gid, HOME, USER, cwd = home); the workspace must run.
+  Result<ExecResult> Exec(const std::string& user, const std::vector<std::string>& command);
+
+ private:
+  LxdClient& client_;
+  std::string pool_driver_;
+};
+
+}  // namespace bmas::lxd

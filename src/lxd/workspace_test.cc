@@ -1,0 +1,75 @@
+#include "lxd/workspace.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "lxd/local_lxd.h"
+
+namespace bmas::lxd {
+namespace {
+
+TEST(WorkspaceName, PlainNamesKeepTheirNameOthersGetAHash) {
+  EXPECT_EQ(WorkspaceName("alice"), "ws-alice");
+  const std::string dotted = WorkspaceName("a.b");
+  EXPECT_THAT(dotted, ::testing::StartsWith("ws-a-b-"));
+  EXPECT_TRUE(IsValidInstanceName(dotted)) << dotted;
+  EXPECT_NE(WorkspaceName("a_b"), WorkspaceName("a.b"));
+  EXPECT_TRUE(IsValidInstanceName(WorkspaceName("_svc")));
+}
+
+TEST(WorkspaceInstance, MapsTheUsersIdsMountsTheHomeAndSetsLimits) {
+  Account a{"alice", 1001, 1001, "/home/alice", "/bin/bash"};
+  WorkspaceSettings limits;
+  limits.cpus = 2;
+  limits.memory = "1GiB";
+  limits.processes = 500;
+  limits.disk = "5GiB";
+  InstanceSpec spec = WorkspaceInstance(a, "bmas-busybox", limits, "btrfs");
+  EXPECT_EQ(spec.name, "ws-alice");
+  EXPECT_EQ(spec.config.at("raw.idmap"), "both 1001 1001");
+  EXPECT_EQ(spec.config.at("limits.cpu"), "2");
+  EXPECT_EQ(spec.config.at("limits.memory"), "1GiB");
+  EXPECT_EQ(spec.config.at("limits.processes"), "500");
+  EXPECT_EQ(spec.config.at("user.bmas.user"), "alice");
+  EXPECT_EQ(spec.devices.at("home").at("source"), "/home/alice");
+  EXPECT_EQ(spec.devices.at("home").at("path"), "/home/alice");
+  EXPECT_EQ(spec.devices.at("root").at("size"), "5GiB");
+  EXPECT_THAT(spec.profiles, ::testing::ElementsAre("bmas"));
+  EXPECT_FALSE(spec.devices.contains("gpu"));
+}
+
+TEST(WorkspaceInstance, DifferentGidAndDirPool) {
+  Account a{"bob", 1002, 100, "/srv/home/bob", "/bin/sh"};
+  InstanceSpec spec = WorkspaceInstance(a, "img", WorkspaceSettings{0, "", 0, "5GiB"}, "dir");
+  EXPECT_EQ(spec.config.at("raw.idmap"), "uid 1002 1002\ngid 100 100");
+  EXPECT_FALSE(spec.config.contains("limits.cpu"));
+  EXPECT_FALSE(spec.config.contains("limits.memory"));
+  EXPECT_FALSE(spec.devices.contains("root")) << "dir pools do not enforce a disk size";
+}
+
+TEST(CheckCaller, RootMayActOnAnyoneElseIsRefusedWithAReason) {
+  EXPECT_TRUE(CheckCaller(0, "anyone"));
+  auto other = CheckCaller(65534, "root");
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_THAT(other.error().message, ::testing::HasSubstr("only on their own workspace"));
+}
+
+TEST(SubIds, GrowsRootsRangeInPlaceAndAddsSingleIds) {
+  const std::string text = "alice:100000:65536\nroot:362144:10000001\n_lxd:362144:10000001\n";
+  const std::string out = EnsureSubIdsInText(text, 20000000, {1001});
+  EXPECT_EQ(out,
+            "alice:100000:65536\nroot:362144:20000000\n_lxd:362144:10000001\nroot:1001:1\n");
+  EXPECT_EQ(EnsureSubIdsInText(out, 20000000, {1001}), out) << "idempotent";
+  EXPECT_EQ(EnsureSubIdsInText(out, 0, {}), out);
+}
+
+TEST(SubIds, AddsARangeAboveEverythingWhenRootCannotGrow) {
+  const std::string text = "root:100000:65536\nbob:165536:65536\n";
+  EXPECT_EQ(EnsureSubIdsInText(text, 1000000, {}),
+            "root:100000:65536\nbob:165536:65536\nroot:231072:1000000\n");
+  EXPECT_EQ(EnsureSubIdsInText("", 65536, {}), "root:100000:65536\n");
+}
+
+}  // namespace
+}  // namespace bmas::lxd
