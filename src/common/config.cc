@@ -67,6 +67,7 @@ Config LoadConfig(const std::string& path) {
     config.up.engine_base_port = static_cast<int>(t->Int("engine_base_port", 0, 0, 65535));
     config.up.gateway = t->Bool("gateway", config.up.gateway);
     config.up.slurm = t->Bool("slurm", config.up.slurm);
+    config.up.lxd = t->Bool("lxd", config.up.lxd);
     config.up.slurm_monitor_port =
         static_cast<int>(t->Int("slurm_monitor_port", 0, 0, 65535));
     t->RejectUnknownKeys();

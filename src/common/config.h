@@ -47,6 +47,7 @@ struct UpSettings {
   bool gateway = true;       // start a gateway in front of the engines
   bool slurm = true;         // start a local Slurm (root, Slurm installed)
   int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
+  bool lxd = true;             // start and prepare LXD for workspaces (root, LXD installed)
 };
 
 // LXD as `bmas lxd up` runs it, and the defaults of `bmas workspace create`.

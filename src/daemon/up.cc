@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include "common/result.h"
+#include "lxd/local_lxd.h"
 #include "slurm/local_cluster.h"
 
 extern char** environ;
@@ -300,6 +301,25 @@ int RunUp(const UpOptions& options) {
                           url.error().message, m.log, LogTail(m.log));
   }
 
+  // LXD for workspaces, when this machine can run it; otherwise why not. An LXD that runs
+  // already (the system's, or `bmas lxd up`'s) is only prepared, and left running.
+  std::string lxd_line;
+  bool lxd_started = false;
+  if (config.up.lxd) {
+    std::string why = lxd::LxdPrerequisites();
+    auto before = lxd::ReadLocalLxd(dir);
+    auto ready = why.empty() ? lxd::StartLocalLxd(config.lxd, dir)
+                             : Result<lxd::LocalLxd>(Error{ErrorCode::kUnavailable, why});
+    if (ready) {
+      lxd_started = !ready->started.empty() && (!before || before->started.empty());
+      lxd_line = fmt::format(
+          "  {:<10} {:<28} LXD for workspaces (pool {}); `bmas workspace create USER`\n", "lxd",
+          ready->socket, ready->pool_driver);
+    } else {
+      lxd_line = fmt::format("  {:<10} not started: {}\n", "lxd", ready.error().message);
+    }
+  }
+
   std::string summary;
   for (const Child& c : children) {
     if (c.name == "slurm-mon") continue;  // after Slurm's own line
@@ -316,7 +336,7 @@ int RunUp(const UpOptions& options) {
   if (children.empty() && slurm_line.empty()) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
-  summary += slurm_line + monitor_line;
+  summary += slurm_line + monitor_line + lxd_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
@@ -357,6 +377,11 @@ int RunUp(const UpOptions& options) {
   if (slurm_started) {
     if (auto stopped = slurm::StopLocalCluster(dir); !stopped) {
       fmt::print(stderr, "bmas up: stopping Slurm: {}\n", stopped.error().message);
+    }
+  }
+  if (lxd_started) {
+    if (auto stopped = lxd::StopLocalLxd(dir); !stopped) {
+      fmt::print(stderr, "bmas up: stopping LXD: {}\n", stopped.error().message);
     }
   }
   fs::remove(fs::path(dir) / "run" / "up.txt", ec);

@@ -249,7 +249,8 @@ TEST_F(JobsTest, ResearchModeKeepsOtherUsersOffTheReservedNodesAndLabModeLetsThe
 
 TEST_F(JobsTest, UpsMonitorShowsGpusHeldPerUserAndRecordsFinishedJobsForUsage) {
   // `bmas up` beside the running cluster leaves it alone and starts `bmas slurm monitor`.
-  auto up = Process::Start({"--state-dir", state_, "up", "--engines", "0"});
+  const std::string config = dir_.WriteFile("bmas.toml", "[up]\nlxd = false\n");
+  auto up = Process::Start({"--config", config, "--state-dir", state_, "up", "--engines", "0"});
   ASSERT_TRUE(up) << up.error().message;
   auto running = (*up)->WaitForLine("bmas up: running", std::chrono::seconds(30));
   ASSERT_TRUE(running) << running.error().message << (*up)->StderrText();

@@ -39,8 +39,10 @@ std::vector<std::string> EngineUrls(const std::string& text) {
 
 TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
   TempDir dir;
-  const std::string config = dir.WriteFile("bmas.toml", kInstantConfig);
   const std::string state = dir.path() + "/state";
+  // LXD's data under the test's own directory, never the system's.
+  const std::string config = dir.WriteFile(
+      "bmas.toml", std::string(kInstantConfig) + "[lxd]\ndir = \"" + dir.path() + "/lxd\"\n");
   auto up =
       Process::Start({"--config", config, "up", "--engines", "2"}, {{"BMAS_STATE_DIR", state}});
   ASSERT_TRUE(up) << up.error().message;
@@ -50,6 +52,8 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
   EXPECT_THAT(p.stdout_text(), HasSubstr("state dir " + state));
   // Slurm runs, or the summary says why not (here: the test's directory is private).
   EXPECT_THAT(p.stdout_text(), ::testing::ContainsRegex("\n  slurm +(http://|not started: )"));
+  // So does LXD (its socket, or why not: here the test's directory is private).
+  EXPECT_THAT(p.stdout_text(), ::testing::ContainsRegex("\n  lxd +(/|not started: )"));
 
   std::vector<std::string> urls = EngineUrls(p.stdout_text());
   ASSERT_EQ(urls.size(), 2u) << p.stdout_text();
