@@ -63,6 +63,7 @@ class ResponseWriter {
  private:
   struct Watch {
     bool active = true;
+    char byte = 0;  // the peek's buffer
     std::function<void()> on_gone;
   };
 
