@@ -69,7 +69,7 @@ std::string ErrorJson(http::status status, std::string_view message, std::string
   return std::string(buf.GetString(), buf.GetSize());
 }
 
-ResponseWriter::ResponseWriter(beast::tcp_stream& stream, const HttpRequest& request,
+ResponseWriter::ResponseWriter(TcpStream& stream, const HttpRequest& request,
                                std::chrono::steady_clock::duration write_timeout)
     : stream_(stream),
       version_(request.version()),
@@ -240,8 +240,8 @@ awaitable<void> HttpServer::AcceptLoop() {
   while (!stopping_) {
     beast::error_code ec;
     const size_t worker = next_worker_++ % workers_.size();
-    net::any_io_executor on = workers_[worker]->get_executor();
-    tcp::socket socket =
+    const net::io_context::executor_type on = workers_[worker]->get_executor();
+    TcpStream::socket_type socket =
         co_await acceptor_.async_accept(on, net::redirect_error(use_awaitable, ec));
     if (ec) {
       if (stopping_ || ec == net::error::operation_aborted) break;
@@ -256,7 +256,7 @@ awaitable<void> HttpServer::AcceptLoop() {
   }
 }
 
-awaitable<void> HttpServer::LingeringClose(beast::tcp_stream& stream) {
+awaitable<void> HttpServer::LingeringClose(TcpStream& stream) {
   // Stop sending, then read and drop what the client still sends, so that it reads our
   // response before it sees the connection close.
   beast::error_code ec;
@@ -272,8 +272,8 @@ awaitable<void> HttpServer::LingeringClose(beast::tcp_stream& stream) {
   }
 }
 
-awaitable<void> HttpServer::Session(tcp::socket socket, size_t worker) {
-  beast::tcp_stream stream(std::move(socket));
+awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker) {
+  TcpStream stream(std::move(socket));
   beast::flat_buffer buffer;
   Connection conn{&stream, true};
   connections_[worker].insert(&conn);

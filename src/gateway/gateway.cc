@@ -677,7 +677,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   ConnectionPool& pool = *b.pools[r.worker];
   auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
   if (!acquired) co_return acquired.error();
-  std::unique_ptr<beast::tcp_stream> up = std::move(*acquired);
+  std::unique_ptr<TcpStream> up = std::move(*acquired);
 
   // The request's head by hand and the body by reference, in one async_write: Beast's
   // serializer would cost several times the syscall, and a copy of the body.
@@ -705,7 +705,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
 
   // While the response is read, a client that goes away cancels the upstream request:
   // closing the connection makes vLLM (and bmas engine) abort it.
-  beast::tcp_stream* upstream = up.get();
+  TcpStream* upstream = up.get();
   auto watch = [&writer, upstream] {
     writer.WatchForDisconnect([upstream] {
       beast::error_code ignored;
@@ -824,7 +824,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   co_return result;
 }
 
-awaitable<size_t> Gateway::ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+awaitable<size_t> Gateway::ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
                                     http::response_parser<http::buffer_body>& parser,
                                     std::array<char, 16384>& chunk, beast::error_code& ec) {
   parser.get().body().data = chunk.data();

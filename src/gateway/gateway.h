@@ -96,7 +96,7 @@ class Gateway {
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
   // One read of the response body into `chunk`; returns the bytes read.
-  static awaitable<size_t> ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
                                     http::response_parser<http::buffer_body>& parser,
                                     std::array<char, 16384>& chunk, beast::error_code& ec);
 
