@@ -3,8 +3,9 @@
 
 Usage: bench/gateway_bench.py [BUILD_DIR] [--quick] [--only 1,2,3,4]
 
-Every figure is measured by this script, beside the command that produced it; the engine
-sections above that heading (written by bench/run.py) are kept. --quick shortens every run
+Every figure is measured by this script, beside the command that produced it; only that
+heading's section is replaced: the engine's above it (bench/run.py) and Slurm's after it
+(bench/slurm_bench.py) are kept. --quick shortens every run
 (for trying the script out); --only runs the listed benchmarks and prints them without
 touching RESULTS.md. Needs wrk and nginx (`bash scripts/install-deps.sh --bench`).
 """
@@ -595,12 +596,24 @@ def main():
     if ONLY is not None:
         print(text)
         return
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    head = open(path).read() if os.path.exists(path) else ""
-    head = head.split(HEADING + "\n", 1)[0].rstrip() + "\n\n" if head.strip() else ""
-    with open(path, "w") as f:
-        f.write(head + text.rstrip() + "\n")
+    write_section(text)
     print(text)
+
+
+def write_section(text):
+    """Replaces this script's section of RESULTS.md (from HEADING to the next "# " heading),
+    keeping the sections before and after it."""
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    old = open(path).read() if os.path.exists(path) else ""
+    start = old.find(HEADING + "\n")
+    if start < 0:
+        before, after = old.rstrip() + "\n\n" if old.strip() else "", ""
+    else:
+        before = old[:start]
+        nxt = re.search(r"^# ", old[start + len(HEADING):], re.M)
+        after = old[start + len(HEADING) + nxt.start():] if nxt else ""
+    with open(path, "w") as f:
+        f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ using HttpRequest = http::request<http::string_body>;
 // Sends one response to the request being handled: whole, or as a chunked stream.
 class ResponseWriter {
  public:
-  ResponseWriter(beast::tcp_stream& stream, const HttpRequest& request,
+  ResponseWriter(TcpStream& stream, const HttpRequest& request,
                  std::chrono::steady_clock::duration write_timeout);
 
   using Headers = std::vector<std::pair<http::field, std::string>>;
@@ -63,10 +63,11 @@ class ResponseWriter {
  private:
   struct Watch {
     bool active = true;
+    char byte = 0;  // the peek's buffer
     std::function<void()> on_gone;
   };
 
-  beast::tcp_stream& stream_;
+  TcpStream& stream_;
   std::shared_ptr<Watch> watch_;  // shared with the pending wait, which may outlive this
   unsigned version_;
   bool keep_alive_;
@@ -111,12 +112,12 @@ class HttpServer {
 
  private:
   struct Connection {
-    beast::tcp_stream* stream;
+    TcpStream* stream;
     bool idle;
   };
   awaitable<void> AcceptLoop();
-  awaitable<void> Session(tcp::socket socket, size_t worker);
-  awaitable<void> LingeringClose(beast::tcp_stream& stream);
+  awaitable<void> Session(TcpStream::socket_type socket, size_t worker);
+  awaitable<void> LingeringClose(TcpStream& stream);
   // On worker `worker`: closes idle connections until none is left or `until`, then the rest.
   awaitable<void> StopWorker(size_t worker, std::chrono::steady_clock::time_point until);
 

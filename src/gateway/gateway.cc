@@ -54,6 +54,25 @@ bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& p
   return true;
 }
 
+// Parses the body bytes already in `buffer` into `chunk`, reading nothing; returns how many it
+// put there. Stops when `chunk` is full, the message is done or more bytes must be read.
+size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buffer_body>& parser,
+                     std::array<char, 16384>& chunk, beast::error_code& ec) {
+  parser.get().body().data = chunk.data();
+  parser.get().body().size = chunk.size();
+  parser.eager(true);
+  while (!parser.is_done() && buffer.size() > 0) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more || ec == http::error::need_buffer) {
+      ec = {};
+      break;
+    }
+    if (ec || used == 0) break;
+  }
+  return chunk.size() - parser.get().body().size;
+}
+
 // The sum of a metric's samples in Prometheus text (0 when absent).
 double MetricSum(std::string_view text, std::string_view name) {
   double sum = 0;
@@ -115,8 +134,10 @@ struct Gateway::Request {
 // A request waiting for admission. Dispatch() (on any worker, under mu_) picks its backend and
 // wakes it on its own worker.
 struct Gateway::Waiter {
-  Waiter(const net::any_io_executor& executor, Request* r) : wake(executor), request(r) {}
-  net::steady_timer wake;
+  explicit Waiter(Request* r) : request(r) {}
+  // Made (under mu_) only when the request cannot be admitted at once, so before any other
+  // worker can admit it; a request admitted while it is queued never needs one.
+  std::optional<net::steady_timer> wake;
   Request* request;
   std::shared_ptr<Backend> backend;  // set under mu_
 };
@@ -446,7 +467,8 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
 
 awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer,
                                  bool may_retry) {
-  auto waiter = std::make_shared<Waiter>(co_await net::this_coro::executor, &r);
+  const net::any_io_executor executor = co_await net::this_coro::executor;
+  auto waiter = std::make_shared<Waiter>(&r);
   const Clock::time_point queued = Clock::now();
   Ticket ticket;
   bool admitted;
@@ -458,6 +480,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     mq.last_request[r.user] = Now();
     DispatchLocked(r.model);
     admitted = waiter->backend != nullptr;
+    if (!admitted) waiter->wake.emplace(executor);
   }
   bool client_gone = false;
   if (!admitted) {
@@ -465,11 +488,11 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     // come between here and the wait. A client that leaves while queued gives its place up.
     writer.WatchForDisconnect([&client_gone, w = waiter.get()] {
       client_gone = true;
-      w->wake.cancel();
+      w->wake->cancel();
     });
-    waiter->wake.expires_after(options_.queue_timeout);
+    waiter->wake->expires_after(options_.queue_timeout);
     beast::error_code ec;
-    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await waiter->wake->async_wait(net::redirect_error(use_awaitable, ec));
     writer.StopWatching();
   }
   std::shared_ptr<Backend> backend;
@@ -540,13 +563,12 @@ void Gateway::CountStatus(int status) {
 }
 
 void Gateway::CountStatusLocked(int status) {
-  std::string key = std::to_string(status);
-  auto it = requests_by_status_.find(key);
+  auto it = requests_by_status_.find(status);
   if (it == requests_by_status_.end()) {
     it = requests_by_status_
-             .emplace(key, &metrics_.AddCounter("bmas_gateway_requests_total",
-                                                "Requests by HTTP status.",
-                                                fmt::format("status=\"{}\"", key)))
+             .emplace(status, &metrics_.AddCounter("bmas_gateway_requests_total",
+                                                   "Requests by HTTP status.",
+                                                   fmt::format("status=\"{}\"", status)))
              .first;
   }
   it->second->Inc();
@@ -556,11 +578,12 @@ void Gateway::DispatchLocked(const std::string& model) {
   auto it = queues_.find(model);
   if (it == queues_.end()) return;
   ModelQueue& mq = *it->second;
-  // Entries of backends_, which does not change while mu_ is held.
+  // Entries of backends_, which does not change while mu_ is held. The vectors are members
+  // only to keep their memory (and the states' ids) from one call to the next.
   using BackendRef = const std::shared_ptr<Backend>*;
-  std::vector<BackendRef> open;
-  std::vector<BackendState> states;
-  std::vector<BackendRef> candidates;
+  std::vector<BackendRef>& open = dispatch_open_;
+  std::vector<BackendState>& states = dispatch_states_;
+  std::vector<BackendRef>& candidates = dispatch_candidates_;
   while (mq.queue.size() > 0) {
     open.clear();
     for (const auto& b : backends_) {
@@ -592,26 +615,29 @@ void Gateway::DispatchLocked(const std::string& model) {
     mq.waiters.erase(w);
     Request& r = *waiter->request;
     bool others = mq.OthersActive(r.user);
-    states.clear();
     candidates.clear();
     for (BackendRef b : open) {
       if (may_use(**b, r.user, others)) {
+        if (states.size() == candidates.size()) states.emplace_back();
+        states[candidates.size()] = (*b)->state;  // reuses the id's memory
         candidates.push_back(b);
-        states.push_back((*b)->state);
       }
     }
-    std::optional<size_t> pick = router_.Pick(states, r.prefix_key);
+    std::optional<size_t> pick =
+        router_.Pick(std::span(states).first(candidates.size()), r.prefix_key);
     const std::shared_ptr<Backend>& b = *candidates[pick.value_or(0)];
     ++b->state.in_flight;
     ++b->user_in_flight[r.user];
     b->state.outstanding_tokens += r.prompt_estimate;
     mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
     waiter->backend = b;
-    // The timer belongs to the waiter's worker: cancel it there.
-    if (workers_[r.worker]->get_executor().running_in_this_thread()) {
-      waiter->wake.cancel();
+    // The timer belongs to the waiter's worker: cancel it there. No timer: admitted by its
+    // own Attempt, which is not waiting.
+    if (!waiter->wake) {
+    } else if (workers_[r.worker]->get_executor().running_in_this_thread()) {
+      waiter->wake->cancel();
     } else {
-      net::post(waiter->wake.get_executor(), [waiter] { waiter->wake.cancel(); });
+      net::post(waiter->wake->get_executor(), [waiter] { waiter->wake->cancel(); });
     }
   }
   queue_depth_.Set(0);
@@ -651,17 +677,21 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   ConnectionPool& pool = *b.pools[r.worker];
   auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
   if (!acquired) co_return acquired.error();
-  std::unique_ptr<beast::tcp_stream> up = std::move(*acquired);
+  std::unique_ptr<TcpStream> up = std::move(*acquired);
 
-  http::request<http::string_body> req{http::verb::post, b.url.base_path + r.target, 11};
-  req.set(http::field::host, b.url.host + ":" + b.url.port);
-  req.set(http::field::content_type, "application/json");
-  req.keep_alive(true);
-  req.body() = r.upstream_body;
-  req.prepare_payload();
+  // The request's head by hand and the body by reference, in one async_write: Beast's
+  // serializer would cost several times the syscall, and a copy of the body.
+  std::string head;
+  head.reserve(128 + b.url.base_path.size() + b.url.host.size());
+  head.append("POST ").append(b.url.base_path).append(r.target).append(" HTTP/1.1\r\nHost: ");
+  head.append(b.url.host).append(":").append(b.url.port);
+  head.append("\r\nContent-Type: application/json\r\nContent-Length: ");
+  head.append(std::to_string(r.upstream_body.size())).append("\r\n\r\n");
+  const std::array<net::const_buffer, 2> request_buffers{net::buffer(head),
+                                                         net::buffer(r.upstream_body)};
   beast::error_code ec;
   up->expires_after(options_.upstream_timeout);
-  co_await http::async_write(*up, req, net::redirect_error(use_awaitable, ec));
+  co_await net::async_write(*up, request_buffers, net::redirect_error(use_awaitable, ec));
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -673,14 +703,16 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     co_return Error{ErrorCode::kUnavailable, fmt::format("{}: {}", b.state.id, ec.message())};
   }
 
-  // A client that goes away cancels the upstream request: closing the connection makes
-  // vLLM (and bmas engine) abort it.
-  beast::tcp_stream* upstream = up.get();
-  writer.WatchForDisconnect([upstream] {
-    beast::error_code ignored;
-    upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    upstream->socket().close(ignored);
-  });
+  // While the response is read, a client that goes away cancels the upstream request:
+  // closing the connection makes vLLM (and bmas engine) abort it.
+  TcpStream* upstream = up.get();
+  auto watch = [&writer, upstream] {
+    writer.WatchForDisconnect([upstream] {
+      beast::error_code ignored;
+      upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      upstream->socket().close(ignored);
+    });
+  };
   struct StopWatch {
     ResponseWriter& w;
     ~StopWatch() { w.StopWatching(); }
@@ -693,8 +725,16 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Result<void> result;
 
+  if (sse) watch();
   if (!sse) {
     std::string body;
+    // What came with the header, often the whole response: then no watch and no more reads.
+    while (!parser.is_done() && !ec && buffer.size() > 0) {
+      const size_t n = ParseBuffered(buffer, parser, chunk, ec);
+      if (n == 0) break;
+      body.append(chunk.data(), n);
+    }
+    if (!parser.is_done() && !ec) watch();
     while (!parser.is_done() && !ec) {
       size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
       body.append(chunk.data(), n);
@@ -784,7 +824,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   co_return result;
 }
 
-awaitable<size_t> Gateway::ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+awaitable<size_t> Gateway::ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
                                     http::response_parser<http::buffer_body>& parser,
                                     std::array<char, 16384>& chunk, beast::error_code& ec) {
   parser.get().body().data = chunk.data();
@@ -797,10 +837,17 @@ awaitable<size_t> Gateway::ReadSome(beast::tcp_stream& stream, beast::flat_buffe
 void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion,
                     int64_t already_charged) {
   const int64_t minute = UnixNow() / 60;
-  auto key = std::make_tuple(minute, r.user, r.model, b.state.id);
+  const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
+      minute, r.user, r.model, b.state.id);
   std::lock_guard lock(mu_);
-  UsageDelta& d = unflushed_[key];
-  if (d.user.empty()) d = UsageDelta{minute, r.user, r.model, b.state.id, 0, 0, 0};
+  auto entry = unflushed_.find(key);
+  if (entry == unflushed_.end()) {
+    entry = unflushed_
+                .emplace(std::make_tuple(minute, r.user, r.model, b.state.id),
+                         UsageDelta{minute, r.user, r.model, b.state.id, 0, 0, 0})
+                .first;
+  }
+  UsageDelta& d = entry->second;
   d.requests += 1;
   d.prompt_tokens += prompt;
   d.completion_tokens += completion;
@@ -813,11 +860,12 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
                              prompt - r.prompt_estimate + completion - already_charged);
   }
   for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
-    auto k = std::make_tuple(r.user, r.model, std::string(kind));
-    auto it = tokens_.find(k);
+    auto it = tokens_.find(std::tuple<std::string_view, std::string_view, std::string_view>(
+        r.user, r.model, kind));
     if (it == tokens_.end()) {
       it = tokens_
-               .emplace(k, &metrics_.AddCounter(
+               .emplace(std::make_tuple(r.user, r.model, std::string(kind)),
+                        &metrics_.AddCounter(
                                "bmas_gateway_tokens_total", "Tokens metered, by user, model and kind.",
                                fmt::format("user=\"{}\",model=\"{}\",kind=\"{}\"",
                                            EscapeLabelValue(r.user), EscapeLabelValue(r.model), kind)))

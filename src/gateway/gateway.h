@@ -96,7 +96,7 @@ class Gateway {
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
   // One read of the response body into `chunk`; returns the bytes read.
-  static awaitable<size_t> ReadSome(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
                                     http::response_parser<http::buffer_body>& parser,
                                     std::array<char, 16384>& chunk, beast::error_code& ec);
 
@@ -131,13 +131,18 @@ class Gateway {
   std::vector<std::shared_ptr<Backend>> backends_;  // shared with health checks in flight
   std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
   Ticket next_ticket_ = 1;
+  // DispatchLocked's scratch, kept between calls.
+  std::vector<const std::shared_ptr<Backend>*> dispatch_open_, dispatch_candidates_;
+  std::vector<BackendState> dispatch_states_;
 
   // Store snapshots, refreshed every second.
   std::unordered_map<std::string, std::optional<std::string>> keys_;  // key -> user (or none)
   std::unordered_map<std::string, UserLimits> users_;
 
-  // Metered usage not yet in the store: (minute, user, model, backend) -> delta.
-  std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta> unflushed_;
+  // Metered usage not yet in the store: (minute, user, model, backend) -> delta. Transparent
+  // comparison: a request finds its entry with a tuple of views, allocating nothing.
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta, std::less<>>
+      unflushed_;
 
   // Per worker (not guarded): parses request bodies and usage chunks, keeping its buffers from
   // one document to the next (a parse then allocates nothing). Each use finishes with the
@@ -145,8 +150,8 @@ class Gateway {
   std::vector<std::unique_ptr<simdjson::dom::parser>> json_;
 
   MetricsRegistry metrics_;
-  std::map<std::string, Counter*> requests_by_status_;
-  std::map<std::tuple<std::string, std::string, std::string>, Counter*>
+  std::map<int, Counter*> requests_by_status_;
+  std::map<std::tuple<std::string, std::string, std::string>, Counter*, std::less<>>
       tokens_;  // user, model, kind
   Histogram& queue_wait_;
   Histogram& ttft_;

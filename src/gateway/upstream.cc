@@ -34,7 +34,7 @@ Result<BackendUrl> ParseBackendUrl(std::string_view url) {
 
 ConnectionPool::ConnectionPool(net::io_context& io, BackendUrl url) : io_(io), url_(std::move(url)) {}
 
-awaitable<Result<std::unique_ptr<beast::tcp_stream>>> ConnectionPool::Acquire(
+awaitable<Result<std::unique_ptr<TcpStream>>> ConnectionPool::Acquire(
     std::chrono::milliseconds timeout, bool& reused) {
   if (!idle_.empty()) {
     auto s = std::move(idle_.back());
@@ -51,7 +51,7 @@ awaitable<Result<std::unique_ptr<beast::tcp_stream>>> ConnectionPool::Acquire(
     co_return Error{ErrorCode::kUnavailable,
                     fmt::format("cannot resolve backend {}: {}", url_.url, ec.message())};
   }
-  auto stream = std::make_unique<beast::tcp_stream>(io_);
+  auto stream = std::make_unique<TcpStream>(io_);
   stream->expires_after(timeout);
   co_await stream->async_connect(endpoints, net::redirect_error(use_awaitable, ec));
   if (ec) {
@@ -62,7 +62,7 @@ awaitable<Result<std::unique_ptr<beast::tcp_stream>>> ConnectionPool::Acquire(
   co_return std::move(stream);
 }
 
-void ConnectionPool::Release(std::unique_ptr<beast::tcp_stream> stream) {
+void ConnectionPool::Release(std::unique_ptr<TcpStream> stream) {
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(stream));
 }
 

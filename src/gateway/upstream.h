@@ -31,10 +31,10 @@ class ConnectionPool {
 
   // An idle connection, or a new one (connect within `timeout`).
   // `reused` tells which, so a failure on a reused connection can be retried on a new one.
-  awaitable<Result<std::unique_ptr<beast::tcp_stream>>> Acquire(std::chrono::milliseconds timeout,
+  awaitable<Result<std::unique_ptr<TcpStream>>> Acquire(std::chrono::milliseconds timeout,
                                                                 bool& reused);
   // Returns a connection whose response was read completely and that may be kept alive.
-  void Release(std::unique_ptr<beast::tcp_stream> stream);
+  void Release(std::unique_ptr<TcpStream> stream);
   void Clear() { idle_.clear(); }
 
   const BackendUrl& url() const { return url_; }
@@ -42,7 +42,7 @@ class ConnectionPool {
  private:
   net::io_context& io_;
   BackendUrl url_;
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle_;
+  std::vector<std::unique_ptr<TcpStream>> idle_;
   static constexpr size_t kMaxIdle = 256;
 };
 

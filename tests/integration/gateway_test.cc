@@ -1041,6 +1041,40 @@ TEST_F(GatewayTest, ClientDisconnectMidStreamAbortsTheUpstreamRequest) {
       5s));
 }
 
+// A request waiting in the queue whose client goes away gives its place up (a 499), and is
+// never sent to the engine once the seat comes free.
+TEST_F(GatewayTest, ClientLeavingWhileQueuedGivesItsPlaceUp) {
+  ClusterOptions o;
+  o.engines = {{"--profile", "llama-3.1-8b-h100", "--max-num-seqs", "1"}};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto held = OpenStream(key_, "/v1/completions", CompletionBody("hold the seat", 200, kStream));
+  ASSERT_NE(held, nullptr);
+  auto first = held->Next();
+  ASSERT_TRUE(first && first->has_value()) << "no first event";
+
+  net::io_context io;
+  tcp::socket queued(io);
+  queued.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), gateway_->port()));
+  const std::string body = CompletionBody("wait for the seat", 5);
+  const std::string request = fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n"
+      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+      key_, body.size(), body);
+  net::write(queued, net::buffer(request));
+  ASSERT_TRUE(Eventually([&] { return GatewayMetric("bmas_gateway_queue_depth") == 1; }, 5s));
+  queued.close();
+
+  EXPECT_TRUE(Eventually(
+      [&] { return GatewayMetric(R"(bmas_gateway_requests_total{status="499"})") == 1; }, 5s));
+  auto rest = held->ReadAll();
+  ASSERT_TRUE(rest) << rest.error().message;
+  EXPECT_EQ(rest->back(), "[DONE]");
+  EXPECT_TRUE(Eventually([&] { return BackendGauge("in_flight", engines_[0]->url()) == 0; }, 5s));
+  EXPECT_EQ(GatewayMetric("bmas_gateway_queue_depth"), 0);
+  EXPECT_EQ(EngineMetric(0, "vllm:request_success_total", R"(finished_reason="length")"), 1)
+      << "the engine ran the request whose client had left";
+}
+
 TEST_F(GatewayTest, SigtermLetsTheStreamFinishThenFlushesItsUsage) {
   ClusterOptions o;
   o.engines = {kLlama, kLlama};
