@@ -22,6 +22,7 @@
 #include "common/config_table.h"
 #include "common/process.h"
 #include "core/job_shape.h"
+#include "daemon/agent.h"
 #include "slurm/jwt.h"
 #include "slurm/local_cluster.h"
 #include "slurm/rest_client.h"
@@ -258,7 +259,19 @@ int JobCommands::Run(GlobalOptions& global) {
   for (const std::string& e : target->env) {
     spec.environment[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
   }
-  spec.script = BatchScript(*shape, command_);
+  // With an agent on the node, the command runs in the user's workspace when they have one
+  // (`bmas agent exec` runs it directly otherwise). Launchers start their tasks with srun on
+  // the host: those run as plain Slurm tasks.
+  std::vector<std::string> command = command_;
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  if (shape->launcher == Launcher::kNone && fs::exists(AgentSocketPath(state_dir))) {
+    const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+    if (!self.empty()) {
+      command = {self, "--state-dir", state_dir, "agent", "exec", "--"};
+      command.insert(command.end(), command_.begin(), command_.end());
+    }
+  }
+  spec.script = BatchScript(*shape, command);
   // In research mode, its users' jobs go to the nodes they own.
   spec.reservation = ReservationFor(*target, account->name);
 

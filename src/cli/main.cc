@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/agent_commands.h"
 #include "cli/commands.h"
 #include "cli/job_commands.h"
 #include "cli/lxd_commands.h"
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
   job_cmds.Register(app, global);
   ModeCommands mode_cmds;
   mode_cmds.Register(app, global);
+  AgentCommands agent_cmds;
+  agent_cmds.Register(app, global);
   LxdCommands lxd_cmds;
   lxd_cmds.Register(app, global);
 

@@ -19,6 +19,7 @@
 #include "core/cluster.h"
 #include "common/config.h"
 #include "common/process.h"
+#include "cli/slurm_hook.h"
 #include "cli/slurm_target.h"
 #include "daemon/slurm_monitor.h"
 #include "store/store.h"
@@ -97,6 +98,13 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0.1, 3600.0))
       ->default_str("2");
   monitor->callback([this, &global] { global.exit_code = RunMonitor(global); });
+  CLI::App* hook = slurm_->add_subcommand(
+      "hook", "What Slurm's Prolog and Epilog run: bind a job's GPUs into its user's workspace, "
+              "or unbind them (root, SLURM_* variables)");
+  hook->add_option("phase", hook_phase_, "prolog or epilog")
+      ->required()
+      ->check(CLI::IsMember({"prolog", "epilog"}));
+  hook->callback([this, &global] { global.exit_code = RunSlurmHook(global, hook_phase_); });
 }
 
 int SlurmCommands::RunMonitor(GlobalOptions& global) {

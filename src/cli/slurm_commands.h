@@ -31,6 +31,7 @@ class SlurmCommands {
   std::string out_dir_;
   std::string monitor_host_ = "127.0.0.1";
   int monitor_port_ = 0;
+  std::string hook_phase_;
   double monitor_interval_s_ = 2;
 };
 

@@ -436,6 +436,59 @@ Result<void> LxdClient::AddDevice(const std::string& name, const std::string& de
   return {};
 }
 
+Result<void> LxdClient::AddDevices(const std::string& name,
+                                   const std::map<std::string, StringMap>& devices) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("devices");
+  WriteDevices(w, devices);
+  w.EndObject();
+  auto r = CallAndWait(LxdRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
+                       fmt::format("add {} device(s) to {}", devices.size(), name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<int> LxdClient::RemoveDevices(const std::string& name,
+                                     const std::vector<std::string>& devices) {
+  const std::string what = fmt::format("remove devices from {}", name);
+  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  auto m = doc->FindMember("metadata");
+  if (m == doc->MemberEnd() || !m->value.IsObject()) {
+    return Internal(fmt::format("cannot {}: no metadata", what));
+  }
+  auto have = m->value.FindMember("devices");
+  if (have == m->value.MemberEnd() || !have->value.IsObject()) return 0;
+  int removed = 0;
+  for (const std::string& d : devices) {
+    if (have->value.RemoveMember(d.c_str())) ++removed;
+  }
+  if (removed == 0) return 0;
+  LxdRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(m->value)};
+  if (!r->etag.empty()) put.headers.emplace_back("If-Match", r->etag);
+  auto done = CallAndWait(std::move(put), what);
+  if (!done) return done.error();
+  return removed;
+}
+
+Result<int64_t> LxdClient::InitPid(const std::string& name) {
+  const std::string what = fmt::format("get the state of {}", name);
+  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name) + "/state", {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  const Value* m = Member(*doc, "metadata");
+  const Value* pid = m != nullptr ? Member(*m, "pid") : nullptr;
+  if (pid == nullptr || !pid->IsInt64() || pid->GetInt64() <= 0) {
+    return Error{ErrorCode::kUnavailable, fmt::format("{} is not running", name)};
+  }
+  return pid->GetInt64();
+}
+
 Result<void> LxdClient::RemoveDevice(const std::string& name, const std::string& device) {
   const std::string what = fmt::format("remove device {} from {}", device, name);
   auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);

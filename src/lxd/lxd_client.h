@@ -135,6 +135,13 @@ class LxdClient {
 
   // Adds (or replaces) one device, live (PATCH).
   Result<void> AddDevice(const std::string& name, const std::string& device, const StringMap& spec);
+  // Adds (or replaces) several devices in one change, live.
+  Result<void> AddDevices(const std::string& name, const std::map<std::string, StringMap>& devices);
+  // Removes the named devices that the instance has, in one change (GET with its ETag, PUT
+  // under If-Match); returns how many it had. Names it lacks are skipped.
+  Result<int> RemoveDevices(const std::string& name, const std::vector<std::string>& devices);
+  // The PID (on the host) of a running instance's init; Unavailable when it is not running.
+  Result<int64_t> InitPid(const std::string& name);
   // Removes one device: GET with its ETag, PUT without it under If-Match (PATCH cannot delete).
   // NotFound when the instance has no such device.
   Result<void> RemoveDevice(const std::string& name, const std::string& device);

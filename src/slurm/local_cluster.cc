@@ -28,6 +28,7 @@
 
 #include "common/config_table.h"
 #include "common/process.h"
+#include "core/job_shape.h"
 #include "slurm/slurm_config.h"
 
 namespace bmas::slurm {
@@ -612,12 +613,20 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   for (const auto& [name, text] : RenderSlurmConfig(local)) {
     if (auto r = WriteFile(fs::path(c.root) / "etc" / name, text, 0644); !r) return r.error();
   }
-  // The workspace hooks. Until a user has a workspace their jobs run as plain Slurm jobs,
-  // so the hooks succeed without doing anything (a failing prolog would drain the node).
-  for (const std::string& hook : {local.slurm.prolog, local.slurm.epilog}) {
+  // The workspace hooks: `bmas slurm hook prolog|epilog` binds a job's GPUs into its user's
+  // workspace and unbinds them. Jobs of users without a workspace run as plain Slurm jobs, and
+  // the hooks never fail (a failing prolog would drain the node).
+  std::error_code self_ec;
+  const std::string self = fs::read_symlink("/proc/self/exe", self_ec).string();
+  for (const auto& [hook, phase] : {std::pair{local.slurm.prolog, "prolog"},
+                                    std::pair{local.slurm.epilog, "epilog"}}) {
     const std::string text =
-        "#!/bin/sh\n# bmas workspace hook: binds a job's GPUs into its user's workspace.\n"
-        "# Jobs of users without a workspace run as plain Slurm jobs.\nexit 0\n";
+        self.empty() ? std::string("#!/bin/sh\nexit 0\n")
+                     : fmt::format("#!/bin/sh\n# bmas workspace hook: a job's GPUs in its user's "
+                                   "workspace.\n{} --state-dir {} slurm hook {} >>{}\"/log/hooks.log\" "
+                                   "2>&1\nexit 0\n",
+                                   ShellQuote(self), ShellQuote(c.state_dir), phase,
+                                   ShellQuote(c.root));
     if (auto r = WriteFile(hook, text, 0755); !r) return r.error();
   }
   // Fake GPUs: character devices with the NVIDIA major; opening one gives ENXIO (no driver).

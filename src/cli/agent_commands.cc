@@ -1,0 +1,75 @@
+#include "cli/agent_commands.h"
+
+#include <fmt/format.h>
+
+#include "cli/slurm_target.h"
+#include "common/config.h"
+#include "daemon/agent.h"
+#include "lxd/local_lxd.h"
+#include "slurm/slurm_json.h"
+
+namespace bmas {
+
+void AgentCommands::Register(CLI::App& app, GlobalOptions& global) {
+  agent_ = app.add_subcommand(
+      "agent", "The node's broker (root): runs jobs in their users' workspaces, unplugs GPUs of "
+               "jobs that are gone, serves /metrics (bmas up starts it)");
+  agent_->add_option("--socket", socket_, "Unix socket (default: <state dir>/run/agent.sock)");
+  agent_->add_option("--metrics-port", metrics_port_, "Port of /metrics (0 picks a free one)")
+      ->check(CLI::Range(0, 65535));
+  agent_->add_option("--reconcile-interval", reconcile_s_,
+                     "Seconds between reconcile passes (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
+  agent_->require_subcommand(0, 1);
+  agent_->callback([this, &global] {
+    if (agent_->get_subcommands().empty()) global.exit_code = Serve(global);
+  });
+  CLI::App* exec = agent_->add_subcommand(
+      "exec", "Run CMD in your workspace for the Slurm job you are in ($SLURM_JOB_ID); without "
+              "an agent or a workspace, run it here");
+  exec->add_option("command", command_, "The command and its arguments (after --)")->required();
+  exec->callback([this, &global] {
+    const std::string state_dir =
+        ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+    global.exit_code =
+        RunAgentExec(socket_.empty() ? AgentSocketPath(state_dir) : socket_, command_);
+  });
+}
+
+int AgentCommands::Serve(GlobalOptions& global) {
+  global.SetUpLogging();
+  const Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  AgentOptions o;
+  o.socket = socket_.empty() ? AgentSocketPath(state_dir) : socket_;
+  auto local = lxd::ReadLocalLxd(state_dir);
+  o.lxd_socket = local ? local->socket : lxd::SocketPath(config.lxd);
+  o.reconcile_interval = std::chrono::milliseconds(static_cast<int64_t>(reconcile_s_ * 1000));
+  o.metrics_port = static_cast<uint16_t>(metrics_port_);
+  // What Slurm says of a job, as root.
+  auto job = [&global](int64_t id) -> Result<JobInfo> {
+    auto target = ResolveSlurm(global, "root");
+    if (!target) return target.error();
+    SlurmRestClient client(target->endpoint, std::chrono::seconds(10));
+    return client.Job(id);
+  };
+  o.job_alive = [job](int64_t id) -> Result<bool> {
+    auto j = job(id);
+    if (!j) {
+      if (j.error().code == ErrorCode::kNotFound) return false;
+      return j.error();
+    }
+    return !IsJobStateFinal(j->state);
+  };
+  o.job_user = [job](int64_t id) -> Result<std::string> {
+    auto j = job(id);
+    if (!j) return j.error();
+    if (IsJobStateFinal(j->state)) {
+      return Error{ErrorCode::kPermissionDenied, fmt::format("it is {}", j->state)};
+    }
+    return j->user;
+  };
+  return RunAgent(o);
+}
+
+}  // namespace bmas

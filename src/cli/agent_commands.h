@@ -1,0 +1,29 @@
+#pragma once
+
+// `bmas agent` (the root broker that runs jobs in workspaces; bmas up starts it) and
+// `bmas agent exec -- CMD` (what a job's batch script runs, as the user).
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace bmas {
+
+class AgentCommands {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int Serve(GlobalOptions& global);
+
+  CLI::App* agent_ = nullptr;
+  std::string socket_;
+  int metrics_port_ = 0;
+  double reconcile_s_ = 60;
+  std::vector<std::string> command_;
+};
+
+}  // namespace bmas

@@ -1,0 +1,104 @@
+#include "cli/slurm_hook.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/config.h"
+#include "daemon/agent.h"
+#include "lxd/gpu_binding.h"
+#include "lxd/local_lxd.h"
+#include "lxd/workspace.h"
+#include "slurm/local_cluster.h"
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+double MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
+  const auto start = Clock::now();
+  const std::string job_text = Env("SLURM_JOB_ID"), user = Env("SLURM_JOB_USER"),
+                    node = Env("SLURMD_NODENAME");
+  // One line per job and phase in the hooks' log (Slurm's own output of a hook is dropped).
+  auto note = [&](const std::string& what) {
+    fmt::print("{} job {} user {} node {}: {}\n", phase, job_text, user, node, what);
+  };
+  char* end = nullptr;
+  const int64_t job = std::strtoll(job_text.c_str(), &end, 10);
+  if (job <= 0 || *end != '\0' || user.empty() || node.empty()) {
+    note("not run by Slurm (no SLURM_JOB_ID, SLURM_JOB_USER or SLURMD_NODENAME); nothing done");
+    return 0;
+  }
+  const Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  auto local_lxd = lxd::ReadLocalLxd(state_dir);
+  const std::string socket = local_lxd ? local_lxd->socket : lxd::SocketPath(config.lxd);
+  if (!fs::exists(socket)) return 0;  // no LXD on this node: plain Slurm jobs
+
+  lxd::LxdClient client(socket, std::chrono::seconds(30));
+  const std::string instance = lxd::WorkspaceName(user);
+  auto workspace = client.GetInstance(instance);
+  if (!workspace) {
+    if (workspace.error().code != ErrorCode::kNotFound) note(workspace.error().message);
+    return 0;  // no workspace: a plain Slurm job
+  }
+  if (phase == "prolog") {
+    auto gpus = lxd::ParseGpuList(Env("SLURM_JOB_GPUS"));
+    if (!gpus) {
+      note(gpus.error().message);
+      return 0;
+    }
+    if (gpus->empty()) return 0;
+    // Where this node's GPU device nodes are: per node under /dev/bmas-<id>/ on a local
+    // cluster, /dev/nvidiaN on a real one.
+    auto cluster = slurm::ReadLocalCluster(state_dir);
+    std::string dir = cluster ? cluster->device_dir + "/" + node : "/dev";
+    auto paths = lxd::BindGpus(client, instance, job, node, *gpus,
+                               [&](int g) { return fmt::format("{}/nvidia{}", dir, g); });
+    note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
+                             MillisecondsSince(start))
+               : "binding failed: " + paths.error().message);
+    if (paths) AgentObserve(AgentSocketPath(state_dir), "bound", MillisecondsSince(start) / 1000);
+    return 0;
+  }
+  if (phase == "epilog") {
+    if (fs::exists(fs::path(state_dir) / kFailReleaseFile)) {
+      note(fmt::format("unplugging skipped: {} exists (a test of the reconcile pass)",
+                       kFailReleaseFile));
+      return 0;
+    }
+    // The job's processes first: a process that still holds a device open keeps using it
+    // after the unplug.
+    if (auto killed = AgentKillJob(AgentSocketPath(state_dir), job); !killed) {
+      note("killing its processes: " + killed.error().message);
+    }
+    auto released = lxd::ReleaseGpus(client, instance, job, node);
+    note(released ? fmt::format("released {} device(s) from {} in {:.0f} ms", *released,
+                                instance, MillisecondsSince(start))
+                  : "release failed: " + released.error().message);
+    if (released && *released > 0) {
+      AgentObserve(AgentSocketPath(state_dir), "released", MillisecondsSince(start) / 1000);
+    }
+    return 0;
+  }
+  note("unknown phase (prolog or epilog)");
+  return 0;
+}
+
+}  // namespace bmas

@@ -1,0 +1,64 @@
+#pragma once
+
+// `bmas agent`: the root-owned broker on a node that runs a job's command inside its user's
+// workspace. The batch script runs as the user, and LXD's socket is root-only; so the script
+// runs `bmas agent exec -- CMD`, which connects to the agent's unix socket and hands over its
+// stdin, stdout and stderr (SCM_RIGHTS). The agent checks the caller (SO_PEERCRED: its uid,
+// and that its process sits in the cgroup of that very Slurm job, so it owns that running job
+// on this node), then starts CMD in the workspace's namespaces and cgroups as the user, and
+// reports its exit status. When the caller goes away (Slurm cancelled the job, or its time
+// limit passed), the agent kills CMD's processes. The epilog asks the agent to kill a job's
+// processes before it unplugs the job's GPUs.
+//
+// The agent also runs the reconcile pass, at start and then periodically: any bmas GPU device
+// whose job is gone is unplugged. And it serves /metrics.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace bmas {
+
+struct AgentOptions {
+  std::string socket;      // the unix socket (mode 0666) users connect to
+  std::string lxd_socket;  // LXD's
+  std::chrono::milliseconds reconcile_interval{60'000};
+  std::string metrics_host = "127.0.0.1";
+  uint16_t metrics_port = 0;
+  // Whether Slurm job `id` is still running or about to (false when it is finished or unknown).
+  // An error keeps a job's devices.
+  std::function<Result<bool>(int64_t id)> job_alive;
+  // The user a running job belongs to; an error when it is not running.
+  std::function<Result<std::string>(int64_t id)> job_user;
+};
+
+// Serves until SIGINT or SIGTERM; prints "bmas agent: listening on URL" (the metrics URL) once
+// its socket is ready. Returns the exit code.
+int RunAgent(const AgentOptions& options);
+
+// The client side, run by the batch script as the job's user: runs `argv` through the agent
+// at `socket` for job $SLURM_JOB_ID, or directly (exec) when no agent runs or the user has no
+// workspace. Returns the command's exit code (does not return when it execs).
+int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv);
+
+// The epilog's call, as root: kills job `job`'s processes in its workspace and waits until
+// they are gone. Returns how many process groups were killed.
+Result<int> AgentKillJob(const std::string& socket, int64_t job);
+
+// The hooks' report of how long binding ("bound") or releasing ("released") took, for the
+// agent's /metrics. Best effort: nothing happens when no agent runs.
+void AgentObserve(const std::string& socket, const std::string& op, double seconds);
+
+// The agent's socket under a state dir: <state_dir>/run/agent.sock.
+std::string AgentSocketPath(const std::string& state_dir);
+
+// Whether /proc/<pid>/cgroup's text places the process in Slurm job `job` (a path component
+// "job_<job>", as slurmd's cgroup plugins write it, v1 and v2).
+bool InSlurmJobCgroup(const std::string& proc_cgroup, int64_t job);
+
+}  // namespace bmas

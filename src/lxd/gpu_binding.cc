@@ -1,0 +1,137 @@
+#include "lxd/gpu_binding.h"
+
+#include <charconv>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace bmas::lxd {
+namespace {
+
+constexpr std::string_view kPrefix = "bmas-j";
+
+bool ParseInt(std::string_view text, int64_t& out) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+}
+
+}  // namespace
+
+std::string JobDeviceName(const JobDevice& d) {
+  return fmt::format("{}{}-{}-gpu{}", kPrefix, d.job, d.node, d.gpu);
+}
+
+std::optional<JobDevice> ParseJobDeviceName(const std::string& name) {
+  std::string_view s = name;
+  if (!s.starts_with(kPrefix)) return std::nullopt;
+  s.remove_prefix(kPrefix.size());
+  const size_t dash = s.find('-');
+  const size_t gpu = s.rfind("-gpu");
+  if (dash == std::string_view::npos || gpu == std::string_view::npos || gpu <= dash) {
+    return std::nullopt;
+  }
+  JobDevice d;
+  int64_t index = 0;
+  if (!ParseInt(s.substr(0, dash), d.job) || !ParseInt(s.substr(gpu + 4), index)) {
+    return std::nullopt;
+  }
+  d.node = std::string(s.substr(dash + 1, gpu - dash - 1));
+  if (d.node.empty()) return std::nullopt;
+  d.gpu = static_cast<int>(index);
+  return d;
+}
+
+std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
+                                            int64_t job, const std::string& node,
+                                            const std::vector<int>& gpus,
+                                            const std::function<std::string(int)>& source) {
+  std::set<std::string> taken;
+  for (const auto& [name, spec] : existing) {
+    if (auto it = spec.find("path"); it != spec.end()) taken.insert(it->second);
+  }
+  std::map<std::string, StringMap> out;
+  for (int g : gpus) {
+    int index = g;
+    while (taken.contains(fmt::format("/dev/nvidia{}", index))) ++index;
+    const std::string path = fmt::format("/dev/nvidia{}", index);
+    taken.insert(path);
+    out[JobDeviceName({job, node, g})] = {
+        {"type", "unix-char"}, {"source", source(g)}, {"path", path}, {"mode", "0666"}};
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& instance,
+                                          int64_t job, const std::string& node,
+                                          const std::vector<int>& gpus,
+                                          const std::function<std::string(int)>& source) {
+  auto current = client.GetInstance(instance);
+  if (!current) return current.error();
+  if (current->status != "Running") {
+    if (auto started = client.ChangeState(instance, "start"); !started) return started.error();
+  }
+  auto devices = GpuDevices(current->devices, job, node, gpus, source);
+  if (auto added = client.AddDevices(instance, devices); !added) return added.error();
+  std::vector<std::string> paths;
+  for (const auto& [name, spec] : devices) paths.push_back(spec.at("path"));
+  return paths;
+}
+
+Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t job,
+                        const std::string& node) {
+  auto current = client.GetInstance(instance);
+  if (!current) return current.error();
+  std::vector<std::string> mine;
+  for (const auto& [name, spec] : current->devices) {
+    auto d = ParseJobDeviceName(name);
+    if (d && d->job == job && d->node == node) mine.push_back(name);
+  }
+  if (mine.empty()) return 0;
+  return client.RemoveDevices(instance, mine);
+}
+
+Result<std::vector<std::string>> ReconcileGpus(
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive) {
+  auto instances = client.Instances();
+  if (!instances) return instances.error();
+  std::vector<std::string> removed;
+  for (const Instance& i : *instances) {
+    std::vector<std::string> gone;
+    for (const auto& [name, spec] : i.devices) {
+      auto d = ParseJobDeviceName(name);
+      if (!d) continue;
+      auto running = alive(d->job);
+      if (running && !*running) gone.push_back(name);
+    }
+    if (gone.empty()) continue;
+    auto r = client.RemoveDevices(i.name, gone);
+    if (!r) return r.error();
+    for (const std::string& g : gone) removed.push_back(i.name + "/" + g);
+  }
+  return removed;
+}
+
+Result<std::vector<int>> ParseGpuList(const std::string& text) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    size_t comma = text.find(',', start);
+    std::string_view item(text.data() + start,
+                          (comma == std::string::npos ? text.size() : comma) - start);
+    const size_t dash = item.find('-');
+    int64_t lo = 0, hi = 0;
+    bool ok = dash == std::string_view::npos
+                  ? ParseInt(item, lo) && (hi = lo, true)
+                  : ParseInt(item.substr(0, dash), lo) && ParseInt(item.substr(dash + 1), hi);
+    if (!ok || hi < lo || hi > 1024) {
+      return InvalidArgument(fmt::format("'{}' is not a GPU list such as 0,1 or 0-3", text));
+    }
+    for (int64_t g = lo; g <= hi; ++g) out.push_back(static_cast<int>(g));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace bmas::lxd

@@ -1,0 +1,63 @@
+#pragma once
+
+// GPUs bound into a user's workspace for a job's lifetime. The Slurm prolog plugs exactly the
+// GPU device nodes Slurm allocated on that node into the user's workspace (the job container
+// is the workspace itself: see the README for why), the epilog unplugs them, and a reconcile
+// pass unplugs any left behind by a job that is gone (a crashed epilog, a killed node).
+//
+// A job's devices are named "bmas-j<job>-<node>-gpu<index>", so that they can be found again
+// from the name alone. Inside the container GPU i appears at /dev/nvidia<i>; when a local
+// cluster puts several nodes of one job into the same workspace (all its nodes share one
+// LXD), a clashing index moves to the next free /dev/nvidiaN.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "lxd/lxd_client.h"
+
+namespace bmas::lxd {
+
+struct JobDevice {
+  int64_t job = 0;
+  std::string node;
+  int gpu = 0;
+};
+
+// "bmas-j<job>-<node>-gpu<gpu>".
+std::string JobDeviceName(const JobDevice& d);
+// The reverse; nullopt for a name bmas did not make.
+std::optional<JobDevice> ParseJobDeviceName(const std::string& name);
+
+// The devices to add to an instance that already has `existing` so that the job's `gpus` on
+// `node` appear: unix-char devices from `source(gpu)` at /dev/nvidia<gpu>, or the next free
+// /dev/nvidiaN when that path is taken.
+std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
+                                            int64_t job, const std::string& node,
+                                            const std::vector<int>& gpus,
+                                            const std::function<std::string(int)>& source);
+
+// Plugs the job's GPUs on `node` into `instance`, starting it first if it is stopped. Returns
+// the paths they appear at inside.
+Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& instance,
+                                          int64_t job, const std::string& node,
+                                          const std::vector<int>& gpus,
+                                          const std::function<std::string(int)>& source);
+
+// Unplugs the devices of `job` on `node` from `instance`; returns how many it had.
+Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t job,
+                        const std::string& node);
+
+// Every instance, every bmas job device whose job `alive` says is gone: unplugged. Returns
+// "<instance>/<device>" for each one removed. A job whose state cannot be told (alive returns
+// an error) keeps its devices.
+Result<std::vector<std::string>> ReconcileGpus(
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive);
+
+// "0,1,3" (SLURM_JOB_GPUS) as indexes; ranges "0-3" too. InvalidArgument otherwise.
+Result<std::vector<int>> ParseGpuList(const std::string& text);
+
+}  // namespace bmas::lxd
