@@ -595,11 +595,14 @@ def main():
     if ONLY is not None:
         print(text)
         return
+    # Only this section is replaced: the sections after it (Slurm's, the workspaces') stay.
     path = os.path.join(ROOT, "bench", "RESULTS.md")
-    head = open(path).read() if os.path.exists(path) else ""
-    head = head.split(HEADING + "\n", 1)[0].rstrip() + "\n\n" if head.strip() else ""
+    old = open(path).read() if os.path.exists(path) else ""
+    head, _, rest = old.partition(HEADING + "\n")
+    head = head.rstrip() + "\n\n" if head.strip() else ""
+    after = rest[m.start():] if (m := re.search(r"^# ", rest, re.M)) else ""
     with open(path, "w") as f:
-        f.write(head + text.rstrip() + "\n")
+        f.write(head + text.rstrip() + "\n" + ("\n" + after if after else ""))
     print(text)
 
 
