@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -117,37 +120,94 @@ Result<void> DebianRootfs(const fs::path& rootfs) {
   auto mirror = AptMirror();
   if (!mirror) return mirror.error();
   return Run({"debootstrap", "--variant=minbase", "--include=systemd-sysv,dbus,iproute2,procps",
-              "bookworm", rootfs.string(), *mirror},
+              kDebianSuite, rootfs.string(), *mirror},
              std::chrono::seconds(1800));
 }
 
 }  // namespace
 
-Result<std::string> AptMirror() {
-  std::vector<fs::path> files = {"/etc/apt/sources.list"};
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/etc/apt/sources.list.d", ec)) {
-    files.push_back(e.path());
-  }
-  for (const fs::path& f : files) {
-    std::ifstream in(f);
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream words(line);
-      std::string first;
-      words >> first;
-      if (first == "deb") {
-        // deb [options] URI suite components
-        for (std::string w; words >> w;) {
-          if (w.rfind("http", 0) == 0 && w.find("security") == std::string::npos) return w;
+Result<std::string> DebianMirrorIn(const std::vector<AptSourceFile>& files,
+                                   const std::string& suite) {
+  auto usable = [&suite](const std::string& uri, const std::vector<std::string>& suites) {
+    return uri.rfind("http", 0) == 0 &&
+           std::find(suites.begin(), suites.end(), suite) != suites.end();
+  };
+  for (const AptSourceFile& f : files) {
+    const bool deb822 = f.name.ends_with(".sources");
+    if (!deb822 && !f.name.ends_with(".list")) continue;  // apt reads no other names
+    std::istringstream lines(f.text);
+    if (!deb822) {
+      // deb [options] URI suite [components...]
+      for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        std::vector<std::string> w;
+        for (std::string x; words >> x;) w.push_back(x);
+        if (w.empty() || w[0] != "deb") continue;
+        size_t i = 1;
+        if (i < w.size() && w[i].starts_with("[")) {
+          while (i < w.size() && !w[i].ends_with("]")) ++i;
+          ++i;
         }
-      } else if (first == "URIs:") {
-        for (std::string w; words >> w;) {
-          if (w.rfind("http", 0) == 0 && w.find("security") == std::string::npos) return w;
+        if (i + 1 < w.size() && usable(w[i], {w[i + 1]})) return w[i];
+      }
+      continue;
+    }
+    // Stanzas of "Key: values" separated by blank lines.
+    std::map<std::string, std::vector<std::string>> stanza;
+    auto check = [&]() -> std::optional<std::string> {
+      auto values = [&stanza](const char* key) {
+        auto it = stanza.find(key);
+        return it == stanza.end() ? std::vector<std::string>{} : it->second;
+      };
+      const auto types = values("types"), enabled = values("enabled");
+      const bool on = enabled.empty() || enabled[0] != "no";
+      if (on && std::find(types.begin(), types.end(), "deb") != types.end()) {
+        for (const std::string& uri : values("uris")) {
+          if (usable(uri, values("suites"))) return uri;
         }
       }
+      stanza.clear();
+      return std::nullopt;
+    };
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) {
+        if (auto uri = check()) return *uri;
+        continue;
+      }
+      if (line[0] == '#' || line[0] == ' ' || line[0] == '\t') continue;
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string key = line.substr(0, colon);
+      std::transform(key.begin(), key.end(), key.begin(), ::tolower);
+      std::istringstream words(line.substr(colon + 1));
+      auto& v = stanza[key];
+      for (std::string x; words >> x;) v.push_back(x);
     }
+    if (auto uri = check()) return *uri;
   }
-  return NotFound("no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d");
+  return NotFound(fmt::format("no Debian mirror for {} in /etc/apt/sources.list or "
+                              "/etc/apt/sources.list.d/*.list, *.sources",
+                              suite));
+}
+
+Result<std::string> AptMirror() {
+  std::vector<AptSourceFile> files;
+  auto read = [&files](const fs::path& path) {
+    std::ifstream in(path);
+    if (!in) return;
+    std::stringstream text;
+    text << in.rdbuf();
+    files.push_back({path.filename().string(), text.str()});
+  };
+  read("/etc/apt/sources.list");
+  std::vector<fs::path> parts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/etc/apt/sources.list.d", ec)) {
+    parts.push_back(e.path());
+  }
+  std::sort(parts.begin(), parts.end());  // apt's order
+  for (const fs::path& p : parts) read(p);
+  return DebianMirrorIn(files, kDebianSuite);
 }
 
 Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,

@@ -6,6 +6,7 @@
 // properties bmas.built=true and bmas.base=<base>, so the newest can be found later.
 
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "lxd/lxd_client.h"
@@ -24,9 +25,24 @@ struct BuiltImage {
 Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,
                               const std::string& work_dir);
 
-// The Debian mirror apt uses on this host (from /etc/apt/sources.list or
-// /etc/apt/sources.list.d/*.sources); NotFound when none is configured.
+// The suite the Debian image is built from.
+inline constexpr const char* kDebianSuite = "bookworm";
+
+// The Debian mirror apt uses on this host: the first enabled `deb` source for kDebianSuite in
+// the files apt reads (/etc/apt/sources.list, then /etc/apt/sources.list.d/*.list and *.sources
+// in name order); NotFound when none is configured.
 Result<std::string> AptMirror();
+
+// One file of apt's sources: its name (the extension decides whether apt reads it, and how) and
+// its text.
+struct AptSourceFile {
+  std::string name;
+  std::string text;
+};
+
+// AptMirror over given files, for tests.
+Result<std::string> DebianMirrorIn(const std::vector<AptSourceFile>& files,
+                                   const std::string& suite);
 
 // The newest image that BuildImage imported (by upload time); NotFound with the command that
 // makes one when there is none.

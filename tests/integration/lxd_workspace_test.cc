@@ -207,6 +207,49 @@ TEST_F(LxdWorkspaceTest, AFileWrittenInTheHomeBelongsToTheUserOnTheHost) {
   fs::remove(file);
 }
 
+TEST_F(LxdWorkspaceTest, AWorkspaceSurvivesRestartsOfItselfAndOfLxd) {
+  Create("bmastest1");
+  // Written as root with `lxc exec` (bmas's exec runs as the user), in the container's own
+  // root file system, outside the home.
+  auto written =
+      RunCommand({"lxc", "exec", "ws-bmastest1", "--", "sh", "-c",
+                  "echo survives > /etc/bmas-survives"},
+                 {"LXD_DIR=" + dir_ + "/lxd"});
+  ASSERT_TRUE(written && written->exit_code == 0) << (written ? written->err : written.error().message);
+  auto read_back = [this] {
+    return Bmas({"workspace", "exec", "bmastest1", "--", "cat", "/etc/bmas-survives"});
+  };
+  ASSERT_EQ(read_back().out, "survives\n");
+
+  ASSERT_EQ(Bmas({"workspace", "stop", "bmastest1"}).exit_code, 0);
+  ASSERT_EQ(Bmas({"workspace", "start", "bmastest1"}).exit_code, 0);
+  EXPECT_EQ(read_back().out, "survives\n") << "after the workspace's own restart";
+
+  // LXD itself, stopped and started again over the same state dir and LXD_DIR.
+  CommandOutput down = Bmas({"lxd", "down"}, "", std::chrono::seconds(120));
+  ASSERT_EQ(down.exit_code, 0) << down.out << down.err;
+  EXPECT_THAT(down.out, HasSubstr("instance ws-bmastest1"));
+  up_ = false;
+  CommandOutput up = Bmas({"lxd", "up"}, "", std::chrono::seconds(120));
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  up_ = true;
+  // `lxd down` stopped it before stopping LXD, so it comes back stopped, and listed.
+  EXPECT_EQ(StatusOf("bmastest1"), "Stopped");
+  ASSERT_EQ(Bmas({"workspace", "start", "bmastest1"}).exit_code, 0);
+  EXPECT_EQ(StatusOf("bmastest1"), "Running");
+  CommandOutput listed = Bmas({"workspace", "list"});
+  EXPECT_THAT(listed.out, HasSubstr("ws-bmastest1"));
+  EXPECT_EQ(read_back().out, "survives\n") << "after LXD's restart";
+  // The home is still bind-mounted with the user's uid.
+  const std::string file = Home("bmastest1") + "/bmas-after-restart";
+  fs::remove(file);
+  ASSERT_EQ(Bmas({"workspace", "exec", "bmastest1", "--", "touch", file}).exit_code, 0);
+  struct stat st;
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, getpwnam("bmastest1")->pw_uid);
+  fs::remove(file);
+}
+
 TEST_F(LxdWorkspaceTest, ASecondUsersWorkspaceCannotSeeTheFirstsHome) {
   Create("bmastest1");
   Create("bmastest2");
