@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/process.h"
+#include "engine_process.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -308,6 +309,118 @@ TEST_F(LxdWorkspaceTest, BadInputGivesAClearErrorAndChangesNothing) {
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("Is LXD running? `bmas lxd up` starts it"));
   EXPECT_EQ(List().Size(), 1u);
+}
+
+
+// Jobs in workspaces: a real local Slurm beside the test's LXD, and `bmas agent`. The prolog
+// plugs the job's GPUs into its user's workspace, the agent runs the job there, the epilog
+// unplugs them (or the reconcile pass, when the epilog's unplugging fails).
+class WorkspaceJobsTest : public LxdWorkspaceTest {
+ protected:
+  void SetUp() override {
+    LxdWorkspaceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (access("/usr/sbin/slurmctld", X_OK) != 0) GTEST_SKIP() << "needs Slurm";
+    CommandOutput slurm = Bmas({"slurm", "up"}, "", std::chrono::seconds(120));
+    ASSERT_EQ(slurm.exit_code, 0) << slurm.out << slurm.err;
+    slurm_ = true;
+    auto agent = Process::Start({"--config", config_, "--state-dir", state_, "agent",
+                                 "--reconcile-interval", "0.5"});
+    ASSERT_TRUE(agent) << agent.error().message;
+    agent_ = std::move(*agent);
+    auto ready = agent_->WaitForLine("listening on", std::chrono::seconds(10));
+    ASSERT_TRUE(ready) << ready.error().message << agent_->StderrText();
+    Create("bmastest1");
+  }
+
+  void TearDown() override {
+    agent_.reset();
+    if (slurm_) Bmas({"slurm", "down"}, "", std::chrono::seconds(60));
+    LxdWorkspaceTest::TearDown();
+  }
+
+  // `bmas ARGS...` as `user`, in the user's home (jobs start and write their output there).
+  CommandOutput InHome(const std::string& user, const std::vector<std::string>& args,
+                       std::vector<std::string> env = {}) {
+    std::vector<std::string> argv = {"setpriv", "--reuid=" + user, "--regid=" + user,
+                                     "--init-groups", "sh", "-c", "cd \"$0\" && exec \"$@\"",
+                                     Home(user), SharedBinary(), "--config", config_,
+                                     "--state-dir", state_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv, env, std::chrono::seconds(60));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  }
+
+  // What the workspace's /dev holds now.
+  std::string DevicesIn(const std::string& user) {
+    return Bmas({"workspace", "exec", user, "--", "ls", "/dev"}).out;
+  }
+
+  bool slurm_ = false;
+  std::unique_ptr<Process> agent_;
+};
+
+TEST_F(WorkspaceJobsTest, AJobRunsInTheWorkspaceWithExactlyItsGpusWhichGoAwayAfter) {
+  CommandOutput r = InHome("bmastest1", {"run", "--gpus", "2", "--wait", "--", "sh", "-c",
+                                         "hostname; id -u; for d in /dev/nvidia*; do echo $d; "
+                                         "cat $d; done; exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;  // the job's own exit code, through the agent
+  EXPECT_THAT(r.out, HasSubstr("ws-bmastest1\n"));  // the workspace's host name
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{}\n", getpwnam("bmastest1")->pw_uid)));
+  EXPECT_THAT(r.out, HasSubstr("/dev/nvidia0\n"));
+  EXPECT_THAT(r.out, HasSubstr("/dev/nvidia1\n"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("/dev/nvidia2")));
+  // Present, and no driver behind it: the device node is there and the open reaches it.
+  EXPECT_THAT(r.out, HasSubstr("No such device or address"));
+  // The epilog has unplugged them.
+  EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
+                         std::chrono::seconds(10)))
+      << DevicesIn("bmastest1");
+  // Outside a job no GPU is visible in the workspace at all.
+  EXPECT_THAT(DevicesIn("bmastest1"), ::testing::Not(HasSubstr("nvidia")));
+}
+
+TEST_F(WorkspaceJobsTest, TheReconcilePassRemovesWhatAFailedEpilogLeft) {
+  std::ofstream(state_ + "/run/fail-gpu-release") << "test\n";
+  CommandOutput r = InHome("bmastest1", {"run", "--gpus", "1", "--wait", "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
+                         std::chrono::seconds(10)))
+      << DevicesIn("bmastest1");
+  std::ifstream hooks(state_ + "/slurm/log/hooks.log");
+  std::stringstream log;
+  log << hooks.rdbuf();
+  EXPECT_THAT(log.str(), HasSubstr("unplugging skipped"));  // it was the reconcile pass
+}
+
+TEST_F(WorkspaceJobsTest, CancelReachesTheJobsProcessesInTheWorkspace) {
+  CommandOutput run = InHome("bmastest1", {"run", "--", "sleep", "271"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string id = run.out.substr(0, run.out.find('\n'));
+  auto sleeping = [&] {
+    return Bmas({"workspace", "exec", "bmastest1", "--", "ps"}).out.find("sleep 271") !=
+           std::string::npos;
+  };
+  ASSERT_TRUE(Eventually(sleeping, std::chrono::seconds(15)));
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([&] { return !sleeping(); }, std::chrono::seconds(15)));
+}
+
+TEST_F(WorkspaceJobsTest, OthersGetPlainJobsAndCannotBorrowAnothersJob) {
+  // No workspace: the job runs on the node itself.
+  CommandOutput plain = InHome("bmastest2", {"run", "--wait", "--", "hostname"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_THAT(plain.out, ::testing::StartsWith("oss0"));
+  // A process outside the job cannot have the agent run anything for it.
+  CommandOutput run = InHome("bmastest1", {"run", "--", "sleep", "60"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  CommandOutput borrowed = InHome("bmastest1", {"agent", "exec", "--", "true"},
+                                  {"SLURM_JOB_ID=" + id});
+  EXPECT_EQ(borrowed.exit_code, 126);
+  EXPECT_THAT(borrowed.err, HasSubstr("is not a process of job " + id));
+  InHome("bmastest1", {"cancel", id});
 }
 
 }  // namespace
