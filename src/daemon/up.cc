@@ -320,9 +320,41 @@ int RunUp(const UpOptions& options) {
     }
   }
 
+  // With both: `bmas agent` runs jobs in their users' workspaces and unplugs stray GPUs.
+  std::string agent_line;
+  if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
+      slurm::ReadLocalCluster(dir)) {
+    Child a;
+    a.name = "agent";
+    a.log = (fs::path(dir) / "logs" / "agent.log").string();
+    std::vector<std::string> args = SelfArgs(options, dir);
+    args.insert(args.end(), {"agent", "--metrics-port", "0"});
+    auto spawned = Spawn(args, a.log);
+    Result<std::string> url = spawned ? Result<std::string>(std::string())
+                                      : Result<std::string>(spawned.error());
+    if (spawned) {
+      a.pid = spawned->first;
+      url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
+      close(spawned->second);
+      if (url) {
+        a.url = *url;
+        children.push_back(a);
+      } else {
+        std::vector<Child> failed = {a};
+        StopAll(failed, std::chrono::seconds(2));
+      }
+    }
+    agent_line =
+        url ? fmt::format("  {:<10} {:<28} runs jobs in workspaces, unplugs stray GPUs: "
+                          "{}/metrics\n  {:<10} {:<28} log {}\n",
+                          a.name, a.url, a.url, "", "", a.log)
+            : fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", a.name,
+                          url.error().message, a.log, LogTail(a.log));
+  }
+
   std::string summary;
   for (const Child& c : children) {
-    if (c.name == "slurm-mon") continue;  // after Slurm's own line
+    if (c.name == "slurm-mon" || c.name == "agent") continue;  // after Slurm's and LXD's lines
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
                              "over the engines\n",
@@ -336,7 +368,7 @@ int RunUp(const UpOptions& options) {
   if (children.empty() && slurm_line.empty()) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
-  summary += slurm_line + monitor_line + lxd_line;
+  summary += slurm_line + monitor_line + lxd_line + agent_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
