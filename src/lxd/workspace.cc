@@ -1,10 +1,13 @@
 #include "lxd/workspace.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -114,6 +117,10 @@ Result<void> CheckCaller(uid_t caller, const std::string& user) {
 Workspaces::Workspaces(LxdClient& client, std::string pool_driver)
     : client_(client), pool_driver_(std::move(pool_driver)) {}
 
+namespace {
+constexpr const char* kCreateLock = "/run/lock/bmas-workspace-create.lock";
+}  // namespace
+
 Result<Workspace> Workspaces::Create(const std::string& user, const std::string& image,
                                      const WorkspaceSettings& limits, const std::string& subuid,
                                      const std::string& subgid) {
@@ -152,6 +159,19 @@ Result<Workspace> Workspaces::Create(const std::string& user, const std::string&
                       "image");
     }
   }
+  // One creation at a time on this host: concurrent ones lose each other's lines in
+  // /etc/subuid and /etc/subgid, and LXD 5.0 can give two isolated containers created at once
+  // an id range it may not use ("newuidmap: ... not allowed"). Held until the start.
+  mkdir("/run/lock", 01777);
+  const int lock = open(kCreateLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
+    if (lock >= 0) close(lock);
+    return Internal(fmt::format("cannot lock {}: {}", kCreateLock, std::strerror(errno)));
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() { close(fd); }
+  } unlock{lock};
   // The user's own ids, mapped into the container one-to-one.
   if (auto r = EnsureSubIds(subuid, 0, {account->uid}); !r) return r.error();
   if (auto r = EnsureSubIds(subgid, 0, {account->gid}); !r) return r.error();
