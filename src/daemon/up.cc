@@ -149,6 +149,33 @@ std::vector<std::string> SelfArgs(const UpOptions& options, const std::string& d
   return args;
 }
 
+// Starts `bmas ARGS...` beside the others: a helper that serves /metrics. Returns its summary
+// lines; one that fails to start is stopped and the line says why (it is not fatal).
+std::string StartHelper(const UpOptions& options, const std::string& dir, const std::string& name,
+                        const std::string& log, const std::vector<std::string>& args,
+                        const std::string& what, std::vector<Child>& children) {
+  Child c;
+  c.name = name;
+  c.log = (fs::path(dir) / "logs" / log).string();
+  std::vector<std::string> argv = SelfArgs(options, dir);
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto spawned = Spawn(argv, c.log);
+  if (!spawned) return fmt::format("  {:<10} not started: {}\n", name, spawned.error().message);
+  c.pid = spawned->first;
+  auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
+  close(spawned->second);
+  if (!url) {
+    std::vector<Child> failed = {c};
+    StopAll(failed, std::chrono::seconds(2));
+    return fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", name,
+                       url.error().message, c.log, LogTail(c.log));
+  }
+  c.url = *url;
+  children.push_back(c);
+  return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
+                     what, c.url, "", "", c.log);
+}
+
 }  // namespace
 
 int RunUp(const UpOptions& options) {
@@ -272,33 +299,10 @@ int RunUp(const UpOptions& options) {
   // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
   std::string monitor_line;
   if (slurm::ReadLocalCluster(dir)) {
-    Child m;
-    m.name = "slurm-mon";
-    m.log = (fs::path(dir) / "logs" / "slurm-monitor.log").string();
-    std::vector<std::string> args = SelfArgs(options, dir);
-    args.insert(args.end(), {"slurm", "monitor", "--port",
-                             std::to_string(config.up.slurm_monitor_port)});
-    auto spawned = Spawn(args, m.log);
-    Result<std::string> url = spawned ? Result<std::string>(std::string())
-                                      : Result<std::string>(spawned.error());
-    if (spawned) {
-      m.pid = spawned->first;
-      url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
-      close(spawned->second);
-      if (url) {
-        m.url = *url;
-        children.push_back(m);
-      } else {
-        std::vector<Child> failed = {m};
-        StopAll(failed, std::chrono::seconds(2));
-      }
-    }
-    monitor_line =
-        url ? fmt::format("  {:<10} {:<28} Slurm jobs and GPUs per user and partition, mode: "
-                          "{}/metrics\n  {:<10} {:<28} log {}\n",
-                          m.name, m.url, m.url, "", "", m.log)
-            : fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", m.name,
-                          url.error().message, m.log, LogTail(m.log));
+    monitor_line = StartHelper(
+        options, dir, "slurm-mon", "slurm-monitor.log",
+        {"slurm", "monitor", "--port", std::to_string(config.up.slurm_monitor_port)},
+        "Slurm jobs and GPUs per user and partition, mode", children);
   }
 
   // LXD for workspaces, when this machine can run it; otherwise why not. An LXD that runs
@@ -324,32 +328,9 @@ int RunUp(const UpOptions& options) {
   std::string agent_line;
   if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
       slurm::ReadLocalCluster(dir)) {
-    Child a;
-    a.name = "agent";
-    a.log = (fs::path(dir) / "logs" / "agent.log").string();
-    std::vector<std::string> args = SelfArgs(options, dir);
-    args.insert(args.end(), {"agent", "--metrics-port", "0"});
-    auto spawned = Spawn(args, a.log);
-    Result<std::string> url = spawned ? Result<std::string>(std::string())
-                                      : Result<std::string>(spawned.error());
-    if (spawned) {
-      a.pid = spawned->first;
-      url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
-      close(spawned->second);
-      if (url) {
-        a.url = *url;
-        children.push_back(a);
-      } else {
-        std::vector<Child> failed = {a};
-        StopAll(failed, std::chrono::seconds(2));
-      }
-    }
-    agent_line =
-        url ? fmt::format("  {:<10} {:<28} runs jobs in workspaces, unplugs stray GPUs: "
-                          "{}/metrics\n  {:<10} {:<28} log {}\n",
-                          a.name, a.url, a.url, "", "", a.log)
-            : fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", a.name,
-                          url.error().message, a.log, LogTail(a.log));
+    agent_line = StartHelper(options, dir, "agent", "agent.log",
+                             {"agent", "--metrics-port", "0"},
+                             "runs jobs in workspaces, unplugs stray GPUs", children);
   }
 
   std::string summary;
