@@ -194,13 +194,13 @@ class SqliteStore final : public Store {
     {
       Statement v(db_, "PRAGMA user_version");
       if (!v.ok() || v.Step() != SQLITE_ROW) {
-        Exec("ROLLBACK;");
+        (void)Exec("ROLLBACK;");  // the error being returned says more
         return Fail("reading the schema version");
       }
       version = static_cast<int>(v.Int(0));
     }
     if (version > kSchemaVersion) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return Error{ErrorCode::kInvalidArgument,
                    fmt::format("{} has schema version {}, newer than this bmas knows ({}): use "
                                "the newer bmas that wrote it",
@@ -209,7 +209,7 @@ class SqliteStore final : public Store {
     for (int i = version; i < kSchemaVersion; ++i) {
       std::string sql = fmt::format("{} PRAGMA user_version = {};", kMigrations[i], i + 1);
       if (auto r = Exec(sql.c_str()); !r) {
-        Exec("ROLLBACK;");
+        (void)Exec("ROLLBACK;");  // the error being returned says more
         return r;
       }
     }
@@ -276,17 +276,17 @@ class SqliteStore final : public Store {
     Statement del(db_, "DELETE FROM users WHERE name = ?");
     del.Bind(1, name);
     if (del.Step() != SQLITE_DONE) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return Fail("removing a user");
     }
     if (sqlite3_changes(db_) == 0) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return NotFoundError(name);
     }
     Statement revoke(db_, "UPDATE api_keys SET revoked_at = ? WHERE user = ? AND revoked_at IS NULL");
     revoke.Bind(1, UnixNow()).Bind(2, name);
     if (revoke.Step() != SQLITE_DONE) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return Fail("revoking a removed user's keys");
     }
     return Exec("COMMIT;");
@@ -391,7 +391,7 @@ class SqliteStore final : public Store {
       s.Bind(1, d.minute).Bind(2, d.user).Bind(3, d.model).Bind(4, d.backend);
       s.Bind(5, d.requests).Bind(6, d.prompt_tokens).Bind(7, d.completion_tokens);
       if (s.Step() != SQLITE_DONE) {
-        Exec("ROLLBACK;");
+        (void)Exec("ROLLBACK;");  // the error being returned says more
         return Fail("recording usage");
       }
       s.Reset();
@@ -431,7 +431,7 @@ class SqliteStore final : public Store {
       s.Bind(6, j.state).Bind(7, int64_t{j.gpus}).Bind(8, nodes).Bind(9, j.submit_time);
       s.Bind(10, j.start_time).Bind(11, j.end_time).Bind(12, int64_t{j.exit_code});
       if (s.Step() != SQLITE_DONE) {
-        Exec("ROLLBACK;");
+        (void)Exec("ROLLBACK;");  // the error being returned says more
         return Fail("recording jobs");
       }
       added += sqlite3_changes(db_);
