@@ -1,5 +1,7 @@
 #include "cli/lxd_commands.h"
 
+#include <pwd.h>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +13,7 @@
 #include <rapidjson/writer.h>
 
 #include "common/process.h"
+#include "daemon/agent.h"
 #include "lxd/image_build.h"
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_client.h"
@@ -265,6 +268,14 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   if (verb != "list") {
     if (auto account = lxd::LookUpAccount(user_); !account) {
       return ReportFailure(command, account.error());
+    }
+  }
+  // Users reach their own workspace through the agent: LXD's socket is root's.
+  if ((verb == "exec" || verb == "shell") && geteuid() != 0) {
+    passwd* me = getpwuid(geteuid());
+    if (me != nullptr && user_ == me->pw_name) {
+      return RunAgentEnter(AgentSocketPath(c.state_dir),
+                           verb == "exec" ? command_ : std::vector<std::string>{"/bin/sh", "-l"});
     }
   }
   if (auto allowed = lxd::CheckCaller(geteuid(), verb == "list" ? std::string() : user_);

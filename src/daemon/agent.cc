@@ -245,8 +245,8 @@ class Agent {
     }
     const std::string op = d["op"].GetString();
     const int64_t job = d["job"].GetInt64();
-    if (op == "exec") {
-      Exec(fd, cred, job, d, fds);
+    if (op == "exec" || op == "enter") {
+      Exec(fd, cred, op == "exec" ? job : 0, d, fds);
       close_fds();
       return;
     }
@@ -264,30 +264,34 @@ class Agent {
     Refuse(fd, fmt::format("unknown op {}", op));
   }
 
+  // `job` 0: the caller enters their own workspace (`bmas workspace exec|shell`), no job.
   void Exec(int fd, const ucred& cred, int64_t job, const rapidjson::Document& d,
             const std::vector<int>& fds) {
     if (fds.size() != 3) return Refuse(fd, "exec needs stdin, stdout and stderr");
-    // The caller must be a process of that very job (its cgroup), running as its user.
+    // For a job, the caller must be a process of that very job (its cgroup), run by its user.
     std::ifstream in(fmt::format("/proc/{}/cgroup", cred.pid));
     std::stringstream cgroup;
     cgroup << in.rdbuf();
-    if (!InSlurmJobCgroup(cgroup.str(), job)) {
+    if (job != 0 && !InSlurmJobCgroup(cgroup.str(), job)) {
       return Refuse(fd, fmt::format("pid {} (uid {}) is not a process of job {}", cred.pid,
                                     cred.uid, job));
     }
     passwd* pw = getpwuid(cred.uid);
     if (pw == nullptr) return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
     const std::string user = pw->pw_name, home = pw->pw_dir;
-    auto owner = o_.job_user(job);
-    if (!owner) return Refuse(fd, fmt::format("job {}: {}", job, owner.error().message));
-    if (*owner != user) {
-      return Refuse(fd, fmt::format("job {} belongs to {}, not {}", job, *owner, user));
+    if (job != 0) {
+      auto owner = o_.job_user(job);
+      if (!owner) return Refuse(fd, fmt::format("job {}: {}", job, owner.error().message));
+      if (*owner != user) {
+        return Refuse(fd, fmt::format("job {} belongs to {}, not {}", job, *owner, user));
+      }
     }
     const uid_t uid = pw->pw_uid;
     const gid_t gid = pw->pw_gid;
     lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
     const std::string instance = lxd::WorkspaceName(user);
     auto ws = client.GetInstance(instance);
+    if (!ws && job == 0) return Refuse(fd, ws.error().message);
     if (!ws) {
       // No workspace (or no LXD): the job runs as a plain Slurm job.
       return Reply(fd, Json([&](auto& w) {
@@ -537,7 +541,21 @@ int RunAgent(const AgentOptions& options) {
   return 0;
 }
 
+namespace {
+int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job);
+}  // namespace
+
 int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv) {
+  return RunThroughAgent(socket, argv, /*job=*/true);
+}
+
+int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv) {
+  return RunThroughAgent(socket, argv, /*job=*/false);
+}
+
+namespace {
+
+int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job) {
   auto exec_here = [&] {
     std::vector<char*> a;
     for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
@@ -546,14 +564,19 @@ int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv
     fmt::print(stderr, "bmas agent exec: cannot run {}: {}\n", argv[0], std::strerror(errno));
     return 127;
   };
-  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* job = for_job ? std::getenv("SLURM_JOB_ID") : "0";
   int fd = job != nullptr ? Connect(socket) : -1;
+  if (fd < 0 && !for_job) {
+    fmt::print(stderr, "bmas workspace: no agent runs at {} (bmas up starts one; root can use "
+               "`bmas agent`)\n", socket);
+    return 1;
+  }
   if (fd < 0) return exec_here();  // no agent here: a plain Slurm job
   char cwd[4096];
   const std::string here = getcwd(cwd, sizeof cwd) != nullptr ? cwd : "";
   const std::string request = Json([&](auto& w) {
     w.Key("op");
-    w.String("exec");
+    w.String(for_job ? "exec" : "enter");
     w.Key("job");
     w.Int64(std::strtoll(job, nullptr, 10));
     w.Key("cwd");
@@ -580,11 +603,13 @@ int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv
     return 126;
   }
   if (d.HasMember("exit") && d["exit"].IsInt()) return d["exit"].GetInt();
-  if (d.HasMember("plain")) return exec_here();
-  fmt::print(stderr, "bmas agent exec: {}\n",
+  if (d.HasMember("plain") && for_job) return exec_here();
+  fmt::print(stderr, "bmas {}: {}\n", for_job ? "agent exec" : "workspace",
              d.HasMember("error") && d["error"].IsString() ? d["error"].GetString() : *reply);
   return 126;
 }
+
+}  // namespace
 
 Result<int> AgentKillJob(const std::string& socket, int64_t job) {
   int fd = Connect(socket);

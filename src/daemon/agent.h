@@ -46,6 +46,11 @@ int RunAgent(const AgentOptions& options);
 // workspace. Returns the command's exit code (does not return when it execs).
 int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv);
 
+// `bmas workspace exec|shell` through the agent: runs `argv` in the caller's own workspace as
+// the caller, with this process's stdin, stdout and stderr (a terminal stays a terminal).
+// Returns its exit code; 1 when no agent runs, 126 when the agent refuses.
+int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv);
+
 // The epilog's call, as root: kills job `job`'s processes in its workspace and waits until
 // they are gone. Returns how many process groups were killed.
 Result<int> AgentKillJob(const std::string& socket, int64_t job);

@@ -109,8 +109,9 @@ Result<void> CheckCaller(uid_t caller, const std::string& user) {
                  "user"};
   }
   return Error{ErrorCode::kPermissionDenied,
-               "LXD's socket is root-only, and the broker that will run workspace commands for "
-               "users (`bmas agent`) is not there yet: run this as root (sudo bmas workspace ...)",
+               "LXD's socket is root-only: creating, starting, stopping, deleting and listing "
+               "workspaces need root (sudo bmas workspace ...); `bmas workspace exec` and `shell` "
+               "reach your own through bmas agent",
                {}};
 }
 

@@ -423,5 +423,20 @@ TEST_F(WorkspaceJobsTest, OthersGetPlainJobsAndCannotBorrowAnothersJob) {
   InHome("bmastest1", {"cancel", id});
 }
 
+TEST_F(WorkspaceJobsTest, AUserReachesTheirOwnWorkspaceThroughTheAgent) {
+  CommandOutput own = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "sh", "-c",
+                                           "hostname; id -u; pwd; exit 4"});
+  EXPECT_EQ(own.exit_code, 4) << own.err;
+  EXPECT_EQ(own.out, fmt::format("ws-bmastest1\n{}\n{}\n", getpwnam("bmastest1")->pw_uid,
+                                 Home("bmastest1")));
+  CommandOutput other = InHome("bmastest2", {"workspace", "exec", "bmastest1", "--", "true"});
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_THAT(other.err, HasSubstr("may act only on their own workspace"));
+  // bmastest2 has none: the agent says so.
+  CommandOutput none = InHome("bmastest2", {"workspace", "exec", "bmastest2", "--", "true"});
+  EXPECT_EQ(none.exit_code, 126);
+  EXPECT_THAT(none.err, HasSubstr("ws-bmastest2"));
+}
+
 }  // namespace
 }  // namespace bmas::testing
