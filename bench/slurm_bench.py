@@ -327,7 +327,8 @@ def first_line(c):
             f"cost, bmas minus sbatch within a pair: p50 **{ms(diff, .5):+.0f} ms**, p99 {ms(diff, .99):+.0f} ms. "
             "\"Submission returned\": for bmas, when it printed `submitted` on stderr (its REST submission through "
             "slurmrestd had returned); for sbatch, when sbatch exited. After that, bmas `--wait` asks slurmrestd for "
-            "the job's state every 100 ms and reads the output file once the job has started.")
+            "the job's state every 20 ms for its first 2 s, then every 100 ms, and reads the output "
+            "file once the job has started.")
     shown = ("build/bmas --state-dir STATE run --wait -- echo hi\n"
              "sbatch --parsable --wrap 'echo hi'   # at the same time; then poll WORK/slurm-ID.out\n"
              "build/bmas --state-dir STATE version")
