@@ -8,8 +8,11 @@ in a temporary directory), builds the Debian image with `bmas image build --base
 the end deletes every workspace it made, stops LXD with `bmas lxd down` and removes the
 directory (the loop file with it), whatever happens. Workspaces belong to the Unix users
 bmasbench001..bmasbench300, made with `useradd --create-home` when missing and kept afterwards.
---quick uses fewer workspaces (for trying the script out); --only runs the listed benchmarks and
-prints them without touching RESULTS.md. Needs root and LXD (`bash scripts/install-deps.sh`);
+--quick uses fewer workspaces (for trying the script out); --only runs the listed benchmarks (W1
+and W2 always run: the others build on them) and writes them into RESULTS.md, keeping the other W
+sections as an earlier run left them ("Not measured this session" where there are none). W3 runs
+jobs in a workspace: it starts the local Slurm cluster (`bmas slurm up`, in the same state
+directory) and `bmas agent`, and stops both before W1's parallel creations. Needs root and LXD (`bash scripts/install-deps.sh`);
 without them it says why and exits 0, so `make bench` still runs the other benchmarks.
 """
 import concurrent.futures
@@ -294,6 +297,165 @@ def idle_memory_section(rows, both, scale_rows, scale_both):
     return "W2. Idle memory per running workspace", shown, text, header + rows + scale_rows
 
 
+# ---- W3. GPU bind and release latency -----------------------------------------------------------
+
+GPU_JOBS = 10 if QUICK else 30  # W3: jobs of 2 GPUs by one workspace user
+PAIRS = 10 if QUICK else 30      # W3: `true` jobs with and without a workspace, alternating
+CHECK = ('test -e /dev/nvidia0 && test -e /dev/nvidia1 && echo bench-gpus-present || echo bench-gpus-missing; '
+         'ls /dev | grep -c nvidia')
+
+
+def as_user(lxd, user, *args):
+    """`bmas ARGS...` as `user` from their home, as a user runs it (the integration tests' way)."""
+    import pwd
+    home = pwd.getpwnam(user).pw_dir
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "sh", "-c",
+            'cd "$0" && exec "$@"', home, *lxd.bmas(*args)]
+
+
+def container_nvidia(pid):
+    """The nvidia nodes in a container's /dev, seen from the host through its init's root."""
+    return [d for d in os.listdir(f"/proc/{pid}/root/dev") if d.startswith("nvidia")]
+
+
+def gpu_jobs(lxd, user, plain_user):
+    """Slurm up, `bmas agent`, GPU_JOBS jobs of 2 GPUs by `user` (who has a running workspace),
+    then PAIRS `true` jobs by `user` and by `plain_user` (no workspace), alternating."""
+    import random
+    import urllib.request
+    lxd.run(lxd.bmas("slurm", "up"))
+    agent = subprocess.Popen(lxd.bmas("agent", "--reconcile-interval", "0.5", "--metrics-port", "0"),
+                             env=lxd.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            line = agent.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"listening on (\S+)", line)
+            if m:
+                url = m.group(1)
+                break
+        if url is None:
+            raise RuntimeError("bmas agent did not say it was listening")
+        threading.Thread(target=agent.stdout.read, daemon=True).start()  # keep its pipe drained
+        pid = lxd.instance_state(f"ws-{user}")["pid"]
+        if container_nvidia(pid):
+            raise RuntimeError(f"ws-{user} holds nvidia devices before any job")
+        ids, seen, release, gone_at_return, failed = [], 0, [], 0, []
+        for _ in range(GPU_JOBS):
+            r = lxd.run(as_user(lxd, user, "run", "--gpus", "2", "--wait", "--", "sh", "-c", CHECK), check=False)
+            t0 = time.monotonic()
+            while container_nvidia(pid) and time.monotonic() - t0 < 30:
+                time.sleep(0.002)
+            dt = time.monotonic() - t0
+            m = re.search(r"job (\d+) submitted", r.stderr)
+            if r.returncode != 0 or not m:
+                failed.append(r.stderr.strip()[-200:])
+                continue
+            ids.append(m.group(1))
+            seen += "bench-gpus-present" in r.stdout
+            gone_at_return += dt < 0.003
+            release.append(dt)
+        # Submission to exit of `true`, with a workspace (2 GPUs bound) and without, in pairs
+        # alternating which goes first, each after a random pause (Slurm starts jobs at its
+        # next scheduling pass, so each job sees a random moment of that cycle).
+        times = {"ws": [], "plain": []}
+        for i in range(PAIRS):
+            order = [("ws", user), ("plain", plain_user)]
+            for kind, u in (order if i % 2 == 0 else order[::-1]):
+                time.sleep(random.random())
+                t0 = time.monotonic()
+                r = lxd.run(as_user(lxd, u, "run", "--gpus", "2", "--wait", "--", "true"), check=False)
+                if r.returncode == 0:
+                    times[kind].append(time.monotonic() - t0)
+                else:
+                    failed.append(f"{kind}: {r.stderr.strip()[-200:]}")
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        lxd.run(lxd.bmas("slurm", "down"), check=False)
+    hooks = open(os.path.join(lxd.state, "slurm", "log", "hooks.log")).read()
+    bound = [float(x) for j, x in re.findall(r"^prolog job (\d+) user \S+ node \S+: bound \S+ in \S+ in (\d+) ms$",
+                                              hooks, re.M) if j in ids]
+    released = [float(x) for j, x in re.findall(r"^epilog job (\d+) user \S+ node \S+: released 2 device\(s\) "
+                                                 r"from \S+ in (\d+) ms$", hooks, re.M) if j in ids]
+    metric = lambda name: float(re.search(rf"^{name} (\S+)$", metrics, re.M).group(1))
+    return dict(ids=ids, seen=seen, release=release, gone_at_return=gone_at_return, bound=bound,
+                released=released, times=times, failed=failed, user=user, plain_user=plain_user,
+                bind_count=metric("bmas_agent_gpu_bind_seconds_count"),
+                bind_sum=metric("bmas_agent_gpu_bind_seconds_sum"),
+                release_count=metric("bmas_agent_gpu_release_seconds_count"),
+                release_sum=metric("bmas_agent_gpu_release_seconds_sum"))
+
+
+def gpu_jobs_section(w):
+    ms = lambda xs, q: f"{percentile(xs, q) * 1e3:.0f}" if xs else "-"
+    n = len(w["ids"])
+    rows = ["| what | jobs | p50 (ms) | p99 (ms) | max (ms) |", "|---|---:|---:|---:|---:|",
+            f"| bind: prolog start to devices added (hooks.log) | {len(w['bound'])} | "
+            f"{ms([x / 1e3 for x in w['bound']], .5)} | {ms([x / 1e3 for x in w['bound']], .99)} | "
+            f"{max(w['bound']):.0f} |",
+            f"| release: epilog start to devices removed (hooks.log) | {len(w['released'])} | "
+            f"{ms([x / 1e3 for x in w['released']], .5)} | {ms([x / 1e3 for x in w['released']], .99)} | "
+            f"{max(w['released']):.0f} |",
+            f"| release seen from outside: `bmas run --wait` returned to no nvidia node left in the container's /dev | "
+            f"{len(w['release'])} | {ms(w['release'], .5)} | {ms(w['release'], .99)} | {max(w['release']) * 1e3:.0f} |",
+            "", "| `bmas run --gpus 2 --wait -- true`, submission to exit | jobs | p50 (ms) | p99 (ms) |",
+            "|---|---:|---:|---:|",
+            f"| user with a workspace (job in the workspace, 2 GPUs bound and released) | {len(w['times']['ws'])} | "
+            f"{ms(w['times']['ws'], .5)} | {ms(w['times']['ws'], .99)} |",
+            f"| user without a workspace (plain Slurm job) | {len(w['times']['plain'])} | "
+            f"{ms(w['times']['plain'], .5)} | {ms(w['times']['plain'], .99)} |"]
+    b50 = percentile(w["bound"], .5) / 1e3 if w["bound"] else float("inf")
+    b99 = percentile(w["bound"], .99) / 1e3 if w["bound"] else float("inf")
+    r99 = max(percentile(w["released"], .99) / 1e3 if w["released"] else float("inf"),
+              percentile(w["release"], .99) if w["release"] else float("inf"))
+    ratio = (percentile(w["times"]["ws"], .5) / percentile(w["times"]["plain"], .5)
+             if w["times"]["ws"] and w["times"]["plain"] else float("nan"))
+    ok = b99 < 1 and r99 < 1 and w["seen"] == n and n > 0
+    text = (f"{n} jobs of 2 GPUs, one after another, by {w['user']}, whose workspace (W1's first, Debian image) "
+            f"is running; the local cluster from `bmas slurm up` (3 nodes x 4 fake GPUs: character devices with the "
+            f"NVIDIA major, ENXIO on open) in the same state directory, with its prolog and epilog `bmas slurm hook "
+            f"prolog|epilog`, and `bmas agent --reconcile-interval 0.5` beside it. Measured two ways. (a) The hooks' "
+            f"own figures, from STATE/slurm/log/hooks.log: prolog start to the devices added in LXD (`bound ... in N "
+            f"ms`), epilog start (which first has the agent kill the job's processes) to the devices removed "
+            f"(`released 2 device(s) ... in N ms`): bind p50 **{b50 * 1e3:.0f} ms**, p99 **{b99 * 1e3:.0f} ms**; "
+            f"release p50 **{percentile(w['released'], .5):.0f} ms**, p99 "
+            f"**{percentile(w['released'], .99):.0f} ms** (the agent's /metrics agree: "
+            f"`bmas_agent_gpu_bind_seconds` {w['bind_count']:.0f} observations, mean "
+            f"{w['bind_sum'] / max(w['bind_count'], 1) * 1e3:.0f} ms; `bmas_agent_gpu_release_seconds` "
+            f"{w['release_count']:.0f}, mean {w['release_sum'] / max(w['release_count'], 1) * 1e3:.0f} ms; they "
+            f"include the jobs of the second table). (b) From outside. Bind: the job's first instruction is "
+            f"`test -e /dev/nvidia0 && test -e /dev/nvidia1`: **{w['seen']} of {n}** jobs saw both GPUs at their "
+            f"first instruction (target: all). Release: from the moment `bmas run --wait` returned (it asks "
+            f"slurmrestd for the job's state until Slurm reports it ended), the container's /dev was listed from the host every 2 ms (`/proc/INIT_PID/root/dev`, "
+            f"INIT_PID from `lxc query /1.0/instances/ws-USER/state`) until no `nvidia*` was left: p50 "
+            f"**{percentile(w['release'], .5) * 1e3:.0f} ms**, p99 **{percentile(w['release'], .99) * 1e3:.0f} ms**; "
+            f"in {w['gone_at_return']} of {len(w['release'])} jobs they were already gone at the first look (then "
+            f"a user who sees the job end never sees its GPUs still plugged in; the hooks' figures above are what "
+            f"release costs). "
+            f"Targets: bind and release under 1 s, all jobs seeing their GPUs: {'met' if ok else 'NOT met'}. "
+            f"Then {len(w['times']['ws'])} + {len(w['times']['plain'])} jobs `true` with 2 GPUs, by {w['user']} "
+            f"(in the workspace) and by {w['plain_user']} (no workspace: a plain Slurm job), in pairs alternating "
+            f"which goes first, each after a random 0-1 s pause (Slurm starts a job at its next scheduling pass; "
+            f"see S1): submission to exit p50, with/without a workspace: **{ratio:.2f}x**." +
+            (f" **{len(w['failed'])} jobs FAILED**: {w['failed'][0]}" if w["failed"] else ""))
+    shown = ("build/bmas --config CONFIG --state-dir STATE slurm up\n"
+             "build/bmas --config CONFIG --state-dir STATE agent --reconcile-interval 0.5 --metrics-port 0\n"
+             f"cd ~ && build/bmas --config CONFIG --state-dir STATE run --gpus 2 --wait -- sh -c '{CHECK}'   "
+             f"# as {w['user']}, x{n}; then list /proc/INIT_PID/root/dev until no nvidia*\n"
+             "grep -E ': (bound|released) ' STATE/slurm/log/hooks.log\n"
+             f"cd ~ && build/bmas --config CONFIG --state-dir STATE run --gpus 2 --wait -- true   "
+             f"# as {w['user']} and as {w['plain_user']}, alternating")
+    return "W3. GPU bind and release latency for jobs in a workspace", shown, text, rows
+
+
 # ---- W4. Scale ----------------------------------------------------------------------------------
 
 def scale(lxd, stop_users, define_users, mem_before_kb):
@@ -346,7 +508,7 @@ def scale(lxd, stop_users, define_users, mem_before_kb):
             f"rest were created and then stopped with `bmas workspace stop`, 4 at a time: "
             f"{setup_s:.0f} s for {len(define_users)} creations and {len(stop_users) + len(define_users)} stops; "
             f"creation p50 {percentile(created, .5):.2f} s with 4 at once; "
-            f"{len(define_users) - len(created)} of these creations failed, as in W1). After {SETTLE_S} s idle, each listing "
+            f"{len(define_users) - len(created)} of these creations failed; the script does not record why). After {SETTLE_S} s idle, each listing "
             f"ran {reps} times, interleaved with the others and alternating their order, so all see the same moment. "
             f"`bmas workspace list` p50 **{bmas_p50 * 1e3:.0f} ms**, **{bmas_p50 / p50['`lxc list` (reference)']:.2f}x** "
             f"`lxc list` ({p50['`lxc list` (reference)'] * 1e3:.0f} ms; it also asks for every running container's "
@@ -364,6 +526,24 @@ def scale(lxd, stop_users, define_users, mem_before_kb):
              "grep MemAvailable /proc/meminfo; grep VmRSS /proc/LXD_PID/status; grep Pss: /proc/LXD_PID/smaps_rollup")
     title = f"W4. Scale: {len(listed)} workspaces defined, {len(running)} running"
     return (title, shown, text, rows), scale_rows, scale_both
+
+
+NAMES = {1: "Workspace creation, Debian image", 2: "Idle memory per running workspace",
+         3: "GPU bind and release latency for jobs in a workspace", 4: "Scale"}
+
+
+def old_sections():
+    """This script's W sections now in RESULTS.md, by number, each with its heading."""
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    old = open(path).read() if os.path.exists(path) else ""
+    start = old.find(HEADING + "\n")
+    if start < 0:
+        return {}
+    body = old[start + len(HEADING):]
+    nxt = re.search(r"^# ", body, re.M)
+    body = body[:nxt.start()] if nxt else body
+    parts = re.split(r"^(?=## W\d)", body, flags=re.M)
+    return {int(re.match(r"## W(\d)", p).group(1)): p for p in parts if p.startswith("## W")}
 
 
 def write_section(text):
@@ -418,13 +598,30 @@ def main():
         # leaves W4 out unless named.
         cold_s, seq_s = create_sequential(lxd, cold, seq)
         w2_rows, w2_both = idle_memory(lxd, [cold] + seq)
+        if ONLY is None or 3 in ONLY:
+            if os.access("/usr/sbin/slurmctld", os.X_OK):
+                try:
+                    w3 = gpu_jobs(lxd, cold, USERS[DEFINED - 1])
+                    print(f"lxd_bench: W3 raw: {json.dumps(w3)}", file=sys.stderr)
+                    sections[3] = gpu_jobs_section(w3)
+                except Exception as e:  # W1's parallel creations still run
+                    print(f"lxd_bench: W3 FAILED: {e!r}", file=sys.stderr)
+                    sections[3] = (NAMES[3], "(see bench/lxd_bench.py, gpu_jobs)",
+                                   f"**FAILED** this session: {e}", [])
+                print(f"lxd_bench: W3 done after {time.time() - t0:.0f} s", file=sys.stderr)
+            else:
+                print("lxd_bench: W3 skipped: Slurm is not installed", file=sys.stderr)
         par_s, par_total, par_failed = create_parallel(lxd, par)
         sections[1] = creation_section(lxd, cold_s, seq_s, par_s, par_total, par_failed)
         print(f"lxd_bench: W1 and W2 done after {time.time() - t0:.0f} s", file=sys.stderr)
         scale_rows, scale_both = [], []
         if ONLY is None or 4 in ONLY:
-            sections[4], scale_rows, scale_both = scale(lxd, [cold] + seq, rest, mem_before)
-            print(f"lxd_bench: W4 done after {time.time() - t0:.0f} s", file=sys.stderr)
+            try:
+                sections[4], scale_rows, scale_both = scale(lxd, [cold] + seq, rest, mem_before)
+                print(f"lxd_bench: W4 done after {time.time() - t0:.0f} s", file=sys.stderr)
+            except Exception as e:  # W1-W3 are still written
+                print(f"lxd_bench: W4 FAILED: {e!r}", file=sys.stderr)
+                sections[4] = (NAMES[4], "(see bench/lxd_bench.py, scale)", f"**FAILED** this session: {e}", [])
         sections[2] = idle_memory_section(w2_rows, w2_both, scale_rows, scale_both)
     finally:
         deleted = lxd.down()
@@ -440,14 +637,19 @@ def main():
             f"with `bmas workspace delete`, 4 at a time ({deleted[0]:.0f} s), ran `bmas lxd down` and removed the "
             f"directory. Workspaces belong to bmasbench001..bmasbench{DEFINED:03d} (`useradd --create-home`; "
             f"{made_users} made by this run, kept for the next). lxcfs is shared with the rest of the machine. bmas "
-            f"runs from a copy of build/bmas taken at the start. The machine is shared and noisy.\n\n"
-            "W3 (GPU bind and release latency) is not measured: job containers and GPU binding are not built yet.\n\n")
-    for number in (1, 2, 4):
-        if ONLY is None or number in ONLY:
+            f"runs from a copy of build/bmas taken at the start. The machine is shared and noisy."
+            + (f" This run measured W{',W'.join(str(n) for n in sorted(sections))} only (`--only`)." if ONLY else "")
+            + "\n\n")
+    kept = old_sections()
+    for number in (1, 2, 3, 4):
+        if number in sections:
             title, command, body, table = sections[number]
             text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
-    if ONLY is None:
-        write_section(text)
+        elif number in kept and "not measured this session" not in kept[number]:
+            text += kept[number].rstrip() + "\n\n"  # measured by an earlier run: kept as it was
+        else:
+            text += f"## W{number}. {NAMES[number]}\n\nNot measured this session.\n\n"
+    write_section(text)
     print(text)
 
 
