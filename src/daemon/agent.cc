@@ -331,21 +331,35 @@ class Agent {
         "--pid", "--cgroup", "--user", "--setuid", std::to_string(uid), "--setgid",
         std::to_string(gid), "--wd=" + cwd, "--"};
     args.insert(args.end(), argv.begin(), argv.end());
-    const std::string cgroups = ReadText(fmt::format("/proc/{}/cgroup", *init));
+    // Everything the child needs is made before the fork: other threads may hold the
+    // allocator's locks at that moment, so the child must not allocate.
+    const std::vector<std::string> procs =
+        CgroupProcsFiles(ReadText(fmt::format("/proc/{}/cgroup", *init)));
+    std::vector<char*> a, e;
+    for (auto& s : args) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : env) e.push_back(s.data());
+    e.push_back(nullptr);
+    sigset_t none;
+    sigemptyset(&none);
 
     pid_t child = fork();
     if (child < 0) return Refuse(fd, std::string("fork: ") + std::strerror(errno));
     if (child == 0) {
       setsid();
       for (int i = 0; i < 3; ++i) dup2(fds[i], i);
-      JoinCgroups(cgroups);
-      std::vector<char*> a, e;
-      for (auto& s : args) a.push_back(s.data());
-      a.push_back(nullptr);
-      for (auto& s : env) e.push_back(s.data());
-      e.push_back(nullptr);
-      sigset_t none;
-      sigemptyset(&none);
+      // Into the container's cgroups, so that its limits hold for the job too. Best effort.
+      char pid[24];
+      int n = 0;
+      for (pid_t p = getpid(); p > 0; p /= 10) pid[n++] = static_cast<char>('0' + p % 10);
+      for (int i = 0; i < n / 2; ++i) std::swap(pid[i], pid[n - 1 - i]);
+      for (const std::string& file : procs) {
+        int f = open(file.c_str(), O_WRONLY | O_CLOEXEC);
+        if (f >= 0) {
+          [[maybe_unused]] ssize_t w = write(f, pid, static_cast<size_t>(n));
+          close(f);
+        }
+      }
       sigprocmask(SIG_SETMASK, &none, nullptr);
       execve("/usr/bin/nsenter", a.data(), e.data());
       _exit(127);
@@ -454,9 +468,10 @@ class Agent {
     return s.str();
   }
 
-  // In the child: into the container's cgroups (its limits hold for the job too). Best effort.
-  static void JoinCgroups(const std::string& cgroups) {
-    const std::string pid = std::to_string(getpid());
+  // The cgroup.procs files of the cgroups listed in /proc/PID/cgroup's text (v1 hierarchies by
+  // their controllers' mount, the v2 one under unified/ on a hybrid host).
+  static std::vector<std::string> CgroupProcsFiles(const std::string& cgroups) {
+    std::vector<std::string> files;
     std::istringstream lines(cgroups);
     for (std::string line; std::getline(lines, line);) {
       const size_t a = line.find(':'), b = line.find(':', a + 1);
@@ -470,12 +485,9 @@ class Agent {
         if (controllers.starts_with("name=")) controllers = controllers.substr(5);
         root = "/sys/fs/cgroup/" + controllers;
       }
-      int f = open((root + path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-      if (f >= 0) {
-        [[maybe_unused]] ssize_t n = write(f, pid.data(), pid.size());
-        close(f);
-      }
+      files.push_back(root + path + "/cgroup.procs");
     }
+    return files;
   }
 
   const AgentOptions& o_;

@@ -364,7 +364,7 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
 TEST_F(WorkspaceJobsTest, AJobRunsInTheWorkspaceWithExactlyItsGpusWhichGoAwayAfter) {
   CommandOutput r = InHome("bmastest1", {"run", "--gpus", "2", "--wait", "--", "sh", "-c",
                                          "hostname; id -u; for d in /dev/nvidia*; do echo $d; "
-                                         "cat $d; done; exit 3"});
+                                         "cat $d; done; cat /proc/self/cgroup; exit 3"});
   EXPECT_EQ(r.exit_code, 3) << r.err;  // the job's own exit code, through the agent
   EXPECT_THAT(r.out, HasSubstr("ws-bmastest1\n"));  // the workspace's host name
   EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{}\n", getpwnam("bmastest1")->pw_uid)));
@@ -373,6 +373,8 @@ TEST_F(WorkspaceJobsTest, AJobRunsInTheWorkspaceWithExactlyItsGpusWhichGoAwayAft
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("/dev/nvidia2")));
   // Present, and no driver behind it: the device node is there and the open reaches it.
   EXPECT_THAT(r.out, HasSubstr("No such device or address"));
+  // In the workspace's cgroups (its limits hold), not in the Slurm job's on the host.
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("job_"))) << r.out;
   // The epilog has unplugged them.
   EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
                          std::chrono::seconds(10)))
