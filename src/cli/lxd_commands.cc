@@ -166,6 +166,8 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     w.Bool(static_cast<bool>(server));
     Str(w, "version", server ? server->version : "");
     Str(w, "pool_driver", driver);
+    w.Key("lxcfs");
+    w.Bool(lxd::LxcfsServes());
     w.Key("disk_limits_enforced");
     w.Bool(driver == "btrfs");
     w.Key("started");
@@ -198,6 +200,10 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
                driver == "btrfs" ? "copy-on-write; disk limits enforced"
                                  : "disk limits NOT enforced");
   }
+  fmt::print("  lxcfs: {}\n", lxd::LxcfsServes()
+                                 ? "serving /var/lib/lxcfs"
+                                 : "NOT serving: workspaces show the host's memory and CPUs "
+                                   "(`bmas lxd up` starts it)");
   if (local) {
     for (const auto& d : local->started) {
       fmt::print("  {:<6} pid {:<8} {} (started by bmas lxd up)\n", d.name, d.pid,

@@ -304,21 +304,22 @@ Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
   return l;
 }
 
-Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
-  if (std::string why = LxdPrerequisites(); !why.empty()) {
-    return Error{geteuid() != 0 ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, why, {}};
-  }
-  LocalLxd l;
+bool LxcfsServes() {
+  struct stat st;
+  return Mounted(kLxcfsMount) &&
+         stat((std::string(kLxcfsMount) + "/proc/meminfo").c_str(), &st) == 0;
+}
+
+namespace {
+
+// StartLocalLxd's steps once `l` is set up: starts what is missing (adding it to l->started)
+// and prepares LXD.
+Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
   std::error_code ec;
-  fs::create_directories(state_dir + "/logs", ec);
-  if (ec) return Internal(fmt::format("cannot create {}/logs: {}", state_dir, ec.message()));
-  l.state_dir = fs::absolute(state_dir).string();
-  l.lxd_dir = fs::absolute(settings.dir).string();
-  l.socket = l.lxd_dir + "/unix.socket";
-  if (auto earlier = ReadLocalLxd(l.state_dir)) {
-    for (const StartedDaemon& d : earlier->started) {
-      if (ProcessRunning(d.pid, d.comm)) l.started.push_back(d);
-    }
+  if (!Answers(l->socket)) {  // checked before anything starts
+    fs::create_directories(l->lxd_dir, ec);
+    if (ec) return Internal(fmt::format("cannot create {}: {}", l->lxd_dir, ec.message()));
+    if (auto t = CheckTraversable(fs::path(l->lxd_dir) / "x"); !t) return t.error();
   }
 
   // Before lxd starts: it reads the id ranges and needs the watches for many containers.
@@ -329,19 +330,31 @@ Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& s
   for (const char* file : {"/etc/subuid", "/etc/subgid"}) {
     auto changed = EnsureSubIds(file, ids, {});
     if (!changed) return changed.error();
-    if (*changed && Answers(l.socket)) {
+    if (*changed && Answers(l->socket)) {
       spdlog::warn("lxd: {} changed while LXD runs; LXD reads it at start-up only", file);
     }
   }
 
+  if (Mounted(kLxcfsMount) && !LxcfsServes()) {
+    // An lxcfs that was killed leaves its mount behind, and every read through it fails with
+    // ENOTCONN; LXD's mount hook then skips lxcfs and containers show the host's memory.
+    spdlog::warn("lxd: {} is the mount of an lxcfs that is gone; unmounting it", kLxcfsMount);
+    if (umount2(kLxcfsMount, MNT_DETACH) != 0) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("{} is the mount of an lxcfs that is gone and cannot be "
+                               "unmounted: {}; run `umount -l {}`",
+                               kLxcfsMount, std::strerror(errno), kLxcfsMount),
+                   {}};
+    }
+  }
   if (!Mounted(kLxcfsMount)) {
     fs::create_directories(kLxcfsMount, ec);
     auto lxcfs = StartDetached("lxcfs", "lxcfs", {"lxcfs", kLxcfsMount}, {},
-                               l.state_dir + "/logs/lxcfs.log");
+                               l->state_dir + "/logs/lxcfs.log");
     if (!lxcfs) return lxcfs.error();
-    l.started.push_back(*lxcfs);
-    if (auto saved = Save(l); !saved) return saved.error();
-    if (!WaitFor([] { return Mounted(kLxcfsMount); }, lxcfs->pid, std::chrono::seconds(10))) {
+    l->started.push_back(*lxcfs);
+    if (auto saved = Save(*l); !saved) return saved.error();
+    if (!WaitFor(LxcfsServes, lxcfs->pid, std::chrono::seconds(10))) {
       return Error{ErrorCode::kUnavailable,
                    fmt::format("lxcfs did not mount {}; its log {} ends with:\n{}", kLxcfsMount,
                                lxcfs->log, LogTail(lxcfs->log)),
@@ -349,50 +362,46 @@ Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& s
     }
   }
 
-  if (!Answers(l.socket)) {
-    fs::create_directories(l.lxd_dir, ec);
-    if (ec) return Internal(fmt::format("cannot create {}: {}", l.lxd_dir, ec.message()));
-    if (auto t = CheckTraversable(fs::path(l.lxd_dir) / "x"); !t) return t.error();
+  if (!Answers(l->socket)) {
     // AppArmor profiles LXD's containers need; absent AppArmor is fine.
     if (access("/usr/libexec/lxd/lxd-apparmor-load", X_OK) == 0) {
       (void)RunCommand({"/usr/libexec/lxd/lxd-apparmor-load"}, {}, std::chrono::seconds(30));
     }
-    std::vector<std::string> args = {"lxd", "--logfile=" + l.lxd_dir + "/lxd.log"};
+    std::vector<std::string> args = {"lxd", "--logfile=" + l->lxd_dir + "/lxd.log"};
     if (getgrnam("lxd") != nullptr) args.insert(args.begin() + 1, "--group=lxd");
-    auto lxd = StartDetached("lxd", "lxd", args, {"LXD_DIR=" + l.lxd_dir},
-                             l.state_dir + "/logs/lxd.out");
+    auto lxd = StartDetached("lxd", "lxd", args, {"LXD_DIR=" + l->lxd_dir},
+                             l->state_dir + "/logs/lxd.out");
     if (!lxd) return lxd.error();
-    l.started.push_back(*lxd);
-    if (auto saved = Save(l); !saved) return saved.error();
-    const std::string socket = l.socket;
+    l->started.push_back(*lxd);
+    if (auto saved = Save(*l); !saved) return saved.error();
+    const std::string socket = l->socket;
     if (!WaitFor([&socket] { return Answers(socket); }, lxd->pid, std::chrono::seconds(60))) {
       return Error{ErrorCode::kUnavailable,
-                   fmt::format("lxd did not answer on {}; its log {} ends with:\n{}", l.socket,
-                               l.lxd_dir + "/lxd.log", LogTail(l.lxd_dir + "/lxd.log") +
+                   fmt::format("lxd did not answer on {}; its log {} ends with:\n{}", l->socket,
+                               l->lxd_dir + "/lxd.log", LogTail(l->lxd_dir + "/lxd.log") +
                                                            LogTail(lxd->log)),
                    {}};
     }
   }
 
-  LxdClient client(l.socket);
-  auto driver = EnsurePool(client, settings, l.pool_note);
+  LxdClient client(l->socket);
+  auto driver = EnsurePool(client, settings, l->pool_note);
   if (!driver) return driver.error();
-  l.pool_driver = *driver;
+  l->pool_driver = *driver;
   Profile profile;
   profile.name = kProfileName;
   profile.description = "bmas workspaces: unprivileged, own id range, no network, no GPU";
   profile.config = {{"security.idmap.isolated", "true"}, {"security.privileged", "false"}};
   profile.devices = {{"root", {{"type", "disk"}, {"path", "/"}, {"pool", kPoolName}}}};
   if (auto p = client.PutProfile(profile); !p) return p.error();
-  if (auto saved = Save(l); !saved) return saved.error();
-  return l;
+  return Save(*l);
 }
 
-Result<std::vector<std::string>> StopLocalLxd(const std::string& state_dir) {
-  auto l = ReadLocalLxd(state_dir);
-  if (!l) return l.error();
+// Stops l.started[keep...] in reverse start order, drops them from l.started and saves l.
+// Returns what it stopped.
+Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
   std::vector<std::string> stopped;
-  for (auto it = l->started.rbegin(); it != l->started.rend(); ++it) {
+  for (auto it = l->started.rbegin(); it != l->started.rend() - keep; ++it) {
     if (!ProcessRunning(it->pid, it->comm)) continue;
     if (it->name == "lxd") {
       // Killing lxd leaves its containers running with nobody to manage them.
@@ -425,9 +434,45 @@ Result<std::vector<std::string>> StopLocalLxd(const std::string& state_dir) {
       umount2(kLxcfsMount, MNT_DETACH);
     }
   }
-  l->started.clear();
+  l->started.resize(keep);
   if (auto saved = Save(*l); !saved) return saved.error();
   return stopped;
+}
+
+}  // namespace
+
+Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
+  if (std::string why = LxdPrerequisites(); !why.empty()) {
+    return Error{geteuid() != 0 ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, why, {}};
+  }
+  LocalLxd l;
+  std::error_code ec;
+  fs::create_directories(state_dir + "/logs", ec);
+  if (ec) return Internal(fmt::format("cannot create {}/logs: {}", state_dir, ec.message()));
+  l.state_dir = fs::absolute(state_dir).string();
+  l.lxd_dir = fs::absolute(settings.dir).string();
+  l.socket = l.lxd_dir + "/unix.socket";
+  if (auto earlier = ReadLocalLxd(l.state_dir)) {
+    for (const StartedDaemon& d : earlier->started) {
+      if (ProcessRunning(d.pid, d.comm)) l.started.push_back(d);
+    }
+  }
+  const size_t earlier = l.started.size();
+  if (auto done = StartAndPrepare(settings, &l); !done) {
+    // What this call started goes again: a half-prepared LXD is of no use, and an lxcfs left
+    // running with nobody recording it outlives the state dir.
+    if (auto stopped = StopStarted(&l, earlier); !stopped) {
+      spdlog::warn("lxd: {}", stopped.error().message);
+    }
+    return done.error();
+  }
+  return l;
+}
+
+Result<std::vector<std::string>> StopLocalLxd(const std::string& state_dir) {
+  auto l = ReadLocalLxd(state_dir);
+  if (!l) return l.error();
+  return StopStarted(&*l, 0);
 }
 
 }  // namespace bmas::lxd

@@ -44,6 +44,10 @@ std::string SocketPath(const LxdSettings& settings);
 // (with the apt-get line that fixes it).
 std::string LxdPrerequisites();
 
+// Whether lxcfs is mounted at /var/lib/lxcfs and answers there (an lxcfs that died leaves a
+// mount that fails every read, and containers then silently lose its /proc views).
+bool LxcfsServes();
+
 // Starts what is missing and prepares LXD; idempotent. Returns what runs, with `started` listing
 // what this call or an earlier `bmas lxd up` in the same state dir started.
 Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir);

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -178,7 +179,8 @@ TEST_F(LxdWorkspaceTest, LimitsAreVisibleInside) {
   CommandOutput r = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c",
                           "nproc; grep MemTotal /proc/meminfo"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(r.out, "1\nMemTotal:         262144 kB\n");  // lxcfs shows the memory limit
+  EXPECT_EQ(r.out, "1\nMemTotal:         262144 kB\n")  // lxcfs shows the memory limit
+      << Bmas({"lxd", "status"}).out;
   // The process limit: count the sleeps that could start (the cgroup's pids.max is not
   // mounted inside an unprivileged container on a cgroup v1 host). Once the limit is hit no
   // fork works, so only builtins run after the loop, and kill -1 ends the user's processes.
@@ -191,6 +193,30 @@ TEST_F(LxdWorkspaceTest, LimitsAreVisibleInside) {
   EXPECT_LT(running, 100) << pids.out;
   rapidjson::Document list = List();
   EXPECT_EQ(Str(At(At(list, 0), "memory")), "256MiB");
+}
+
+// A killed lxcfs leaves its mount behind, failing every read; the next `bmas lxd up` replaces
+// it, instead of taking the dead mount for a running lxcfs.
+TEST_F(LxdWorkspaceTest, AnLxcfsThatDiedIsReplacedByTheNextUp) {
+  rapidjson::Document s = ParseJson(Bmas({"lxd", "status", "--json"}).out);
+  ASSERT_TRUE(At(s, "lxcfs").IsTrue());
+  pid_t lxcfs = -1;
+  for (const auto& d : At(s, "started").GetArray()) {
+    if (Str(At(d, "name")) == "lxcfs") lxcfs = At(d, "pid").GetInt();
+  }
+  if (lxcfs < 0) GTEST_SKIP() << "lxcfs was running before the test; not ours to kill";
+  ASSERT_EQ(kill(lxcfs, SIGKILL), 0);
+  for (int i = 0; i < 500 && kill(lxcfs, 0) == 0; ++i) usleep(10'000);
+  EXPECT_TRUE(At(ParseJson(Bmas({"lxd", "status", "--json"}).out), "lxcfs").IsFalse());
+
+  CommandOutput up = Bmas({"lxd", "up"}, "", std::chrono::seconds(120));
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  EXPECT_THAT(up.out, HasSubstr("started lxcfs"));
+  EXPECT_TRUE(At(ParseJson(Bmas({"lxd", "status", "--json"}).out), "lxcfs").IsTrue());
+  Create("bmastest1", {"--memory", "256MiB"});
+  CommandOutput r = Bmas({"workspace", "exec", "bmastest1", "--", "grep", "MemTotal",
+                          "/proc/meminfo"});
+  EXPECT_EQ(r.out, "MemTotal:         262144 kB\n") << r.err;
 }
 
 TEST_F(LxdWorkspaceTest, AFileWrittenInTheHomeBelongsToTheUserOnTheHost) {

@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine_process.h"
 #include "http_client.h"
+#include "test_helpers.h"
 
 namespace bmas::testing {
 namespace {
@@ -91,6 +94,14 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
   EXPECT_THAT(p.stdout_text(), HasSubstr("bmas up: stopped."));
   // bmas up waits for its children, so their ports are closed by the time it exits.
   for (uint16_t port : ports) EXPECT_TRUE(ConnectionRefused(port)) << "port " << port;
+  // Nor does an lxcfs or lxd it started outlive it, whether or not LXD could be prepared.
+  std::ifstream lxd_json(state + "/lxd.json");
+  std::stringstream recorded;
+  recorded << lxd_json.rdbuf();
+  if (lxd_json.is_open()) {
+    rapidjson::Document d = ParseJson(recorded.str());
+    EXPECT_EQ(At(d, "started").Size(), 0u) << recorded.str();
+  }
 }
 
 TEST(UpTest, SecondUpOnTheSameStateDirRefuses) {
