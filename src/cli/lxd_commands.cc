@@ -72,6 +72,11 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   build->add_option("--base", base_, "busybox (1 MB, for tests) or debian (debootstrap minbase)")
       ->check(CLI::IsMember({"busybox", "debian"}))
       ->default_str("busybox");
+  build->add_option("--init", init_,
+                    "debian: minimal (tini as PID 1; an idle workspace holds a few MiB) or "
+                    "systemd (services run inside; ~20 MiB more per workspace)")
+      ->check(CLI::IsMember({"minimal", "systemd"}))
+      ->default_str("minimal");
   build->add_option("--alias", alias_, "Alias to give it (default: bmas-<base>)");
   build->callback([this, &global] { global.exit_code = RunImageBuild(global); });
   CLI::App* list_images = image->add_subcommand("list", "Images in LXD");
@@ -222,7 +227,7 @@ int LxdCommands::RunImageBuild(GlobalOptions& global) {
                                "importing an image needs LXD's root-only socket: run as root", {}});
   }
   lxd::LxdClient client(c.socket, std::chrono::seconds(600));
-  auto built = lxd::BuildImage(client, base_, alias_, c.state_dir);
+  auto built = lxd::BuildImage(client, base_, init_, alias_, c.state_dir);
   if (!built) return ReportFailure("image build", built.error());
   fmt::print("bmas image: built {} ({} bytes) in {:.1f} s, alias {}, fingerprint {}\n", base_,
              built->size, built->seconds, built->alias, built->fingerprint.substr(0, 12));

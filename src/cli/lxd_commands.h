@@ -26,6 +26,7 @@ class LxdCommands {
 
   bool json_ = false;
   std::string base_ = "busybox";
+  std::string init_ = "minimal";
   std::string alias_;
   std::string user_;
   std::string image_;

@@ -300,7 +300,7 @@ class Agent {
       }));
     }
     if (ws->status != "Running") {
-      if (auto started = client.ChangeState(instance, "start"); !started) {
+      if (auto started = lxd::StartInstance(client, instance); !started) {
         return Refuse(fd, started.error().message);
       }
     }

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "lxd/workspace.h"
+
 namespace bmas::lxd {
 namespace {
 
@@ -69,7 +71,7 @@ Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& 
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
   if (current->status != "Running") {
-    if (auto started = client.ChangeState(instance, "start"); !started) return started.error();
+    if (auto started = StartInstance(client, instance); !started) return started.error();
   }
   auto devices = GpuDevices(current->devices, job, node, gpus, source);
   if (auto added = client.AddDevices(instance, devices); !added) return added.error();

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/process.h"
+#include "lxd/workspace.h"
 
 namespace bmas::lxd {
 namespace {
@@ -41,7 +42,8 @@ Result<void> Run(const std::vector<std::string>& args, std::chrono::seconds time
   return {};
 }
 
-std::string Metadata(const std::string& base, const std::string& description) {
+std::string Metadata(const std::string& base, const std::string& init,
+                     const std::string& description) {
   return fmt::format(
       "architecture: x86_64\n"
       "creation_date: {}\n"
@@ -50,11 +52,43 @@ std::string Metadata(const std::string& base, const std::string& description) {
       "  os: {}\n"
       "  bmas.built: \"true\"\n"
       "  bmas.base: {}\n"
+      "  bmas.init: {}\n"
       "templates:\n"
       "  /etc/hostname:\n"
       "    when: [create, copy]\n"
       "    template: hostname.tpl\n",
-      std::time(nullptr), description, base, base);
+      std::time(nullptr), description, base, base, init);
+}
+
+// Mounts the container's cgroups at /sys/fs/cgroup (LXD leaves that to the init), so limits
+// can be read inside: cgroup v2 where the host's controllers are there, else the v1 controllers
+// LXD gives us (on a hybrid host v2 mounts, but holds no controller).
+constexpr const char* kMountCgroups = R"(
+controllers=
+if mount -t cgroup2 none /sys/fs/cgroup 2>/dev/null; then
+  read -r controllers < /sys/fs/cgroup/cgroup.controllers
+  [ -n "$controllers" ] || umount /sys/fs/cgroup
+fi
+if [ -z "$controllers" ] && mount -t tmpfs cgroup /sys/fs/cgroup 2>/dev/null; then
+  for c in cpuset cpu memory pids; do
+    mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c
+  done
+fi
+)";
+
+// The init's last word before it settles: the mark StartInstance waits for.
+std::string ReadyLine() { return fmt::format(": > {}\n", kReadyMark); }
+
+// PID 1 of a Debian workspace built with init "minimal": the mounts systemd would make, then
+// tini, which reaps orphans and passes LXD's stop signal (SIGPWR) on to a sleep that ends on it.
+std::string MinimalInit() {
+  return std::string(R"(#!/bin/sh
+# bmas: PID 1 of a workspace without systemd (bmas image build --init minimal).
+mount -t tmpfs -o nosuid,nodev,mode=755 tmpfs /run
+mkdir -p /run/lock /dev/shm
+mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /tmp
+)") + kMountCgroups + ReadyLine() + "exec /usr/bin/tini -- /bin/sleep infinity\n";
 }
 
 // A root file system of busybox alone: its applets as links, and an init that mounts the
@@ -90,13 +124,8 @@ Result<void> BusyboxRootfs(const fs::path& rootfs) {
     return w;
   }
   if (auto w = Write(rootfs / "etc/init.d/rcS",
-                     "#!/bin/sh\n"
-                     "# cgroup v2 where the host has it, else the v1 controllers LXD gives us.\n"
-                     "mount -t cgroup2 none /sys/fs/cgroup 2>/dev/null && exit 0\n"
-                     "mount -t tmpfs cgroup /sys/fs/cgroup 2>/dev/null || exit 0\n"
-                     "for c in cpuset cpu memory pids; do\n"
-                     "  mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c\n"
-                     "done\n",
+                     std::string("#!/bin/sh\nmount -t tmpfs -o nosuid,nodev,mode=755 tmpfs /run\n") +
+                         kMountCgroups + ReadyLine(),
                      fs::perms(0755));
       !w) {
     return w;
@@ -108,7 +137,7 @@ Result<void> BusyboxRootfs(const fs::path& rootfs) {
   return {};
 }
 
-Result<void> DebianRootfs(const fs::path& rootfs) {
+Result<void> DebianRootfs(const fs::path& rootfs, const std::string& init) {
   if (geteuid() != 0) {
     return Error{ErrorCode::kPermissionDenied, "building a Debian image needs root (debootstrap)",
                  {}};
@@ -119,15 +148,22 @@ Result<void> DebianRootfs(const fs::path& rootfs) {
   }
   auto mirror = AptMirror();
   if (!mirror) return mirror.error();
-  if (auto r = Run({"debootstrap", "--variant=minbase", "--include=systemd-sysv,dbus,iproute2,procps",
-                    kDebianSuite, rootfs.string(), *mirror},
+  const std::string include = init == "systemd" ? "--include=systemd-sysv,dbus,iproute2,procps"
+                                                : "--include=tini,iproute2,procps";
+  if (auto r = Run({"debootstrap", "--variant=minbase", include, kDebianSuite, rootfs.string(),
+                    *mirror},
                    std::chrono::seconds(1800));
       !r) {
     return r;
   }
+  if (init == "minimal") {
+    std::error_code ec;
+    fs::remove(rootfs / "sbin/init", ec);
+    return Write(rootfs / "sbin/init", MinimalInit(), fs::perms(0755));
+  }
   // A workspace is reached through bmas (exec, shell, jobs), never by logging in on a console:
   // what serves logins and their logs stays off, which takes an idle workspace's memory cgroup
-  // from ~33 MiB to a few MiB. `systemctl unmask UNIT` in the workspace brings one back.
+  // from ~33 MiB to ~22 MiB. `systemctl unmask UNIT` in the workspace brings one back.
   std::error_code ec;
   for (const char* unit :
        {"systemd-journald.service", "systemd-journald.socket", "systemd-journald-dev-log.socket",
@@ -227,12 +263,18 @@ Result<std::string> AptMirror() {
   return DebianMirrorIn(files, kDebianSuite);
 }
 
-Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,
-                              const std::string& work_dir) {
+Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& init,
+                              const std::string& alias, const std::string& work_dir) {
   const auto started = std::chrono::steady_clock::now();
   if (base != "busybox" && base != "debian") {
     return InvalidArgument(fmt::format("unknown image base \"{}\": busybox or debian", base),
                            "base");
+  }
+  if (init != "minimal" && init != "systemd") {
+    return InvalidArgument(fmt::format("unknown init \"{}\": minimal or systemd", init), "init");
+  }
+  if (base == "busybox" && init != "minimal") {
+    return InvalidArgument("the busybox image has no systemd: --init minimal", "init");
   }
   const fs::path dir = fs::path(work_dir) / fmt::format("image-{}-{}", base, getpid());
   std::error_code ec;
@@ -247,11 +289,15 @@ Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const 
     }
   } cleanup{dir};
 
-  auto rootfs = base == "busybox" ? BusyboxRootfs(dir / "rootfs") : DebianRootfs(dir / "rootfs");
+  auto rootfs =
+      base == "busybox" ? BusyboxRootfs(dir / "rootfs") : DebianRootfs(dir / "rootfs", init);
   if (!rootfs) return rootfs.error();
   const std::string description =
-      base == "busybox" ? "bmas busybox (tests)" : "bmas Debian 12 minbase";
-  if (auto w = Write(dir / "metadata.yaml", Metadata(base, description), fs::perms(0644)); !w) {
+      base == "busybox" ? "bmas busybox (tests)"
+                        : fmt::format("bmas Debian 12 minbase ({})",
+                                      init == "systemd" ? "systemd" : "tini, no systemd");
+  if (auto w = Write(dir / "metadata.yaml", Metadata(base, init, description), fs::perms(0644));
+      !w) {
     return w.error();
   }
   if (auto w = Write(dir / "templates/hostname.tpl", "{{ container.name }}\n", fs::perms(0644)); !w) {

@@ -20,10 +20,13 @@ struct BuiltImage {
   double seconds = 0;    // to build and import
 };
 
-// base: "busybox" or "debian". `work_dir` holds the build tree (removed after). `alias` ""
-// = "bmas-<base>". Debian needs root and debootstrap; the suite is the host's (bookworm).
-Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& alias,
-                              const std::string& work_dir);
+// base: "busybox" or "debian". init (Debian only): "minimal" (PID 1 is tini, which reaps
+// orphans and sleeps: an idle workspace holds a few MiB) or "systemd" (services run inside, at
+// ~20 MiB more per workspace; journald, logind, the console getty and dbus are masked).
+// `work_dir` holds the build tree (removed after). `alias` "" = "bmas-<base>". Debian needs
+// root and debootstrap; the suite is the host's (bookworm).
+Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& init,
+                              const std::string& alias, const std::string& work_dir);
 
 // The suite the Debian image is built from.
 inline constexpr const char* kDebianSuite = "bookworm";

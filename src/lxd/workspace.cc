@@ -4,10 +4,12 @@
 #include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -179,11 +181,37 @@ Result<Workspace> Workspaces::Create(const std::string& user, const std::string&
 
   InstanceSpec spec = WorkspaceInstance(*account, source, limits, pool_driver_);
   if (auto r = client_.CreateInstance(spec); !r) return r.error();
-  if (auto r = client_.ChangeState(name, "start"); !r) {
+  if (auto r = StartInstance(client_, name); !r) {
+    (void)client_.ChangeState(name, "stop", /*force=*/true);
     (void)client_.DeleteInstance(name);
     return r.error();
   }
   return Get(user);
+}
+
+Result<void> StartInstance(LxdClient& client, const std::string& name,
+                           std::chrono::milliseconds timeout) {
+  if (auto r = client.ChangeState(name, "start"); !r) return r;
+  auto instance = client.GetInstance(name);
+  if (!instance) return instance.error();
+  auto init = instance->config.find("image.bmas.init");
+  if (init == instance->config.end() || init->second != "minimal") return {};
+  auto pid = client.InitPid(name);
+  if (!pid) return pid.error();
+  // The container's file system as its init sees it, through /proc on the host.
+  const std::string mark = fmt::format("/proc/{}/root{}", *pid, kReadyMark);
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (access(mark.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("{} runs, but its init did not finish setting up (no {} after "
+                               "{} ms); its console log: `lxc console --show-log {}`",
+                               name, kReadyMark, timeout.count(), name),
+                   {}};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return {};
 }
 
 Result<Workspace> Workspaces::Get(const std::string& user) {
@@ -202,7 +230,7 @@ Result<void> Workspaces::Start(const std::string& user) {
   auto w = Get(user);
   if (!w) return w.error();
   if (w->status == "Running") return {};
-  return client_.ChangeState(w->name, "start");
+  return StartInstance(client_, w->name);
 }
 
 Result<void> Workspaces::Stop(const std::string& user) {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,16 @@ InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
 // and (until `bmas agent` brokers the root-only LXD socket) not even that. PermissionDenied
 // with the reason otherwise. `user` "" = all workspaces (a listing).
 Result<void> CheckCaller(uid_t caller, const std::string& user);
+
+// Where an image built by bmas (image property bmas.init = minimal) marks, inside the
+// container, that its init has mounted /run, /tmp and the cgroups: a fresh tmpfs each boot.
+inline constexpr const char* kReadyMark = "/run/bmas-ready";
+
+// Starts instance `name` and, when its image's init marks readiness (kReadyMark), waits up to
+// `timeout` for the mark, so that nothing runs in it before its mounts are there. Other images
+// are ready when LXD says they run.
+Result<void> StartInstance(LxdClient& client, const std::string& name,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 class Workspaces {
  public:

@@ -27,6 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
+// Prints a workspace's memory limit (bytes) and process limit, read from inside.
+constexpr const char* kReadCgroupLimits =
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max;"
+    "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max";
+
 class LxdWorkspaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -181,6 +186,9 @@ TEST_F(LxdWorkspaceTest, LimitsAreVisibleInside) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out, "1\nMemTotal:         262144 kB\n")  // lxcfs shows the memory limit
       << Bmas({"lxd", "status"}).out;
+  // The cgroups the image's init mounts hold the limits (v1 controllers or v2's files).
+  CommandOutput cg = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c", kReadCgroupLimits});
+  EXPECT_EQ(cg.out, "268435456\n100\n") << cg.err;
   // The process limit: count the sleeps that could start (the cgroup's pids.max is not
   // mounted inside an unprivileged container on a cgroup v1 host). Once the limit is hit no
   // fork works, so only builtins run after the loop, and kill -1 ends the user's processes.
@@ -217,6 +225,26 @@ TEST_F(LxdWorkspaceTest, AnLxcfsThatDiedIsReplacedByTheNextUp) {
   CommandOutput r = Bmas({"workspace", "exec", "bmastest1", "--", "grep", "MemTotal",
                           "/proc/meminfo"});
   EXPECT_EQ(r.out, "MemTotal:         262144 kB\n") << r.err;
+}
+
+// The image users get by default: Debian from apt's mirror (debootstrap), tini as PID 1 rather
+// than systemd, the limits readable inside, and stop and start (LXD's SIGPWR ends tini).
+TEST_F(LxdWorkspaceTest, TheDebianImageRunsWithoutSystemdAndStopsAndStarts) {
+  CommandOutput image = Bmas({"image", "build", "--base", "debian"}, "", std::chrono::seconds(280));
+  ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
+  Create("bmastest1", {"--image", "bmas-debian", "--memory", "256MiB", "--processes", "100"});
+  CommandOutput r = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c",
+                          std::string("cat /proc/1/comm; ") + kReadCgroupLimits});
+  EXPECT_EQ(r.out, "tini\n268435456\n100\n") << r.err;
+  // An orphan is reaped by PID 1 rather than left a zombie.
+  r = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c",
+            "(sleep 0.1 &); sleep 0.5; ps -eo stat= | grep -c Z"});
+  EXPECT_EQ(r.out, "0\n") << r.err;
+  CommandOutput stop = Bmas({"workspace", "stop", "bmastest1"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_EQ(StatusOf("bmastest1"), "Stopped");
+  ASSERT_EQ(Bmas({"workspace", "start", "bmastest1"}).exit_code, 0);
+  EXPECT_EQ(Bmas({"workspace", "exec", "bmastest1", "--", "true"}).exit_code, 0);
 }
 
 TEST_F(LxdWorkspaceTest, AFileWrittenInTheHomeBelongsToTheUserOnTheHost) {
