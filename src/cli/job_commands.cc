@@ -259,19 +259,15 @@ int JobCommands::Run(GlobalOptions& global) {
   for (const std::string& e : target->env) {
     spec.environment[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
   }
-  // With an agent on the node, the command runs in the user's workspace when they have one
-  // (`bmas agent exec` runs it directly otherwise). Launchers start their tasks with srun on
-  // the host: those run as plain Slurm tasks.
-  std::vector<std::string> command = command_;
+  // With an agent on the node, what runs on each node (torchrun included) runs in the user's
+  // workspace when they have one (`bmas agent exec` runs it directly otherwise).
+  std::vector<std::string> wrapper;
   const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
-  if (shape->launcher == Launcher::kNone && fs::exists(AgentSocketPath(state_dir))) {
+  if (fs::exists(AgentSocketPath(state_dir))) {
     const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-    if (!self.empty()) {
-      command = {self, "--state-dir", state_dir, "agent", "exec", "--"};
-      command.insert(command.end(), command_.begin(), command_.end());
-    }
+    if (!self.empty()) wrapper = {self, "--state-dir", state_dir, "agent", "exec", "--"};
   }
-  spec.script = BatchScript(*shape, command);
+  spec.script = BatchScript(*shape, command_, wrapper);
   // In research mode, its users' jobs go to the nodes they own.
   spec.reservation = ReservationFor(*target, account->name);
 

@@ -177,9 +177,13 @@ std::string ShellQuote(const std::string& arg) {
   return out + "'";
 }
 
-std::string BatchScript(const JobShape& shape, const std::vector<std::string>& command) {
+std::string BatchScript(const JobShape& shape, const std::vector<std::string>& command,
+                        const std::vector<std::string>& wrapper) {
   std::string cmd;
   for (const std::string& a : command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(a);
+  // What each task execs first (MPI's tasks excepted): "" or "WRAPPER ARGS... ".
+  std::string wrap;
+  for (const std::string& a : wrapper) wrap += ShellQuote(a) + " ";
   std::string s =
       "#!/bin/bash\n"
       "# Written by bmas run. The first node hosts the rendezvous; the port comes from the\n"
@@ -192,21 +196,21 @@ std::string BatchScript(const JobShape& shape, const std::vector<std::string>& c
   switch (shape.launcher) {
     case Launcher::kNone:
       if (shape.nodes == 1) {
-        s += "export NODE_RANK=0 RANK=0 LOCAL_RANK=0\n" + cmd + "\n";
+        s += "export NODE_RANK=0 RANK=0 LOCAL_RANK=0\n" + wrap + cmd + "\n";
       } else {
-        s += "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '" + per_node + "' bmas " +
-             cmd + "\n";
+        s += "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + wrap + "sh -c '" + per_node +
+             "' bmas " + cmd + "\n";
       }
       break;
     case Launcher::kTorchrun:
-      s += "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'export "
+      s += "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + wrap + "sh -c 'export "
            "NODE_RANK=$SLURM_NODEID; exec torchrun --nnodes=$NNODES "
            "--nproc-per-node=$GPUS_PER_NODE --node-rank=$SLURM_NODEID "
            "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT \"$@\"' bmas " +
            cmd + "\n";
       break;
     case Launcher::kMpi:
-      s += "srun --mpi=pmix --kill-on-bad-exit=1 bash -c 'export RANK=$SLURM_PROCID "
+      s += "srun --mpi=pmix --kill-on-bad-exit=1 sh -c 'export RANK=$SLURM_PROCID "
            "LOCAL_RANK=$SLURM_LOCALID NODE_RANK=$SLURM_NODEID; exec \"$@\"' bmas " +
            cmd + "\n";
       break;

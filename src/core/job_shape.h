@@ -50,8 +50,12 @@ std::map<std::string, std::string> DistributedEnvironment(const Cluster& cluster
 
 // The batch script that runs `command` (argv, quoted for the shell) with the shape's launcher:
 // none runs it once per node, torchrun once per node under torchrun (one process per GPU),
-// mpi once per task under `srun --mpi=pmix`.
-std::string BatchScript(const JobShape& shape, const std::vector<std::string>& command);
+// mpi once per task under `srun --mpi=pmix`. `wrapper` (argv, may be empty) goes in front of
+// what each node runs, torchrun included (`bmas agent exec --`: into the user's workspace);
+// MPI's tasks run without it, since PMIx reaches them through sockets in slurmd's spool,
+// which a workspace does not see.
+std::string BatchScript(const JobShape& shape, const std::vector<std::string>& command,
+                        const std::vector<std::string>& wrapper = {});
 
 // `arg` quoted for a POSIX shell.
 std::string ShellQuote(const std::string& arg);

@@ -96,5 +96,18 @@ TEST(JobShapeTest, BatchScriptQuotesTheCommandAndUsesTheLauncher) {
               HasSubstr("torchrun --nnodes=$NNODES --nproc-per-node=$GPUS_PER_NODE"));
 }
 
+TEST(JobShapeTest, TheWrapperGoesInFrontOfWhatEachNodeRunsButNotOfMpiTasks) {
+  const std::vector<std::string> agent = {"/usr/bin/bmas", "agent", "exec", "--"};
+  EXPECT_THAT(BatchScript(Plan({.gpus = 2}), {"python3", "x.py"}, agent),
+              HasSubstr("\n/usr/bin/bmas agent exec -- python3 x.py\n"));
+  EXPECT_THAT(BatchScript(Plan({.gpus = 8}), {"true"}, agent),
+              HasSubstr("srun --ntasks-per-node=1 --kill-on-bad-exit=1 /usr/bin/bmas agent exec "
+                        "-- sh -c "));
+  EXPECT_THAT(BatchScript(Plan({.gpus = 8, .launcher = Launcher::kTorchrun}), {"t.py"}, agent),
+              HasSubstr("exec -- sh -c 'export NODE_RANK=$SLURM_NODEID; exec torchrun"));
+  EXPECT_THAT(BatchScript(Plan({.nodes = 3, .launcher = Launcher::kMpi}), {"./a"}, agent),
+              ::testing::Not(HasSubstr("agent")));
+}
+
 }  // namespace
 }  // namespace bmas

@@ -326,10 +326,14 @@ class Agent {
     std::string cwd = d.HasMember("cwd") && d["cwd"].IsString() ? d["cwd"].GetString() : home;
     if (cwd != home && !cwd.starts_with(home + "/")) cwd = home;
 
-    std::vector<std::string> args = {
-        "nsenter", "--target", std::to_string(*init), "--mount", "--uts", "--ipc", "--net",
-        "--pid", "--cgroup", "--user", "--setuid", std::to_string(uid), "--setgid",
-        std::to_string(gid), "--wd=" + cwd, "--"};
+    // A job keeps the node's network (a workspace has none of its own): its ranks reach each
+    // other and NCCL the node's NICs, as in a plain Slurm job. A session stays in the
+    // workspace's.
+    std::vector<std::string> args = {"nsenter", "--target", std::to_string(*init), "--mount",
+                                     "--uts", "--ipc", "--pid", "--cgroup", "--user"};
+    if (job == 0) args.push_back("--net");
+    args.insert(args.end(), {"--setuid", std::to_string(uid), "--setgid", std::to_string(gid),
+                             "--wd=" + cwd, "--"});
     args.insert(args.end(), argv.begin(), argv.end());
     // Everything the child needs is made before the fork: other threads may hold the
     // allocator's locks at that moment, so the child must not allocate.

@@ -479,12 +479,45 @@ TEST_F(WorkspaceJobsTest, OthersGetPlainJobsAndCannotBorrowAnothersJob) {
   InHome("bmastest1", {"cancel", id});
 }
 
+// A torchrun job over two nodes: each node's torchrun starts in the workspace (here a stand-in
+// in the user's ~/bin), with its node rank, and with the node's network, which its ranks and
+// NCCL need to reach each other.
+TEST_F(WorkspaceJobsTest, EachNodesTorchrunRunsInTheWorkspaceWithTheNodesNetwork) {
+  const std::string bin = Home("bmastest1") + "/bin";
+  fs::create_directories(bin);
+  std::ofstream(bin + "/torchrun") << "#!/bin/sh\n"
+                                      "echo \"$(hostname) $3 $(readlink /proc/self/ns/net) $*\"\n";
+  chmod((bin + "/torchrun").c_str(), 0755);
+  chown(bin.c_str(), getpwnam("bmastest1")->pw_uid, getpwnam("bmastest1")->pw_gid);
+  CommandOutput r = InHome("bmastest1",
+                           {"run", "--gpus", "8", "--launcher", "torchrun", "--wait", "--",
+                            "train.py", "--lr", "0.1"},
+                           {"PATH=" + bin + ":/usr/bin:/bin"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const std::string net = fs::read_symlink("/proc/self/ns/net").string();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_THAT(lines[rank], ::testing::StartsWith(
+                                 fmt::format("ws-bmastest1 --node-rank={} {} ", rank, net)));
+    EXPECT_THAT(lines[rank], ::testing::EndsWith("train.py --lr 0.1"));
+  }
+  fs::remove_all(bin);
+}
+
 TEST_F(WorkspaceJobsTest, AUserReachesTheirOwnWorkspaceThroughTheAgent) {
   CommandOutput own = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "sh", "-c",
                                            "hostname; id -u; pwd; exit 4"});
   EXPECT_EQ(own.exit_code, 4) << own.err;
   EXPECT_EQ(own.out, fmt::format("ws-bmastest1\n{}\n{}\n", getpwnam("bmastest1")->pw_uid,
                                  Home("bmastest1")));
+  // A session stays in the workspace's own network namespace (a job gets the node's).
+  CommandOutput net = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "readlink",
+                                           "/proc/self/ns/net"});
+  EXPECT_NE(net.out, fs::read_symlink("/proc/self/ns/net").string() + "\n") << net.err;
   CommandOutput other = InHome("bmastest2", {"workspace", "exec", "bmastest1", "--", "true"});
   EXPECT_EQ(other.exit_code, 2);
   EXPECT_THAT(other.err, HasSubstr("may act only on their own workspace"));
