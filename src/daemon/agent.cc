@@ -126,6 +126,9 @@ int Connect(const std::string& path) {
 
 // ---- The broker ----
 
+// Buckets of the GPU bind and release latencies, seconds.
+const std::vector<double> kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+
 class Agent {
  public:
   explicit Agent(const AgentOptions& options) : o_(options) {}
@@ -173,24 +176,26 @@ class Agent {
     MetricsRegistry r;
     r.AddGauge("bmas_agent_jobs_in_containers", "Job commands running in workspaces now", "")
         .Set(static_cast<double>(running_));
+    r.AddGauge("bmas_agent_sessions", "`bmas workspace exec|shell` sessions running now", "")
+        .Set(static_cast<double>(sessions_));
     r.AddGauge("bmas_agent_workspaces_running", "Workspaces (LXD instances) running, as of the "
                "last reconcile pass", "")
         .Set(static_cast<double>(workspaces_running_));
     r.AddCounter("bmas_agent_execs_total", "Job commands started in workspaces", "")
         .Inc(static_cast<double>(execs_));
+    r.AddCounter("bmas_agent_sessions_total", "Sessions users started in their workspaces", "")
+        .Inc(static_cast<double>(sessions_total_));
     r.AddCounter("bmas_agent_refused_total", "Requests refused (not the job's owner, no job)", "")
         .Inc(static_cast<double>(refused_));
     r.AddCounter("bmas_agent_reconcile_removed_total",
                  "GPU devices the reconcile pass unplugged (their job was gone)", "")
         .Inc(static_cast<double>(reconciled_));
-    Histogram& bind = r.AddHistogram("bmas_agent_gpu_bind_seconds",
-                                     "Job start (prolog) to GPUs visible in the workspace", "",
-                                     {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
-    for (double v : bind_seconds_) bind.Observe(v);
-    Histogram& release = r.AddHistogram("bmas_agent_gpu_release_seconds",
-                                        "Job end (epilog) to GPUs gone from the workspace", "",
-                                        {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
-    for (double v : release_seconds_) release.Observe(v);
+    r.AddHistogram("bmas_agent_gpu_bind_seconds",
+                   "Job start (prolog) to GPUs visible in the workspace", "", kLatencyBounds) =
+        bind_seconds_;
+    r.AddHistogram("bmas_agent_gpu_release_seconds",
+                   "Job end (epilog) to GPUs gone from the workspace", "", kLatencyBounds) =
+        release_seconds_;
     return r.Render();
   }
 
@@ -258,7 +263,7 @@ class Agent {
                                  ? d["seconds"].GetDouble()
                                  : 0;
       std::lock_guard lock(mu_);
-      (op == "bound" ? bind_seconds_ : release_seconds_).push_back(seconds);
+      (op == "bound" ? bind_seconds_ : release_seconds_).Observe(seconds);
       return Reply(fd, "{}");
     }
     Refuse(fd, fmt::format("unknown op {}", op));
@@ -371,8 +376,13 @@ class Agent {
     {
       std::lock_guard lock(mu_);
       jobs_[job].insert(child);
-      ++running_;
-      ++execs_;
+      if (job != 0) {
+        ++running_;
+        ++execs_;
+      } else {
+        ++sessions_;
+        ++sessions_total_;
+      }
     }
     spdlog::info("bmas agent: job {} of {}: {} runs in {} (pid {})", job, user, argv[0],
                  instance, child);
@@ -381,7 +391,7 @@ class Agent {
       std::lock_guard lock(mu_);
       jobs_[job].erase(child);
       if (jobs_[job].empty()) jobs_.erase(job);
-      --running_;
+      --(job != 0 ? running_ : sessions_);
     }
     wake_.notify_all();
     Reply(fd, Json([&](auto& w) {
@@ -502,7 +512,8 @@ class Agent {
   bool stopping_ = false;
   std::map<int64_t, std::set<pid_t>> jobs_;  // job -> process groups running for it
   int64_t running_ = 0, execs_ = 0, refused_ = 0, reconciled_ = 0, workspaces_running_ = 0;
-  std::vector<double> bind_seconds_, release_seconds_;
+  int64_t sessions_ = 0, sessions_total_ = 0;  // job 0: users in their own workspace
+  Histogram bind_seconds_{kLatencyBounds}, release_seconds_{kLatencyBounds};
 };
 
 }  // namespace

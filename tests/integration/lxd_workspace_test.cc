@@ -13,12 +13,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/process.h"
 #include "engine_process.h"
+#include "http_client.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -406,6 +408,18 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
     return r ? *r : CommandOutput{};
   }
 
+  // The agent's /metrics, "" when it cannot be read.
+  std::string AgentMetrics() {
+    std::smatch m;
+    const std::string out = agent_->stdout_text();
+    if (!std::regex_search(out, m, std::regex("metrics listening on http://[^:]+:([0-9]+)"))) {
+      return "";
+    }
+    HttpClient client(static_cast<uint16_t>(std::stoi(m[1].str())));
+    auto r = client.Get("/metrics");
+    return r ? r->body : "";
+  }
+
   // What the workspace's /dev holds now.
   std::string DevicesIn(const std::string& user) {
     return Bmas({"workspace", "exec", user, "--", "ls", "/dev"}).out;
@@ -435,6 +449,19 @@ TEST_F(WorkspaceJobsTest, AJobRunsInTheWorkspaceWithExactlyItsGpusWhichGoAwayAft
       << DevicesIn("bmastest1");
   // Outside a job no GPU is visible in the workspace at all.
   EXPECT_THAT(DevicesIn("bmastest1"), ::testing::Not(HasSubstr("nvidia")));
+  // The agent's /metrics: the job's bind and release (the epilog reports it after unplugging),
+  // the running workspace, and no job in it any more.
+  EXPECT_TRUE(Eventually(
+      [&] { return AgentMetrics().find("bmas_agent_gpu_release_seconds_count 1\n") !=
+                   std::string::npos; },
+      std::chrono::seconds(10)))
+      << AgentMetrics();
+  const std::string metrics = AgentMetrics();
+  EXPECT_THAT(metrics, HasSubstr("bmas_agent_gpu_bind_seconds_count 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("bmas_agent_execs_total 1.0\n"));
+  EXPECT_THAT(metrics, HasSubstr("bmas_agent_jobs_in_containers 0.0\n"));
+  EXPECT_THAT(metrics, HasSubstr("bmas_agent_sessions_total 0.0\n"));
+  EXPECT_THAT(metrics, HasSubstr("bmas_agent_workspaces_running 1.0\n"));
 }
 
 TEST_F(WorkspaceJobsTest, TheReconcilePassRemovesWhatAFailedEpilogLeft) {
@@ -518,6 +545,9 @@ TEST_F(WorkspaceJobsTest, AUserReachesTheirOwnWorkspaceThroughTheAgent) {
   CommandOutput net = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "readlink",
                                            "/proc/self/ns/net"});
   EXPECT_NE(net.out, fs::read_symlink("/proc/self/ns/net").string() + "\n") << net.err;
+  // Counted as sessions, not as jobs.
+  EXPECT_THAT(AgentMetrics(), HasSubstr("bmas_agent_sessions_total 2.0\n"));
+  EXPECT_THAT(AgentMetrics(), HasSubstr("bmas_agent_execs_total 0.0\n"));
   CommandOutput other = InHome("bmastest2", {"workspace", "exec", "bmastest1", "--", "true"});
   EXPECT_EQ(other.exit_code, 2);
   EXPECT_THAT(other.err, HasSubstr("may act only on their own workspace"));
