@@ -281,8 +281,8 @@ def idle_memory_section(rows, both, scale_rows, scale_both):
     header = ["| workspaces | what | containers | mean (MiB) | max (MiB) | min (MiB) |",
               "|---|---|---:|---:|---:|---:|"]
     worst = max(both + scale_both)
-    text = (f"Per running Debian workspace, measured on the host while idle (systemd and dbus, nothing else; no "
-            f"network): its memory cgroup's usage (`memory.usage_in_bytes` of `lxc.payload.ws-USER`, cgroup v1 "
+    text = (f"Per running Debian workspace, measured on the host while idle (the default image, `--init minimal`: "
+            f"PID 1 is tini over a sleep, nothing else; no network): its memory cgroup's usage (`memory.usage_in_bytes` of `lxc.payload.ws-USER`, cgroup v1 "
             f"here; page cache charged to it included; the row below it leaves out `total_inactive_file`) plus the "
             f"PSS of its host-side monitor process (`[lxc monitor] LXD_DIR/containers ws-USER`, from "
             f"`/proc/PID/smaps_rollup`; it sits in cgroup lxc.monitor.ws-USER, not the container's lxc.payload.ws-USER, so nothing is counted twice). "
@@ -463,10 +463,13 @@ def scale(lxd, stop_users, define_users, mem_before_kb):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda u: lxd.run(lxd.bmas("workspace", "stop", u)), stop_users))
 
+    define_failed = []
+
     def define(u):
         try:
             c = lxd.create(u)
-        except RuntimeError:
+        except RuntimeError as e:
+            define_failed.append(f"{u}: {str(e)[-300:]}")
             return None
         lxd.run(lxd.bmas("workspace", "stop", u))
         return c
@@ -508,7 +511,9 @@ def scale(lxd, stop_users, define_users, mem_before_kb):
             f"rest were created and then stopped with `bmas workspace stop`, 4 at a time: "
             f"{setup_s:.0f} s for {len(define_users)} creations and {len(stop_users) + len(define_users)} stops; "
             f"creation p50 {percentile(created, .5):.2f} s with 4 at once; "
-            f"{len(define_users) - len(created)} of these creations failed; the script does not record why). After {SETTLE_S} s idle, each listing "
+            + (f"{len(define_failed)} of these creations FAILED, the first with: {define_failed[0]}" if define_failed
+               else "none of these creations failed")
+            + f"). After {SETTLE_S} s idle, each listing "
             f"ran {reps} times, interleaved with the others and alternating their order, so all see the same moment. "
             f"`bmas workspace list` p50 **{bmas_p50 * 1e3:.0f} ms**, **{bmas_p50 / p50['`lxc list` (reference)']:.2f}x** "
             f"`lxc list` ({p50['`lxc list` (reference)'] * 1e3:.0f} ms; it also asks for every running container's "

@@ -18,6 +18,7 @@
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
+#include "store/store.h"
 
 namespace bmas {
 namespace {
@@ -42,12 +43,53 @@ LxdContext Context(GlobalOptions& global) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// `defaults` (the config's [workspace]), overridden by what the store holds for the user.
+WorkspaceSettings Merge(WorkspaceSettings defaults, const WorkspaceLimits& stored) {
+  if (stored.cpus) defaults.cpus = static_cast<int>(*stored.cpus);
+  if (stored.memory) defaults.memory = *stored.memory;
+  if (stored.processes) defaults.processes = static_cast<int>(*stored.processes);
+  if (stored.disk) defaults.disk = *stored.disk;
+  return defaults;
+}
+
+// USER's workspace limits: the config's [workspace], overridden by `bmas user add|set`'s.
+Result<WorkspaceSettings> LimitsFor(const LxdContext& c, Store& store, const std::string& user) {
+  auto found = store.FindUser(user);
+  if (!found) return found.error();
+  return Merge(c.config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
+}
+
 void Str(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key, const std::string& v) {
   w.Key(key);
   w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
 }
 
 }  // namespace
+
+std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std::string& user) {
+  LxdContext c = Context(global);
+  if (geteuid() != 0) {
+    return fmt::format("{}'s workspace gets them when root creates it or runs `bmas user set`",
+                       user);
+  }
+  lxd::LxdClient client(c.socket, std::chrono::seconds(10));
+  if (!client.Server()) {
+    return fmt::format("LXD does not answer on {}: {}'s workspace gets them when it is created",
+                       c.socket, user);
+  }
+  lxd::Workspaces workspaces(client, c.pool_driver);
+  if (!workspaces.Get(user)) {
+    return fmt::format("{} has no workspace yet: it gets them when it is created", user);
+  }
+  auto limits = LimitsFor(c, store, user);
+  if (!limits) return limits.error().message;
+  auto w = workspaces.SetLimits(user, *limits);
+  if (!w) return fmt::format("{}'s workspace was not changed: {}", user, w.error().message);
+  return fmt::format("{} now has cpus {}, memory {}, processes {}, disk {}", w->name,
+                     OrDash(w->cpus), OrDash(w->memory), OrDash(w->processes),
+                     !limits->disk.empty() && c.pool_driver != "btrfs" ? "not enforced on this pool"
+                                                                      : OrDash(w->disk));
+}
 
 void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* lxd = app.add_subcommand("lxd", "LXD on this machine, for workspaces");
@@ -90,7 +132,9 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   create_->add_option("user", user_, "A Unix account on this host")->required();
   create_->add_option("--image", image_, "Image alias or fingerprint (default: the newest "
                                          "`bmas image build` made)");
-  create_->add_option("--cpus", limits_.cpus, "CPUs (limits.cpu; default: config's, 0 = none)")
+  // Each limit's default: the user's (`bmas user set`), else the config's [workspace].
+  create_->add_option("--cpus", limits_.cpus, "CPUs (limits.cpu; 0 = none; default: the user's, "
+                                              "else the config's)")
       ->check(CLI::Range(0, 4096));
   create_->add_option("--memory", limits_.memory, "Memory, e.g. 4GiB (limits.memory)");
   create_->add_option("--processes", limits_.processes, "Most processes (limits.processes)")
@@ -297,7 +341,11 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   lxd::Workspaces workspaces(client, c.pool_driver);
   if (verb == "create") {
     auto given = [this](const char* flag) { return create_->count(flag) > 0; };
-    WorkspaceSettings limits = c.config.workspace;
+    auto store = OpenSqliteStore(StorePath(c.state_dir));
+    if (!store) return ReportFailure(command, store.error());
+    auto stored = LimitsFor(c, **store, user_);
+    if (!stored) return ReportFailure(command, stored.error());
+    WorkspaceSettings limits = *stored;
     if (given("--cpus")) limits.cpus = limits_.cpus;
     if (given("--memory")) limits.memory = limits_.memory;
     if (given("--processes")) limits.processes = limits_.processes;

@@ -12,6 +12,13 @@
 
 namespace bmas {
 
+class Store;
+
+// After `bmas user set` changed USER's workspace limits in `store`: applies them (over the
+// config's [workspace] defaults) to USER's workspace, live, when it exists and LXD answers.
+// Returns what happened, in a line for the user.
+std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std::string& user);
+
 class LxdCommands {
  public:
   void Register(CLI::App& app, GlobalOptions& global);

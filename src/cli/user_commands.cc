@@ -1,5 +1,6 @@
 #include "cli/user_commands.h"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -8,6 +9,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "cli/lxd_commands.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
 
@@ -20,6 +22,12 @@ void OptionalInt(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
                  const std::optional<int64_t>& v) {
   w.Key(key);
   if (v) w.Int64(*v); else w.Null();
+}
+
+void OptionalText(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
+                  const std::optional<std::string>& v) {
+  w.Key(key);
+  if (v) w.String(v->c_str()); else w.Null();
 }
 
 std::string UsersJson(const std::vector<User>& users) {
@@ -36,6 +44,13 @@ std::string UsersJson(const std::vector<User>& users) {
     OptionalInt(w, "tpm", u.limits.tpm);
     OptionalInt(w, "tokens_per_day", u.limits.tokens_per_day);
     OptionalInt(w, "max_concurrent", u.limits.max_concurrent);
+    w.Key("workspace");
+    w.StartObject();
+    OptionalInt(w, "cpus", u.limits.workspace.cpus);
+    OptionalText(w, "memory", u.limits.workspace.memory);
+    OptionalInt(w, "processes", u.limits.workspace.processes);
+    OptionalText(w, "disk", u.limits.workspace.disk);
+    w.EndObject();
     w.Key("created_at");
     w.String(UtcTime(u.created_at).c_str());
     w.EndObject();
@@ -66,7 +81,7 @@ std::string KeysJson(const std::vector<KeyInfo>& keys) {
 
 void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<int64_t>& rpm,
                      std::optional<int64_t>& tpm, std::optional<int64_t>& per_day,
-                     std::optional<int64_t>& concurrent) {
+                     std::optional<int64_t>& concurrent, WorkspaceLimits& ws) {
   // CLI11 2.1 fills std::optional through a plain variable; the callbacks keep "not given".
   c->add_option_function<double>("--weight", [&weight](double v) { weight = v; },
                                  "Share of the inference fast path under contention (default 1)")
@@ -81,6 +96,24 @@ void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<i
   c->add_option_function<int64_t>("--max-concurrent", [&concurrent](int64_t v) { concurrent = v; },
                                   "Requests in flight at once")
       ->check(CLI::NonNegativeNumber);
+  // The user's workspace (an unset one: the config's [workspace]).
+  c->add_option_function<int64_t>("--cpus", [&ws](int64_t v) { ws.cpus = v; },
+                                  "Workspace: CPUs")
+      ->check(CLI::PositiveNumber);
+  c->add_option_function<std::string>("--memory", [&ws](const std::string& v) { ws.memory = v; },
+                                      "Workspace: memory, e.g. 4GiB");
+  c->add_option_function<int64_t>("--processes", [&ws](int64_t v) { ws.processes = v; },
+                                  "Workspace: most processes")
+      ->check(CLI::PositiveNumber);
+  c->add_option_function<std::string>("--disk", [&ws](const std::string& v) { ws.disk = v; },
+                                      "Workspace: root disk, e.g. 20GiB (btrfs pools only)");
+}
+
+// "CPUS/MEMORY/PROCESSES/DISK", "-" for each one unset.
+std::string WorkspaceColumn(const WorkspaceLimits& l) {
+  auto n = [](const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; };
+  return fmt::format("{}/{}/{}/{}", n(l.cpus), l.memory.value_or("-"), n(l.processes),
+                     l.disk.value_or("-"));
 }
 
 // Per user: finished jobs and their GPU-hours beside the gateway's tokens, for users with
@@ -140,14 +173,18 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   user->require_subcommand(1);
   user_add_ = user->add_subcommand("add", "Add a user (a Unix account name)");
   user_add_->add_option("name", name_, "User name")->required();
-  AddLimitOptions(user_add_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_);
+  AddLimitOptions(user_add_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_, workspace_);
   user_list_ = user->add_subcommand("list", "List users and their limits");
   user_list_->add_flag("--json", json_, "Print a JSON array");
   user_set_ = user->add_subcommand("set", "Change a user's share or limits");
   user_set_->add_option("name", name_, "User name")->required();
-  AddLimitOptions(user_set_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_);
-  user_set_->add_option("--unset", unset_, "Make a limit unlimited again: rpm, tpm, tokens_per_day, max_concurrent")
-      ->check(CLI::IsMember({"rpm", "tpm", "tokens_per_day", "max_concurrent"}));
+  AddLimitOptions(user_set_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_, workspace_);
+  user_set_
+      ->add_option("--unset", unset_,
+                   "Make a limit unlimited again (rpm, tpm, tokens_per_day, max_concurrent), or "
+                   "a workspace limit the config's default (cpus, memory, processes, disk)")
+      ->check(CLI::IsMember({"rpm", "tpm", "tokens_per_day", "max_concurrent", "cpus", "memory",
+                             "processes", "disk"}));
   user_remove_ = user->add_subcommand("remove", "Remove a user and revoke their keys (their usage stays)");
   user_remove_->add_option("name", name_, "User name")->required();
 
@@ -201,6 +238,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     limits.tpm = tpm_;
     limits.tokens_per_day = tokens_per_day_;
     limits.max_concurrent = max_concurrent_;
+    limits.workspace = workspace_;
     if (auto r = store.AddUser(name_, limits); !r) return fail(r.error());
     fmt::print("added user {}\n", name_);
   } else if (which == user_list_) {
@@ -209,12 +247,13 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     if (json_) {
       fmt::print("{}\n", UsersJson(*users));
     } else {
-      fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {}\n", "NAME", "WEIGHT", "RPM", "TPM",
-                 "TOKENS/DAY", "CONCURRENT", "CREATED");
+      fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {:<27} {}\n", "NAME", "WEIGHT", "RPM",
+                 "TPM", "TOKENS/DAY", "CONCURRENT", "WORKSPACE CPU/MEM/PROC/DISK", "CREATED");
       for (const User& u : *users) {
-        fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {}\n", u.name, u.limits.weight,
-                   Limit(u.limits.rpm), Limit(u.limits.tpm), Limit(u.limits.tokens_per_day),
-                   Limit(u.limits.max_concurrent), UtcTime(u.created_at));
+        fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {:<27} {}\n", u.name,
+                   u.limits.weight, Limit(u.limits.rpm), Limit(u.limits.tpm),
+                   Limit(u.limits.tokens_per_day), Limit(u.limits.max_concurrent),
+                   WorkspaceColumn(u.limits.workspace), UtcTime(u.created_at));
       }
     }
   } else if (which == user_set_) {
@@ -224,9 +263,17 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     change.tpm = tpm_;
     change.tokens_per_day = tokens_per_day_;
     change.max_concurrent = max_concurrent_;
+    change.workspace = workspace_;
     change.clear = unset_;
     if (auto r = store.ChangeUser(name_, change); !r) return fail(r.error());
     fmt::print("changed user {}\n", name_);
+    const WorkspaceLimits& w = workspace_;
+    const bool workspace_changed =
+        w.cpus || w.memory || w.processes || w.disk ||
+        std::any_of(unset_.begin(), unset_.end(), [](const std::string& f) {
+          return f == "cpus" || f == "memory" || f == "processes" || f == "disk";
+        });
+    if (workspace_changed) fmt::print("{}\n", ApplyWorkspaceLimits(global, store, name_));
   } else if (which == user_remove_) {
     if (auto r = store.RemoveUser(name_); !r) return fail(r.error());
     fmt::print("removed user {} (their keys are revoked)\n", name_);

@@ -43,6 +43,7 @@ class UserCommands {
   std::string key_id_;
   std::optional<double> weight_;
   std::optional<int64_t> rpm_, tpm_, tokens_per_day_, max_concurrent_;
+  WorkspaceLimits workspace_;
   std::vector<std::string> unset_;
   bool json_ = false;
   bool usage_jobs_ = false;

@@ -450,9 +450,9 @@ Result<void> LxdClient::AddDevices(const std::string& name,
   return {};
 }
 
-Result<int> LxdClient::RemoveDevices(const std::string& name,
-                                     const std::vector<std::string>& devices) {
-  const std::string what = fmt::format("remove devices from {}", name);
+Result<bool> LxdClient::EditInstance(
+    const std::string& name, const std::string& what,
+    const std::function<Result<bool>(Value&, rapidjson::Document::AllocatorType&)>& edit) {
   auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
@@ -461,17 +461,28 @@ Result<int> LxdClient::RemoveDevices(const std::string& name,
   if (m == doc->MemberEnd() || !m->value.IsObject()) {
     return Internal(fmt::format("cannot {}: no metadata", what));
   }
-  auto have = m->value.FindMember("devices");
-  if (have == m->value.MemberEnd() || !have->value.IsObject()) return 0;
-  int removed = 0;
-  for (const std::string& d : devices) {
-    if (have->value.RemoveMember(d.c_str())) ++removed;
-  }
-  if (removed == 0) return 0;
+  auto changed = edit(m->value, doc->GetAllocator());
+  if (!changed || !*changed) return changed;
   LxdRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(m->value)};
   if (!r->etag.empty()) put.headers.emplace_back("If-Match", r->etag);
-  auto done = CallAndWait(std::move(put), what);
-  if (!done) return done.error();
+  if (auto done = CallAndWait(std::move(put), what); !done) return done.error();
+  return true;
+}
+
+Result<int> LxdClient::RemoveDevices(const std::string& name,
+                                     const std::vector<std::string>& devices) {
+  int removed = 0;
+  auto edited = EditInstance(
+      name, fmt::format("remove devices from {}", name),
+      [&](Value& m, rapidjson::Document::AllocatorType&) -> Result<bool> {
+        auto have = m.FindMember("devices");
+        if (have == m.MemberEnd() || !have->value.IsObject()) return false;
+        for (const std::string& d : devices) {
+          if (have->value.RemoveMember(d.c_str())) ++removed;
+        }
+        return removed > 0;
+      });
+  if (!edited) return edited.error();
   return removed;
 }
 
@@ -491,25 +502,61 @@ Result<int64_t> LxdClient::InitPid(const std::string& name) {
 
 Result<void> LxdClient::RemoveDevice(const std::string& name, const std::string& device) {
   const std::string what = fmt::format("remove device {} from {}", device, name);
-  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
-  if (!r) return r.error();
-  auto doc = Parse(r->body, what);
-  if (!doc) return doc.error();
-  Value* m = nullptr;
-  if (auto it = doc->FindMember("metadata"); it != doc->MemberEnd() && it->value.IsObject()) {
-    m = &it->value;
-  }
-  if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
-  auto devices = m->FindMember("devices");
-  if (devices == m->MemberEnd() || !devices->value.IsObject() ||
-      !devices->value.HasMember(device.c_str())) {
-    return NotFound(fmt::format("cannot {}: it has no such device", what), "device");
-  }
-  devices->value.RemoveMember(device.c_str());
-  LxdRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(*m)};
-  if (!r->etag.empty()) put.headers.emplace_back("If-Match", r->etag);
-  auto done = CallAndWait(std::move(put), what);
-  if (!done) return done.error();
+  auto edited = EditInstance(
+      name, what, [&](Value& m, rapidjson::Document::AllocatorType&) -> Result<bool> {
+        auto devices = m.FindMember("devices");
+        if (devices == m.MemberEnd() || !devices->value.IsObject() ||
+            !devices->value.RemoveMember(device.c_str())) {
+          return NotFound(fmt::format("cannot {}: it has no such device", what), "device");
+        }
+        return true;
+      });
+  if (!edited) return edited.error();
+  return {};
+}
+
+Result<void> LxdClient::UpdateInstance(
+    const std::string& name, const std::map<std::string, std::optional<std::string>>& config,
+    const std::map<std::string, std::optional<StringMap>>& devices) {
+  auto edited = EditInstance(
+      name, fmt::format("update {}", name),
+      [&](Value& m, rapidjson::Document::AllocatorType& a) -> Result<bool> {
+        auto section = [&](const char* key) -> Value& {
+          auto it = m.FindMember(key);
+          if (it == m.MemberEnd() || !it->value.IsObject()) {
+            m.RemoveMember(key);
+            m.AddMember(Value(key, a), Value(rapidjson::kObjectType), a);
+            it = m.FindMember(key);
+          }
+          return it->value;
+        };
+        auto put = [&a](Value& object, const std::string& key, Value value) {
+          object.RemoveMember(key.c_str());
+          object.AddMember(Value(key.c_str(), a), std::move(value), a);
+        };
+        Value& c = section("config");
+        for (const auto& [key, value] : config) {
+          if (value) {
+            put(c, key, Value(value->c_str(), a));
+          } else {
+            c.RemoveMember(key.c_str());
+          }
+        }
+        Value& d = section("devices");
+        for (const auto& [device, spec] : devices) {
+          if (!spec) {
+            d.RemoveMember(device.c_str());
+            continue;
+          }
+          Value entries(rapidjson::kObjectType);
+          for (const auto& [k, v] : *spec) {
+            entries.AddMember(Value(k.c_str(), a), Value(v.c_str(), a), a);
+          }
+          put(d, device, std::move(entries));
+        }
+        return true;
+      });
+  if (!edited) return edited.error();
   return {};
 }
 

@@ -9,11 +9,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <rapidjson/document.h>
 
 #include "common/result.h"
 
@@ -145,6 +149,11 @@ class LxdClient {
   // Removes one device: GET with its ETag, PUT without it under If-Match (PATCH cannot delete).
   // NotFound when the instance has no such device.
   Result<void> RemoveDevice(const std::string& name, const std::string& device);
+  // Sets (a value) or removes (nullopt) config keys and whole devices, in one change, live
+  // where LXD can (limits are).
+  Result<void> UpdateInstance(const std::string& name,
+                              const std::map<std::string, std::optional<std::string>>& config,
+                              const std::map<std::string, std::optional<StringMap>>& devices);
 
   // Runs a command to its end with its output recorded; the recorded logs are deleted after.
   Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec);
@@ -169,6 +178,14 @@ class LxdClient {
   // For an async response: waits for its operation and returns the operation's metadata
   // (as JSON text); for a sync one returns its metadata.
   Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
+
+  // GETs instance `name`, lets `edit` change its metadata in place, and PUTs it back under
+  // If-Match with the ETag (PATCH cannot delete keys), waiting for the operation. `edit` returns
+  // an Error to stop, or whether it changed anything (nothing is sent when not).
+  Result<bool> EditInstance(
+      const std::string& name, const std::string& what,
+      const std::function<Result<bool>(rapidjson::Value& metadata,
+                                       rapidjson::Document::AllocatorType& allocator)>& edit);
 
   LxdTransportPtr transport_;
 };

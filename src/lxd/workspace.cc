@@ -90,15 +90,28 @@ InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
                                  ? fmt::format("both {} {}", account.uid, account.uid)
                                  : fmt::format("uid {} {}\ngid {} {}", account.uid, account.uid,
                                                account.gid, account.gid);
-  if (limits.cpus > 0) spec.config["limits.cpu"] = std::to_string(limits.cpus);
-  if (!limits.memory.empty()) spec.config["limits.memory"] = limits.memory;
-  if (limits.processes > 0) spec.config["limits.processes"] = std::to_string(limits.processes);
-  spec.devices["home"] = {{"type", "disk"}, {"source", account.home}, {"path", account.home}};
-  if (!limits.disk.empty() && pool_driver == "btrfs") {
-    spec.devices["root"] = {{"type", "disk"}, {"path", "/"}, {"pool", kPoolName},
-                            {"size", limits.disk}};
+  for (const auto& [key, value] : LimitsConfig(limits)) {
+    if (value) spec.config[key] = *value;
   }
+  spec.devices["home"] = {{"type", "disk"}, {"source", account.home}, {"path", account.home}};
+  if (auto root = RootDevice(limits, pool_driver)) spec.devices["root"] = *root;
   return spec;
+}
+
+std::map<std::string, std::optional<std::string>> LimitsConfig(const WorkspaceSettings& limits) {
+  auto positive = [](int n) {
+    return n > 0 ? std::optional<std::string>(std::to_string(n)) : std::nullopt;
+  };
+  return {{"limits.cpu", positive(limits.cpus)},
+          {"limits.memory", limits.memory.empty() ? std::nullopt
+                                                  : std::optional<std::string>(limits.memory)},
+          {"limits.processes", positive(limits.processes)}};
+}
+
+std::optional<StringMap> RootDevice(const WorkspaceSettings& limits,
+                                    const std::string& pool_driver) {
+  if (limits.disk.empty() || pool_driver != "btrfs") return std::nullopt;
+  return StringMap{{"type", "disk"}, {"path", "/"}, {"pool", kPoolName}, {"size", limits.disk}};
 }
 
 Result<void> CheckCaller(uid_t caller, const std::string& user) {
@@ -212,6 +225,18 @@ Result<void> StartInstance(LxdClient& client, const std::string& name,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return {};
+}
+
+Result<Workspace> Workspaces::SetLimits(const std::string& user, const WorkspaceSettings& limits) {
+  auto w = Get(user);
+  if (!w) return w.error();
+  // Without a disk limit the root disk comes from the profile again.
+  if (auto r = client_.UpdateInstance(w->name, LimitsConfig(limits),
+                                      {{"root", RootDevice(limits, pool_driver_)}});
+      !r) {
+    return r.error();
+  }
+  return Get(user);
 }
 
 Result<Workspace> Workspaces::Get(const std::string& user) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ struct Workspace {
 InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
                                const WorkspaceSettings& limits, const std::string& pool_driver);
 
+// The instance config keys that carry `limits`: a value to set, or nullopt to remove (no limit).
+std::map<std::string, std::optional<std::string>> LimitsConfig(const WorkspaceSettings& limits);
+
+// The root disk device that carries a disk limit; nullopt without one, or when `pool_driver`
+// cannot enforce it (only btrfs can): the profile's root disk then applies.
+std::optional<StringMap> RootDevice(const WorkspaceSettings& limits, const std::string& pool_driver);
+
 // Who may act on `user`'s workspace: root on anyone's; a non-root caller only on their own,
 // and (until `bmas agent` brokers the root-only LXD socket) not even that. PermissionDenied
 // with the reason otherwise. `user` "" = all workspaces (a listing).
@@ -73,6 +81,8 @@ class Workspaces {
   Result<Workspace> Create(const std::string& user, const std::string& image,
                            const WorkspaceSettings& limits, const std::string& subuid = "/etc/subuid",
                            const std::string& subgid = "/etc/subgid");
+  // Replaces the workspace's limits, live: what `limits` leaves unset is no longer limited.
+  Result<Workspace> SetLimits(const std::string& user, const WorkspaceSettings& limits);
   Result<void> Start(const std::string& user);
   Result<void> Stop(const std::string& user);
   // Stops it first if it runs. The home on the host is untouched.

@@ -72,6 +72,12 @@ constexpr const char* kMigrations[] = {
     );
     CREATE INDEX jobs_by_user ON jobs(user, end_time);
     )sql",
+    R"sql(
+    ALTER TABLE users ADD COLUMN ws_cpus INTEGER;
+    ALTER TABLE users ADD COLUMN ws_memory TEXT;
+    ALTER TABLE users ADD COLUMN ws_processes INTEGER;
+    ALTER TABLE users ADD COLUMN ws_disk TEXT;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -132,6 +138,11 @@ class Statement {
     if (v) sqlite3_bind_int64(stmt_, i, *v); else sqlite3_bind_null(stmt_, i);
     return *this;
   }
+  Statement& BindOptText(int i, const std::optional<std::string>& v) {
+    if (v) return Bind(i, std::string_view(*v));
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
   Statement& BindBlob(int i, const void* data, int size) {
     sqlite3_bind_blob(stmt_, i, data, size, SQLITE_TRANSIENT);
     return *this;
@@ -157,6 +168,10 @@ class Statement {
   std::optional<int64_t> OptInt(int col) const {
     if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
     return sqlite3_column_int64(stmt_, col);
+  }
+  std::optional<std::string> OptText(int col) const {
+    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
+    return Text(col);
   }
   std::string_view Blob(int col) const {
     auto p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
@@ -226,14 +241,15 @@ class SqliteStore final : public Store {
                       name),
           "name");
     }
-    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
-      return r;
-    }
+    if (auto r = CheckLimits(l); !r) return r;
     Statement s(db_,
                 "INSERT INTO users (name, weight, rpm, tpm, tokens_per_day, max_concurrent, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+                "created_at, ws_cpus, ws_memory, ws_processes, ws_disk) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, name).Bind(2, l.weight).Bind(3, l.rpm).Bind(4, l.tpm).Bind(5, l.tokens_per_day);
     s.Bind(6, l.max_concurrent).Bind(7, UnixNow());
+    s.Bind(8, l.workspace.cpus).BindOptText(9, l.workspace.memory);
+    s.Bind(10, l.workspace.processes).BindOptText(11, l.workspace.disk);
     int rc = s.Step();
     if (rc == SQLITE_CONSTRAINT) {
       return Error{ErrorCode::kAlreadyExists, fmt::format("user '{}' already exists", name)};
@@ -252,21 +268,30 @@ class SqliteStore final : public Store {
     if (c.tpm) l.tpm = c.tpm;
     if (c.tokens_per_day) l.tokens_per_day = c.tokens_per_day;
     if (c.max_concurrent) l.max_concurrent = c.max_concurrent;
+    WorkspaceLimits& w = l.workspace;
+    if (c.workspace.cpus) w.cpus = c.workspace.cpus;
+    if (c.workspace.memory) w.memory = c.workspace.memory;
+    if (c.workspace.processes) w.processes = c.workspace.processes;
+    if (c.workspace.disk) w.disk = c.workspace.disk;
     for (const std::string& field : c.clear) {
       if (field == "rpm") l.rpm.reset();
       else if (field == "tpm") l.tpm.reset();
       else if (field == "tokens_per_day") l.tokens_per_day.reset();
       else if (field == "max_concurrent") l.max_concurrent.reset();
+      else if (field == "cpus") w.cpus.reset();
+      else if (field == "memory") w.memory.reset();
+      else if (field == "processes") w.processes.reset();
+      else if (field == "disk") w.disk.reset();
       else return InvalidArgument(fmt::format("'{}' is not a limit that can be cleared", field));
     }
-    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
-      return r;
-    }
+    if (auto r = CheckLimits(l); !r) return r;
     Statement s(db_,
                 "UPDATE users SET weight = ?, rpm = ?, tpm = ?, tokens_per_day = ?, "
-                "max_concurrent = ? WHERE name = ?");
+                "max_concurrent = ?, ws_cpus = ?, ws_memory = ?, ws_processes = ?, ws_disk = ? "
+                "WHERE name = ?");
     s.Bind(1, l.weight).Bind(2, l.rpm).Bind(3, l.tpm).Bind(4, l.tokens_per_day);
-    s.Bind(5, l.max_concurrent).Bind(6, name);
+    s.Bind(5, l.max_concurrent).Bind(6, w.cpus).BindOptText(7, w.memory).Bind(8, w.processes);
+    s.BindOptText(9, w.disk).Bind(10, name);
     if (s.Step() != SQLITE_DONE) return Fail("changing a user");
     return {};
   }
@@ -490,7 +515,8 @@ class SqliteStore final : public Store {
 
  private:
   static constexpr const char* kSelectUsers =
-      "SELECT name, weight, rpm, tpm, tokens_per_day, max_concurrent, created_at FROM users";
+      "SELECT name, weight, rpm, tpm, tokens_per_day, max_concurrent, created_at, ws_cpus, "
+      "ws_memory, ws_processes, ws_disk FROM users";
 
   static User ReadUser(const Statement& s) {
     User u;
@@ -501,7 +527,21 @@ class SqliteStore final : public Store {
     u.limits.tokens_per_day = s.OptInt(4);
     u.limits.max_concurrent = s.OptInt(5);
     u.created_at = s.Int(6);
+    u.limits.workspace.cpus = s.OptInt(7);
+    u.limits.workspace.memory = s.OptText(8);
+    u.limits.workspace.processes = s.OptInt(9);
+    u.limits.workspace.disk = s.OptText(10);
     return u;
+  }
+
+  static Result<void> CheckLimits(const UserLimits& l) {
+    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
+      return r;
+    }
+    if (std::string why = CheckWorkspaceLimits(l.workspace); !why.empty()) {
+      return InvalidArgument(why);
+    }
+    return {};
   }
 
   static Result<void> CheckLimits(double weight, std::initializer_list<std::optional<int64_t>> limits) {
@@ -543,6 +583,26 @@ class SqliteStore final : public Store {
 bool IsValidUserName(const std::string& name) {
   static const std::regex kPattern("^[a-z_][a-z0-9_-]{0,31}$");
   return std::regex_match(name, kPattern);
+}
+
+std::string CheckWorkspaceLimits(const WorkspaceLimits& limits) {
+  if (limits.cpus && *limits.cpus < 1) {
+    return fmt::format("a workspace's cpus must be 1 or more (got {})", *limits.cpus);
+  }
+  if (limits.processes && *limits.processes < 1) {
+    return fmt::format("a workspace's processes must be 1 or more (got {})", *limits.processes);
+  }
+  // LXD's sizes: a number and a unit (B, kB, MB, ..., KiB, MiB, ...), or none (bytes).
+  static const std::regex kSize(R"(^[0-9]+(\.[0-9]+)?(B|[kMGTPE]B|[KMGTPE]iB)?$)");
+  static const std::regex kPercent(R"(^[0-9]+(\.[0-9]+)?%$)");
+  if (limits.memory && !std::regex_match(*limits.memory, kSize) &&
+      !std::regex_match(*limits.memory, kPercent)) {
+    return fmt::format("'{}' is not a memory size: give e.g. 4GiB, 512MiB or 50%", *limits.memory);
+  }
+  if (limits.disk && !std::regex_match(*limits.disk, kSize)) {
+    return fmt::format("'{}' is not a disk size: give e.g. 20GiB", *limits.disk);
+  }
+  return "";
 }
 
 std::string StorePath(const std::string& state_dir) { return state_dir + "/bmas.db"; }

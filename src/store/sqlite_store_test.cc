@@ -3,6 +3,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -38,7 +40,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 3);
+  EXPECT_EQ(store_->schema_version(), 4);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -281,11 +283,46 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 3);
+  EXPECT_EQ(store_->schema_version(), 4);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);
   EXPECT_TRUE(store_->RecordUsage({{1, "old", "m", "b", 1, 1, 1}}));
+}
+
+TEST_F(SqliteStoreTest, WorkspaceLimitsAreKeptChangedClearedAndChecked) {
+  UserLimits l;
+  l.workspace.cpus = 2;
+  l.workspace.memory = "4GiB";
+  ASSERT_TRUE(store_->AddUser("ws", l));
+  UserChange c;
+  c.workspace.processes = 300;
+  c.workspace.disk = "20GiB";
+  c.clear = {"cpus"};
+  ASSERT_TRUE(store_->ChangeUser("ws", c));
+  auto u = store_->FindUser("ws");
+  ASSERT_TRUE(u && *u);
+  const WorkspaceLimits& w = (*u)->limits.workspace;
+  EXPECT_EQ(w.cpus, std::nullopt);
+  EXPECT_EQ(w.memory, "4GiB");
+  EXPECT_EQ(w.processes, 300);
+  EXPECT_EQ(w.disk, "20GiB");
+
+  for (const auto& [memory, disk, cpus] :
+       std::vector<std::tuple<std::string, std::string, int64_t>>{
+           {"4 GiB", "1GiB", 1}, {"4GB", "lots", 1}, {"50%", "1GiB", 0}}) {
+    UserChange bad;
+    bad.workspace.memory = memory;
+    bad.workspace.disk = disk;
+    bad.workspace.cpus = cpus;
+    auto r = store_->ChangeUser("ws", bad);
+    ASSERT_FALSE(r) << memory << " " << disk << " " << cpus;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  }
+  u = store_->FindUser("ws");
+  EXPECT_EQ((*u)->limits.workspace.memory, "4GiB");  // nothing changed
+  EXPECT_EQ(CheckWorkspaceLimits({.memory = "50%"}), "");
+  EXPECT_EQ(CheckWorkspaceLimits({.memory = "512MB", .disk = "1.5TiB"}), "");
 }
 
 TEST_F(SqliteStoreTest, AnUnopenablePathIsAClearError) {

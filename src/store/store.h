@@ -16,6 +16,15 @@
 
 namespace bmas {
 
+// The limits of a user's workspace (their LXD container). An unset one falls back to the
+// config's [workspace] default.
+struct WorkspaceLimits {
+  std::optional<int64_t> cpus;
+  std::optional<std::string> memory;  // "4GiB", "512MB", "50%"
+  std::optional<int64_t> processes;
+  std::optional<std::string> disk;    // "20GiB"
+};
+
 // A user's share and limits. An unset limit is unlimited.
 struct UserLimits {
   double weight = 1.0;  // share of the fast path under contention
@@ -23,6 +32,7 @@ struct UserLimits {
   std::optional<int64_t> tpm;             // tokens per minute
   std::optional<int64_t> tokens_per_day;
   std::optional<int64_t> max_concurrent;  // requests in flight
+  WorkspaceLimits workspace;
 };
 
 struct User {
@@ -35,8 +45,14 @@ struct User {
 struct UserChange {
   std::optional<double> weight;
   std::optional<int64_t> rpm, tpm, tokens_per_day, max_concurrent;
-  std::vector<std::string> clear;  // of "rpm", "tpm", "tokens_per_day", "max_concurrent"
+  WorkspaceLimits workspace;
+  // Of "rpm", "tpm", "tokens_per_day", "max_concurrent", "cpus", "memory", "processes", "disk".
+  std::vector<std::string> clear;
 };
+
+// Why `limits` cannot be a workspace's ("" when they can): a count below 1, a size LXD would
+// not take.
+std::string CheckWorkspaceLimits(const WorkspaceLimits& limits);
 
 // An API key as listed: never the key itself.
 struct KeyInfo {

@@ -205,6 +205,32 @@ TEST_F(LxdWorkspaceTest, LimitsAreVisibleInside) {
   EXPECT_EQ(Str(At(At(list, 0), "memory")), "256MiB");
 }
 
+// Limits from the user's settings in the store (`bmas user add|set`): used at creation, and
+// applied to the running workspace when they change.
+TEST_F(LxdWorkspaceTest, TheUsersStoredLimitsApplyAtCreationAndLive) {
+  CommandOutput add = Bmas({"user", "add", "bmastest1", "--memory", "300MiB", "--processes", "77"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  Create("bmastest1");
+  CommandOutput r = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c", kReadCgroupLimits});
+  EXPECT_EQ(r.out, "314572800\n77\n") << r.err;
+
+  CommandOutput set =
+      Bmas({"user", "set", "bmastest1", "--memory", "200MiB", "--unset", "processes"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_THAT(set.out, HasSubstr("ws-bmastest1 now has cpus -, memory 200MiB, processes -"));
+  r = Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c", kReadCgroupLimits});
+  EXPECT_EQ(r.out, "209715200\nmax\n") << r.err;
+  rapidjson::Document list = List();
+  ASSERT_TRUE(list.IsArray() && list.Size() == 1);
+  EXPECT_EQ(Str(At(At(list, 0), "memory")), "200MiB");
+
+  // A size LXD would not take is refused before anything changes.
+  CommandOutput bad = Bmas({"user", "set", "bmastest1", "--memory", "lots"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("'lots' is not a memory size"));
+  EXPECT_EQ(Str(At(At(List(), 0), "memory")), "200MiB");
+}
+
 // A killed lxcfs leaves its mount behind, failing every read; the next `bmas lxd up` replaces
 // it, instead of taking the dead mount for a running lxcfs.
 TEST_F(LxdWorkspaceTest, AnLxcfsThatDiedIsReplacedByTheNextUp) {
