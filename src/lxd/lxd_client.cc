@@ -10,6 +10,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 
 #include "common/asio.h"
+#include "common/json_read.h"
 
 namespace bmas::lxd {
 namespace {
@@ -82,20 +83,8 @@ class UnixLxdTransport final : public LxdTransport {
 
 // ---- JSON reading -------------------------------------------------------------------------
 
-const Value* Member(const Value& v, const char* key) {
-  if (!v.IsObject()) return nullptr;
-  const auto it = v.FindMember(key);
-  return it == v.MemberEnd() ? nullptr : &it->value;
-}
-
-std::string Str(const Value& v, const char* key) {
-  const Value* m = Member(v, key);
-  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength())
-                                       : std::string();
-}
-
 int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
-  const Value* m = Member(v, key);
+  const Value* m = JsonMember(v, key);
   if (m == nullptr) return fallback;
   if (m->IsInt64()) return m->GetInt64();
   if (m->IsString()) {
@@ -110,7 +99,7 @@ int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
 
 StringMap Strings(const Value& v, const char* key) {
   StringMap out;
-  const Value* m = Member(v, key);
+  const Value* m = JsonMember(v, key);
   if (m == nullptr || !m->IsObject()) return out;
   for (const auto& e : m->GetObject()) {
     if (e.value.IsString()) out[e.name.GetString()] = e.value.GetString();
@@ -120,7 +109,7 @@ StringMap Strings(const Value& v, const char* key) {
 
 std::vector<std::string> StringList(const Value& v, const char* key) {
   std::vector<std::string> out;
-  const Value* m = Member(v, key);
+  const Value* m = JsonMember(v, key);
   if (m == nullptr || !m->IsArray()) return out;
   for (const Value& e : m->GetArray()) {
     if (e.IsString()) out.emplace_back(e.GetString());
@@ -130,7 +119,7 @@ std::vector<std::string> StringList(const Value& v, const char* key) {
 
 std::map<std::string, StringMap> Devices(const Value& v) {
   std::map<std::string, StringMap> out;
-  const Value* m = Member(v, "devices");
+  const Value* m = JsonMember(v, "devices");
   if (m == nullptr || !m->IsObject()) return out;
   for (const auto& e : m->GetObject()) {
     StringMap d;
@@ -218,20 +207,20 @@ ErrorCode CodeFor(int64_t lxd_code) {
 
 Instance ParseInstance(const Value& v) {
   Instance i;
-  i.name = Str(v, "name");
-  i.status = Str(v, "status");
-  i.type = Str(v, "type");
+  i.name = JsonString(v, "name");
+  i.status = JsonString(v, "status");
+  i.type = JsonString(v, "type");
   i.config = Strings(v, "config");
   i.devices = Devices(v);
   i.profiles = StringList(v, "profiles");
-  i.created_at = Str(v, "created_at");
+  i.created_at = JsonString(v, "created_at");
   return i;
 }
 
 Profile ParseProfile(const Value& v) {
   Profile p;
-  p.name = Str(v, "name");
-  p.description = Str(v, "description");
+  p.name = JsonString(v, "name");
+  p.description = JsonString(v, "description");
   p.config = Strings(v, "config");
   p.devices = Devices(v);
   return p;
@@ -287,7 +276,7 @@ Result<LxdResponse> LxdClient::Call(LxdRequest request, const std::string& what)
   }
   if (response->status >= 200 && response->status < 300) return response;
   auto doc = Parse(response->body, what);
-  std::string message = doc ? Str(*doc, "error") : std::string();
+  std::string message = doc ? JsonString(*doc, "error") : std::string();
   int64_t code = doc ? Int(*doc, "error_code", response->status) : response->status;
   if (message.empty()) message = fmt::format("HTTP {}", response->status);
   return Error{CodeFor(code), fmt::format("cannot {}: {}", what, message), {}};
@@ -298,11 +287,11 @@ Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  if (Str(*doc, "type") != "async") {
-    const Value* m = Member(*doc, "metadata");
+  if (JsonString(*doc, "type") != "async") {
+    const Value* m = JsonMember(*doc, "metadata");
     return m != nullptr ? Serialize(*m) : std::string("null");
   }
-  const std::string op = Str(*doc, "operation");
+  const std::string op = JsonString(*doc, "operation");
   if (op.empty()) return Internal(fmt::format("cannot {}: async response without operation", what));
   // The wait is long-polled in slices so the transport's deadline never cuts it.
   for (;;) {
@@ -310,17 +299,17 @@ Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string
     if (!w) return w.error();
     auto wd = Parse(w->body, what);
     if (!wd) return wd.error();
-    const Value* meta = Member(*wd, "metadata");
+    const Value* meta = JsonMember(*wd, "metadata");
     if (meta == nullptr || !meta->IsObject()) {
       return Internal(fmt::format("cannot {}: operation {} has no metadata", what, op));
     }
-    const std::string status = Str(*meta, "status");
+    const std::string status = JsonString(*meta, "status");
     if (status == "Success") {
-      const Value* m = Member(*meta, "metadata");
+      const Value* m = JsonMember(*meta, "metadata");
       return m != nullptr ? Serialize(*m) : std::string("null");
     }
     if (status == "Running" || status == "Pending") continue;
-    std::string err = Str(*meta, "err");
+    std::string err = JsonString(*meta, "err");
     if (err.empty()) err = fmt::format("operation ended {}", status);
     ErrorCode code = ErrorCode::kInternal;
     if (err.find("already exists") != std::string::npos) code = ErrorCode::kAlreadyExists;
@@ -335,13 +324,15 @@ Result<ServerInfo> LxdClient::Server() {
   auto doc = Parse(r->body, "read LXD's server info");
   if (!doc) return doc.error();
   ServerInfo info;
-  if (const Value* m = Member(*doc, "metadata")) {
-    if (const Value* env = Member(*m, "environment")) {
-      info.version = Str(*env, "server_version");
-      info.kernel = Str(*env, "kernel_version");
-      if (const Value* drivers = Member(*env, "storage_supported_drivers");
+  if (const Value* m = JsonMember(*doc, "metadata")) {
+    if (const Value* env = JsonMember(*m, "environment")) {
+      info.version = JsonString(*env, "server_version");
+      info.kernel = JsonString(*env, "kernel_version");
+      if (const Value* drivers = JsonMember(*env, "storage_supported_drivers");
           drivers != nullptr && drivers->IsArray()) {
-        for (const Value& d : drivers->GetArray()) info.storage_drivers.push_back(Str(d, "Name"));
+        for (const Value& d : drivers->GetArray()) {
+          info.storage_drivers.push_back(JsonString(d, "Name"));
+        }
       }
     }
   }
@@ -354,7 +345,7 @@ Result<std::vector<Instance>> LxdClient::Instances() {
   auto doc = Parse(r->body, "list instances");
   if (!doc) return doc.error();
   std::vector<Instance> out;
-  const Value* m = Member(*doc, "metadata");
+  const Value* m = JsonMember(*doc, "metadata");
   if (m != nullptr && m->IsArray()) {
     for (const Value& v : m->GetArray()) out.push_back(ParseInstance(v));
   }
@@ -367,7 +358,7 @@ Result<Instance> LxdClient::GetInstance(const std::string& name) {
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  const Value* m = Member(*doc, "metadata");
+  const Value* m = JsonMember(*doc, "metadata");
   if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
   Instance i = ParseInstance(*m);
   i.etag = r->etag;
@@ -492,8 +483,8 @@ Result<int64_t> LxdClient::InitPid(const std::string& name) {
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  const Value* m = Member(*doc, "metadata");
-  const Value* pid = m != nullptr ? Member(*m, "pid") : nullptr;
+  const Value* m = JsonMember(*doc, "metadata");
+  const Value* pid = m != nullptr ? JsonMember(*m, "pid") : nullptr;
   if (pid == nullptr || !pid->IsInt64() || pid->GetInt64() <= 0) {
     return Error{ErrorCode::kUnavailable, fmt::format("{} is not running", name)};
   }
@@ -608,16 +599,16 @@ Result<std::vector<Image>> LxdClient::Images() {
   auto doc = Parse(r->body, "list images");
   if (!doc) return doc.error();
   std::vector<Image> out;
-  const Value* m = Member(*doc, "metadata");
+  const Value* m = JsonMember(*doc, "metadata");
   if (m == nullptr || !m->IsArray()) return out;
   for (const Value& v : m->GetArray()) {
     Image i;
-    i.fingerprint = Str(v, "fingerprint");
+    i.fingerprint = JsonString(v, "fingerprint");
     i.properties = Strings(v, "properties");
     i.size = Int(v, "size");
-    i.uploaded_at = Str(v, "uploaded_at");
-    if (const Value* aliases = Member(v, "aliases"); aliases != nullptr && aliases->IsArray()) {
-      for (const Value& a : aliases->GetArray()) i.aliases.push_back(Str(a, "name"));
+    i.uploaded_at = JsonString(v, "uploaded_at");
+    if (const Value* aliases = JsonMember(v, "aliases"); aliases != nullptr && aliases->IsArray()) {
+      for (const Value& a : aliases->GetArray()) i.aliases.push_back(JsonString(a, "name"));
     }
     out.push_back(std::move(i));
   }
@@ -631,7 +622,7 @@ Result<std::string> LxdClient::ImportImage(std::string tarball, const std::strin
   if (!meta) return meta.error();
   auto doc = Parse(*meta, "import an image");
   if (!doc) return doc.error();
-  const std::string fingerprint = Str(*doc, "fingerprint");
+  const std::string fingerprint = JsonString(*doc, "fingerprint");
   if (fingerprint.empty()) return Internal("LXD imported an image but gave no fingerprint");
   if (alias.empty()) return fingerprint;
   const std::string what = fmt::format("point alias {} at image {}", alias, fingerprint);
@@ -662,11 +653,11 @@ Result<std::vector<StoragePool>> LxdClient::StoragePools() {
   auto doc = Parse(r->body, "list storage pools");
   if (!doc) return doc.error();
   std::vector<StoragePool> out;
-  const Value* m = Member(*doc, "metadata");
+  const Value* m = JsonMember(*doc, "metadata");
   if (m == nullptr || !m->IsArray()) return out;
   for (const Value& v : m->GetArray()) {
-    out.push_back(StoragePool{Str(v, "name"), Str(v, "driver"), Strings(v, "config"),
-                              Str(v, "status")});
+    out.push_back(StoragePool{JsonString(v, "name"), JsonString(v, "driver"), Strings(v, "config"),
+                              JsonString(v, "status")});
   }
   return out;
 }
@@ -695,7 +686,7 @@ Result<Profile> LxdClient::GetProfile(const std::string& name) {
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  const Value* m = Member(*doc, "metadata");
+  const Value* m = JsonMember(*doc, "metadata");
   if (m == nullptr) return Internal(fmt::format("cannot {}: no metadata", what));
   return ParseProfile(*m);
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/json_read.h"
 #include "core/hostlist.h"
 
 namespace bmas {
@@ -21,22 +22,10 @@ using rapidjson::Value;
 
 // ---- Reading values that may be missing, null, or of another numeric kind ----
 
-const Value* Member(const Value& v, const char* key) {
-  if (!v.IsObject()) return nullptr;
-  const auto it = v.FindMember(key);
-  return it == v.MemberEnd() ? nullptr : &it->value;
-}
-
-std::string Str(const Value& v, const char* key) {
-  const Value* m = Member(v, key);
-  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength())
-                                       : std::string();
-}
-
 // Slurm writes NO_VAL / INFINITE as null in v0.0.38 and a few as their raw values
 // (0xfffffffe, 0xffffffff, and the 64-bit ones); all read as `fallback`.
 int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
-  const Value* m = Member(v, key);
+  const Value* m = JsonMember(v, key);
   if (m == nullptr) return fallback;
   if (m->IsUint64()) {
     const uint64_t u = m->GetUint64();
@@ -50,7 +39,7 @@ int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
 
 std::vector<std::string> Strings(const Value& v, const char* key) {
   std::vector<std::string> out;
-  const Value* m = Member(v, key);
+  const Value* m = JsonMember(v, key);
   if (m == nullptr || !m->IsArray()) return out;
   for (const Value& e : m->GetArray()) {
     if (e.IsString()) out.emplace_back(e.GetString(), e.GetStringLength());
@@ -170,22 +159,22 @@ void DecodeExitStatus(int64_t status, JobInfo& job) {
 JobInfo ParseJob(const Value& j) {
   JobInfo job;
   job.id = Int(j, "job_id");
-  job.name = Str(j, "name");
-  job.user = Str(j, "user_name");
-  job.partition = Str(j, "partition");
-  job.state = Str(j, "job_state");
-  job.reason = Str(j, "state_reason");
+  job.name = JsonString(j, "name");
+  job.user = JsonString(j, "user_name");
+  job.partition = JsonString(j, "partition");
+  job.state = JsonString(j, "job_state");
+  job.reason = JsonString(j, "state_reason");
   job.node_count = static_cast<int>(Int(j, "node_count"));
   job.tasks = static_cast<int>(Int(j, "tasks"));
   job.restart_count = static_cast<int>(Int(j, "restart_cnt"));
   job.submit_time = Int(j, "submit_time");
   job.time_limit_minutes = static_cast<int>(Int(j, "time_limit"));
-  job.cwd = Str(j, "current_working_directory");
-  job.batch_host = Str(j, "batch_host");
-  job.reservation = Str(j, "resv_name");
-  job.qos = Str(j, "qos");
+  job.cwd = JsonString(j, "current_working_directory");
+  job.batch_host = JsonString(j, "batch_host");
+  job.reservation = JsonString(j, "resv_name");
+  job.qos = JsonString(j, "qos");
 
-  const std::string nodes = Str(j, "nodes");
+  const std::string nodes = JsonString(j, "nodes");
   if (!nodes.empty()) {
     auto expanded = ExpandHostlist(nodes);
     job.nodes = expanded ? std::move(*expanded) : std::vector<std::string>{nodes};
@@ -213,17 +202,17 @@ JobInfo ParseJob(const Value& j) {
   }
   if (held > 0) {
     job.gpus = held;
-  } else if (const int alloc = CountGpusInGres(Str(j, "tres_alloc_str")); alloc > 0) {
+  } else if (const int alloc = CountGpusInGres(JsonString(j, "tres_alloc_str")); alloc > 0) {
     job.gpus = alloc;
   } else {
-    const int per_job = CountGpusInGres(Str(j, "tres_per_job"));
-    const int per_node = CountGpusInGres(Str(j, "tres_per_node"));
-    const int per_task = CountGpusInGres(Str(j, "tres_per_task"));
+    const int per_job = CountGpusInGres(JsonString(j, "tres_per_job"));
+    const int per_node = CountGpusInGres(JsonString(j, "tres_per_node"));
+    const int per_task = CountGpusInGres(JsonString(j, "tres_per_task"));
     job.gpus = per_job + per_node * std::max(job.node_count, 1) + per_task * std::max(job.tasks, 1);
   }
 
-  const std::string out = Str(j, "standard_output");
-  const std::string err = Str(j, "standard_error");
+  const std::string out = JsonString(j, "standard_output");
+  const std::string err = JsonString(j, "standard_error");
   job.stdout_path = ExpandFilenamePattern(out.empty() ? "slurm-%j.out" : out, job);
   job.stderr_path = err.empty() ? job.stdout_path : ExpandFilenamePattern(err, job);
   return job;
@@ -231,20 +220,20 @@ JobInfo ParseJob(const Value& j) {
 
 NodeInfo ParseNode(const Value& n) {
   NodeInfo node;
-  node.name = Str(n, "name");
-  node.state = Str(n, "state");
+  node.name = JsonString(n, "name");
+  node.state = JsonString(n, "state");
   node.state_flags = Strings(n, "state_flags");
-  node.address = Str(n, "address");
-  node.hostname = Str(n, "hostname");
-  node.reason = Str(n, "reason");
+  node.address = JsonString(n, "address");
+  node.hostname = JsonString(n, "hostname");
+  node.reason = JsonString(n, "reason");
   node.cpus = static_cast<int>(Int(n, "cpus"));
   node.alloc_cpus = static_cast<int>(Int(n, "alloc_cpus"));
   node.real_memory_mb = Int(n, "real_memory");
   node.alloc_memory_mb = Int(n, "alloc_memory");
-  const std::string gres = Str(n, "gres");
+  const std::string gres = JsonString(n, "gres");
   node.gpus = CountGpusInGres(gres);
   node.gpu_type = GpuTypeInGres(gres);
-  node.gpus_used = CountGpusInGres(Str(n, "gres_used"));
+  node.gpus_used = CountGpusInGres(JsonString(n, "gres_used"));
   node.partitions = Strings(n, "partitions");
   return node;
 }
@@ -409,15 +398,15 @@ std::vector<SlurmError> ParseErrors(std::string_view body) {
   rapidjson::Document doc;
   doc.Parse(body.data(), body.size());
   if (doc.HasParseError() || !doc.IsObject()) return out;
-  const Value* errors = Member(doc, "errors");
+  const Value* errors = JsonMember(doc, "errors");
   if (errors == nullptr || !errors->IsArray()) return out;
   for (const Value& e : errors->GetArray()) {
     SlurmError se;
-    se.number = static_cast<int>(Member(e, "error_number") != nullptr ? Int(e, "error_number")
-                                                                      : Int(e, "error_code"));
-    se.error = Str(e, "error");
-    se.description = Str(e, "description");
-    se.source = Str(e, "source");
+    se.number = static_cast<int>(JsonMember(e, "error_number") != nullptr ? Int(e, "error_number")
+                                                                          : Int(e, "error_code"));
+    se.error = JsonString(e, "error");
+    se.description = JsonString(e, "description");
+    se.source = JsonString(e, "source");
     out.push_back(std::move(se));
   }
   return out;
@@ -474,7 +463,7 @@ Result<int64_t> ParseSubmitResponse(std::string_view body) {
 Result<std::vector<JobInfo>> ParseJobsResponse(std::string_view body) {
   auto doc = ParseDocument(body, "jobs");
   if (!doc) return doc.error();
-  const Value* jobs = Member(*doc, "jobs");
+  const Value* jobs = JsonMember(*doc, "jobs");
   if (jobs == nullptr || !jobs->IsArray()) {
     return Internal("slurmrestd's jobs response has no jobs[] array");
   }
@@ -487,7 +476,7 @@ Result<std::vector<JobInfo>> ParseJobsResponse(std::string_view body) {
 Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
   auto doc = ParseDocument(body, "slurmdbd's jobs");
   if (!doc) return doc.error();
-  const Value* jobs = Member(*doc, "jobs");
+  const Value* jobs = JsonMember(*doc, "jobs");
   if (jobs == nullptr || !jobs->IsArray()) {
     return Internal("slurmrestd's slurmdb jobs response has no jobs[] array");
   }
@@ -495,31 +484,33 @@ Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
   for (const Value& j : jobs->GetArray()) {
     JobInfo job;
     job.id = Int(j, "job_id");
-    job.name = Str(j, "name");
-    job.user = Str(j, "user");
-    job.partition = Str(j, "partition");
-    if (const Value* state = Member(j, "state")) job.state = Str(*state, "current");
-    if (const std::string nodes = Str(j, "nodes"); !nodes.empty() && nodes != "None assigned") {
+    job.name = JsonString(j, "name");
+    job.user = JsonString(j, "user");
+    job.partition = JsonString(j, "partition");
+    if (const Value* state = JsonMember(j, "state")) job.state = JsonString(*state, "current");
+    if (const std::string nodes = JsonString(j, "nodes");
+        !nodes.empty() && nodes != "None assigned") {
       auto expanded = ExpandHostlist(nodes);
       job.nodes = expanded ? std::move(*expanded) : std::vector<std::string>{nodes};
     }
     job.node_count = static_cast<int>(job.nodes.size());
-    if (const Value* time = Member(j, "time")) {
+    if (const Value* time = JsonMember(j, "time")) {
       job.submit_time = Int(*time, "submission");
       job.start_time = Int(*time, "start");
       job.end_time = Int(*time, "end");
     }
     // GPUs allocated: tres.allocated[] {type: "gres", name: "gpu", count}.
-    if (const Value* tres = Member(j, "tres")) {
-      if (const Value* allocated = Member(*tres, "allocated"); allocated && allocated->IsArray()) {
+    if (const Value* tres = JsonMember(j, "tres")) {
+      if (const Value* allocated = JsonMember(*tres, "allocated");
+          allocated && allocated->IsArray()) {
         for (const Value& t : allocated->GetArray()) {
-          if (Str(t, "type") == "gres" && Str(t, "name") == "gpu") {
+          if (JsonString(t, "type") == "gres" && JsonString(t, "name") == "gpu") {
             job.gpus += static_cast<int>(Int(t, "count"));
           }
         }
       }
     }
-    if (const Value* exit = Member(j, "exit_code")) {
+    if (const Value* exit = JsonMember(j, "exit_code")) {
       job.exit_code = static_cast<int>(Int(*exit, "return_code"));
     }
     out.push_back(std::move(job));
@@ -530,7 +521,7 @@ Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
 Result<std::vector<NodeInfo>> ParseNodesResponse(std::string_view body) {
   auto doc = ParseDocument(body, "nodes");
   if (!doc) return doc.error();
-  const Value* nodes = Member(*doc, "nodes");
+  const Value* nodes = JsonMember(*doc, "nodes");
   if (nodes == nullptr || !nodes->IsArray()) {
     return Internal("slurmrestd's nodes response has no nodes[] array");
   }
@@ -543,23 +534,23 @@ Result<std::vector<NodeInfo>> ParseNodesResponse(std::string_view body) {
 Result<std::string> ParsePingResponse(std::string_view body) {
   auto doc = ParseDocument(body, "ping");
   if (!doc) return doc.error();
-  const Value* pings = Member(*doc, "pings");
+  const Value* pings = JsonMember(*doc, "pings");
   if (pings == nullptr || !pings->IsArray() || pings->Empty()) {
     return Internal("slurmrestd's ping response has no pings[]");
   }
   for (const Value& p : pings->GetArray()) {
-    const std::string state = Str(p, "ping");
+    const std::string state = JsonString(p, "ping");
     if (state != "UP") {
       return Error{ErrorCode::kUnavailable,
-                   fmt::format("slurmctld on {} ({}) is {}", Str(p, "hostname"), Str(p, "mode"),
-                               state.empty() ? "not answering" : state),
+                   fmt::format("slurmctld on {} ({}) is {}", JsonString(p, "hostname"),
+                               JsonString(p, "mode"), state.empty() ? "not answering" : state),
                    {}};
     }
   }
   std::string release;
-  if (const Value* meta = Member(*doc, "meta"); meta != nullptr) {
-    if (const Value* slurm = Member(*meta, "Slurm"); slurm != nullptr) {
-      release = Str(*slurm, "release");
+  if (const Value* meta = JsonMember(*doc, "meta"); meta != nullptr) {
+    if (const Value* slurm = JsonMember(*meta, "Slurm"); slurm != nullptr) {
+      release = JsonString(*slurm, "release");
     }
   }
   return release.empty() ? std::string("unknown") : release;
