@@ -15,6 +15,7 @@
 #include "common/process.h"
 #include "daemon/agent.h"
 #include "lxd/image_build.h"
+#include "lxd/interactive_exec.h"
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
@@ -159,7 +160,7 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   exec->add_option("command", command_, "The command and its arguments (after --)")->required();
   exec->callback([this, &global] { global.exit_code = RunWorkspace(global, "exec"); });
   CLI::App* shell = ws->add_subcommand(
-      "shell", "An interactive login shell in USER's workspace as USER (through `lxc exec`)");
+      "shell", "An interactive login shell in USER's workspace as USER");
   shell->add_option("user", user_, "A Unix account on this host")->required();
   shell->callback([this, &global] { global.exit_code = RunWorkspace(global, "shell"); });
 }
@@ -409,7 +410,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
     std::fflush(stdout);
     return r->exit_code;
   }
-  // shell: LXD's interactive exec needs its websocket protocol; `lxc exec` speaks it.
+  // shell: LXD's interactive exec, through its websockets.
   auto account = lxd::LookUpAccount(user_);
   auto w = workspaces.Get(user_);
   if (!w) return ReportFailure(command, w.error());
@@ -420,15 +421,20 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
                                                     user_, w->status, user_),
                                         {}});
   }
-  setenv("LXD_DIR", c.config.lxd.dir.c_str(), 1);
-  const std::string uid = std::to_string(account->uid), gid = std::to_string(account->gid);
-  const std::string home = "HOME=" + account->home, usr = "USER=" + account->name;
-  std::vector<const char*> argv = {"lxc", "exec", w->name.c_str(), "--user", uid.c_str(),
-                                   "--group", gid.c_str(), "--cwd", account->home.c_str(),
-                                   "--env", home.c_str(), "--env", usr.c_str(), "--",
-                                   "/bin/sh", "-l", nullptr};
-  execvp("lxc", const_cast<char* const*>(argv.data()));
-  return ReportFailure(command, Internal(fmt::format("cannot run lxc: {}", std::strerror(errno))));
+  lxd::ExecSpec spec;
+  spec.command = {"/bin/sh", "-l"};
+  spec.user = account->uid;
+  spec.group = account->gid;
+  spec.cwd = account->home;
+  const char* term = std::getenv("TERM");
+  spec.environment = {{"HOME", account->home},
+                      {"USER", account->name},
+                      {"LOGNAME", account->name},
+                      {"TERM", term != nullptr ? term : "xterm"},
+                      {"PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}};
+  auto code = lxd::RunInteractive(client, c.socket, w->name, spec, STDIN_FILENO, STDOUT_FILENO);
+  if (!code) return ReportFailure(command, code.error());
+  return *code;
 }
 
 }  // namespace bmas

@@ -293,6 +293,10 @@ Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string
   }
   const std::string op = JsonString(*doc, "operation");
   if (op.empty()) return Internal(fmt::format("cannot {}: async response without operation", what));
+  return WaitOperation(op, what);
+}
+
+Result<std::string> LxdClient::WaitOperation(const std::string& op, const std::string& what) {
   // The wait is long-polled in slices so the transport's deadline never cuts it.
   for (;;) {
     auto w = Call(LxdRequest{"GET", op + "/wait?timeout=30", {}, {}}, what);
@@ -551,8 +555,11 @@ Result<void> LxdClient::UpdateInstance(
   return {};
 }
 
-Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec) {
-  const std::string what = fmt::format("run a command in {}", name);
+namespace {
+
+// The body of POST /1.0/instances/NAME/exec: recorded output, or (`interactive`) a pty of
+// `width` x `height` reached through websockets.
+std::string ExecBody(const ExecSpec& spec, bool interactive, int width = 0, int height = 0) {
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
@@ -561,11 +568,17 @@ Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec
   w.Key("environment");
   WriteMap(w, spec.environment);
   w.Key("wait-for-websocket");
-  w.Bool(false);
+  w.Bool(interactive);
   w.Key("interactive");
-  w.Bool(false);
+  w.Bool(interactive);
   w.Key("record-output");
-  w.Bool(true);
+  w.Bool(!interactive);
+  if (interactive) {
+    w.Key("width");
+    w.Int(width);
+    w.Key("height");
+    w.Int(height);
+  }
   w.Key("user");
   w.Uint(spec.user);
   w.Key("group");
@@ -575,8 +588,16 @@ Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec
     WriteString(w, spec.cwd);
   }
   w.EndObject();
+  return buf.GetString();
+}
+
+}  // namespace
+
+Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec) {
+  const std::string what = fmt::format("run a command in {}", name);
   auto meta = CallAndWait(
-      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, buf.GetString()}, what);
+      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, ExecBody(spec, false)},
+      what);
   if (!meta) return meta.error();
   auto doc = Parse(*meta, what);
   if (!doc) return doc.error();
@@ -591,6 +612,40 @@ Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec
     (void)Call(LxdRequest{"DELETE", path, {}, {}}, what + " (delete its output)");
   }
   return result;
+}
+
+Result<InteractiveExec> LxdClient::StartInteractiveExec(const std::string& name,
+                                                        const ExecSpec& spec, int width,
+                                                        int height) {
+  const std::string what = fmt::format("start an interactive command in {}", name);
+  auto r = Call(LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {},
+                           ExecBody(spec, true, width, height)},
+                what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  InteractiveExec e;
+  e.operation = JsonString(*doc, "operation");
+  const Value* op = JsonMember(*doc, "metadata");
+  const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
+  const Value* fds = meta != nullptr ? JsonMember(*meta, "fds") : nullptr;
+  if (e.operation.empty() || fds == nullptr) {
+    return Internal(fmt::format("cannot {}: LXD's answer has no operation or fds", what));
+  }
+  e.data_secret = JsonString(*fds, "0");
+  e.control_secret = JsonString(*fds, "control");
+  if (e.data_secret.empty() || e.control_secret.empty()) {
+    return Internal(fmt::format("cannot {}: LXD's answer lacks the websocket secrets", what));
+  }
+  return e;
+}
+
+Result<int> LxdClient::ExecExitCode(const std::string& operation) {
+  auto meta = WaitOperation(operation, "wait for an interactive command to end");
+  if (!meta) return meta.error();
+  auto doc = Parse(*meta, "read an interactive command's exit code");
+  if (!doc) return doc.error();
+  return static_cast<int>(Int(*doc, "return", -1));
 }
 
 Result<std::vector<Image>> LxdClient::Images() {

@@ -95,6 +95,13 @@ struct ExecResult {
   std::string err;
 };
 
+// An interactive exec that LXD holds until its websockets connect: the pty's data on one
+// (GET <operation>/websocket?secret=<data_secret>), window sizes and signals on the other.
+struct InteractiveExec {
+  std::string operation;  // "/1.0/operations/<id>"
+  std::string data_secret, control_secret;
+};
+
 struct Image {
   std::string fingerprint;
   std::vector<std::string> aliases;
@@ -157,6 +164,12 @@ class LxdClient {
 
   // Runs a command to its end with its output recorded; the recorded logs are deleted after.
   Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec);
+  // Starts a command on a pty of `width` x `height` in the instance. LXD holds it until both
+  // of its websockets connect (lxd/interactive_exec.h speaks them).
+  Result<InteractiveExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
+                                               int width, int height);
+  // Waits for an interactive command's operation to end; its exit code.
+  Result<int> ExecExitCode(const std::string& operation);
 
   Result<std::vector<Image>> Images();
   // Imports a unified image tarball (metadata.yaml + rootfs/ + templates/) and returns its
@@ -178,6 +191,8 @@ class LxdClient {
   // For an async response: waits for its operation and returns the operation's metadata
   // (as JSON text); for a sync one returns its metadata.
   Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
+  // Waits for operation `op` ("/1.0/operations/<id>") to end; its metadata as JSON text.
+  Result<std::string> WaitOperation(const std::string& op, const std::string& what);
 
   // GETs instance `name`, lets `edit` change its metadata in place, and PUTs it back under
   // If-Match with the ETag (PATCH cannot delete keys), waiting for the operation. `edit` returns

@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -203,6 +206,37 @@ TEST_F(LxdWorkspaceTest, LimitsAreVisibleInside) {
   EXPECT_LT(running, 100) << pids.out;
   rapidjson::Document list = List();
   EXPECT_EQ(Str(At(At(list, 0), "memory")), "256MiB");
+}
+
+// Root's `workspace shell` on a terminal: a login shell on a pty in the workspace, as the user,
+// through LXD's interactive exec websockets; its exit code comes back.
+TEST_F(LxdWorkspaceTest, RootsShellRunsOnAPtyInTheWorkspace) {
+  Create("bmastest1");
+  int terminal = -1;
+  const pid_t pid = forkpty(&terminal, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(std::getenv("BMAS_BINARY"), "bmas", "--config", config_.c_str(), "--state-dir",
+          state_.c_str(), "workspace", "shell", "bmastest1", nullptr);
+    _exit(127);
+  }
+  const std::string input = "echo at-$(hostname)-$(id -u)-$(tty); exit 7\n";
+  ASSERT_EQ(write(terminal, input.data(), input.size()), static_cast<ssize_t>(input.size()));
+  std::string out;
+  for (;;) {  // until the shell ends (EIO once bmas has exited), or 30 s of silence
+    pollfd p{terminal, POLLIN, 0};
+    if (poll(&p, 1, 30'000) <= 0) break;
+    char buf[4096];
+    const ssize_t n = read(terminal, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(terminal);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(fmt::format("at-ws-bmastest1-{}-/dev/pts/",
+                                         getpwnam("bmastest1")->pw_uid)));
 }
 
 // Limits from the user's settings in the store (`bmas user add|set`): used at creation, and
