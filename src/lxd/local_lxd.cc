@@ -233,22 +233,32 @@ std::string EnsureSubIdsInText(const std::string& text, int64_t count,
     }
     return false;
   };
-  // root's largest range: grow it in place when nothing else sits there; else add one above
-  // every range in the file.
-  Line* root = nullptr;
-  for (Line& l : lines) {
-    if (l.owner == "root" && l.size > 1 && (root == nullptr || l.size > root->size)) root = &l;
-  }
-  if (root == nullptr || root->size < count) {
-    if (root != nullptr && !overlaps(root->start, count, root)) {
-      root->size = count;
-      root->raw = fmt::format("root:{}:{}", root->start, count);
+  // LXD maps containers out of root's FIRST range of 65536 ids or more and ignores any later
+  // one, so that range must hold `count`. It grows in place when nothing else sits there;
+  // else a later root range that is big enough, or a new one above every range in the file,
+  // goes in front of it. (Containers mapped from the old range are remapped by LXD at their
+  // next start.)
+  auto big = [](const Line& l) { return l.owner == "root" && l.size >= 65536; };
+  auto first = std::find_if(lines.begin(), lines.end(), big);
+  if (count > 0 && (first == lines.end() || first->size < count)) {
+    if (first != lines.end() && !overlaps(first->start, count, &*first)) {
+      first->size = count;
+      first->raw = fmt::format("root:{}:{}", first->start, count);
     } else {
-      int64_t top = 100000;
-      for (const Line& l : lines) {
-        if (!l.owner.empty() && l.size > 1) top = std::max(top, l.start + l.size);
+      Line chosen;
+      auto enough = std::find_if(lines.begin(), lines.end(),
+                                 [&](const Line& l) { return big(l) && l.size >= count; });
+      if (enough != lines.end()) {
+        chosen = *enough;
+        lines.erase(enough);
+      } else {
+        int64_t top = 100000;
+        for (const Line& l : lines) {
+          if (!l.owner.empty() && l.size > 1) top = std::max(top, l.start + l.size);
+        }
+        chosen = Line{"root", top, count, fmt::format("root:{}:{}", top, count)};
       }
-      lines.push_back(Line{"root", top, count, fmt::format("root:{}:{}", top, count)});
+      lines.insert(std::find_if(lines.begin(), lines.end(), big), chosen);
     }
   }
   for (int64_t id : single_ids) {

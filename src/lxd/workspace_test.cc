@@ -64,10 +64,16 @@ TEST(SubIds, GrowsRootsRangeInPlaceAndAddsSingleIds) {
   EXPECT_EQ(EnsureSubIdsInText(out, 0, {}), out);
 }
 
-TEST(SubIds, AddsARangeAboveEverythingWhenRootCannotGrow) {
-  const std::string text = "root:100000:65536\nbob:165536:65536\n";
-  EXPECT_EQ(EnsureSubIdsInText(text, 1000000, {}),
-            "root:100000:65536\nbob:165536:65536\nroot:231072:1000000\n");
+// LXD uses root's first range of 65536 ids or more, so a new range goes in front of it.
+TEST(SubIds, PutsABigEnoughRangeFirstWhenRootsFirstCannotGrow) {
+  const std::string text = "root:1003:1\nroot:100000:65536\nbob:165536:65536\n";
+  const std::string out = EnsureSubIdsInText(text, 1000000, {});
+  EXPECT_EQ(out, "root:1003:1\nroot:231072:1000000\nroot:100000:65536\nbob:165536:65536\n");
+  EXPECT_EQ(EnsureSubIdsInText(out, 1000000, {}), out) << "idempotent";
+  // A later root range that is already big enough moves in front instead of a new one.
+  EXPECT_EQ(EnsureSubIdsInText("root:100000:65536\nbob:165536:65536\nroot:231072:2000000\n",
+                               1000000, {}),
+            "root:231072:2000000\nroot:100000:65536\nbob:165536:65536\n");
   EXPECT_EQ(EnsureSubIdsInText("", 65536, {}), "root:100000:65536\n");
 }
 
