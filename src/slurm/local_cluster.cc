@@ -72,22 +72,35 @@ bool TryLoopback(int port, bool connect) {
 bool PortFree(int port) { return TryLoopback(port, /*connect=*/false); }
 bool PortAccepts(int port) { return TryLoopback(port, /*connect=*/true); }
 
+// The first port the kernel hands out for outgoing connections (32768 by default).
+int FirstEphemeralPort() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return range >> low ? low : 32768;
+}
+
 // A block of `count` free ports, starting where the state dir's hash points and moving on
-// when something else holds one of them.
+// when something else holds one of them. The blocks lie below the ephemeral range where it
+// leaves room: a port found free there could otherwise be taken by any outgoing connection
+// before the daemon binds it (seen: slurmctld's "Address already in use").
 Result<int> PickBasePort(const std::string& state_dir, int count) {
-  constexpr int kFirst = 20000, kBlocks = 1800, kStride = 16;
+  constexpr int kFirst = 20000, kStride = 16;
+  int blocks = (FirstEphemeralPort() - kFirst) / kStride;
+  if (blocks < 64) blocks = 1800;  // a host with a low ephemeral range: the old span
   if (count > kStride) {
     return InvalidArgument(fmt::format(
         "a local cluster needs {} ports and has {}: fewer nodes, please", count, kStride));
   }
   const uint64_t h = Fnv1a(state_dir);
   for (int attempt = 0; attempt < 64; ++attempt) {
-    int base = kFirst + static_cast<int>((h + attempt) % kBlocks) * kStride;
+    int base = kFirst + static_cast<int>((h + attempt) % blocks) * kStride;
     bool free = true;
     for (int p = base; p < base + count && free; ++p) free = PortFree(p);
     if (free) return base;
   }
-  return Error{ErrorCode::kUnavailable, "no block of free loopback ports found in 20000-48800"};
+  return Error{ErrorCode::kUnavailable,
+               fmt::format("no block of {} free loopback ports found in {}-{}", count, kFirst,
+                           kFirst + blocks * kStride)};
 }
 
 Result<void> WriteFile(const fs::path& path, std::string_view text, mode_t mode) {
