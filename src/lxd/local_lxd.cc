@@ -337,9 +337,9 @@ Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
     if (auto r = RaiseSysctl(key, kInotifyLimit); !r) return r.error();
   }
   // LXD keeps the first block of root's range for containers that are not isolated, and
-  // hands isolated ones the blocks after it: `users` workspaces need users + 1 blocks, and a
-  // spare one keeps the last creation from failing with "Not enough uid/gid available" (seen
-  // at the 300th of 300 with users + 1).
+  // hands isolated ones the blocks after it: `users` workspaces need users + 1 blocks; one
+  // more is margin. (The 300th-of-300 failure, "Not enough uid/gid available", came from the
+  // range LXD reads: see EnsureSubIdsInText.)
   const int64_t ids = kIdsPerContainer * (int64_t{settings.users} + 2);
   for (const char* file : {"/etc/subuid", "/etc/subgid"}) {
     auto changed = EnsureSubIds(file, ids, {});
