@@ -22,12 +22,14 @@
 
 #include "common/process.h"
 #include "lxd/lxd_client.h"
+#include "lxd/lxd_internal.h"
 
 namespace bmas::lxd {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using internal::WriteAtomically;
 
 constexpr const char* kLxcfsMount = "/var/lib/lxcfs";
 constexpr int64_t kIdsPerContainer = 65536;  // security.idmap.isolated gives each this many
@@ -38,21 +40,6 @@ std::string ReadText(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-Result<void> WriteAtomically(const std::string& path, const std::string& text, mode_t mode) {
-  const std::string tmp = fmt::format("{}.bmas-tmp{}", path, getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return Internal(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = fchmod(fd, mode) == 0 && ok;
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    unlink(tmp.c_str());
-    return Internal(fmt::format("cannot write {}: {}", path, why));
-  }
-  return {};
 }
 
 // Whether a file system of type `type` is mounted at `path` ("" = any type).

@@ -4,21 +4,18 @@
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <boost/asio/local/stream_protocol.hpp>
 
 #include "common/asio.h"
 #include "common/json_read.h"
+#include "lxd/lxd_internal.h"
 
 namespace bmas::lxd {
 namespace {
 
 using rapidjson::Value;
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-constexpr size_t kMaxResponseBytes = 256u << 20;
 
 class UnixLxdTransport final : public LxdTransport {
  public:
@@ -30,48 +27,12 @@ class UnixLxdTransport final : public LxdTransport {
     net::io_context io;
     Local::socket socket(io);
     beast::error_code ec;
-    auto fail = [&](const char* step) -> Error {
-      const bool timed_out = ec == net::error::would_block || ec == net::error::try_again ||
-                             ec == net::error::timed_out;
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} to LXD at {} failed: {}", step, path_,
-                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
-                                         : ec.message()),
-                   {}};
-    };
     socket.connect(Local::endpoint(path_), ec);
-    if (ec) return fail("connect");
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-
-    http::request<http::string_body> req{http::string_to_verb(request.method), request.target, 11};
-    req.set(http::field::host, "lxd");
-    req.set(http::field::user_agent, "bmas");
-    for (const auto& [name, value] : request.headers) req.set(name, value);
-    if (!request.body.empty()) {
-      req.set(http::field::content_type, request.content_type);
-      req.body() = request.body;
-    }
-    req.keep_alive(false);
-    req.prepare_payload();
-    http::write(socket, req, ec);
-    if (ec) return fail("write");
-
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxResponseBytes);
-    http::read(socket, buffer, parser, ec);
-    if (ec) return fail("read");
-    LxdResponse out;
-    out.status = static_cast<int>(parser.get().result_int());
-    if (auto it = parser.get().find(http::field::etag); it != parser.get().end()) {
-      out.etag = std::string(it->value());
-    }
-    out.body = std::move(parser.get().body());
-    return out;
+    if (ec) return internal::TransportError("connect", path_, ec, timeout_);
+    internal::SetSocketTimeouts(socket.native_handle(), timeout_);
+    // Asio's own reads, which SO_RCVTIMEO does not in fact bound (see internal::BoundedSocket).
+    // Bounding them would cut off 30 s clients in their ?timeout=30 operation waits.
+    return internal::Exchange(socket, request, "lxd", path_, timeout_);
   }
 
   std::string Where() const override { return path_; }
