@@ -38,14 +38,15 @@ asan: deps
 
 # Runs the benchmarks and rewrites bench/RESULTS.md: the engine's, then the gateway's (which
 # compare it with nginx and use wrk, installed by install-deps.sh --bench), then Slurm's and the
-# workspaces' (as root: they start their own local cluster and LXD; otherwise they say why they
-# skipped).
+# workspaces', then the copy of a workspace between nodes (as root: they start their own local
+# cluster and LXDs; otherwise they say why they skipped).
 bench: build
 	@bash scripts/install-deps.sh --bench
 	python3 bench/run.py $(BUILD)
 	python3 bench/gateway_bench.py $(BUILD)
 	python3 bench/slurm_bench.py $(BUILD)
 	python3 bench/lxd_bench.py $(BUILD)
+	python3 bench/workspace_copy_bench.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -596,24 +596,8 @@ def main():
     if ONLY is not None:
         print(text)
         return
-    write_section(text)
+    run.write_section(HEADING, text)
     print(text)
-
-
-def write_section(text):
-    """Replaces this script's section of RESULTS.md (from HEADING to the next "# " heading),
-    keeping the sections before and after it."""
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    old = open(path).read() if os.path.exists(path) else ""
-    start = old.find(HEADING + "\n")
-    if start < 0:
-        before, after = old.rstrip() + "\n\n" if old.strip() else "", ""
-    else:
-        before = old[:start]
-        nxt = re.search(r"^# ", old[start + len(HEADING):], re.M)
-        after = old[start + len(HEADING) + nxt.start():] if nxt else ""
-    with open(path, "w") as f:
-        f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
 
 
 if __name__ == "__main__":

@@ -551,21 +551,6 @@ def old_sections():
     return {int(re.match(r"## W(\d)", p).group(1)): p for p in parts if p.startswith("## W")}
 
 
-def write_section(text):
-    """Replaces this script's section of RESULTS.md, wherever it is, keeping the others."""
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    old = open(path).read() if os.path.exists(path) else ""
-    start = old.find(HEADING + "\n")
-    if start < 0:
-        before, after = old.rstrip() + "\n\n" if old.strip() else "", ""
-    else:
-        before = old[:start]
-        nxt = re.search(r"^# ", old[start + len(HEADING):], re.M)
-        after = old[start + len(HEADING) + nxt.start():] if nxt else ""
-    with open(path, "w") as f:
-        f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
-
-
 def main():
     if os.geteuid() != 0:
         print("lxd_bench: skipped: `bmas lxd up` needs root", file=sys.stderr)
@@ -654,7 +639,7 @@ def main():
             text += kept[number].rstrip() + "\n\n"  # measured by an earlier run: kept as it was
         else:
             text += f"## W{number}. {NAMES[number]}\n\nNot measured this session.\n\n"
-    write_section(text)
+    run.write_section(HEADING, text)
     print(text)
 
 

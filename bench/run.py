@@ -22,6 +22,23 @@ MICRO = os.path.join(BUILD, "bench", "bmas_engine_bench")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
+def write_section(heading, text):
+    """Replaces the section of RESULTS.md that starts at the line `heading` and runs to the next
+    "# " heading, wherever it is, keeping the others; appends it when there is none. The scripts
+    that measure one part each (gateway, Slurm, workspaces) write their own."""
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    old = open(path).read() if os.path.exists(path) else ""
+    start = old.find(heading + "\n")
+    if start < 0:
+        before, after = old.rstrip() + "\n\n" if old.strip() else "", ""
+    else:
+        before = old[:start]
+        nxt = re.search(r"^# ", old[start + len(heading):], re.M)
+        after = old[start + len(heading) + nxt.start():] if nxt else ""
+    with open(path, "w") as f:
+        f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
+
+
 def rel(path):
     return os.path.relpath(path, ROOT)
 

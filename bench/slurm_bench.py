@@ -566,21 +566,6 @@ def preemption(c):
     return "S4. Preemption: training submission to training start while inference holds every GPU", shown, text, rows
 
 
-def write_section(text):
-    """Replaces this script's section of RESULTS.md, wherever it is, keeping the others."""
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    old = open(path).read() if os.path.exists(path) else ""
-    start = old.find(HEADING + "\n")
-    if start < 0:
-        before, after = old.rstrip() + "\n\n" if old.strip() else "", ""
-    else:
-        before = old[:start]
-        nxt = re.search(r"^# ", old[start + len(HEADING):], re.M)
-        after = old[start + len(HEADING) + nxt.start():] if nxt else ""
-    with open(path, "w") as f:
-        f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
-
-
 def main():
     if os.geteuid() != 0:
         print("slurm_bench: skipped: `bmas slurm up` needs root", file=sys.stderr)
@@ -631,7 +616,7 @@ def main():
     for title, command, body, table in sections:
         text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
     if ONLY is None:
-        write_section(text)
+        run.write_section(HEADING, text)
     print(text)
 
 

@@ -175,6 +175,7 @@ int LxdCommands::RunUp(GlobalOptions& global) {
              l->pool_driver == "btrfs" ? ", copy-on-write, disk limits enforced"
                                        : ", disk limits NOT enforced");
   if (!l->pool_note.empty()) fmt::print("  {}\n", l->pool_note);
+  if (!l->peer_note.empty()) fmt::print("  {}\n", l->peer_note);
   fmt::print("  profile {}\n", lxd::kProfileName);
   for (const auto& d : l->started) {
     fmt::print("  started {} (pid {}), log {}\n", d.name, d.pid, d.log);

@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "daemon/agent.h"
 #include "lxd/gpu_binding.h"
+#include "lxd/job_copy.h"
 #include "lxd/local_lxd.h"
 #include "lxd/workspace.h"
 #include "slurm/local_cluster.h"
@@ -53,12 +54,30 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
 
   lxd::LxdClient client(socket, std::chrono::seconds(30));
   const std::string instance = lxd::WorkspaceName(user);
-  auto workspace = client.GetInstance(instance);
-  if (!workspace) {
-    if (workspace.error().code != ErrorCode::kNotFound) note(workspace.error().message);
-    return 0;  // no workspace: a plain Slurm job
-  }
   if (phase == "prolog") {
+    // The job's container: the workspace when it lives on this node, else a copy pulled from
+    // the peer that holds it (lxd/job_copy.h).
+    auto container = lxd::EnsureJobContainer(
+        client, instance, job, config.lxd.peers,
+        [&](const std::string& url) {
+          return lxd::OpenPeer(url, config.lxd.cert, config.lxd.key, state_dir + "/lxd-peers");
+        },
+        [&]() -> Result<void> {
+          auto account = lxd::LookUpAccount(user);
+          if (!account) return account.error();
+          return lxd::MapUserIds(*account);
+        });
+    if (!container) {
+      // No workspace anywhere: a plain Slurm job. Anything else is said in the hooks' log.
+      if (container.error().code != ErrorCode::kNotFound || !config.lxd.peers.empty()) {
+        note(container.error().message);
+      }
+      return 0;
+    }
+    if (!container->copied_from.empty()) {
+      note(fmt::format("copied {} from {} in {:.0f} ms", instance, container->copied_from,
+                       MillisecondsSince(start)));
+    }
     auto gpus = lxd::ParseGpuList(Env("SLURM_JOB_GPUS"));
     if (!gpus) {
       note(gpus.error().message);
@@ -76,6 +95,11 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
                : "binding failed: " + paths.error().message);
     if (paths) AgentObserve(AgentSocketPath(state_dir), "bound", MillisecondsSince(start) / 1000);
     return 0;
+  }
+  auto workspace = client.GetInstance(instance);
+  if (!workspace) {
+    if (workspace.error().code != ErrorCode::kNotFound) note(workspace.error().message);
+    return 0;  // no workspace: a plain Slurm job
   }
   if (phase == "epilog") {
     if (fs::exists(fs::path(state_dir) / kFailReleaseFile)) {
@@ -95,6 +119,10 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     if (released && *released > 0) {
       AgentObserve(AgentSocketPath(state_dir), "released", MillisecondsSince(start) / 1000);
     }
+    // A copy of a workspace from another node goes with the last job that uses it.
+    auto dropped = lxd::ReleaseJobCopy(client, instance, job);
+    if (!dropped) note("dropping the copy: " + dropped.error().message);
+    if (dropped && *dropped) note(fmt::format("deleted {}, a copy no job uses", instance));
     return 0;
   }
   note("unknown phase (prolog or epilog)");

@@ -78,6 +78,21 @@ Config LoadConfig(const std::string& path) {
     l.storage_driver = t->String("storage_driver", l.storage_driver, {"auto", "btrfs", "dir"});
     l.pool_size = t->String("pool_size", l.pool_size);
     l.users = static_cast<int>(t->Int("users", l.users, 1, 100000));
+    l.listen = t->String("listen", l.listen);
+    if (!l.listen.empty() && l.listen.find(':') == std::string::npos) {
+      throw ConfigError(fmt::format("{}: lxd.listen = \"{}\" needs a port: \"ADDRESS:8443\"", path,
+                                    l.listen));
+    }
+    l.peers = t->StringArray("peers");
+    for (const std::string& peer : l.peers) {
+      if (peer.rfind("https://", 0) != 0 || peer.size() == 8) {
+        throw ConfigError(fmt::format(
+            "{}: lxd.peers has \"{}\"; each peer is another node's LXD as \"https://HOST:8443\"",
+            path, peer));
+      }
+    }
+    l.cert = t->String("cert", l.cert);
+    l.key = t->String("key", l.key);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("workspace")) {

@@ -56,6 +56,15 @@ struct LxdSettings {
   std::string storage_driver = "auto";  // auto (btrfs, else dir), btrfs or dir
   std::string pool_size = "20GiB";      // the btrfs loop file's size
   int users = 300;  // id ranges in /etc/subuid and /etc/subgid are sized for this many
+  // Across nodes (a real cluster): `listen` is this LXD's core.https_address ("" = none); the
+  // peers are the other nodes' LXDs ("https://node02:8443"), where a job's prolog looks for a
+  // workspace this node lacks and copies it from. `cert`/`key`: the client certificate bmas
+  // uses with them, the same file on every node, which `bmas lxd up` makes when absent and
+  // has its LXD trust.
+  std::string listen;
+  std::vector<std::string> peers;
+  std::string cert = "/etc/bmas/lxd-peer.crt";
+  std::string key = "/etc/bmas/lxd-peer.key";
 };
 
 // Limits of a new workspace; 0 or "" = none.

@@ -57,6 +57,10 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.up.slurm, d.up.slurm);
   EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
   EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
+  EXPECT_EQ(c.lxd.listen, d.lxd.listen);
+  EXPECT_EQ(c.lxd.peers, d.lxd.peers);
+  EXPECT_EQ(c.lxd.cert, d.lxd.cert);
+  EXPECT_EQ(c.lxd.key, d.lxd.key);
 }
 
 TEST_F(ConfigFileTest, ValuesAreRead) {
@@ -99,6 +103,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadConfigCase{"[up]\nengines = -1\n", ":2: up.engines"},
                       BadConfigCase{"[gateway]\nrouting = \"random\"\n", ":2: gateway.routing"},
                       BadConfigCase{"[gateway]\nbackends = [1]\n", ":2: gateway.backends"},
+                      BadConfigCase{"[lxd]\npeers = [\"node02:8443\"]\n",
+                                    "each peer is another node's LXD as \"https://HOST:8443\""},
+                      BadConfigCase{"[lxd]\nlisten = \"10.0.0.1\"\n", "needs a port"},
                       BadConfigCase{"[engine\n", ":1:"}));
 
 TEST(StateDirTest, FlagThenEnvironmentThenConfig) {

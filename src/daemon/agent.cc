@@ -33,6 +33,7 @@
 #include "common/metrics.h"
 #include "daemon/serve.h"
 #include "lxd/gpu_binding.h"
+#include "lxd/job_copy.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
 
@@ -190,6 +191,10 @@ class Agent {
     r.AddCounter("bmas_agent_reconcile_removed_total",
                  "GPU devices the reconcile pass unplugged (their job was gone)", "")
         .Inc(static_cast<double>(reconciled_));
+    r.AddCounter("bmas_agent_reconcile_copies_deleted_total",
+                 "Copies of other nodes' workspaces the reconcile pass deleted (their jobs were "
+                 "gone)", "")
+        .Inc(static_cast<double>(copies_deleted_));
     r.AddHistogram("bmas_agent_gpu_bind_seconds",
                    "Job start (prolog) to GPUs visible in the workspace", "", kLatencyBounds) =
         bind_seconds_;
@@ -457,8 +462,19 @@ class Agent {
       lock.unlock();
       lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
       auto removed = lxd::ReconcileGpus(client, o_.job_alive);
+      // Copies of workspaces from other nodes whose jobs are all gone (their epilog did not
+      // run): after the unplug above, so no device goes with a copy.
+      auto copies = lxd::ReconcileCopies(client, o_.job_alive);
       auto instances = client.Instances();
       lock.lock();
+      if (copies) {
+        copies_deleted_ += static_cast<int64_t>(copies->size());
+        for (const std::string& c : *copies) {
+          spdlog::info("bmas agent: reconcile: deleted {}, a copy whose jobs are gone", c);
+        }
+      } else {
+        spdlog::warn("bmas agent: reconcile: {}", copies.error().message);
+      }
       if (removed) {
         reconciled_ += static_cast<int64_t>(removed->size());
         for (const std::string& r : *removed) {
@@ -512,6 +528,7 @@ class Agent {
   bool stopping_ = false;
   std::map<int64_t, std::set<pid_t>> jobs_;  // job -> process groups running for it
   int64_t running_ = 0, execs_ = 0, refused_ = 0, reconciled_ = 0, workspaces_running_ = 0;
+  int64_t copies_deleted_ = 0;
   int64_t sessions_ = 0, sessions_total_ = 0;  // job 0: users in their own workspace
   Histogram bind_seconds_{kLatencyBounds}, release_seconds_{kLatencyBounds};
 };

@@ -2,7 +2,8 @@
 
 // GPUs bound into a user's workspace for a job's lifetime. The Slurm prolog plugs exactly the
 // GPU device nodes Slurm allocated on that node into the user's workspace (the job container
-// is the workspace itself: see the README for why), the epilog unplugs them, and a reconcile
+// is the workspace itself, or on a node that lacks it a copy: lxd/job_copy.h and the README),
+// the epilog unplugs them, and a reconcile
 // pass unplugs any left behind by a job that is gone (a crashed epilog, a killed node).
 //
 // A job's devices are named "bmas-j<job>-<node>-gpu<index>", so that they can be found again

@@ -23,6 +23,7 @@
 #include "common/process.h"
 #include "lxd/lxd_client.h"
 #include "lxd/lxd_internal.h"
+#include "lxd/lxd_tls.h"
 
 namespace bmas::lxd {
 namespace {
@@ -97,6 +98,7 @@ Result<void> Save(const LocalLxd& l) {
   str("socket", l.socket);
   str("pool_driver", l.pool_driver);
   str("pool_note", l.pool_note);
+  str("peer_note", l.peer_note);
   w.Key("started");
   w.StartArray();
   for (const StartedDaemon& d : l.started) {
@@ -289,6 +291,7 @@ Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
   l.socket = str(d, "socket");
   l.pool_driver = str(d, "pool_driver");
   l.pool_note = str(d, "pool_note");
+  l.peer_note = str(d, "peer_note");
   if (auto it = d.FindMember("started"); it != d.MemberEnd() && it->value.IsArray()) {
     for (const auto& e : it->value.GetArray()) {
       StartedDaemon s{str(e, "name"), str(e, "comm"), -1, str(e, "log")};
@@ -308,6 +311,34 @@ bool LxcfsServes() {
 }
 
 namespace {
+
+// With `listen` set: LXD answers other nodes there (core.https_address) and trusts bmas's client
+// certificate, which is made when absent. `note` says what was done.
+Result<void> PreparePeers(LxdClient& client, const LxdSettings& settings, std::string* note) {
+  if (settings.listen.empty()) return {};
+  auto made = EnsureClientCertificate(settings.cert, settings.key, "bmas");
+  if (!made) return made.error();
+  const std::string pem = ReadText(settings.cert);
+  auto fingerprint = CertificateFingerprint(pem);
+  if (!fingerprint) return fingerprint.error();
+  auto server = client.Server();
+  if (!server) return server.error();
+  if (server->config["core.https_address"] != settings.listen) {
+    if (auto r = client.SetServerConfig({{"core.https_address", settings.listen}}); !r) return r;
+  }
+  auto trusted = client.TrustedCertificates();
+  if (!trusted) return trusted.error();
+  if (std::find(trusted->begin(), trusted->end(), *fingerprint) == trusted->end()) {
+    if (auto r = client.TrustCertificate("bmas-peers", pem); !r) return r;
+  }
+  *note = fmt::format("peers: LXD listens on {} and trusts {} ({})", settings.listen,
+                      settings.cert, fingerprint->substr(0, 12));
+  if (*made) {
+    *note += fmt::format("; made it now: copy it and {} to every node before their `bmas lxd up`",
+                         settings.key);
+  }
+  return {};
+}
 
 // StartLocalLxd's steps once `l` is set up: starts what is missing (adding it to l->started)
 // and prepares LXD.
@@ -395,6 +426,7 @@ Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
   profile.config = {{"security.idmap.isolated", "true"}, {"security.privileged", "false"}};
   profile.devices = {{"root", {{"type", "disk"}, {"path", "/"}, {"pool", kPoolName}}}};
   if (auto p = client.PutProfile(profile); !p) return p.error();
+  if (auto p = PreparePeers(client, settings, &l->peer_note); !p) return p.error();
   return Save(*l);
 }
 

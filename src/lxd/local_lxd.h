@@ -34,6 +34,7 @@ struct LocalLxd {
   std::string socket;   // <lxd_dir>/unix.socket
   std::string pool_driver;  // "btrfs" or "dir"
   std::string pool_note;    // why dir when btrfs was wanted; "" otherwise
+  std::string peer_note;    // where LXD answers other nodes and whom it trusts; "" = nowhere
   std::vector<StartedDaemon> started;  // what `bmas lxd up` started, in start order
 };
 

@@ -5,6 +5,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <sstream>
+
 #include <boost/asio/local/stream_protocol.hpp>
 
 #include "common/asio.h"
@@ -171,6 +173,7 @@ Instance ParseInstance(const Value& v) {
   i.name = JsonString(v, "name");
   i.status = JsonString(v, "status");
   i.type = JsonString(v, "type");
+  i.architecture = JsonString(v, "architecture");
   i.config = Strings(v, "config");
   i.devices = Devices(v);
   i.profiles = StringList(v, "profiles");
@@ -290,7 +293,9 @@ Result<ServerInfo> LxdClient::Server() {
   if (!doc) return doc.error();
   ServerInfo info;
   if (const Value* m = JsonMember(*doc, "metadata")) {
+    info.config = Strings(*m, "config");
     if (const Value* env = JsonMember(*m, "environment")) {
+      info.certificate = JsonString(*env, "certificate");
       info.version = JsonString(*env, "server_version");
       info.kernel = JsonString(*env, "kernel_version");
       if (const Value* drivers = JsonMember(*env, "storage_supported_drivers");
@@ -330,7 +335,11 @@ Result<Instance> LxdClient::GetInstance(const std::string& name) {
   return i;
 }
 
-Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
+namespace {
+
+// The body of POST /1.0/instances: `spec` with the source that `write_source` writes.
+std::string CreateBody(const InstanceSpec& spec, const std::string& architecture,
+                       const std::function<void(Writer&)>& write_source) {
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
@@ -338,15 +347,13 @@ Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
   WriteString(w, spec.name);
   w.Key("type");
   w.String("container");
+  if (!architecture.empty()) {
+    w.Key("architecture");
+    WriteString(w, architecture);
+  }
   w.Key("source");
   w.StartObject();
-  w.Key("type");
-  w.String("image");
-  // 64 hex digits name an image by fingerprint; anything else is an alias.
-  const bool fingerprint =
-      spec.image.size() == 64 && spec.image.find_first_not_of("0123456789abcdef") == std::string::npos;
-  w.Key(fingerprint ? "fingerprint" : "alias");
-  WriteString(w, spec.image);
+  write_source(w);
   w.EndObject();
   w.Key("profiles");
   WriteStrings(w, spec.profiles);
@@ -355,8 +362,124 @@ Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
   w.Key("devices");
   WriteDevices(w, spec.devices);
   w.EndObject();
-  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, buf.GetString()},
+  return buf.GetString();
+}
+
+}  // namespace
+
+Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
+  const std::string body = CreateBody(spec, "", [&spec](Writer& w) {
+    w.Key("type");
+    w.String("image");
+    // 64 hex digits name an image by fingerprint; anything else is an alias.
+    const bool fingerprint = spec.image.size() == 64 &&
+                             spec.image.find_first_not_of("0123456789abcdef") == std::string::npos;
+    w.Key(fingerprint ? "fingerprint" : "alias");
+    WriteString(w, spec.image);
+  });
+  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, body},
                        fmt::format("create instance {}", spec.name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<MigrationSource> LxdClient::StartMigrationSource(const std::string& name) {
+  const std::string what = fmt::format("start copying instance {} out", name);
+  auto r = Call(LxdRequest{"POST", "/1.0/instances/" + Segment(name), {},
+                           R"({"migration":true,"live":false,"instance_only":true})"},
+                what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  MigrationSource source;
+  source.operation = JsonString(*doc, "operation");
+  const Value* op = JsonMember(*doc, "metadata");
+  const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
+  if (meta != nullptr) {
+    for (const auto& e : meta->GetObject()) {
+      if (e.value.IsString()) source.secrets[e.name.GetString()] = e.value.GetString();
+    }
+  }
+  if (source.operation.empty() || source.secrets.empty()) {
+    return Internal(fmt::format("cannot {}: LXD's answer has no operation or secrets", what));
+  }
+  return source;
+}
+
+Result<void> LxdClient::CreateInstanceByMigration(const InstanceSpec& spec,
+                                                  const std::string& architecture,
+                                                  const MigrationPull& source) {
+  const std::string body = CreateBody(spec, architecture, [&source](Writer& w) {
+    w.Key("type");
+    w.String("migration");
+    w.Key("mode");
+    w.String("pull");
+    w.Key("operation");
+    WriteString(w, source.operation_url);
+    w.Key("certificate");
+    WriteString(w, source.certificate);
+    w.Key("secrets");
+    WriteMap(w, source.secrets);
+    w.Key("instance_only");
+    w.Bool(true);
+  });
+  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, body},
+                       fmt::format("copy instance {} from {}", spec.name, source.operation_url));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::CancelOperation(const std::string& operation) {
+  auto r = Call(LxdRequest{"DELETE", operation, {}, {}}, "cancel operation " + operation);
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::SetServerConfig(const StringMap& config) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("config");
+  WriteMap(w, config);
+  w.EndObject();
+  auto r = Call(LxdRequest{"PATCH", "/1.0", {}, buf.GetString()}, "change LXD's server config");
+  if (!r) return r.error();
+  return {};
+}
+
+Result<std::vector<std::string>> LxdClient::TrustedCertificates() {
+  const std::string what = "list the certificates LXD trusts";
+  auto r = Call(LxdRequest{"GET", "/1.0/certificates?recursion=1", {}, {}}, what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  std::vector<std::string> out;
+  const Value* m = JsonMember(*doc, "metadata");
+  if (m != nullptr && m->IsArray()) {
+    for (const Value& c : m->GetArray()) out.push_back(JsonString(c, "fingerprint"));
+  }
+  return out;
+}
+
+Result<void> LxdClient::TrustCertificate(const std::string& name, const std::string& pem) {
+  // LXD takes the certificate as base64 DER: the PEM's body without its armour lines.
+  std::string der64;
+  std::istringstream lines(pem);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("-----", 0) != 0) der64 += line;
+  }
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  w.Key("type");
+  w.String("client");
+  w.Key("name");
+  WriteString(w, name);
+  w.Key("certificate");
+  WriteString(w, der64);
+  w.EndObject();
+  auto r = CallAndWait(LxdRequest{"POST", "/1.0/certificates", {}, buf.GetString()},
+                       fmt::format("trust certificate {}", name));
   if (!r) return r.error();
   return {};
 }

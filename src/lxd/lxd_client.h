@@ -60,12 +60,15 @@ struct ServerInfo {
   std::string version;  // "5.0.2"
   std::string kernel;   // "5.10.0-..."
   std::vector<std::string> storage_drivers;  // supported here, "btrfs", "dir", ...
+  std::string certificate;  // the server's own TLS certificate (PEM)
+  StringMap config;         // server config, "core.https_address", ...
 };
 
 struct Instance {
   std::string name;
   std::string status;  // "Running", "Stopped", ...
   std::string type;    // "container"
+  std::string architecture;  // "x86_64"
   StringMap config;    // as set (not expanded with profiles)
   std::map<std::string, StringMap> devices;
   std::vector<std::string> profiles;
@@ -102,6 +105,20 @@ struct InteractiveExec {
   std::string data_secret, control_secret;
 };
 
+// The source side of a copy to another LXD (migration, pull mode): the source LXD holds the
+// instance's file system until the target connects to `operation`'s websockets with `secrets`.
+struct MigrationSource {
+  std::string operation;  // "/1.0/operations/<id>" on the source
+  StringMap secrets;      // "control", "fs"
+};
+
+// Where the target LXD pulls a copy from.
+struct MigrationPull {
+  std::string operation_url;  // "https://<source>:8443/1.0/operations/<id>"
+  std::string certificate;    // the source's TLS certificate (PEM), which the target checks
+  StringMap secrets;
+};
+
 struct Image {
   std::string fingerprint;
   std::vector<std::string> aliases;
@@ -135,6 +152,12 @@ class LxdClient {
   explicit LxdClient(LxdTransportPtr transport);
 
   Result<ServerInfo> Server();
+  // Sets server config keys (PATCH /1.0), "core.https_address" for one.
+  Result<void> SetServerConfig(const StringMap& config);
+  // The SHA-256 fingerprints of the client certificates LXD trusts.
+  Result<std::vector<std::string>> TrustedCertificates();
+  // Trusts a client certificate (PEM) under `name`.
+  Result<void> TrustCertificate(const std::string& name, const std::string& pem);
 
   Result<std::vector<Instance>> Instances();
   Result<Instance> GetInstance(const std::string& name);
@@ -143,6 +166,16 @@ class LxdClient {
   Result<void> ChangeState(const std::string& name, const std::string& action, bool force = false,
                            int timeout_s = 30);
   Result<void> DeleteInstance(const std::string& name);
+
+  // Copies between LXD servers without CRIU: the file system only, no snapshots, no process
+  // state (a running source keeps running). On the source:
+  Result<MigrationSource> StartMigrationSource(const std::string& name);
+  // On the target: creates instance `spec.name` with `spec`'s config, devices and profiles
+  // (`spec.image` unused) from the source's file system, and waits until it is there.
+  Result<void> CreateInstanceByMigration(const InstanceSpec& spec, const std::string& architecture,
+                                         const MigrationPull& source);
+  // Cancels an operation that has not ended (a migration source whose target failed).
+  Result<void> CancelOperation(const std::string& operation);
 
   // Adds (or replaces) one device, live (PATCH).
   Result<void> AddDevice(const std::string& name, const std::string& device, const StringMap& spec);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -137,6 +138,29 @@ namespace {
 constexpr const char* kCreateLock = "/run/lock/bmas-workspace-create.lock";
 }  // namespace
 
+Result<CreationLock> CreationLock::Acquire() {
+  mkdir("/run/lock", 01777);
+  const int fd = open(kCreateLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+    if (fd >= 0) close(fd);
+    return Internal(fmt::format("cannot lock {}: {}", kCreateLock, std::strerror(errno)));
+  }
+  return CreationLock(fd);
+}
+
+CreationLock::CreationLock(CreationLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+CreationLock::~CreationLock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<void> MapUserIds(const Account& account, const std::string& subuid,
+                        const std::string& subgid) {
+  if (auto r = EnsureSubIds(subuid, 0, {account.uid}); !r) return r.error();
+  if (auto r = EnsureSubIds(subgid, 0, {account.gid}); !r) return r.error();
+  return {};
+}
+
 Result<Workspace> Workspaces::Create(const std::string& user, const std::string& image,
                                      const WorkspaceSettings& limits, const std::string& subuid,
                                      const std::string& subgid) {
@@ -175,22 +199,9 @@ Result<Workspace> Workspaces::Create(const std::string& user, const std::string&
                       "image");
     }
   }
-  // One creation at a time on this host: concurrent ones lose each other's lines in
-  // /etc/subuid and /etc/subgid, and LXD 5.0 can give two isolated containers created at once
-  // an id range it may not use ("newuidmap: ... not allowed"). Held until the start.
-  mkdir("/run/lock", 01777);
-  const int lock = open(kCreateLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
-    if (lock >= 0) close(lock);
-    return Internal(fmt::format("cannot lock {}: {}", kCreateLock, std::strerror(errno)));
-  }
-  struct Unlock {
-    int fd;
-    ~Unlock() { close(fd); }
-  } unlock{lock};
-  // The user's own ids, mapped into the container one-to-one.
-  if (auto r = EnsureSubIds(subuid, 0, {account->uid}); !r) return r.error();
-  if (auto r = EnsureSubIds(subgid, 0, {account->gid}); !r) return r.error();
+  auto lock = CreationLock::Acquire();
+  if (!lock) return lock.error();
+  if (auto r = MapUserIds(*account, subuid, subgid); !r) return r.error();
 
   InstanceSpec spec = WorkspaceInstance(*account, source, limits, pool_driver_);
   if (auto r = client_.CreateInstance(spec); !r) return r.error();

@@ -70,6 +70,27 @@ inline constexpr const char* kReadyMark = "/run/bmas-ready";
 Result<void> StartInstance(LxdClient& client, const std::string& name,
                            std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// One instance creation at a time on this host, held until the instance has started:
+// concurrent ones lose each other's lines in /etc/subuid and /etc/subgid, and LXD 5.0 can give
+// two isolated containers created at once an id range it may not use ("newuidmap: ... not
+// allowed"). A flock on a file under /run/lock, so it spans processes.
+class CreationLock {
+ public:
+  static Result<CreationLock> Acquire();
+  CreationLock(CreationLock&& other) noexcept;
+  CreationLock& operator=(CreationLock&&) = delete;
+  ~CreationLock();
+
+ private:
+  explicit CreationLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Maps the account's own uid and gid into containers one-to-one: root:UID:1 in `subuid` and
+// root:GID:1 in `subgid` (raw.idmap needs them). Hold a CreationLock.
+Result<void> MapUserIds(const Account& account, const std::string& subuid = "/etc/subuid",
+                        const std::string& subgid = "/etc/subgid");
+
 class Workspaces {
  public:
   // `pool_driver` as `bmas lxd up` recorded it ("" when unknown: disk limits are skipped).

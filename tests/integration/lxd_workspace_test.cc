@@ -5,17 +5,21 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -36,6 +40,19 @@ using ::testing::HasSubstr;
 constexpr const char* kReadCgroupLimits =
     "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max;"
     "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max";
+
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 class LxdWorkspaceTest : public ::testing::Test {
  protected:
@@ -431,6 +448,93 @@ TEST_F(LxdWorkspaceTest, BadInputGivesAClearErrorAndChangesNothing) {
 // Jobs in workspaces: a real local Slurm beside the test's LXD, and `bmas agent`. The prolog
 // plugs the job's GPUs into its user's workspace, the agent runs the job there, the epilog
 // unplugs them (or the reconcile pass, when the epilog's unplugging fails).
+// Two nodes, each with its own LXD (two daemons on this host, as LXD's own tests run them): a
+// job on node B, which lacks the user's workspace, runs in a copy pulled from node A over
+// HTTPS; a second job of the user shares the copy; it goes with the last job's epilog; and a
+// peer whose certificate is not the one recorded is refused with the file to remove.
+TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsTheWorkspace) {
+  const int port = FreeTcpPort();
+  const std::string peer_keys =
+      fmt::format("cert = \"{0}/peer.crt\"\nkey = \"{0}/peer.key\"\n", dir_);
+  std::ofstream(config_, std::ios::app) << fmt::format("listen = \"127.0.0.1:{}\"\n", port)
+                                        << peer_keys;
+  CommandOutput up_a = Bmas({"lxd", "up"});
+  ASSERT_EQ(up_a.exit_code, 0) << up_a.out << up_a.err;
+  EXPECT_THAT(up_a.out, HasSubstr(fmt::format("peers: LXD listens on 127.0.0.1:{}", port)));
+  EXPECT_THAT(up_a.out, HasSubstr("made it now: copy it and " + dir_ + "/peer.key"));
+  Create("bmastest1");
+  ASSERT_EQ(RunCommand({"lxc", "exec", "ws-bmastest1", "--", "sh", "-c",
+                        "echo installed on A > /etc/bmas-marker"},
+                       {"LXD_DIR=" + dir_ + "/lxd"})
+                ->exit_code,
+            0);
+
+  // Node B: its own LXD and state, the same client certificate, A as its peer.
+  const std::string config_b = dir_ + "/bmas-b.toml", state_b = dir_ + "/state-b";
+  std::ofstream(config_b) << fmt::format(
+      "[lxd]\ndir = \"{}/lxd-b\"\npool_size = \"2GiB\"\npeers = [\"https://127.0.0.1:{}\"]\n{}",
+      dir_, port, peer_keys);
+  auto on_b = [&](std::vector<std::string> args, std::vector<std::string> env = {}) {
+    args.insert(args.begin(), {std::getenv("BMAS_BINARY"), "--config", config_b, "--state-dir",
+                               state_b});
+    auto r = RunCommand(args, env, std::chrono::seconds(120));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  };
+  CommandOutput up_b = on_b({"lxd", "up"});
+  ASSERT_EQ(up_b.exit_code, 0) << up_b.out << up_b.err;
+  struct DownB {
+    std::function<void()> down;
+    ~DownB() { down(); }
+  } down_b{[&] { EXPECT_EQ(on_b({"lxd", "down"}).exit_code, 0); }};
+  auto hook = [&](const std::string& phase, int job) {
+    return on_b({"slurm", "hook", phase},
+                {fmt::format("SLURM_JOB_ID={}", job), "SLURM_JOB_USER=bmastest1",
+                 "SLURMD_NODENAME=nodeb", "SLURM_JOB_GPUS="});
+  };
+  auto status_on_b = [&] {
+    rapidjson::Document list = ParseJson(on_b({"workspace", "list", "--json"}).out);
+    for (const auto& w : list.GetArray()) {
+      if (Str(At(w, "user")) == "bmastest1") return Str(At(w, "status"));
+    }
+    return std::string("<none>");
+  };
+
+  CommandOutput first = hook("prolog", 7001);
+  EXPECT_THAT(first.out, HasSubstr(fmt::format("copied ws-bmastest1 from https://127.0.0.1:{}",
+                                               port)));
+  ASSERT_EQ(status_on_b(), "Running") << first.out << first.err;
+  // The copy holds what was installed in the workspace, and the user's real home.
+  CommandOutput inside = on_b({"workspace", "exec", "bmastest1", "--", "sh", "-c",
+                               "cat /etc/bmas-marker; id -u; echo from B > ~/from-b"});
+  EXPECT_EQ(inside.out, fmt::format("installed on A\n{}\n", getpwnam("bmastest1")->pw_uid))
+      << inside.err;
+  struct stat st {};
+  ASSERT_EQ(stat((Home("bmastest1") + "/from-b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, getpwnam("bmastest1")->pw_uid);
+  fs::remove(Home("bmastest1") + "/from-b");
+
+  // A second job shares the copy; the copy stays until the last job's epilog.
+  CommandOutput second = hook("prolog", 7002);
+  EXPECT_THAT(second.out, ::testing::Not(HasSubstr("copied"))) << second.out;
+  hook("epilog", 7001);
+  EXPECT_EQ(status_on_b(), "Running");
+  CommandOutput last = hook("epilog", 7002);
+  EXPECT_THAT(last.out, HasSubstr("deleted ws-bmastest1, a copy no job uses"));
+  EXPECT_EQ(status_on_b(), "<none>");
+  EXPECT_EQ(StatusOf("bmastest1"), "Running") << "the workspace on A is untouched";
+
+  // The peer's certificate was recorded at first use; another one is refused, and the job
+  // runs as a plain Slurm job.
+  const std::string known = fmt::format("{}/lxd-peers/127.0.0.1_{}.crt", state_b, port);
+  ASSERT_TRUE(fs::exists(known));
+  fs::copy_file(dir_ + "/lxd-b/server.crt", known, fs::copy_options::overwrite_existing);
+  CommandOutput refused = hook("prolog", 7003);
+  EXPECT_THAT(refused.out, HasSubstr("if it changed on purpose, remove that file"));
+  EXPECT_THAT(refused.out, HasSubstr(known));
+  EXPECT_EQ(status_on_b(), "<none>");
+}
+
 class WorkspaceJobsTest : public LxdWorkspaceTest {
  protected:
   void SetUp() override {

@@ -1,0 +1,243 @@
+#include "lxd/job_copy.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "lxd/gpu_binding.h"
+#include "lxd/lxd_tls.h"
+#include "lxd/workspace.h"
+
+namespace bmas::lxd {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool IsCopy(const Instance& i) { return i.config.count(kCopyOfKey) != 0; }
+
+std::vector<int64_t> JobsOf(const Instance& i) {
+  auto it = i.config.find(kCopyJobsKey);
+  return it == i.config.end() ? std::vector<int64_t>{} : ParseJobList(it->second);
+}
+
+Result<void> SetJobs(LxdClient& local, const std::string& name, const std::vector<int64_t>& jobs) {
+  return local.UpdateInstance(name, {{kCopyJobsKey, JobList(jobs)}}, {});
+}
+
+Result<void> DeleteCopy(LxdClient& local, const Instance& copy) {
+  if (copy.status == "Running") {
+    if (auto r = local.ChangeState(copy.name, "stop", /*force=*/true); !r) return r;
+  }
+  return local.DeleteInstance(copy.name);
+}
+
+// Adds `job` to the jobs of copy `copy` and makes sure it runs.
+Result<void> UseCopy(LxdClient& local, const Instance& copy, int64_t job) {
+  std::vector<int64_t> jobs = JobsOf(copy);
+  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+    jobs.push_back(job);
+    if (auto r = SetJobs(local, copy.name, jobs); !r) return r;
+  }
+  if (copy.status != "Running") return StartInstance(local, copy.name);
+  return {};
+}
+
+}  // namespace
+
+Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std::string& key,
+                      const std::string& known_dir, std::chrono::milliseconds timeout) {
+  auto where = ParseHttpsUrl(url);
+  if (!where) return where.error();
+  const std::string known = fmt::format("{}/{}_{}.crt", known_dir, where->host, where->port);
+  Peer peer;
+  peer.url = url;
+  while (!peer.url.empty() && peer.url.back() == '/') peer.url.pop_back();
+  peer.certificate = ReadWhole(known);
+  const bool first_use = peer.certificate.empty();
+  if (first_use) {
+    auto presented = FetchServerCertificate(url, timeout);
+    if (!presented) return presented.error();
+    peer.certificate = *presented;
+  }
+  peer.client = std::make_unique<LxdClient>(
+      NewHttpsLxdTransport(HttpsEndpoint{url, cert, key, peer.certificate}, timeout));
+  if (auto server = peer.client->Server(); !server) {
+    Error e = server.error();
+    if (!first_use) {
+      e.message += fmt::format(" (its certificate was recorded in {} when bmas first reached it; "
+                               "if it changed on purpose, remove that file)",
+                               known);
+    }
+    return e;
+  }
+  if (first_use) {
+    std::error_code ec;
+    fs::create_directories(known_dir, ec);
+    std::ofstream out(known);
+    out << peer.certificate;
+    if (!out) return Internal(fmt::format("cannot record {}'s certificate in {}", url, known));
+  }
+  return peer;
+}
+
+InstanceSpec CopySpec(const Instance& source, const std::string& peer_url, int64_t job) {
+  InstanceSpec spec;
+  spec.name = source.name;
+  spec.profiles = source.profiles;
+  for (const auto& [key, value] : source.config) {
+    if (key.rfind("volatile.", 0) == 0 && key != "volatile.base_image") continue;
+    spec.config[key] = value;
+  }
+  spec.config[kCopyOfKey] = peer_url;
+  spec.config[kCopyJobsKey] = JobList({job});
+  for (const auto& [name, device] : source.devices) {
+    if (!ParseJobDeviceName(name)) spec.devices[name] = device;
+  }
+  return spec;
+}
+
+std::vector<int64_t> ParseJobList(const std::string& text) {
+  std::vector<int64_t> jobs;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    int64_t job = 0;
+    auto [end, ec] = std::from_chars(text.data() + start, text.data() + comma, job);
+    if (ec == std::errc() && end == text.data() + comma && job > 0 &&
+        std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+      jobs.push_back(job);
+    }
+    start = comma + 1;
+  }
+  return jobs;
+}
+
+std::string JobList(const std::vector<int64_t>& jobs) {
+  std::string out;
+  for (int64_t job : jobs) out += (out.empty() ? "" : ",") + std::to_string(job);
+  return out;
+}
+
+Result<JobContainer> EnsureJobContainer(
+    LxdClient& local, const std::string& name, int64_t job, const std::vector<std::string>& peers,
+    const std::function<Result<Peer>(const std::string& url)>& open,
+    const std::function<Result<void>()>& prepare) {
+  auto here = local.GetInstance(name);
+  if (here && !IsCopy(*here)) {  // the workspace itself: the common case, no lock
+    if (here->status != "Running") {
+      if (auto r = StartInstance(local, name); !r) return r.error();
+    }
+    return JobContainer{};
+  }
+  if (!here && here.error().code != ErrorCode::kNotFound) return here.error();
+  if (!here && peers.empty()) return here.error();
+
+  // Copies are made and changed one at a time on this node: two jobs of one user starting
+  // together must share one copy.
+  auto lock = CreationLock::Acquire();
+  if (!lock) return lock.error();
+  here = local.GetInstance(name);
+  if (here) {
+    if (auto r = UseCopy(local, *here, job); !r) return r.error();
+    return JobContainer{"", IsCopy(*here)};
+  }
+  if (here.error().code != ErrorCode::kNotFound) return here.error();
+
+  std::string unreachable;
+  for (const std::string& url : peers) {
+    auto peer = open(url);
+    if (!peer) {
+      unreachable += fmt::format("; {}: {}", url, peer.error().message);
+      continue;
+    }
+    auto source = peer->client->GetInstance(name);
+    if (!source) {
+      if (source.error().code != ErrorCode::kNotFound) {
+        unreachable += fmt::format("; {}: {}", url, source.error().message);
+      }
+      continue;
+    }
+    if (IsCopy(*source)) continue;  // another node's copy: not the workspace
+    if (auto r = prepare(); !r) return r.error();
+    auto outgoing = peer->client->StartMigrationSource(name);
+    if (!outgoing) return outgoing.error();
+    const MigrationPull pull{peer->url + outgoing->operation, peer->certificate,
+                             outgoing->secrets};
+    if (auto made = local.CreateInstanceByMigration(CopySpec(*source, peer->url, job),
+                                                    source->architecture, pull);
+        !made) {
+      (void)peer->client->CancelOperation(outgoing->operation);
+      return made.error();
+    }
+    if (auto r = StartInstance(local, name); !r) {
+      (void)local.ChangeState(name, "stop", /*force=*/true);
+      (void)local.DeleteInstance(name);
+      return r.error();
+    }
+    return JobContainer{peer->url, true};
+  }
+  return NotFound(fmt::format("{} is neither on this node nor on its peers ({}){}", name,
+                              fmt::join(peers, ", "), unreachable),
+                  "instance");
+}
+
+Result<bool> ReleaseJobCopy(LxdClient& local, const std::string& name, int64_t job) {
+  auto lock = CreationLock::Acquire();
+  if (!lock) return lock.error();
+  auto copy = local.GetInstance(name);
+  if (!copy) {
+    if (copy.error().code == ErrorCode::kNotFound) return false;
+    return copy.error();
+  }
+  if (!IsCopy(*copy)) return false;
+  std::vector<int64_t> jobs = JobsOf(*copy);
+  jobs.erase(std::remove(jobs.begin(), jobs.end(), job), jobs.end());
+  if (jobs.empty()) {
+    if (auto r = DeleteCopy(local, *copy); !r) return r.error();
+    return true;
+  }
+  if (auto r = SetJobs(local, name, jobs); !r) return r.error();
+  return false;
+}
+
+Result<std::vector<std::string>> ReconcileCopies(
+    LxdClient& local, const std::function<Result<bool>(int64_t job)>& alive) {
+  auto instances = local.Instances();
+  if (!instances) return instances.error();
+  std::vector<std::string> deleted;
+  for (const Instance& listed : *instances) {
+    if (!IsCopy(listed)) continue;
+    auto lock = CreationLock::Acquire();
+    if (!lock) return lock.error();
+    auto copy = local.GetInstance(listed.name);  // a prolog may have changed it meanwhile
+    if (!copy) continue;
+    const std::vector<int64_t> before = JobsOf(*copy);
+    std::vector<int64_t> jobs;
+    for (int64_t job : before) {
+      auto running = alive(job);
+      if (!running || *running) jobs.push_back(job);
+    }
+    if (jobs.empty()) {
+      if (auto r = DeleteCopy(local, *copy); !r) return r.error();
+      deleted.push_back(copy->name);
+    } else if (jobs != before) {
+      if (auto r = SetJobs(local, copy->name, jobs); !r) return r.error();
+    }
+  }
+  return deleted;
+}
+
+}  // namespace bmas::lxd
