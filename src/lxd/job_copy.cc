@@ -72,7 +72,7 @@ Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std
     peer.certificate = *presented;
   }
   peer.client = std::make_unique<LxdClient>(
-      NewHttpsLxdTransport(HttpsEndpoint{url, cert, key, peer.certificate}, timeout));
+      NewHttpsLxdTransport(HttpsEndpoint{url, cert, key, peer.certificate}, timeout), timeout);
   if (auto server = peer.client->Server(); !server) {
     Error e = server.error();
     if (!first_use) {

@@ -5,6 +5,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <boost/asio/local/stream_protocol.hpp>
@@ -32,9 +33,9 @@ class UnixLxdTransport final : public LxdTransport {
     socket.connect(Local::endpoint(path_), ec);
     if (ec) return internal::TransportError("connect", path_, ec, timeout_);
     internal::SetSocketTimeouts(socket.native_handle(), timeout_);
-    // Asio's own reads, which SO_RCVTIMEO does not in fact bound (see internal::BoundedSocket).
-    // Bounding them would cut off 30 s clients in their ?timeout=30 operation waits.
-    return internal::Exchange(socket, request, "lxd", path_, timeout_);
+    // Asio's own sync reads would not honour SO_RCVTIMEO (see internal::BoundedSocket).
+    internal::BoundedSocket<Local::socket> bounded(socket);
+    return internal::Exchange(bounded, request, "lxd", path_, timeout_);
   }
 
   std::string Where() const override { return path_; }
@@ -225,10 +226,21 @@ bool IsValidInstanceName(const std::string& name) {
   return true;
 }
 
-LxdClient::LxdClient(const std::string& socket, std::chrono::milliseconds timeout)
-    : transport_(NewUnixLxdTransport(socket, timeout)) {}
+namespace {
 
-LxdClient::LxdClient(LxdTransportPtr transport) : transport_(std::move(transport)) {}
+// An operation is waited for in long polls of this many seconds, well inside the transport's
+// bound on each read, so that a slow operation is never taken for a dead LXD.
+int WaitSlice(std::chrono::milliseconds timeout) {
+  return static_cast<int>(std::clamp<int64_t>(timeout.count() / 2000, 1, 30));
+}
+
+}  // namespace
+
+LxdClient::LxdClient(const std::string& socket, std::chrono::milliseconds timeout)
+    : transport_(NewUnixLxdTransport(socket, timeout)), wait_slice_s_(WaitSlice(timeout)) {}
+
+LxdClient::LxdClient(LxdTransportPtr transport, std::chrono::milliseconds timeout)
+    : transport_(std::move(transport)), wait_slice_s_(WaitSlice(timeout)) {}
 
 Result<LxdResponse> LxdClient::Call(LxdRequest request, const std::string& what) {
   auto response = transport_->RoundTrip(request);
@@ -263,7 +275,8 @@ Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string
 Result<std::string> LxdClient::WaitOperation(const std::string& op, const std::string& what) {
   // The wait is long-polled in slices so the transport's deadline never cuts it.
   for (;;) {
-    auto w = Call(LxdRequest{"GET", op + "/wait?timeout=30", {}, {}}, what);
+    auto w = Call(LxdRequest{"GET", fmt::format("{}/wait?timeout={}", op, wait_slice_s_), {}, {}},
+                  what);
     if (!w) return w.error();
     auto wd = Parse(w->body, what);
     if (!wd) return wd.error();

@@ -53,7 +53,8 @@ class LxdTransport {
 using LxdTransportPtr = std::unique_ptr<LxdTransport>;
 
 // HTTP/1.1 over the unix socket at `path`, one connection per request; every read and write
-// is bounded by `timeout` (SO_RCVTIMEO/SO_SNDTIMEO). Thread-compatible.
+// is bounded by `timeout` (SO_RCVTIMEO/SO_SNDTIMEO, honoured: see internal::BoundedSocket).
+// Thread-compatible.
 LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout);
 
 struct ServerInfo {
@@ -149,7 +150,9 @@ class LxdClient {
  public:
   explicit LxdClient(const std::string& socket,
                      std::chrono::milliseconds timeout = std::chrono::seconds(120));
-  explicit LxdClient(LxdTransportPtr transport);
+  // `timeout`: the transport's bound on each read, which operation waits stay inside.
+  explicit LxdClient(LxdTransportPtr transport,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
   Result<ServerInfo> Server();
   // Sets server config keys (PATCH /1.0), "core.https_address" for one.
@@ -236,6 +239,7 @@ class LxdClient {
                                        rapidjson::Document::AllocatorType& allocator)>& edit);
 
   LxdTransportPtr transport_;
+  int wait_slice_s_;  // the long poll of an operation wait, seconds
 };
 
 // LXD's instance names are host names: letters, digits and '-', 1-63 characters, starting with

@@ -2,10 +2,15 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <deque>
 #include <fstream>
 #include <iterator>
+
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "common/asio.h"
 
 namespace bmas::lxd {
 namespace {
@@ -248,6 +253,20 @@ TEST_F(LxdClientTest, RealUnixTransportReportsAMissingSocket) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
   EXPECT_THAT(r.error().message, HasSubstr("/nonexistent/bmas/unix.socket"));
+}
+
+TEST_F(LxdClientTest, RealUnixTransportGivesUpOnASilentLxd) {
+  // Listens, so the connect and the write succeed, but never answers.
+  const std::string path = ::testing::TempDir() + "/bmas-silent-lxd.socket";
+  ::unlink(path.c_str());
+  net::io_context io;
+  net::local::stream_protocol::acceptor silent(io, net::local::stream_protocol::endpoint(path));
+  LxdClient client(path, std::chrono::milliseconds(200));
+  auto r = client.Server();
+  ::unlink(path.c_str());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(r.error().message, HasSubstr("no answer within 200 ms"));
 }
 
 TEST(InstanceName, FollowsHostNameRules) {
