@@ -136,9 +136,9 @@ def main():
     cmd = "python3 bench/workspace_copy_bench.py build" + (f" --runs {RUNS}" if RUNS != 10 else "")
     text = f"""{HEADING}
 
-Measured {time.strftime('%Y-%m-%d %H:%M')} at {commit}, `{cmd}`, on this 2-core machine. Two LXDs on
-one host stand for two nodes; the copy goes over HTTPS on loopback, so the network is not the
-limit here, the pools' btrfs and rsync are. The workspace: the Debian image (`--init minimal`),
+Measured {time.strftime('%Y-%m-%d %H:%M')} at {commit}, `{cmd}`, on this 2-core machine.
+Two LXDs on one host stand for two nodes; the copy goes over HTTPS on loopback, so the network
+is not the limit here, the pools' btrfs and rsync are. The workspace: the Debian image (`--init minimal`),
 {size_mb} MB in the pool.
 
 ## W5. A job on a node without the workspace: prolog with the copy, vs `lxc copy` + `lxc start`
@@ -148,9 +148,9 @@ limit here, the pools' btrfs and rsync are. The workspace: the Debian image (`--
 | bmas prolog (find on the peer, pull the copy, start, wait for init) | {p50(bmas_s):.2f} s | {min(bmas_s):.2f} s | {max(bmas_s):.2f} s | {RUNS} |
 | `lxc copy --instance-only --stateless` + `lxc start` (reference) | {p50(lxc_s):.2f} s | {min(lxc_s):.2f} s | {max(lxc_s):.2f} s | {RUNS} |
 
-Ratio of p50s, bmas / lxc: {p50(bmas_s) / p50(lxc_s):.2f}x. The prolog also asks each peer for the
-workspace and checks the peer's certificate; `lxc` had its remote set up beforehand. The epilog
-(not timed) deletes the copy after each run.
+Ratio of p50s, bmas / lxc: {p50(bmas_s) / p50(lxc_s):.2f}x. The prolog also asks each peer for
+the workspace and checks the peer's certificate; `lxc` had its remote set up beforehand. The
+epilog (not timed) deletes the copy after each run.
 """
     run.write_section(HEADING, text)
     print(text)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -221,6 +222,11 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     w.Bool(lxd::LxcfsServes());
     w.Key("disk_limits_enforced");
     w.Bool(driver == "btrfs");
+    Str(w, "https_address", server ? server->config["core.https_address"] : "");
+    w.Key("peers");
+    w.StartArray();
+    for (const std::string& peer : c.config.lxd.peers) w.String(peer.c_str());
+    w.EndArray();
     w.Key("started");
     w.StartArray();
     if (local) {
@@ -255,6 +261,13 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
                                  ? "serving /var/lib/lxcfs"
                                  : "NOT serving: workspaces show the host's memory and CPUs "
                                    "(`bmas lxd up` starts it)");
+  const std::string https = server->config["core.https_address"];
+  fmt::print("  for other nodes: {}\n",
+             https.empty() ? "not listening ([lxd] listen)" : "listening on " + https);
+  if (!c.config.lxd.peers.empty()) {
+    fmt::print("  peers (jobs here copy a workspace from them): {}\n",
+               fmt::join(c.config.lxd.peers, ", "));
+  }
   if (local) {
     for (const auto& d : local->started) {
       fmt::print("  {:<6} pid {:<8} {} (started by bmas lxd up)\n", d.name, d.pid,

@@ -462,6 +462,8 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
   ASSERT_EQ(up_a.exit_code, 0) << up_a.out << up_a.err;
   EXPECT_THAT(up_a.out, HasSubstr(fmt::format("peers: LXD listens on 127.0.0.1:{}", port)));
   EXPECT_THAT(up_a.out, HasSubstr("made it now: copy it and " + dir_ + "/peer.key"));
+  rapidjson::Document status_a = ParseJson(Bmas({"lxd", "status", "--json"}).out);
+  EXPECT_EQ(Str(At(status_a, "https_address")), fmt::format("127.0.0.1:{}", port));
   Create("bmastest1");
   ASSERT_EQ(RunCommand({"lxc", "exec", "ws-bmastest1", "--", "sh", "-c",
                         "echo installed on A > /etc/bmas-marker"},
