@@ -161,7 +161,8 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   exec->add_option("command", command_, "The command and its arguments (after --)")->required();
   exec->callback([this, &global] { global.exit_code = RunWorkspace(global, "exec"); });
   CLI::App* shell = ws->add_subcommand(
-      "shell", "An interactive login shell in USER's workspace as USER");
+      "shell", "A login shell in USER's workspace as USER: interactive on a terminal, else "
+               "running what stdin gives it to its end");
   shell->add_option("user", user_, "A Unix account on this host")->required();
   shell->callback([this, &global] { global.exit_code = RunWorkspace(global, "shell"); });
 }
@@ -424,7 +425,8 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
     std::fflush(stdout);
     return r->exit_code;
   }
-  // shell: LXD's interactive exec, through its websockets.
+  // shell: LXD's exec through its websockets; on a pty when stdin is a terminal, else on pipes
+  // so that a piped script's end reaches the shell.
   auto account = lxd::LookUpAccount(user_);
   auto w = workspaces.Get(user_);
   if (!w) return ReportFailure(command, w.error());
@@ -446,7 +448,11 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
                       {"LOGNAME", account->name},
                       {"TERM", term != nullptr ? term : "xterm"},
                       {"PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}};
-  auto code = lxd::RunInteractive(client, c.socket, w->name, spec, STDIN_FILENO, STDOUT_FILENO);
+  auto code =
+      isatty(STDIN_FILENO)
+          ? lxd::RunInteractive(client, c.socket, w->name, spec, STDIN_FILENO, STDOUT_FILENO)
+          : lxd::RunPiped(client, c.socket, w->name, spec, STDIN_FILENO, STDOUT_FILENO,
+                          STDERR_FILENO);
   if (!code) return ReportFailure(command, code.error());
   return *code;
 }

@@ -1,5 +1,6 @@
 // bmas: one binary, git-style subcommands.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +24,11 @@
 
 int main(int argc, char** argv) {
   using namespace bmas;
+  // A closed stdin, stdout or stderr would be taken by the next socket opened, which would then
+  // be read or written as one (`workspace shell` relays all three); /dev/null holds the place.
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);  // the lowest free descriptor: fd
+  }
   CLI::App app{"bmas: the operating layer of a shared bare-metal AI cluster", "bmas"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");

@@ -1,10 +1,14 @@
 #include "lxd/interactive_exec.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <optional>
 #include <thread>
@@ -54,7 +58,10 @@ class RawMode {
   std::optional<termios> saved_;
 };
 
-Result<void> Connect(Socket& ws, const std::string& socket, const std::string& target) {
+// Connects `ws` to the websocket that `exec`'s secret for `fd` opens.
+Result<void> Connect(Socket& ws, const std::string& socket, const WebsocketExec& exec,
+                     const std::string& fd) {
+  const std::string target = exec.operation + "/websocket?secret=" + exec.secrets.at(fd);
   beast::error_code ec;
   ws.next_layer().connect(Local::endpoint(socket), ec);
   if (!ec) ws.handshake("lxd", target, ec);
@@ -65,6 +72,24 @@ Result<void> Connect(Socket& ws, const std::string& socket, const std::string& t
                  {}};
   }
   return {};
+}
+
+// Writes all of `data` to `fd`, waiting while it is full (a descriptor shared with stdin is
+// non-blocking while the relay reads stdin).
+void WriteAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd writable{fd, POLLOUT, 0};
+      poll(&writable, 1, -1);
+      continue;
+    }
+    if (n <= 0) return;  // the reader went: what is left has nowhere to go
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
 }
 
 std::string ResizeMessage(std::pair<int, int> size) {
@@ -112,13 +137,7 @@ class Relay {
         return ReadData();  // until our close is answered
       }
       const auto b = from_lxd_.data();  // a flat_buffer's one contiguous part
-      const char* p = static_cast<const char*>(b.data());
-      for (size_t left = b.size(); left > 0;) {
-        ssize_t n = write(out_fd_, p, left);
-        if (n <= 0) break;
-        p += n;
-        left -= static_cast<size_t>(n);
-      }
+      WriteAll(out_fd_, b.data(), b.size());
       from_lxd_.consume(from_lxd_.size());
       if (ended_) Drain();
       ReadData();
@@ -186,6 +205,121 @@ class Relay {
   bool output_ended_ = false, writing_ = false, closing_ = false;
 };
 
+// Relays `in_fd` to the command's stdin websocket, and its stdout and stderr websockets to
+// `out_fd` and `err_fd`, until the command and both its outputs have ended.
+class PipeRelay {
+ public:
+  PipeRelay(net::io_context& io, Socket& in, Socket& out, Socket& err, Socket& control, int in_fd,
+            int out_fd, int err_fd)
+      : to_command_(in),
+        control_(control),
+        outputs_{{{out, out_fd}, {err, err_fd}}},
+        in_(io, OpenInput(in_fd)),
+        grace_(io) {}
+
+  void Start() {
+    for (Output& o : outputs_) ReadOutput(o);
+    ReadInput();
+  }
+
+  // The command has ended. LXD ends both outputs before it says so, so they are ending or
+  // have; a grace period covers an end that never comes.
+  void CommandEnded() {
+    ended_ = true;
+    if (OutputsEnded()) return Finish();
+    grace_.expires_after(std::chrono::seconds(1));
+    grace_.async_wait([this](beast::error_code ec) {
+      if (!ec) Finish();
+    });
+  }
+
+ private:
+  struct Output {
+    Socket& ws;
+    int fd;
+    beast::flat_buffer buffer;
+    bool ended = false;
+  };
+
+  // A stdin that cannot be had (no descriptor left) reads as an empty one.
+  static int OpenInput(int fd) {
+    const int own = dup(fd);
+    return own >= 0 ? own : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
+  bool OutputsEnded() const { return outputs_[0].ended && outputs_[1].ended; }
+
+  void ReadOutput(Output& o) {
+    o.ws.async_read(o.buffer, [this, &o](beast::error_code ec, size_t n) {
+      // LXD ends an output with an empty message once the command's end of the pipe closes;
+      // an error is LXD closing the socket (or our Finish).
+      if (ec || n == 0) {
+        o.ended = true;
+        if (ended_ && OutputsEnded()) Finish();
+        return;
+      }
+      const auto b = o.buffer.data();
+      WriteAll(o.fd, b.data(), b.size());
+      o.buffer.consume(o.buffer.size());
+      ReadOutput(o);
+    });
+  }
+
+  // Until end of input, which LXD is told with an empty text message (its "barrier", what
+  // `lxc exec` sends): it closes the command's stdin then.
+  void ReadInput() {
+    in_.async_read_some(net::buffer(to_lxd_), [this](beast::error_code ec, size_t n) {
+      if (finished_) return;
+      if (ec) {
+        to_command_.text(true);
+        to_command_.async_write(net::const_buffer(), [](beast::error_code, size_t) {});
+        return;
+      }
+      to_command_.binary(true);
+      to_command_.async_write(net::buffer(to_lxd_.data(), n),
+                              [this](beast::error_code wec, size_t) {
+                                if (!wec) ReadInput();  // else LXD went: the command has ended
+                              });
+    });
+  }
+
+  void Finish() {
+    if (finished_) return;
+    finished_ = true;
+    beast::error_code ignored;
+    in_.cancel(ignored);
+    grace_.cancel();
+    for (Socket* ws : {&to_command_, &outputs_[0].ws, &outputs_[1].ws, &control_}) {
+      ws->next_layer().close(ignored);
+    }
+  }
+
+  Socket& to_command_;
+  Socket& control_;
+  std::array<Output, 2> outputs_;
+  net::posix::stream_descriptor in_;
+  std::array<char, 4096> to_lxd_{};
+  net::steady_timer grace_;
+  bool ended_ = false, finished_ = false;
+};
+
+// Runs `relay` to its end. The operation's end, waited for on a client of its own (this
+// thread is the relay's), tells the relay to wind down; the operation holds the exit code.
+template <typename R>
+Result<int> RunRelay(net::io_context& io, R& relay, const std::string& socket,
+                     const std::string& operation) {
+  Result<int> code = Internal("the command's end was not seen");
+  relay.Start();
+  std::thread waiter([&] {
+    LxdClient own(socket);
+    code = own.ExecExitCode(operation);
+    net::post(io, [&relay] { relay.CommandEnded(); });
+  });
+  io.run();
+  waiter.join();
+  return code;
+}
+
 }  // namespace
 
 Result<int> RunInteractive(LxdClient& client, const std::string& socket, const std::string& name,
@@ -195,25 +329,27 @@ Result<int> RunInteractive(LxdClient& client, const std::string& socket, const s
   if (!exec) return exec.error();
   net::io_context io;
   Socket data(io), control(io);
-  const std::string base = exec->operation + "/websocket?secret=";
   // LXD starts the command once every websocket it offered is connected.
-  if (auto r = Connect(data, socket, base + exec->data_secret); !r) return r.error();
-  if (auto r = Connect(control, socket, base + exec->control_secret); !r) return r.error();
-  Result<int> code = Internal("the interactive command's end was not seen");
-  {
-    RawMode raw(in_fd);
-    Relay relay(io, data, control, in_fd, out_fd);
-    relay.Start();
-    // The operation's end, waited for on a client of its own, tells the relay to wind down.
-    std::thread waiter([&] {
-      LxdClient own(socket);
-      code = own.ExecExitCode(exec->operation);
-      net::post(io, [&relay] { relay.CommandEnded(); });
-    });
-    io.run();
-    waiter.join();
-  }
-  return code;
+  if (auto r = Connect(data, socket, *exec, "0"); !r) return r.error();
+  if (auto r = Connect(control, socket, *exec, "control"); !r) return r.error();
+  RawMode raw(in_fd);
+  Relay relay(io, data, control, in_fd, out_fd);
+  return RunRelay(io, relay, socket, exec->operation);
+}
+
+Result<int> RunPiped(LxdClient& client, const std::string& socket, const std::string& name,
+                     const ExecSpec& spec, int in_fd, int out_fd, int err_fd) {
+  auto exec = client.StartPipedExec(name, spec);
+  if (!exec) return exec.error();
+  net::io_context io;
+  Socket in(io), out(io), err(io), control(io);
+  // All four, as `lxc exec` does: nothing goes over control here, but LXD may wait for it.
+  if (auto r = Connect(in, socket, *exec, "0"); !r) return r.error();
+  if (auto r = Connect(out, socket, *exec, "1"); !r) return r.error();
+  if (auto r = Connect(err, socket, *exec, "2"); !r) return r.error();
+  if (auto r = Connect(control, socket, *exec, "control"); !r) return r.error();
+  PipeRelay relay(io, in, out, err, control, in_fd, out_fd, err_fd);
+  return RunRelay(io, relay, socket, exec->operation);
 }
 
 }  // namespace bmas::lxd

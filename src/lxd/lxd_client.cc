@@ -654,9 +654,11 @@ Result<void> LxdClient::UpdateInstance(
 
 namespace {
 
-// The body of POST /1.0/instances/NAME/exec: recorded output, or (`interactive`) a pty of
-// `width` x `height` reached through websockets.
-std::string ExecBody(const ExecSpec& spec, bool interactive, int width = 0, int height = 0) {
+enum class ExecMode { kRecorded, kPiped, kInteractive };
+
+// The body of POST /1.0/instances/NAME/exec: output recorded to logs, or stdio reached through
+// websockets: pipes, or (kInteractive) a pty of `width` x `height`.
+std::string ExecBody(const ExecSpec& spec, ExecMode mode, int width = 0, int height = 0) {
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
@@ -665,12 +667,12 @@ std::string ExecBody(const ExecSpec& spec, bool interactive, int width = 0, int 
   w.Key("environment");
   WriteMap(w, spec.environment);
   w.Key("wait-for-websocket");
-  w.Bool(interactive);
+  w.Bool(mode != ExecMode::kRecorded);
   w.Key("interactive");
-  w.Bool(interactive);
+  w.Bool(mode == ExecMode::kInteractive);
   w.Key("record-output");
-  w.Bool(!interactive);
-  if (interactive) {
+  w.Bool(mode == ExecMode::kRecorded);
+  if (mode == ExecMode::kInteractive) {
     w.Key("width");
     w.Int(width);
     w.Key("height");
@@ -692,9 +694,9 @@ std::string ExecBody(const ExecSpec& spec, bool interactive, int width = 0, int 
 
 Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec) {
   const std::string what = fmt::format("run a command in {}", name);
-  auto meta = CallAndWait(
-      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, ExecBody(spec, false)},
-      what);
+  auto meta = CallAndWait(LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {},
+                                     ExecBody(spec, ExecMode::kRecorded)},
+                          what);
   if (!meta) return meta.error();
   auto doc = Parse(*meta, what);
   if (!doc) return doc.error();
@@ -711,36 +713,48 @@ Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec
   return result;
 }
 
-Result<InteractiveExec> LxdClient::StartInteractiveExec(const std::string& name,
-                                                        const ExecSpec& spec, int width,
-                                                        int height) {
-  const std::string what = fmt::format("start an interactive command in {}", name);
-  auto r = Call(LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {},
-                           ExecBody(spec, true, width, height)},
-                what);
+Result<WebsocketExec> LxdClient::StartInteractiveExec(const std::string& name,
+                                                      const ExecSpec& spec, int width,
+                                                      int height) {
+  return StartWebsocketExec(name, ExecBody(spec, ExecMode::kInteractive, width, height),
+                            fmt::format("start an interactive command in {}", name),
+                            {"0", "control"});
+}
+
+Result<WebsocketExec> LxdClient::StartPipedExec(const std::string& name, const ExecSpec& spec) {
+  return StartWebsocketExec(name, ExecBody(spec, ExecMode::kPiped),
+                            fmt::format("start a command in {}", name),
+                            {"0", "1", "2", "control"});
+}
+
+Result<WebsocketExec> LxdClient::StartWebsocketExec(const std::string& name, std::string body,
+                                                    const std::string& what,
+                                                    const std::vector<std::string>& fds) {
+  auto r = Call(
+      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, std::move(body)}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  InteractiveExec e;
+  WebsocketExec e;
   e.operation = JsonString(*doc, "operation");
   const Value* op = JsonMember(*doc, "metadata");
   const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
-  const Value* fds = meta != nullptr ? JsonMember(*meta, "fds") : nullptr;
-  if (e.operation.empty() || fds == nullptr) {
-    return Internal(fmt::format("cannot {}: LXD's answer has no operation or fds", what));
+  if (e.operation.empty() || meta == nullptr) {
+    return Internal(fmt::format("cannot {}: LXD's answer has no operation", what));
   }
-  e.data_secret = JsonString(*fds, "0");
-  e.control_secret = JsonString(*fds, "control");
-  if (e.data_secret.empty() || e.control_secret.empty()) {
-    return Internal(fmt::format("cannot {}: LXD's answer lacks the websocket secrets", what));
+  e.secrets = Strings(*meta, "fds");
+  for (const auto& fd : fds) {
+    if (auto it = e.secrets.find(fd); it == e.secrets.end() || it->second.empty()) {
+      return Internal(fmt::format("cannot {}: LXD's answer lacks websocket {}'s secret", what, fd));
+    }
   }
   return e;
 }
 
 Result<int> LxdClient::ExecExitCode(const std::string& operation) {
-  auto meta = WaitOperation(operation, "wait for an interactive command to end");
+  auto meta = WaitOperation(operation, "wait for a command to end");
   if (!meta) return meta.error();
-  auto doc = Parse(*meta, "read an interactive command's exit code");
+  auto doc = Parse(*meta, "read a command's exit code");
   if (!doc) return doc.error();
   return static_cast<int>(Int(*doc, "return", -1));
 }

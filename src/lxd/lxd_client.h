@@ -99,11 +99,13 @@ struct ExecResult {
   std::string err;
 };
 
-// An interactive exec that LXD holds until its websockets connect: the pty's data on one
-// (GET <operation>/websocket?secret=<data_secret>), window sizes and signals on the other.
-struct InteractiveExec {
+// An exec that LXD holds until all its websockets connect, each at
+// GET <operation>/websocket?secret=<secret>. Interactive: the pty's bytes both ways on "0".
+// Piped: stdin on "0", stdout on "1", stderr on "2". Either: signals (and a pty's window
+// sizes) on "control".
+struct WebsocketExec {
   std::string operation;  // "/1.0/operations/<id>"
-  std::string data_secret, control_secret;
+  StringMap secrets;      // "0", "1", "2", "control" as LXD names them -> secret
 };
 
 // The source side of a copy to another LXD (migration, pull mode): the source LXD holds the
@@ -202,9 +204,12 @@ class LxdClient {
   Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec);
   // Starts a command on a pty of `width` x `height` in the instance. LXD holds it until both
   // of its websockets connect (lxd/interactive_exec.h speaks them).
-  Result<InteractiveExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
-                                               int width, int height);
-  // Waits for an interactive command's operation to end; its exit code.
+  Result<WebsocketExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
+                                             int width, int height);
+  // Starts a command with pipes, not a pty, for its stdin, stdout and stderr: so it sees the
+  // end of its input. LXD holds it until its websockets connect.
+  Result<WebsocketExec> StartPipedExec(const std::string& name, const ExecSpec& spec);
+  // Waits for a websocket command's operation to end; its exit code.
   Result<int> ExecExitCode(const std::string& operation);
 
   Result<std::vector<Image>> Images();
@@ -229,6 +234,11 @@ class LxdClient {
   Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
   // Waits for operation `op` ("/1.0/operations/<id>") to end; its metadata as JSON text.
   Result<std::string> WaitOperation(const std::string& op, const std::string& what);
+  // POSTs an exec `body` that waits for websockets; its operation and secrets, which must
+  // name each of `fds`.
+  Result<WebsocketExec> StartWebsocketExec(const std::string& name, std::string body,
+                                           const std::string& what,
+                                           const std::vector<std::string>& fds);
 
   // GETs instance `name`, lets `edit` change its metadata in place, and PUTs it back under
   // If-Match with the ETag (PATCH cannot delete keys), waiting for the operation. `edit` returns

@@ -174,6 +174,40 @@ TEST_F(LxdClientTest, ExecRunsAsTheUserAndReadsThenDeletesTheRecordedOutput) {
   EXPECT_EQ(Request(3).target, Request(2).target);
 }
 
+// LXD's answer to a websocket exec: its operation, and in the operation's metadata a secret
+// for each websocket.
+std::string WebsocketExecAnswer(const std::string& fds) {
+  return R"({"type":"async","status":"Operation created","status_code":100,)"
+         R"("operation":"/1.0/operations/5d2f","error_code":0,"error":"","metadata":{"id":"5d2f",)"
+         R"("class":"websocket","description":"Executing command","status":"Running",)"
+         R"("status_code":103,"metadata":{"command":["/bin/sh","-l"],"environment":{},"fds":)" +
+         fds + R"(,"interactive":false},"may_cancel":false,"err":"","location":"none"}})";
+}
+
+TEST_F(LxdClientTest, PipedExecWaitsForAWebsocketForEachStream) {
+  Respond(202, WebsocketExecAnswer(R"({"0":"s0","1":"s1","2":"s2","control":"sc"})"));
+  ExecSpec spec;
+  spec.command = {"/bin/sh", "-l"};
+  spec.user = 1003;
+  spec.group = 1003;
+  auto e = Client().StartPipedExec("ws-bmastest1", spec);
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ(e->operation, "/1.0/operations/5d2f");
+  EXPECT_EQ(e->secrets, (StringMap{{"0", "s0"}, {"1", "s1"}, {"2", "s2"}, {"control", "sc"}}));
+  EXPECT_EQ(Request(0).target, "/1.0/instances/ws-bmastest1/exec");
+  EXPECT_EQ(Request(0).body,
+            R"({"command":["/bin/sh","-l"],"environment":{},)"
+            R"("wait-for-websocket":true,"interactive":false,"record-output":false,)"
+            R"("user":1003,"group":1003})");
+}
+
+TEST_F(LxdClientTest, AWebsocketExecLackingASecretIsAnError) {
+  Respond(202, WebsocketExecAnswer(R"({"0":"s0","1":"s1","control":"sc"})"));
+  auto e = Client().StartPipedExec("ws-bmastest1", ExecSpec{});
+  ASSERT_FALSE(e);
+  EXPECT_THAT(e.error().message, HasSubstr("lacks websocket 2's secret"));
+}
+
 TEST_F(LxdClientTest, RemoveDevicePutsTheConfigWithoutItUnderIfMatch) {
   Respond(200, Fixture("instance_get.json"), "\"etag1\"");
   Respond(200, R"({"type":"sync","status":"Success","status_code":200,"metadata":{}})");

@@ -120,6 +120,17 @@ class LxdWorkspaceTest : public ::testing::Test {
     return r ? *r : CommandOutput{};
   }
 
+  // Root's bmas with `input` piped to its stdin (sh's pipeline ends with bmas's exit code).
+  CommandOutput BmasWithInput(const std::string& input, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"sh", "-c", R"(printf %s "$0" | "$@")", input,
+                                     std::getenv("BMAS_BINARY"), "--config", config_,
+                                     "--state-dir", state_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv, {}, std::chrono::seconds(60));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  }
+
   // A copy of the binary other users can run (the build tree may be private).
   std::string SharedBinary() {
     const std::string copy = dir_ + "/bmas";
@@ -254,6 +265,23 @@ TEST_F(LxdWorkspaceTest, RootsShellRunsOnAPtyInTheWorkspace) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr(fmt::format("at-ws-bmastest1-{}-/dev/pts/",
                                          getpwnam("bmastest1")->pw_uid)));
+}
+
+// Stdin not a terminal: pipes, not a pty, so the shell reads the piped script to its end (through
+// a pty that end never reached it), and its stdout and stderr come back apart.
+TEST_F(LxdWorkspaceTest, RootsShellReadsAPipedScript) {
+  Create("bmastest1");
+  const std::string uid = std::to_string(getpwnam("bmastest1")->pw_uid);
+  CommandOutput r = BmasWithInput("id -u\necho to-stderr >&2\ntty || true\nexit 3\n",
+                                  {"workspace", "shell", "bmastest1"});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.out, uid + "\nnot a tty\n") << r.err;
+  EXPECT_EQ(r.err, "to-stderr\n");
+
+  // No `exit`: the end of input ends the shell, with its last command's status.
+  r = BmasWithInput("id -u\nfalse\n", {"workspace", "shell", "bmastest1"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out, uid + "\n") << r.err;
 }
 
 // Limits from the user's settings in the store (`bmas user add|set`): used at creation, and
