@@ -398,25 +398,38 @@ Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
 
 Result<MigrationSource> LxdClient::StartMigrationSource(const std::string& name) {
   const std::string what = fmt::format("start copying instance {} out", name);
-  auto r = Call(LxdRequest{"POST", "/1.0/instances/" + Segment(name), {},
-                           R"({"migration":true,"live":false,"instance_only":true})"},
-                what);
-  if (!r) return r.error();
-  auto doc = Parse(r->body, what);
-  if (!doc) return doc.error();
+  auto started = StartOperation(LxdRequest{"POST", "/1.0/instances/" + Segment(name), {},
+                                           R"({"migration":true,"live":false,"instance_only":true})"},
+                                what);
+  if (!started) return started.error();
   MigrationSource source;
-  source.operation = JsonString(*doc, "operation");
-  const Value* op = JsonMember(*doc, "metadata");
-  const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
-  if (meta != nullptr) {
-    for (const auto& e : meta->GetObject()) {
+  source.operation = std::move(started->first);
+  if (started->second.IsObject()) {
+    for (const auto& e : started->second.GetObject()) {
       if (e.value.IsString()) source.secrets[e.name.GetString()] = e.value.GetString();
     }
   }
-  if (source.operation.empty() || source.secrets.empty()) {
-    return Internal(fmt::format("cannot {}: LXD's answer has no operation or secrets", what));
+  if (source.secrets.empty()) {
+    return Internal(fmt::format("cannot {}: LXD's answer has no secrets", what));
   }
   return source;
+}
+
+Result<std::pair<std::string, rapidjson::Document>> LxdClient::StartOperation(
+    LxdRequest request, const std::string& what) {
+  auto r = Call(std::move(request), what);
+  if (!r) return r.error();
+  auto doc = Parse(r->body, what);
+  if (!doc) return doc.error();
+  std::string operation = JsonString(*doc, "operation");
+  const Value* op = JsonMember(*doc, "metadata");
+  const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
+  if (operation.empty() || meta == nullptr) {
+    return Internal(fmt::format("cannot {}: LXD's answer has no operation", what));
+  }
+  rapidjson::Document out;
+  out.CopyFrom(*meta, out.GetAllocator());
+  return std::make_pair(std::move(operation), std::move(out));
 }
 
 Result<void> LxdClient::CreateInstanceByMigration(const InstanceSpec& spec,
@@ -730,19 +743,12 @@ Result<WebsocketExec> LxdClient::StartPipedExec(const std::string& name, const E
 Result<WebsocketExec> LxdClient::StartWebsocketExec(const std::string& name, std::string body,
                                                     const std::string& what,
                                                     const std::vector<std::string>& fds) {
-  auto r = Call(
+  auto started = StartOperation(
       LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, std::move(body)}, what);
-  if (!r) return r.error();
-  auto doc = Parse(r->body, what);
-  if (!doc) return doc.error();
+  if (!started) return started.error();
   WebsocketExec e;
-  e.operation = JsonString(*doc, "operation");
-  const Value* op = JsonMember(*doc, "metadata");
-  const Value* meta = op != nullptr ? JsonMember(*op, "metadata") : nullptr;
-  if (e.operation.empty() || meta == nullptr) {
-    return Internal(fmt::format("cannot {}: LXD's answer has no operation", what));
-  }
-  e.secrets = Strings(*meta, "fds");
+  e.operation = std::move(started->first);
+  e.secrets = Strings(started->second, "fds");
   for (const auto& fd : fds) {
     if (auto it = e.secrets.find(fd); it == e.secrets.end() || it->second.empty()) {
       return Internal(fmt::format("cannot {}: LXD's answer lacks websocket {}'s secret", what, fd));

@@ -232,6 +232,10 @@ class LxdClient {
   // For an async response: waits for its operation and returns the operation's metadata
   // (as JSON text); for a sync one returns its metadata.
   Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
+  // Sends a request that starts an operation and returns at once: the operation
+  // ("/1.0/operations/<id>") and the operation's own metadata (the secrets of its websockets).
+  Result<std::pair<std::string, rapidjson::Document>> StartOperation(LxdRequest request,
+                                                                     const std::string& what);
   // Waits for operation `op` ("/1.0/operations/<id>") to end; its metadata as JSON text.
   Result<std::string> WaitOperation(const std::string& op, const std::string& what);
   // POSTs an exec `body` that waits for websockets; its operation and secrets, which must
