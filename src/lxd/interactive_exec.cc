@@ -206,7 +206,9 @@ class Relay {
 };
 
 // Relays `in_fd` to the command's stdin websocket, and its stdout and stderr websockets to
-// `out_fd` and `err_fd`, until the command and both its outputs have ended.
+// `out_fd` and `err_fd`, until the command and both its outputs have ended. SIGINT, SIGTERM,
+// SIGHUP and SIGQUIT sent to bmas go on to the command over the control websocket, as with a
+// local command (on a pty the terminal makes them inside the workspace instead).
 class PipeRelay {
  public:
   PipeRelay(net::io_context& io, Socket& in, Socket& out, Socket& err, Socket& control, int in_fd,
@@ -215,11 +217,15 @@ class PipeRelay {
         control_(control),
         outputs_{{{out, out_fd}, {err, err_fd}}},
         in_(io, OpenInput(in_fd)),
-        grace_(io) {}
+        grace_(io),
+        signals_(io, SIGINT, SIGTERM, SIGHUP) {
+    signals_.add(SIGQUIT);
+  }
 
   void Start() {
     for (Output& o : outputs_) ReadOutput(o);
     ReadInput();
+    ForwardSignals();
   }
 
   // The command has ended. LXD ends both outputs before it says so, so they are ending or
@@ -283,12 +289,24 @@ class PipeRelay {
     });
   }
 
+  void ForwardSignals() {
+    signals_.async_wait([this](beast::error_code ec, int signal) {
+      if (ec || finished_) return;
+      signal_message_ = fmt::format(R"({{"command":"signal","signal":{}}})", signal);
+      control_.text(true);
+      control_.async_write(net::buffer(signal_message_), [this](beast::error_code, size_t) {
+        ForwardSignals();
+      });
+    });
+  }
+
   void Finish() {
     if (finished_) return;
     finished_ = true;
     beast::error_code ignored;
     in_.cancel(ignored);
     grace_.cancel();
+    signals_.cancel(ignored);
     for (Socket* ws : {&to_command_, &outputs_[0].ws, &outputs_[1].ws, &control_}) {
       ws->next_layer().close(ignored);
     }
@@ -300,6 +318,8 @@ class PipeRelay {
   net::posix::stream_descriptor in_;
   std::array<char, 4096> to_lxd_{};
   net::steady_timer grace_;
+  net::signal_set signals_;
+  std::string signal_message_;
   bool ended_ = false, finished_ = false;
 };
 
@@ -343,7 +363,7 @@ Result<int> RunPiped(LxdClient& client, const std::string& socket, const std::st
   if (!exec) return exec.error();
   net::io_context io;
   Socket in(io), out(io), err(io), control(io);
-  // All four, as `lxc exec` does: nothing goes over control here, but LXD may wait for it.
+  // All four, as `lxc exec` does: control carries the signals bmas is sent.
   if (auto r = Connect(in, socket, *exec, "0"); !r) return r.error();
   if (auto r = Connect(out, socket, *exec, "1"); !r) return r.error();
   if (auto r = Connect(err, socket, *exec, "2"); !r) return r.error();

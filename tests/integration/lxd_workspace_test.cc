@@ -285,6 +285,22 @@ TEST_F(LxdWorkspaceTest, RootsShellReadsAPipedScript) {
   r = BmasWithInput("id -u\nfalse\n", {"workspace", "shell", "bmastest1"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(r.out, uid + "\n") << r.err;
+
+  // A signal sent to bmas reaches the command in the workspace (here the shell has become a
+  // sleep), which ends by it as a local command would: 128 + SIGTERM.
+  auto killed = RunCommand({"sh", "-c",
+                            R"(printf 'exec sleep 271\n' | "$@" & pid=$!;)"
+                            // Once the sleep runs in the workspace (so bmas relays by then).
+                            R"( for i in $(seq 300); do "$1" "$2" "$3" "$4" "$5" workspace exec)"
+                            R"( bmastest1 -- ps | grep -q 'sleep 27[1]' && break; sleep 0.1; done;)"
+                            R"( kill -TERM $pid; wait $pid; echo "status $?")",
+                            "sh", std::getenv("BMAS_BINARY"), "--config", config_, "--state-dir",
+                            state_, "workspace", "shell", "bmastest1"},
+                           {}, std::chrono::seconds(60));
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(killed->out, "status 143\n") << killed->err;
+  EXPECT_THAT(Bmas({"workspace", "exec", "bmastest1", "--", "ps"}).out,
+              ::testing::Not(HasSubstr("sleep 271")));
 }
 
 // Limits from the user's settings in the store (`bmas user add|set`): used at creation, and
@@ -672,6 +688,45 @@ TEST_F(WorkspaceJobsTest, TheReconcilePassRemovesWhatAFailedEpilogLeft) {
   std::stringstream log;
   log << hooks.rdbuf();
   EXPECT_THAT(log.str(), HasSubstr("unplugging skipped"));  // it was the reconcile pass
+}
+
+// A copy of a workspace from another node (marked as the prolog marks one) whose epilog never
+// ran: the reconcile pass drops its jobs that are gone, keeps it while one runs, and deletes it
+// once none does.
+TEST_F(WorkspaceJobsTest, TheReconcilePassDeletesACopyWhoseJobsAreGone) {
+  Create("bmastest2");
+  const std::vector<std::string> lxd_env = {"LXD_DIR=" + dir_ + "/lxd"};
+  auto jobs_of = [&] {
+    auto r = RunCommand({"lxc", "config", "get", "ws-bmastest2", "user.bmas.jobs"}, lxd_env);
+    return r && r->exit_code == 0 ? r->out : std::string("<gone>");
+  };
+  CommandOutput run = InHome("bmastest2", {"run", "--", "sleep", "60"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  // Job 999999 is unknown to Slurm: gone.
+  ASSERT_EQ(RunCommand({"lxc", "config", "set", "ws-bmastest2",
+                        "user.bmas.copy-of=https://node09:8443", "user.bmas.jobs=999999," + id},
+                       lxd_env)
+                ->exit_code,
+            0);
+  EXPECT_TRUE(Eventually([&] { return jobs_of() == id + "\n"; }, std::chrono::seconds(10)))
+      << jobs_of();
+  InHome("bmastest2", {"cancel", id});
+  EXPECT_TRUE(Eventually([&] { return jobs_of() == "<gone>"; }, std::chrono::seconds(15)))
+      << jobs_of();
+  EXPECT_EQ(StatusOf("bmastest1"), "Running") << "a workspace is never deleted";
+
+  // Only jobs that are gone: deleted by the reconcile pass itself.
+  Create("bmastest2");
+  ASSERT_EQ(RunCommand({"lxc", "config", "set", "ws-bmastest2",
+                        "user.bmas.copy-of=https://node09:8443", "user.bmas.jobs=999998"},
+                       lxd_env)
+                ->exit_code,
+            0);
+  EXPECT_TRUE(Eventually([&] { return StatusOf("bmastest2") == "<none>"; },
+                         std::chrono::seconds(10)));
+  EXPECT_GE(MetricValue(AgentMetrics(), "bmas_agent_reconcile_copies_deleted_total").value_or(0),
+            1.0);
 }
 
 TEST_F(WorkspaceJobsTest, CancelReachesTheJobsProcessesInTheWorkspace) {
