@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "lxd/gpu_binding.h"
+#include "lxd/lxd_internal.h"
 #include "lxd/lxd_tls.h"
 #include "lxd/workspace.h"
 
@@ -17,13 +16,6 @@ namespace bmas::lxd {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 bool IsCopy(const Instance& i) { return i.config.count(kCopyOfKey) != 0; }
 
@@ -64,7 +56,7 @@ Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std
   Peer peer;
   peer.url = url;
   while (!peer.url.empty() && peer.url.back() == '/') peer.url.pop_back();
-  peer.certificate = ReadWhole(known);
+  peer.certificate = internal::ReadText(known);
   const bool first_use = peer.certificate.empty();
   if (first_use) {
     auto presented = FetchServerCertificate(url, timeout);
@@ -85,9 +77,7 @@ Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std
   if (first_use) {
     std::error_code ec;
     fs::create_directories(known_dir, ec);
-    std::ofstream out(known);
-    out << peer.certificate;
-    if (!out) return Internal(fmt::format("cannot record {}'s certificate in {}", url, known));
+    if (auto w = internal::WriteAtomically(known, peer.certificate, 0644); !w) return w.error();
   }
   return peer;
 }
@@ -152,7 +142,7 @@ Result<JobContainer> EnsureJobContainer(
   here = local.GetInstance(name);
   if (here) {
     if (auto r = UseCopy(local, *here, job); !r) return r.error();
-    return JobContainer{"", IsCopy(*here)};
+    return JobContainer{};
   }
   if (here.error().code != ErrorCode::kNotFound) return here.error();
 
@@ -187,7 +177,7 @@ Result<JobContainer> EnsureJobContainer(
       (void)local.DeleteInstance(name);
       return r.error();
     }
-    return JobContainer{peer->url, true};
+    return JobContainer{peer->url};
   }
   return NotFound(fmt::format("{} is neither on this node nor on its peers ({}){}", name,
                               fmt::join(peers, ", "), unreachable),

@@ -52,7 +52,6 @@ std::string JobList(const std::vector<int64_t>& jobs);
 // What EnsureJobContainer found or made.
 struct JobContainer {
   std::string copied_from;  // the peer's URL when this call made the copy; "" otherwise
-  bool copy = false;        // the instance is a copy (made now or for an earlier job)
 };
 
 // Makes instance `name` run on this node for `job`: the workspace itself when it lives here, a

@@ -36,12 +36,7 @@ constexpr const char* kLxcfsMount = "/var/lib/lxcfs";
 constexpr int64_t kIdsPerContainer = 65536;  // security.idmap.isolated gives each this many
 constexpr int64_t kInotifyLimit = 1048576;
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using internal::ReadText;
 
 // Whether a file system of type `type` is mounted at `path` ("" = any type).
 bool Mounted(const std::string& path, const std::string& type = "") {

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace bmas::lxd::internal {
 
@@ -52,6 +54,13 @@ LxdResponse TakeResponse(http::response<http::string_body>& response) {
   }
   out.body = std::move(response.body());
   return out;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 Result<void> WriteAtomically(const std::string& path, const std::string& text, mode_t mode) {

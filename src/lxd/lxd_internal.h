@@ -18,6 +18,9 @@
 
 namespace bmas::lxd::internal {
 
+// The whole file; "" when it cannot be read.
+std::string ReadText(const std::string& path);
+
 // Writes `text` to `path` through a temporary file and rename, with mode `mode`.
 Result<void> WriteAtomically(const std::string& path, const std::string& text, mode_t mode);
 
