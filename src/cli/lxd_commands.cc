@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,6 +20,7 @@
 #include "lxd/interactive_exec.h"
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_client.h"
+#include "lxd/lxd_tls.h"
 #include "lxd/workspace.h"
 #include "store/store.h"
 
@@ -60,6 +62,20 @@ Result<WorkspaceSettings> LimitsFor(const LxdContext& c, Store& store, const std
   if (!found) return found.error();
   return Merge(c.config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
 }
+
+}  // namespace
+
+Result<WorkspaceSettings> WorkspaceLimitsFor(const Config& config, const std::string& state_dir,
+                                             const std::string& user) {
+  if (!std::filesystem::exists(StorePath(state_dir))) return config.workspace;
+  auto store = OpenSqliteStore(StorePath(state_dir));
+  if (!store) return store.error();
+  auto found = (*store)->FindUser(user);
+  if (!found) return found.error();
+  return Merge(config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
+}
+
+namespace {
 
 void Str(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key, const std::string& v) {
   w.Key(key);
@@ -210,6 +226,11 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     }
   }
   auto local = lxd::ReadLocalLxd(c.state_dir);
+  // What the other nodes' [lxd] peers must give for this one.
+  std::string fingerprint;
+  if (server) {
+    if (auto f = lxd::CertificateFingerprint(server->certificate)) fingerprint = *f;
+  }
   if (json_) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -224,9 +245,15 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     w.Key("disk_limits_enforced");
     w.Bool(driver == "btrfs");
     Str(w, "https_address", server ? server->config["core.https_address"] : "");
+    Str(w, "certificate_fingerprint", fingerprint);
     w.Key("peers");
     w.StartArray();
-    for (const std::string& peer : c.config.lxd.peers) w.String(peer.c_str());
+    for (const LxdPeer& peer : c.config.lxd.peers) {
+      w.StartObject();
+      Str(w, "url", peer.url);
+      Str(w, "fingerprint", peer.fingerprint);
+      w.EndObject();
+    }
     w.EndArray();
     w.Key("started");
     w.StartArray();
@@ -265,9 +292,13 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
   const std::string https = server->config["core.https_address"];
   fmt::print("  for other nodes: {}\n",
              https.empty() ? "not listening ([lxd] listen)" : "listening on " + https);
-  if (!c.config.lxd.peers.empty()) {
-    fmt::print("  peers (jobs here copy a workspace from them): {}\n",
-               fmt::join(c.config.lxd.peers, ", "));
+  if (!https.empty()) {
+    fmt::print("  certificate fingerprint (the other nodes' [lxd] peers give it): {}\n",
+               fingerprint);
+  }
+  for (const LxdPeer& peer : c.config.lxd.peers) {
+    fmt::print("  peer (jobs here copy a workspace from it): {} fingerprint {}\n", peer.url,
+               peer.fingerprint);
   }
   if (local) {
     for (const auto& d : local->started) {

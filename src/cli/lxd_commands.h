@@ -19,6 +19,11 @@ class Store;
 // Returns what happened, in a line for the user.
 std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std::string& user);
 
+// USER's workspace limits: the config's [workspace], overridden by what `bmas user add|set`
+// stored for them in the store under `state_dir` (the config's alone when there is no store).
+Result<WorkspaceSettings> WorkspaceLimitsFor(const Config& config, const std::string& state_dir,
+                                             const std::string& user);
+
 class LxdCommands {
  public:
   void Register(CLI::App& app, GlobalOptions& global);

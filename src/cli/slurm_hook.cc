@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/config.h"
+#include "cli/lxd_commands.h"
 #include "daemon/agent.h"
 #include "lxd/gpu_binding.h"
 #include "lxd/job_copy.h"
@@ -57,16 +58,32 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
   if (phase == "prolog") {
     // The job's container: the workspace when it lives on this node, else a copy pulled from
     // the peer that holds it (lxd/job_copy.h).
+    auto account = lxd::LookUpAccount(user);
+    if (!account) {
+      note(account.error().message);
+      return 0;
+    }
+    // A copy is configured from this node's own template and the user's limits; of a peer's
+    // instance only the file system comes over.
+    auto limits = WorkspaceLimitsFor(config, state_dir, user);
+    if (!limits) {
+      note(limits.error().message);
+      return 0;
+    }
+    const lxd::InstanceSpec spec = lxd::WorkspaceInstance(
+        *account, "", *limits, local_lxd ? local_lxd->pool_driver : "");
+    std::vector<std::string> peers;
+    for (const LxdPeer& p : config.lxd.peers) peers.push_back(p.url);
     auto container = lxd::EnsureJobContainer(
-        client, instance, job, config.lxd.peers,
+        client, spec, job, peers,
         [&](const std::string& url) {
-          return lxd::OpenPeer(url, config.lxd.cert, config.lxd.key, state_dir + "/lxd-peers");
+          std::string fingerprint;
+          for (const LxdPeer& p : config.lxd.peers) {
+            if (p.url == url) fingerprint = p.fingerprint;
+          }
+          return lxd::OpenPeer(url, config.lxd.cert, config.lxd.key, fingerprint);
         },
-        [&]() -> Result<void> {
-          auto account = lxd::LookUpAccount(user);
-          if (!account) return account.error();
-          return lxd::MapUserIds(*account);
-        });
+        [&]() -> Result<void> { return lxd::MapUserIds(*account); });
     if (!container) {
       // No workspace anywhere: a plain Slurm job. Anything else is said in the hooks' log.
       if (container.error().code != ErrorCode::kNotFound || !config.lxd.peers.empty()) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -10,6 +11,51 @@
 #include "common/config_table.h"
 
 namespace bmas {
+
+namespace {
+
+// [lxd] peers = [{ url = "https://HOST:8443", fingerprint = "..." }, ...]
+std::vector<LxdPeer> ReadPeers(ConfigTable& lxd) {
+  const std::string form =
+      "each peer is { url = \"https://HOST:8443\", fingerprint = \"SHA-256 of its LXD "
+      "certificate\" } (`bmas lxd status` on that node prints it)";
+  std::vector<ConfigTable> tables;
+  try {
+    tables = lxd.TableArray("peers");
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}; {}", e.what(), form));
+  }
+  std::vector<LxdPeer> peers;
+  for (ConfigTable& t : tables) {
+    LxdPeer peer;
+    peer.url = t.String("url", "");
+    if (peer.url.rfind("https://", 0) != 0 || peer.url.size() == 8) {
+      t.Invalid("url", fmt::format("\"{}\" is not another node's LXD; {}", peer.url, form));
+    }
+    const std::string given = t.String("fingerprint", "");
+    peer.fingerprint = NormalizeFingerprint(given);
+    if (peer.fingerprint.empty()) {
+      t.Invalid("fingerprint", fmt::format("\"{}\" is not a SHA-256 fingerprint (64 hex "
+                                           "digits); {}",
+                                           given, form));
+    }
+    t.RejectUnknownKeys();
+    peers.push_back(std::move(peer));
+  }
+  return peers;
+}
+
+}  // namespace
+
+std::string NormalizeFingerprint(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == ':') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out.size() == 64 ? out : "";
+}
 
 Config LoadConfig(const std::string& path) {
   Config config;
@@ -83,14 +129,7 @@ Config LoadConfig(const std::string& path) {
       throw ConfigError(fmt::format("{}: lxd.listen = \"{}\" needs a port: \"ADDRESS:8443\"", path,
                                     l.listen));
     }
-    l.peers = t->StringArray("peers");
-    for (const std::string& peer : l.peers) {
-      if (peer.rfind("https://", 0) != 0 || peer.size() == 8) {
-        throw ConfigError(fmt::format(
-            "{}: lxd.peers has \"{}\"; each peer is another node's LXD as \"https://HOST:8443\"",
-            path, peer));
-      }
-    }
+    l.peers = ReadPeers(*t);
     l.cert = t->String("cert", l.cert);
     l.key = t->String("key", l.key);
     t->RejectUnknownKeys();

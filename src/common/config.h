@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bmas {
@@ -51,6 +52,14 @@ struct UpSettings {
 };
 
 // LXD as `bmas lxd up` runs it, and the defaults of `bmas workspace create`.
+// Another node's LXD, and the SHA-256 fingerprint its server certificate must have (`bmas lxd
+// status` on that node prints it). bmas trusts no peer on first use: an unprivileged user can
+// listen on a peer's port first.
+struct LxdPeer {
+  std::string url;          // "https://node02:8443"
+  std::string fingerprint;  // 64 lowercase hex digits
+};
+
 struct LxdSettings {
   std::string dir = "/var/lib/lxd";  // LXD_DIR: its data and its socket (<dir>/unix.socket)
   std::string storage_driver = "auto";  // auto (btrfs, else dir), btrfs or dir
@@ -62,7 +71,7 @@ struct LxdSettings {
   // uses with them, the same file on every node, which `bmas lxd up` makes when absent and
   // has its LXD trust.
   std::string listen;
-  std::vector<std::string> peers;
+  std::vector<LxdPeer> peers;
   std::string cert = "/etc/bmas/lxd-peer.crt";
   std::string key = "/etc/bmas/lxd-peer.key";
 };
@@ -84,6 +93,9 @@ struct Config {
   LxdSettings lxd;
   WorkspaceSettings workspace;
 };
+
+// "AB:cd:..." or "abcd..." as 64 lowercase hex digits; "" when it is not a SHA-256 fingerprint.
+std::string NormalizeFingerprint(std::string_view text);
 
 // Reads `path`; "" gives the defaults. Throws ConfigError naming file, line and key.
 Config LoadConfig(const std::string& path);

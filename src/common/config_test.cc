@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,7 +60,7 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
   EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
   EXPECT_EQ(c.lxd.listen, d.lxd.listen);
-  EXPECT_EQ(c.lxd.peers, d.lxd.peers);
+  EXPECT_EQ(c.lxd.peers.size(), d.lxd.peers.size());
   EXPECT_EQ(c.lxd.cert, d.lxd.cert);
   EXPECT_EQ(c.lxd.key, d.lxd.key);
 }
@@ -103,10 +105,30 @@ INSTANTIATE_TEST_SUITE_P(
                       BadConfigCase{"[up]\nengines = -1\n", ":2: up.engines"},
                       BadConfigCase{"[gateway]\nrouting = \"random\"\n", ":2: gateway.routing"},
                       BadConfigCase{"[gateway]\nbackends = [1]\n", ":2: gateway.backends"},
-                      BadConfigCase{"[lxd]\npeers = [\"node02:8443\"]\n",
-                                    "each peer is another node's LXD as \"https://HOST:8443\""},
+                      BadConfigCase{"[lxd]\npeers = [\"https://node02:8443\"]\n",
+                                    "each peer is { url = \"https://HOST:8443\", fingerprint"},
+                      BadConfigCase{"[lxd]\npeers = [{ url = \"node02:8443\", fingerprint = "
+                                    "\"ab\" }]\n",
+                                    "lxd.peers[0].url: \"node02:8443\" is not another node's LXD"},
+                      BadConfigCase{"[lxd]\npeers = [{ url = \"https://node02:8443\", "
+                                    "fingerprint = \"ab\" }]\n",
+                                    "lxd.peers[0].fingerprint: \"ab\" is not a SHA-256"},
                       BadConfigCase{"[lxd]\nlisten = \"10.0.0.1\"\n", "needs a port"},
                       BadConfigCase{"[engine\n", ":1:"}));
+
+TEST_F(ConfigFileTest, PeersCarryTheirCertificatesFingerprint) {
+  const std::string hex(64, 'a');
+  std::string colons;
+  for (size_t i = 0; i < hex.size(); i += 2) colons += (i ? ":" : "") + std::string("AA");
+  Config c = LoadConfig(Write(fmt::format(
+      "[lxd]\npeers = [{{ url = \"https://n2:8443\", fingerprint = \"{}\" }},\n"
+      "  {{ url = \"https://n3:8443\", fingerprint = \"{}\" }}]\n",
+      hex, colons)));
+  ASSERT_EQ(c.lxd.peers.size(), 2u);
+  EXPECT_EQ(c.lxd.peers[0].url, "https://n2:8443");
+  EXPECT_EQ(c.lxd.peers[0].fingerprint, hex);
+  EXPECT_EQ(c.lxd.peers[1].fingerprint, hex);
+}
 
 TEST(StateDirTest, FlagThenEnvironmentThenConfig) {
   Config c;

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/private_files.h"
 #include "common/result.h"
 #include "lxd/local_lxd.h"
 #include "slurm/local_cluster.h"
@@ -192,16 +193,21 @@ int RunUp(const UpOptions& options) {
   chmod(dir.c_str(), 0755);
 
   // One `bmas up` per state dir.
-  std::string lock_path = (fs::path(dir) / "run" / "up.lock").string();
-  int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    std::ifstream in(lock_path);
+  const std::string run_dir = (fs::path(dir) / "run").string();
+  auto locked = LockPrivateFile(run_dir, "up.lock", /*wait=*/false);
+  if (!locked) {
+    if (locked.error().code != ErrorCode::kUnavailable) {
+      fmt::print(stderr, "bmas up: {}\n", locked.error().message);
+      return 1;
+    }
+    std::ifstream in(run_dir + "/up.lock");
     std::string pid;
     std::getline(in, pid);
     fmt::print(stderr, "bmas up: another bmas up (pid {}) is running with state dir {}; stop it "
                "first or use another --state-dir\n", pid.empty() ? "?" : pid, dir);
     return 1;
   }
+  const int lock = *locked;
   if (ftruncate(lock, 0) == 0) {
     std::string pid = std::to_string(getpid()) + "\n";
     [[maybe_unused]] ssize_t n = write(lock, pid.data(), pid.size());

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,8 +13,6 @@
 
 namespace bmas::lxd {
 namespace {
-
-namespace fs = std::filesystem;
 
 bool IsCopy(const Instance& i) { return i.config.count(kCopyOfKey) != 0; }
 
@@ -49,52 +46,37 @@ Result<void> UseCopy(LxdClient& local, const Instance& copy, int64_t job) {
 }  // namespace
 
 Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std::string& key,
-                      const std::string& known_dir, std::chrono::milliseconds timeout) {
-  auto where = ParseHttpsUrl(url);
-  if (!where) return where.error();
-  const std::string known = fmt::format("{}/{}_{}.crt", known_dir, where->host, where->port);
+                      const std::string& fingerprint, std::chrono::milliseconds timeout) {
+  if (auto where = ParseHttpsUrl(url); !where) return where.error();
   Peer peer;
   peer.url = url;
   while (!peer.url.empty() && peer.url.back() == '/') peer.url.pop_back();
-  peer.certificate = internal::ReadText(known);
-  const bool first_use = peer.certificate.empty();
-  if (first_use) {
-    auto presented = FetchServerCertificate(url, timeout);
-    if (!presented) return presented.error();
-    peer.certificate = *presented;
+  auto presented = FetchServerCertificate(url, timeout);
+  if (!presented) return presented.error();
+  auto got = CertificateFingerprint(*presented);
+  if (!got) return got.error();
+  if (fingerprint.empty() || *got != fingerprint) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("{} presents a certificate with fingerprint {}, not the {} that "
+                             "[lxd] peers gives for it: not trusted (if that node's LXD "
+                             "certificate changed on purpose, put the new fingerprint, from "
+                             "`bmas lxd status` there, in the config)",
+                             url, *got, fingerprint.empty() ? "(none)" : fingerprint),
+                 {}};
   }
+  // From here the connection is pinned to exactly that certificate.
+  peer.certificate = *presented;
   peer.client = std::make_unique<LxdClient>(
       NewHttpsLxdTransport(HttpsEndpoint{url, cert, key, peer.certificate}, timeout), timeout);
-  if (auto server = peer.client->Server(); !server) {
-    Error e = server.error();
-    if (!first_use) {
-      e.message += fmt::format(" (its certificate was recorded in {} when bmas first reached it; "
-                               "if it changed on purpose, remove that file)",
-                               known);
-    }
-    return e;
-  }
-  if (first_use) {
-    std::error_code ec;
-    fs::create_directories(known_dir, ec);
-    if (auto w = internal::WriteAtomically(known, peer.certificate, 0644); !w) return w.error();
-  }
+  if (auto server = peer.client->Server(); !server) return server.error();
   return peer;
 }
 
-InstanceSpec CopySpec(const Instance& source, const std::string& peer_url, int64_t job) {
-  InstanceSpec spec;
-  spec.name = source.name;
-  spec.profiles = source.profiles;
-  for (const auto& [key, value] : source.config) {
-    if (key.rfind("volatile.", 0) == 0 && key != "volatile.base_image") continue;
-    spec.config[key] = value;
-  }
+InstanceSpec CopySpec(const InstanceSpec& local, const std::string& peer_url, int64_t job) {
+  InstanceSpec spec = local;
+  spec.image.clear();  // the file system comes from the peer
   spec.config[kCopyOfKey] = peer_url;
   spec.config[kCopyJobsKey] = JobList({job});
-  for (const auto& [name, device] : source.devices) {
-    if (!ParseJobDeviceName(name)) spec.devices[name] = device;
-  }
   return spec;
 }
 
@@ -122,9 +104,10 @@ std::string JobList(const std::vector<int64_t>& jobs) {
 }
 
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const std::string& name, int64_t job, const std::vector<std::string>& peers,
+    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<std::string>& peers,
     const std::function<Result<Peer>(const std::string& url)>& open,
     const std::function<Result<void>()>& prepare) {
+  const std::string& name = spec.name;
   auto here = local.GetInstance(name);
   if (here && !IsCopy(*here)) {  // the workspace itself: the common case, no lock
     if (here->status != "Running") {
@@ -161,12 +144,17 @@ Result<JobContainer> EnsureJobContainer(
       continue;
     }
     if (IsCopy(*source)) continue;  // another node's copy: not the workspace
+    if (auto owner = spec.config.find(kWorkspaceUserKey);
+        owner != spec.config.end() && source->config[kWorkspaceUserKey] != owner->second) {
+      unreachable += fmt::format("; {}: its {} is not {}'s workspace", url, name, owner->second);
+      continue;
+    }
     if (auto r = prepare(); !r) return r.error();
     auto outgoing = peer->client->StartMigrationSource(name);
     if (!outgoing) return outgoing.error();
     const MigrationPull pull{peer->url + outgoing->operation, peer->certificate,
                              outgoing->secrets};
-    if (auto made = local.CreateInstanceByMigration(CopySpec(*source, peer->url, job),
+    if (auto made = local.CreateInstanceByMigration(CopySpec(spec, peer->url, job),
                                                     source->architecture, pull);
         !made) {
       (void)peer->client->CancelOperation(outgoing->operation);

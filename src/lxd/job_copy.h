@@ -33,17 +33,19 @@ struct Peer {
   std::unique_ptr<LxdClient> client;
 };
 
-// Opens the LXD at `url` with bmas's client certificate (`cert`, `key`). Its server certificate
-// is trusted on first use and recorded in `known_dir` ("<host>_<port>.crt"); a different one
-// later is refused, naming the file to remove if the peer's certificate really changed.
+// Opens the LXD at `url` with bmas's client certificate (`cert`, `key`), if the server
+// certificate it presents has the SHA-256 `fingerprint` the admin configured (lowercase hex);
+// another is refused (kPermissionDenied) naming both fingerprints. Nothing is trusted on first
+// use: an unprivileged user on that node can listen on an unprivileged port first.
 Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std::string& key,
-                      const std::string& known_dir,
+                      const std::string& fingerprint,
                       std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
-// The spec of a copy of `source` made for `job`: its profiles, its config without LXD's
-// volatile keys (the target gives the copy its own id range and identity), its devices without
-// the GPU devices of jobs on the source's node, and the copy's marks.
-InstanceSpec CopySpec(const Instance& source, const std::string& peer_url, int64_t job);
+// The spec of a copy of a workspace made for `job`: `local` (the workspace as this node would
+// create it: bmas's template, the user's id map, limits and home) with the copy's marks. Of the
+// peer's instance only the root file system comes over, never its config or devices: a peer's
+// security.*, raw.* or disk devices would otherwise be created here by root.
+InstanceSpec CopySpec(const InstanceSpec& local, const std::string& peer_url, int64_t job);
 
 // "12,15" and back; adding a job that is there, or dropping one that is not, changes nothing.
 std::vector<int64_t> ParseJobList(const std::string& text);
@@ -56,12 +58,13 @@ struct JobContainer {
 
 // Makes instance `name` run on this node for `job`: the workspace itself when it lives here, a
 // copy that an earlier job of the user made (now used by `job` too), or a new copy from the
-// first of `peers` that holds it, started. `open` opens a peer (OpenPeer); `prepare` runs
+// first of `peers` that holds it, started, configured as `local` says (CopySpec; the peer's
+// instance must belong to the same user). `open` opens a peer (OpenPeer); `prepare` runs
 // before a copy is created, under the host's CreationLock (it maps the user's ids). NotFound
 // when neither this node nor any peer has it; a peer that cannot be reached is skipped with
 // its error kept for that message.
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const std::string& name, int64_t job, const std::vector<std::string>& peers,
+    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<std::string>& peers,
     const std::function<Result<Peer>(const std::string& url)>& open,
     const std::function<Result<void>()>& prepare);
 

@@ -1,31 +1,31 @@
 #include "lxd/job_copy.h"
 
+#include "lxd/workspace.h"
+
 #include <gtest/gtest.h>
 
 namespace bmas::lxd {
 namespace {
 
-TEST(JobCopy, SpecKeepsTheWorkspaceAndDropsWhatBelongsToItsNode) {
-  Instance source;
-  source.name = "ws-alice";
-  source.profiles = {"bmas"};
-  source.config = {{"raw.idmap", "both 1001 1001"},
-                   {"limits.memory", "4GiB"},
-                   {"volatile.base_image", "abc"},
-                   {"volatile.idmap.base", "1065536"},
-                   {"volatile.last_state.power", "RUNNING"}};
-  source.devices = {{"home", {{"type", "disk"}, {"source", "/home/alice"}}},
-                    {"bmas-j12-node01-gpu0", {{"type", "unix-char"}}}};
-  InstanceSpec spec = CopySpec(source, "https://node01:8443", 31);
+// Finding 5 of issue 11: the copy is configured from this node's own template, never from what
+// the peer says its instance is (a hostile peer's security.* or host disk devices).
+TEST(JobCopy, SpecIsTheLocalTemplateWithTheCopysMarksAndNothingOfThePeers) {
+  Account alice{"alice", 1001, 1001, "/home/alice", "/bin/sh"};
+  WorkspaceSettings limits;
+  limits.memory = "4GiB";
+  const InstanceSpec local = WorkspaceInstance(alice, "", limits, "btrfs");
+  InstanceSpec spec = CopySpec(local, "https://node01:8443", 31);
   EXPECT_EQ(spec.name, "ws-alice");
-  EXPECT_EQ(spec.profiles, std::vector<std::string>{"bmas"});
-  EXPECT_EQ(spec.config, (StringMap{{"raw.idmap", "both 1001 1001"},
-                                    {"limits.memory", "4GiB"},
-                                    {"volatile.base_image", "abc"},
-                                    {kCopyOfKey, "https://node01:8443"},
-                                    {kCopyJobsKey, "31"}}));
-  ASSERT_EQ(spec.devices.size(), 1u) << "another node's job GPUs stay there";
-  EXPECT_EQ(spec.devices.count("home"), 1u);
+  EXPECT_EQ(spec.profiles, local.profiles);
+  EXPECT_EQ(spec.image, "");
+  StringMap expected = local.config;
+  expected[kCopyOfKey] = "https://node01:8443";
+  expected[kCopyJobsKey] = "31";
+  EXPECT_EQ(spec.config, expected);
+  EXPECT_EQ(spec.config.at("security.privileged"), "false");
+  EXPECT_EQ(spec.config.at("limits.memory"), "4GiB");
+  EXPECT_EQ(spec.devices, local.devices);
+  EXPECT_EQ(spec.devices.at("home").at("source"), "/home/alice");
 }
 
 TEST(JobCopy, JobListsRoundTripAndIgnoreJunk) {

@@ -20,8 +20,6 @@
 namespace bmas::lxd {
 namespace {
 
-constexpr const char* kUserKey = "user.bmas.user";
-
 uint32_t Fnv1a32(const std::string& s) {
   uint32_t h = 2166136261u;
   for (unsigned char c : s) {
@@ -37,7 +35,7 @@ Workspace FromInstance(const Instance& i) {
     auto it = i.config.find(key);
     return it == i.config.end() ? std::string() : it->second;
   };
-  w.user = get(kUserKey);
+  w.user = get(kWorkspaceUserKey);
   w.name = i.name;
   w.status = i.status;
   w.image = get("image.description");
@@ -85,7 +83,7 @@ InstanceSpec WorkspaceInstance(const Account& account, const std::string& image,
   spec.name = WorkspaceName(account.name);
   spec.image = image;
   spec.profiles = {kProfileName};
-  spec.config[kUserKey] = account.name;
+  spec.config[kWorkspaceUserKey] = account.name;
   spec.config["security.privileged"] = "false";
   spec.config["raw.idmap"] = account.uid == account.gid
                                  ? fmt::format("both {} {}", account.uid, account.uid)
@@ -134,18 +132,10 @@ Result<void> CheckCaller(uid_t caller, const std::string& user) {
 Workspaces::Workspaces(LxdClient& client, std::string pool_driver)
     : client_(client), pool_driver_(std::move(pool_driver)) {}
 
-namespace {
-constexpr const char* kCreateLock = "/run/lock/bmas-workspace-create.lock";
-}  // namespace
-
-Result<CreationLock> CreationLock::Acquire() {
-  mkdir("/run/lock", 01777);
-  const int fd = open(kCreateLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-    if (fd >= 0) close(fd);
-    return Internal(fmt::format("cannot lock {}: {}", kCreateLock, std::strerror(errno)));
-  }
-  return CreationLock(fd);
+Result<CreationLock> CreationLock::Acquire(const std::string& dir) {
+  auto fd = LockPrivateFile(dir, kCreateLockName, /*wait=*/true);
+  if (!fd) return fd.error();
+  return CreationLock(*fd);
 }
 
 CreationLock::CreationLock(CreationLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
@@ -292,7 +282,7 @@ Result<std::vector<Workspace>> Workspaces::List() {
   if (!instances) return instances.error();
   std::vector<Workspace> out;
   for (const Instance& i : *instances) {
-    if (i.config.contains(kUserKey)) out.push_back(FromInstance(i));
+    if (i.config.contains(kWorkspaceUserKey)) out.push_back(FromInstance(i));
   }
   return out;
 }

@@ -13,12 +13,16 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/private_files.h"
 #include "common/result.h"
 #include "lxd/lxd_client.h"
 
 namespace bmas::lxd {
 
 // A Unix account from the password database.
+// The instance config key that names a workspace's user.
+inline constexpr const char* kWorkspaceUserKey = "user.bmas.user";
+
 struct Account {
   std::string name;
   uid_t uid = 0;
@@ -73,10 +77,13 @@ Result<void> StartInstance(LxdClient& client, const std::string& name,
 // One instance creation at a time on this host, held until the instance has started:
 // concurrent ones lose each other's lines in /etc/subuid and /etc/subgid, and LXD 5.0 can give
 // two isolated containers created at once an id range it may not use ("newuidmap: ... not
-// allowed"). A flock on a file under /run/lock, so it spans processes.
+// allowed"). A flock on a file in root's own run directory (kRootRunDir, never the
+// world-writable /run/lock, where a user could hold the lock or plant a symlink), so it spans
+// processes.
+inline constexpr const char* kCreateLockName = "workspace-create.lock";
 class CreationLock {
  public:
-  static Result<CreationLock> Acquire();
+  static Result<CreationLock> Acquire(const std::string& dir = kRootRunDir);
   CreationLock(CreationLock&& other) noexcept;
   CreationLock& operator=(CreationLock&&) = delete;
   ~CreationLock();

@@ -497,8 +497,9 @@ TEST_F(LxdWorkspaceTest, BadInputGivesAClearErrorAndChangesNothing) {
 // unplugs them (or the reconcile pass, when the epilog's unplugging fails).
 // Two nodes, each with its own LXD (two daemons on this host, as LXD's own tests run them): a
 // job on node B, which lacks the user's workspace, runs in a copy pulled from node A over
-// HTTPS; a second job of the user shares the copy; it goes with the last job's epilog; and a
-// peer whose certificate is not the one recorded is refused with the file to remove.
+// HTTPS, configured from B's own template (nothing of A's instance config comes over); a second
+// job of the user shares the copy; it goes with the last job's epilog; and a peer whose
+// certificate is not the configured fingerprint is refused.
 TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsTheWorkspace) {
   const int port = FreeTcpPort();
   const std::string peer_keys =
@@ -518,11 +519,29 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
                 ->exit_code,
             0);
 
-  // Node B: its own LXD and state, the same client certificate, A as its peer.
+  // What a hostile peer could put in its instance: host disks, privileges. None may reach B.
+  const std::vector<std::string> lxc_a = {"LXD_DIR=" + dir_ + "/lxd"};
+  ASSERT_EQ(RunCommand({"lxc", "config", "set", "ws-bmastest1", "user.planted", "yes"}, lxc_a)
+                ->exit_code,
+            0);
+  ASSERT_EQ(RunCommand({"lxc", "config", "device", "add", "ws-bmastest1", "hostetc", "disk",
+                        "source=/etc", "path=/mnt/hostetc"},
+                       lxc_a)
+                ->exit_code,
+            0);
+
+  // Node B: its own LXD and state, the same client certificate, A as its peer with the
+  // fingerprint A's status gives.
+  const std::string fingerprint_a = Str(At(status_a, "certificate_fingerprint"));
+  ASSERT_EQ(fingerprint_a.size(), 64u);
   const std::string config_b = dir_ + "/bmas-b.toml", state_b = dir_ + "/state-b";
-  std::ofstream(config_b) << fmt::format(
-      "[lxd]\ndir = \"{}/lxd-b\"\npool_size = \"2GiB\"\npeers = [\"https://127.0.0.1:{}\"]\n{}",
-      dir_, port, peer_keys);
+  auto write_config_b = [&](const std::string& fingerprint) {
+    std::ofstream(config_b) << fmt::format(
+        "[lxd]\ndir = \"{}/lxd-b\"\npool_size = \"2GiB\"\n"
+        "peers = [{{ url = \"https://127.0.0.1:{}\", fingerprint = \"{}\" }}]\n{}",
+        dir_, port, fingerprint, peer_keys);
+  };
+  write_config_b(fingerprint_a);
   auto on_b = [&](std::vector<std::string> args, std::vector<std::string> env = {}) {
     args.insert(args.begin(), {std::getenv("BMAS_BINARY"), "--config", config_b, "--state-dir",
                                state_b});
@@ -553,6 +572,14 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
   EXPECT_THAT(first.out, HasSubstr(fmt::format("copied ws-bmastest1 from https://127.0.0.1:{}",
                                                port)));
   ASSERT_EQ(status_on_b(), "Running") << first.out << first.err;
+  // Only the file system came from A: the copy's config and devices are B's own template.
+  auto shown_r = RunCommand({"lxc", "config", "show", "ws-bmastest1"},
+                            {"LXD_DIR=" + dir_ + "/lxd-b"});
+  ASSERT_TRUE(shown_r);
+  const CommandOutput& shown = *shown_r;
+  EXPECT_THAT(shown.out, HasSubstr("security.privileged: \"false\""));
+  EXPECT_THAT(shown.out, ::testing::Not(HasSubstr("user.planted"))) << shown.out;
+  EXPECT_THAT(shown.out, ::testing::Not(HasSubstr("hostetc"))) << shown.out;
   // The copy holds what was installed in the workspace, and the user's real home.
   CommandOutput inside = on_b({"workspace", "exec", "bmastest1", "--", "sh", "-c",
                                "cat /etc/bmas-marker; id -u; echo from B > ~/from-b"});
@@ -573,14 +600,15 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
   EXPECT_EQ(status_on_b(), "<none>");
   EXPECT_EQ(StatusOf("bmastest1"), "Running") << "the workspace on A is untouched";
 
-  // The peer's certificate was recorded at first use; another one is refused, and the job
-  // runs as a plain Slurm job.
-  const std::string known = fmt::format("{}/lxd-peers/127.0.0.1_{}.crt", state_b, port);
-  ASSERT_TRUE(fs::exists(known));
-  fs::copy_file(dir_ + "/lxd-b/server.crt", known, fs::copy_options::overwrite_existing);
+  // A peer whose certificate is not the configured one (here: B's config names another
+  // fingerprint, as when someone else answers on A's port) is refused, and the job runs as a
+  // plain Slurm job.
+  const std::string other(64, 'b');
+  write_config_b(other);
   CommandOutput refused = hook("prolog", 7003);
-  EXPECT_THAT(refused.out, HasSubstr("if it changed on purpose, remove that file"));
-  EXPECT_THAT(refused.out, HasSubstr(known));
+  EXPECT_THAT(refused.out, HasSubstr(fmt::format("fingerprint {}, not the {}", fingerprint_a,
+                                                 other)));
+  EXPECT_THAT(refused.out, HasSubstr("not trusted"));
   EXPECT_EQ(status_on_b(), "<none>");
 }
 
