@@ -20,6 +20,8 @@
 #include <fmt/ranges.h>
 
 #include "common/private_files.h"
+#include "daemon/service_account.h"
+#include "store/store.h"
 #include "common/result.h"
 #include "lxd/local_lxd.h"
 #include "slurm/local_cluster.h"
@@ -223,6 +225,26 @@ int RunUp(const UpOptions& options) {
   const Config& config = options.config;
   const EngineSettings& e = config.engine;
   fmt::print("bmas up: state dir {}\n", dir);
+  // The engines and the gateway face the network: as root, they run as the service account,
+  // which owns the store (the gateway meters into it).
+  const ServiceAccount service =
+      PrepareServiceAccount(options.self_exe, dir, options.config.source);
+  if (!service.name.empty()) {
+    if (auto r = HandStoreTo(dir, service.uid, service.gid); !r) {
+      fmt::print(stderr, "bmas up: {}\n", r.error().message);
+      return 1;
+    }
+  }
+  const std::string runs_as = service.name.empty()
+                                  ? fmt::format("as uid {} ({})", geteuid(), service.why_not)
+                                  : fmt::format("as the {} account", service.name);
+  // `bmas ...` as the service account.
+  auto service_args = [&] {
+    std::vector<std::string> args = service.Prefix();
+    const std::vector<std::string> self = SelfArgs(options, dir);
+    args.insert(args.end(), self.begin(), self.end());
+    return args;
+  };
   std::vector<Child> children;
   auto fail = [&](const std::string& message) {
     fmt::print(stderr, "bmas up: {}\n", message);
@@ -234,7 +256,7 @@ int RunUp(const UpOptions& options) {
     c.name = fmt::format("engine-{}", i);
     c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
-    std::vector<std::string> args = SelfArgs(options, dir);
+    std::vector<std::string> args = service_args();
     args.insert(args.end(), {"engine", "--port", std::to_string(port)});
     auto spawned = Spawn(args, c.log);
     if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
@@ -254,7 +276,7 @@ int RunUp(const UpOptions& options) {
     Child g;
     g.name = "gateway";
     g.log = (fs::path(dir) / "logs" / "gateway.log").string();
-    std::vector<std::string> args = SelfArgs(options, dir);
+    std::vector<std::string> args = service_args();
     args.push_back("gateway");
     for (size_t i = 0; i < num_engines; ++i) {
       args.push_back("--backend");
@@ -355,6 +377,7 @@ int RunUp(const UpOptions& options) {
   if (children.empty() && slurm_line.empty()) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
+  if (num_engines > 0) summary += fmt::format("  engines and gateway run {}\n", runs_as);
   summary += slurm_line + monitor_line + lxd_line + agent_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {

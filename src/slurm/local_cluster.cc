@@ -358,13 +358,22 @@ Result<void> StartAccounting(LocalCluster& c, const Cluster& local) {
     std::ifstream random("/dev/urandom", std::ios::binary);
     for (int i = 0; i < 24; ++i) password += "0123456789abcdef"[random.get() & 15];
   }
-  auto grant = RunCommand(
-      {"mariadb", "--no-defaults", "--socket=" + socket, "-u", "root", "-e",
-       fmt::format("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1'; "
-                   "ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{}'; "
-                   "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';",
-                   password)},
-      {}, std::chrono::seconds(30));
+  // The statement that sets it goes through a root-only file, never a command line (which
+  // every user can read in /proc).
+  const std::string grant_sql = data + "/grant-slurm.sql";
+  if (auto r = WriteFile(grant_sql,
+                         fmt::format("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1';\n"
+                                     "ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{}';\n"
+                                     "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';\n",
+                                     password),
+                         0600);
+      !r) {
+    return r;
+  }
+  auto grant = RunCommand({"mariadb", "--no-defaults", "--socket=" + socket, "-u", "root", "-e",
+                           "source " + grant_sql},
+                          {}, std::chrono::seconds(30));
+  unlink(grant_sql.c_str());
   if (!grant || grant->exit_code != 0) {
     return Error{ErrorCode::kUnavailable,
                  fmt::format("cannot create slurmdbd's database user: {}",

@@ -154,6 +154,19 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   if (port.empty() || value <= 0 || value > 65535) {
     return InvalidArgument(fmt::format("slurmrestd address \"{}\": bad port", address), "address");
   }
+  // bmas speaks plain HTTP to slurmrestd, and every request carries a Slurm JWT (root's mints
+  // tokens for any user): it must not cross a network in clear text.
+  const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (!loopback) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("slurmrestd address \"{}\" is not on this machine: bmas reaches "
+                             "slurmrestd over plain HTTP, so the Slurm token in each request "
+                             "would cross the network in clear text. Run slurmrestd on this "
+                             "node's loopback, or forward a loopback port to it through TLS "
+                             "(e.g. stunnel or ssh -L) and give that port",
+                             address),
+                 "address"};
+  }
   RestEndpoint e;
   e.host = std::string(host);
   e.port = static_cast<uint16_t>(value);

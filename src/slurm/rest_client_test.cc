@@ -208,6 +208,17 @@ TEST(ParseRestAddressTest, Forms) {
   for (const char* bad : {"", "host", ":80", "h:", "h:0", "h:65536", "h:8x", "[::1]80"}) {
     EXPECT_FALSE(ParseRestAddress(bad)) << bad;
   }
+  EXPECT_TRUE(ParseRestAddress("localhost:6820"));
+}
+
+// Finding 8 of issue 11: root's Slurm JWT never crosses a network in clear text.
+TEST(ParseRestAddressTest, ARemoteSlurmrestdIsRefusedWithTheReason) {
+  for (const char* remote : {"10.0.0.5:6820", "head01:6820", "[fe80::1]:6820"}) {
+    auto r = ParseRestAddress(remote);
+    ASSERT_FALSE(r) << remote;
+    EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+    EXPECT_NE(r.error().message.find("in clear text"), std::string::npos) << r.error().message;
+  }
 }
 
 // ---- The real TCP transport, against a one-shot server on loopback ----

@@ -1,11 +1,16 @@
 #include <sqlite3.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <regex>
 
 #include <fmt/format.h>
@@ -605,9 +610,56 @@ std::string CheckWorkspaceLimits(const WorkspaceLimits& limits) {
   return "";
 }
 
-std::string StorePath(const std::string& state_dir) { return state_dir + "/bmas.db"; }
+std::string StorePath(const std::string& state_dir) { return state_dir + "/store/bmas.db"; }
+
+namespace {
+
+constexpr const char* kStoreFileSuffixes[] = {"", "-wal", "-shm"};
+
+// The store's directory, 0700, made when absent. A store that an older bmas kept beside it
+// (<state>/bmas.db, world-readable) is moved in, with its WAL.
+Result<void> PrepareStoreDir(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !fs::exists(dir, ec)) {
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("cannot open the store {}: cannot create its directory: {} (check "
+                               "the state dir and its permissions)",
+                               path, std::strerror(errno))};
+    }
+    const fs::path old = dir.parent_path() / "bmas.db";
+    if (dir.filename() == "store" && fs::exists(old, ec) && !fs::exists(path, ec)) {
+      for (const char* suffix : kStoreFileSuffixes) {
+        fs::rename(old.string() + suffix, path + suffix, ec);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> HandStoreTo(const std::string& state_dir, uid_t uid, gid_t gid) {
+  const std::string path = StorePath(state_dir);
+  if (auto r = PrepareStoreDir(path); !r) return r;
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (chown(dir.c_str(), uid, gid) != 0 || chmod(dir.c_str(), 0700) != 0) {
+    return Internal(fmt::format("cannot give {} to uid {}: {}", dir, uid, std::strerror(errno)));
+  }
+  for (const char* suffix : kStoreFileSuffixes) {
+    const std::string file = path + suffix;
+    if (chown(file.c_str(), uid, gid) != 0 && errno != ENOENT) {
+      return Internal(fmt::format("cannot give {} to uid {}: {}", file, uid,
+                                  std::strerror(errno)));
+    }
+  }
+  return {};
+}
 
 Result<StorePtr> OpenSqliteStore(const std::string& path) {
+  if (auto r = PrepareStoreDir(path); !r) return r.error();
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
@@ -622,6 +674,12 @@ Result<StorePtr> OpenSqliteStore(const std::string& path) {
   }
   auto store = std::make_unique<SqliteStore>(db, path);
   if (auto r = store->Init(); !r) return r.error();
+  // SQLite creates it, and its WAL after it, with the umask's mode: readable by all.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) != 0) {
+    chmod(path.c_str(), 0600);
+    for (const char* suffix : {"-wal", "-shm"}) chmod((path + suffix).c_str(), 0600);
+  }
   return StorePtr(std::move(store));
 }
 

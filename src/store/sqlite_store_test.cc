@@ -1,4 +1,6 @@
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -159,7 +161,8 @@ TEST_F(SqliteStoreTest, TheKeyItselfIsNeverStored) {
   std::string key = *store_->CreateKey("bob");
   std::string secret = key.substr(key.rfind('-') + 1);
   store_.reset();
-  for (const auto& entry : fs::directory_iterator(dir_)) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+    if (!entry.is_regular_file()) continue;
     std::ifstream in(entry.path(), std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(bytes.find(secret), std::string::npos) << entry.path();
@@ -323,6 +326,44 @@ TEST_F(SqliteStoreTest, WorkspaceLimitsAreKeptChangedClearedAndChecked) {
   EXPECT_EQ((*u)->limits.workspace.memory, "4GiB");  // nothing changed
   EXPECT_EQ(CheckWorkspaceLimits({.memory = "50%"}), "");
   EXPECT_EQ(CheckWorkspaceLimits({.memory = "512MB", .disk = "1.5TiB"}), "");
+}
+
+// Finding 8 of issue 11: the store (every user's usage, limits and key hashes) was 0644 in a 0755
+// directory. Now only its owner can enter its directory or read it.
+TEST_F(SqliteStoreTest, TheStoreIsPrivateToItsOwnerAndAnOldOneIsMovedIn) {
+  struct stat st;
+  const std::string path = StorePath(dir_.string());
+  ASSERT_EQ(stat(fs::path(path).parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:9009"));
+  store_.reset();
+
+  // An older bmas's store, world-readable beside the state dir's other files, is moved in.
+  const fs::path old_dir = dir_ / "old";
+  fs::create_directories(old_dir);
+  fs::copy_file(path, old_dir / "bmas.db");
+  fs::permissions(old_dir / "bmas.db", fs::perms(0644));
+  auto moved = OpenSqliteStore(StorePath(old_dir.string()));
+  ASSERT_TRUE(moved) << moved.error().message;
+  EXPECT_FALSE(fs::exists(old_dir / "bmas.db"));
+  auto backends = (*moved)->ListBackends();
+  ASSERT_TRUE(backends);
+  EXPECT_EQ(backends->size(), 1u);
+  ASSERT_EQ(stat(StorePath(old_dir.string()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+
+  if (geteuid() != 0) return;
+  // A plain user (nobody) can neither open it nor list its directory.
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(99);
+    _exit(access(path.c_str(), R_OK) == 0 ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "nobody could read " << path;
 }
 
 TEST_F(SqliteStoreTest, AnUnopenablePathIsAClearError) {

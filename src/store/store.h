@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 // The state store: users (a bmas user is a name in this store, and the same name is the
 // user's Unix account on the cluster), their limits and their API keys.
 //
@@ -149,7 +151,14 @@ Result<StorePtr> OpenSqliteStore(const std::string& path);
 // Whether `name` is a valid Unix account name (what bmas accepts as a user name).
 bool IsValidUserName(const std::string& name);
 
-// The store file under a state dir.
+// The store file under a state dir: <state_dir>/store/bmas.db. The store holds every user's
+// limits, usage, job history and key hashes, so its directory is 0700 and the file 0600, owned by
+// root or by the service account the gateway runs as; users see their own part through the agent
+// (`bmas usage`) and the gateway (`GET /v1/usage`).
 std::string StorePath(const std::string& state_dir);
+
+// Root's `bmas up`: makes the store's directory and gives it, and the store's files, to
+// `uid`:`gid`, the account the gateway runs as.
+Result<void> HandStoreTo(const std::string& state_dir, uid_t uid, gid_t gid);
 
 }  // namespace bmas

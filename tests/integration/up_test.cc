@@ -5,7 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -102,6 +107,55 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
     rapidjson::Document d = ParseJson(recorded.str());
     EXPECT_EQ(At(d, "started").Size(), 0u) << recorded.str();
   }
+}
+
+// Finding 8 of issue 11: as root, `bmas up` runs the daemons that face the network (engines,
+// gateway) as the unprivileged service account, which alone owns the store.
+TEST(UpTest, AsRootTheEnginesAndTheGatewayRunAsTheServiceAccount) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (bmas up drops to the service account)";
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);  // the account must reach the binary and state
+  const std::string binary = dir.path() + "/bmas", state = dir.path() + "/state";
+  std::filesystem::copy_file(std::getenv("BMAS_BINARY"), binary);
+  const std::string built = std::getenv("BMAS_BINARY");
+  setenv("BMAS_BINARY", binary.c_str(), 1);
+  const std::string config = dir.WriteFile(
+      "bmas.toml", std::string(kInstantConfig) + "[up]\nslurm = false\nlxd = false\n");
+  chmod(config.c_str(), 0644);
+  auto up = Process::Start({"--config", config, "up", "--engines", "1"},
+                           {{"BMAS_STATE_DIR", state}});
+  setenv("BMAS_BINARY", built.c_str(), 1);
+  ASSERT_TRUE(up) << up.error().message;
+  Process& p = **up;
+  auto running = p.WaitForLine("bmas up: running", 30s);
+  ASSERT_TRUE(running) << running.error().message << p.StderrText();
+  EXPECT_THAT(p.stdout_text(), HasSubstr("engines and gateway run as the bmas account"));
+  passwd* account = getpwnam("bmas");
+  ASSERT_NE(account, nullptr);
+  // Every `bmas engine` and `bmas gateway` of this state dir runs as the account.
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (args.find(state) == std::string::npos) continue;
+    if (args.find(std::string("\0engine\0", 8)) == std::string::npos &&
+        args.find(std::string("\0gateway", 8)) == std::string::npos) {
+      continue;
+    }
+    struct stat st {};
+    ASSERT_EQ(stat(entry.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, account->pw_uid) << args;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2) << "one engine and the gateway";
+  struct stat st {};
+  ASSERT_EQ(stat((state + "/store").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, account->pw_uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  p.Signal(SIGINT);
+  auto status = p.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->Success()) << status->ToString() << "\n" << p.StderrText();
 }
 
 TEST(UpTest, SecondUpOnTheSameStateDirRefuses) {
