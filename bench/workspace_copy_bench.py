@@ -15,6 +15,7 @@ The two alternate, so that both see the same page cache and load. Writes the sec
 "# Workspace copy between nodes" of bench/RESULTS.md. Needs root and LXD; says why and exits 0
 without them.
 """
+import json
 import os
 import shutil
 import socket
@@ -93,10 +94,13 @@ def main():
     shutil.copy2(BMAS, os.path.join(top, "bmas"))
     port = free_port()
     a = Node(top, "a", f'listen = "127.0.0.1:{port}"\n')
-    b = Node(top, "b", f'peers = ["https://127.0.0.1:{port}"]\n')
     bmas_s, lxc_s, sizes = [], [], []
+    a.bmas("lxd", "up")
+    # B names A with the fingerprint A's LXD reports (no peer is trusted on first use).
+    fingerprint = json.loads(a.bmas("lxd", "status", "--json").stdout)["certificate_fingerprint"]
+    b = Node(top, "b", f'peers = [{{ url = "https://127.0.0.1:{port}", '
+                       f'fingerprint = "{fingerprint}" }}]\n')
     try:
-        a.bmas("lxd", "up")
         b.bmas("lxd", "up")
         image = a.bmas("image", "build", "--base", "debian").stdout.strip()
         print(f"workspace_copy_bench: {image}", file=sys.stderr)
