@@ -51,8 +51,8 @@ ServiceAccount PrepareServiceAccount(const std::string& binary, const std::strin
   else if (!config_file.empty() && !OthersCanReach(config_file, S_IROTH)) unreachable = config_file;
   if (!unreachable.empty()) {
     a.why_not = fmt::format("the {} account could not reach {} (a private directory above it): "
-                            "install bmas (`make install`) and keep the state dir and config "
-                            "where others may pass",
+                            "put the binary where others may run it (e.g. /usr/local/bin) and keep "
+                            "the state dir and config where others may pass",
                             kServiceAccount, unreachable);
     return a;
   }
