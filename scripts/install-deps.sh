@@ -18,7 +18,7 @@ packages=(
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  curl procps python3
+  curl procps python3 openssl
   # A real local Slurm cluster (bmas slurm up) and MPI across its nodes.
   slurm-wlm slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge
   # Accounting for per-user GPU caps (an inventory with accounting = true): slurmdbd on MariaDB.

@@ -57,10 +57,10 @@ WorkspaceSettings Merge(WorkspaceSettings defaults, const WorkspaceLimits& store
 }
 
 // USER's workspace limits: the config's [workspace], overridden by `bmas user add|set`'s.
-Result<WorkspaceSettings> LimitsFor(const LxdContext& c, Store& store, const std::string& user) {
+Result<WorkspaceSettings> LimitsFor(const Config& config, Store& store, const std::string& user) {
   auto found = store.FindUser(user);
   if (!found) return found.error();
-  return Merge(c.config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
+  return Merge(config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
 }
 
 }  // namespace
@@ -70,9 +70,7 @@ Result<WorkspaceSettings> WorkspaceLimitsFor(const Config& config, const std::st
   if (!std::filesystem::exists(StorePath(state_dir))) return config.workspace;
   auto store = OpenSqliteStore(StorePath(state_dir));
   if (!store) return store.error();
-  auto found = (*store)->FindUser(user);
-  if (!found) return found.error();
-  return Merge(config.workspace, *found ? (*found)->limits.workspace : WorkspaceLimits{});
+  return LimitsFor(config, **store, user);
 }
 
 namespace {
@@ -99,7 +97,7 @@ std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std:
   if (!workspaces.Get(user)) {
     return fmt::format("{} has no workspace yet: it gets them when it is created", user);
   }
-  auto limits = LimitsFor(c, store, user);
+  auto limits = LimitsFor(c.config, store, user);
   if (!limits) return limits.error().message;
   auto w = workspaces.SetLimits(user, *limits);
   if (!w) return fmt::format("{}'s workspace was not changed: {}", user, w.error().message);
@@ -390,7 +388,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
     auto given = [this](const char* flag) { return create_->count(flag) > 0; };
     auto store = OpenSqliteStore(StorePath(c.state_dir));
     if (!store) return ReportFailure(command, store.error());
-    auto stored = LimitsFor(c, **store, user_);
+    auto stored = LimitsFor(c.config, **store, user_);
     if (!stored) return ReportFailure(command, stored.error());
     WorkspaceSettings limits = *stored;
     if (given("--cpus")) limits.cpus = limits_.cpus;

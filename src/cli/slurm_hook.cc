@@ -72,16 +72,10 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     }
     const lxd::InstanceSpec spec = lxd::WorkspaceInstance(
         *account, "", *limits, local_lxd ? local_lxd->pool_driver : "");
-    std::vector<std::string> peers;
-    for (const LxdPeer& p : config.lxd.peers) peers.push_back(p.url);
     auto container = lxd::EnsureJobContainer(
-        client, spec, job, peers,
-        [&](const std::string& url) {
-          std::string fingerprint;
-          for (const LxdPeer& p : config.lxd.peers) {
-            if (p.url == url) fingerprint = p.fingerprint;
-          }
-          return lxd::OpenPeer(url, config.lxd.cert, config.lxd.key, fingerprint);
+        client, spec, job, config.lxd.peers,
+        [&](const LxdPeer& peer) {
+          return lxd::OpenPeer(peer.url, config.lxd.cert, config.lxd.key, peer.fingerprint);
         },
         [&]() -> Result<void> { return lxd::MapUserIds(*account); });
     if (!container) {

@@ -16,6 +16,11 @@ namespace {
 
 bool IsCopy(const Instance& i) { return i.config.count(kCopyOfKey) != 0; }
 
+std::string UserOf(const StringMap& config) {
+  auto it = config.find(kWorkspaceUserKey);
+  return it == config.end() ? "" : it->second;
+}
+
 std::vector<int64_t> JobsOf(const Instance& i) {
   auto it = i.config.find(kCopyJobsKey);
   return it == i.config.end() ? std::vector<int64_t>{} : ParseJobList(it->second);
@@ -104,8 +109,8 @@ std::string JobList(const std::vector<int64_t>& jobs) {
 }
 
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<std::string>& peers,
-    const std::function<Result<Peer>(const std::string& url)>& open,
+    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
+    const std::function<Result<Peer>(const LxdPeer& peer)>& open,
     const std::function<Result<void>()>& prepare) {
   const std::string& name = spec.name;
   auto here = local.GetInstance(name);
@@ -130,8 +135,9 @@ Result<JobContainer> EnsureJobContainer(
   if (here.error().code != ErrorCode::kNotFound) return here.error();
 
   std::string unreachable;
-  for (const std::string& url : peers) {
-    auto peer = open(url);
+  for (const LxdPeer& configured : peers) {
+    const std::string& url = configured.url;
+    auto peer = open(configured);
     if (!peer) {
       unreachable += fmt::format("; {}: {}", url, peer.error().message);
       continue;
@@ -144,9 +150,10 @@ Result<JobContainer> EnsureJobContainer(
       continue;
     }
     if (IsCopy(*source)) continue;  // another node's copy: not the workspace
-    if (auto owner = spec.config.find(kWorkspaceUserKey);
-        owner != spec.config.end() && source->config[kWorkspaceUserKey] != owner->second) {
-      unreachable += fmt::format("; {}: its {} is not {}'s workspace", url, name, owner->second);
+    // The peer's instance of that name must be this user's workspace.
+    const std::string owner = UserOf(spec.config);
+    if (UserOf(source->config) != owner) {
+      unreachable += fmt::format("; {}: its {} is not {}'s workspace", url, name, owner);
       continue;
     }
     if (auto r = prepare(); !r) return r.error();
@@ -167,8 +174,10 @@ Result<JobContainer> EnsureJobContainer(
     }
     return JobContainer{peer->url};
   }
+  std::vector<std::string> urls;
+  for (const LxdPeer& p : peers) urls.push_back(p.url);
   return NotFound(fmt::format("{} is neither on this node nor on its peers ({}){}", name,
-                              fmt::join(peers, ", "), unreachable),
+                              fmt::join(urls, ", "), unreachable),
                   "instance");
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/result.h"
 #include "lxd/lxd_client.h"
 
@@ -64,8 +65,8 @@ struct JobContainer {
 // when neither this node nor any peer has it; a peer that cannot be reached is skipped with
 // its error kept for that message.
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<std::string>& peers,
-    const std::function<Result<Peer>(const std::string& url)>& open,
+    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
+    const std::function<Result<Peer>(const LxdPeer& peer)>& open,
     const std::function<Result<void>()>& prepare);
 
 // The epilog's part: drops `job` from copy `name`'s jobs and deletes the copy when none is

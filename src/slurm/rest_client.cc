@@ -1,5 +1,7 @@
 #include "slurm/rest_client.h"
 
+#include <arpa/inet.h>
+
 #include <fmt/format.h>
 
 #include <csignal>
@@ -156,7 +158,13 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   }
   // bmas speaks plain HTTP to slurmrestd, and every request carries a Slurm JWT (root's mints
   // tokens for any user): it must not cross a network in clear text.
-  const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  const std::string literal(host);
+  in_addr v4{};
+  in6_addr v6{};
+  const bool loopback =
+      host == "localhost" ||
+      (inet_pton(AF_INET, literal.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127) ||
+      (inet_pton(AF_INET6, literal.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6));
   if (!loopback) {
     return Error{ErrorCode::kPermissionDenied,
                  fmt::format("slurmrestd address \"{}\" is not on this machine: bmas reaches "

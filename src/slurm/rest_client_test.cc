@@ -209,11 +209,13 @@ TEST(ParseRestAddressTest, Forms) {
     EXPECT_FALSE(ParseRestAddress(bad)) << bad;
   }
   EXPECT_TRUE(ParseRestAddress("localhost:6820"));
+  EXPECT_TRUE(ParseRestAddress("127.0.0.53:6820"));
 }
 
 // Finding 8 of issue 11: root's Slurm JWT never crosses a network in clear text.
 TEST(ParseRestAddressTest, ARemoteSlurmrestdIsRefusedWithTheReason) {
-  for (const char* remote : {"10.0.0.5:6820", "head01:6820", "[fe80::1]:6820"}) {
+  for (const char* remote : {"10.0.0.5:6820", "head01:6820", "[fe80::1]:6820",
+                             "127.evil.example:6820"}) {
     auto r = ParseRestAddress(remote);
     ASSERT_FALSE(r) << remote;
     EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);

@@ -610,6 +610,39 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
                                                  other)));
   EXPECT_THAT(refused.out, HasSubstr("not trusted"));
   EXPECT_EQ(status_on_b(), "<none>");
+
+  // The attack itself: a plain user listens first on the port a peer is configured at (8443 is
+  // unprivileged), with a certificate of their own. B is not fooled, and copies nothing.
+  const int stolen = FreeTcpPort();
+  const std::string keys = dir_ + "/imposter";
+  fs::create_directories(keys);
+  chown(keys.c_str(), getpwnam("bmastest1")->pw_uid, getpwnam("bmastest1")->pw_gid);
+  auto made = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
+                          "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                          "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=imposter",
+                          "-keyout", keys + "/k.pem", "-out", keys + "/c.pem", "-days", "1"});
+  ASSERT_TRUE(made && made->exit_code == 0) << (made ? made->err : made.error().message);
+  SpawnOptions serve;
+  serve.args = {"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
+                "openssl", "s_server", "-quiet", "-accept", std::to_string(stolen),
+                "-cert", keys + "/c.pem", "-key", keys + "/k.pem", "-www"};
+  auto imposter = Spawn(serve);
+  ASSERT_TRUE(imposter) << imposter.error().message;
+  struct StopImposter {
+    pid_t pid;
+    ~StopImposter() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } stop_imposter{*imposter};
+  ASSERT_TRUE(Eventually([&] { return !ConnectionRefused(stolen); }, std::chrono::seconds(10)));
+  std::ofstream(config_b) << fmt::format(
+      "[lxd]\ndir = \"{}/lxd-b\"\npool_size = \"2GiB\"\n"
+      "peers = [{{ url = \"https://127.0.0.1:{}\", fingerprint = \"{}\" }}]\n{}",
+      dir_, stolen, fingerprint_a, peer_keys);
+  CommandOutput fooled = hook("prolog", 7004);
+  EXPECT_THAT(fooled.out, HasSubstr("not trusted")) << fooled.out;
+  EXPECT_EQ(status_on_b(), "<none>");
 }
 
 class WorkspaceJobsTest : public LxdWorkspaceTest {
