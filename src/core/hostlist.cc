@@ -44,7 +44,8 @@ Result<std::vector<std::string>> ExpandBracket(std::string_view body, std::strin
       return InvalidArgument(
           fmt::format("host list '{}': range '{}' runs backwards", hostlist, item));
     }
-    if (hi.value - lo->value >= kMaxHostlistNames) {
+    // Counted over the whole bracket: "[0-60000,0-60000,...]" is as large as its sum.
+    if (hi.value - lo->value >= kMaxHostlistNames - out.size()) {
       return InvalidArgument(
           fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
     }
@@ -62,6 +63,10 @@ Result<void> ExpandName(std::string_view name, std::string_view hostlist,
   if (open == name.npos) {
     if (name.find(']') != name.npos) {
       return InvalidArgument(fmt::format("host list '{}': ']' without '['", hostlist));
+    }
+    if (out.size() >= kMaxHostlistNames) {
+      return InvalidArgument(
+          fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
     }
     out.emplace_back(name);
     return {};

@@ -49,6 +49,23 @@ TEST(HostlistTest, RejectsMalformedLists) {
   }
 }
 
+TEST(HostlistTest, BoundsTheNamesOfAWholeList) {
+  // The bound holds for a bracket of many ranges (a few kilobytes of "0-65000," would
+  // otherwise ask for tens of millions of names) and for plain names after a full bracket.
+  std::string many = "n[";
+  for (int i = 0; i < 500; ++i) many += "0-65000,";
+  many += "1]";
+  for (const std::string& hostlist : {many, std::string("n[0-40000,0-40000]"),
+                                      std::string("n[0-65535],last")}) {
+    auto r = ExpandHostlist(hostlist);
+    ASSERT_FALSE(r) << hostlist.substr(0, 40);
+    EXPECT_THAT(r.error().message, HasSubstr("more than 65536 names"));
+  }
+  auto full = ExpandHostlist("n[0-65534],last");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->size(), kMaxHostlistNames);
+}
+
 TEST(HostlistTest, CompressesRunsAndKeepsOrder) {
   EXPECT_EQ(CompressHostlist(Expand("oss[01-12]")), "oss[01-12]");
   EXPECT_EQ(CompressHostlist({"oss01", "oss02", "oss04"}), "oss[01-02,04]");
