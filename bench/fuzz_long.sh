@@ -7,7 +7,8 @@
 #   --record   also write the figures under "Fuzzing (issue 11)" in bench/RESULTS.md,
 #              replacing that target's earlier entry
 # Runs at nice 19 on a copy of fuzz/corpus/NAME/ (the repository's corpus is left as it is);
-# exits 1, naming the input, when the target crashes. FUZZ_BUILD: the build (build-fuzz).
+# exits 1, naming the input, when the target crashes. FUZZ_BUILD: the build (build-fuzz);
+# FUZZ_NO_BUILD=1 runs the target as it is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,7 @@ name="" seconds=1200 record=false
 for arg in "$@"; do
   case "$arg" in
     --record) record=true ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     [0-9]*) seconds=$arg ;;
     *) name=$arg ;;
   esac
@@ -23,11 +24,13 @@ done
 [[ -n $name ]] || { echo "usage: bench/fuzz_long.sh NAME [SECONDS] [--record]" >&2; exit 2; }
 
 build=${FUZZ_BUILD:-build-fuzz}
-if [[ ! -f $build/build.ninja ]]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DBMAS_FUZZ=ON \
-    -DBMAS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [[ -z ${FUZZ_NO_BUILD:-} ]]; then
+  if [[ ! -f $build/build.ninja ]]; then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DBMAS_FUZZ=ON \
+      -DBMAS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  fi
+  nice -n 19 ninja -C "$build" "${name}_fuzz"
 fi
-nice -n 19 ninja -C "$build" "${name}_fuzz"
 exe=$(awk -v n="$name" '$1 == n { print $2 }' "$build/fuzzers.txt")
 [[ -x $exe ]] || { echo "fuzz_long.sh: no target $name in $build/fuzzers.txt" >&2; exit 2; }
 
