@@ -31,7 +31,8 @@ class ScriptedTransport final : public bmas::lxd::LxdTransport {
       : responses_(std::move(responses)) {}
 
   Result<LxdResponse> RoundTrip(const LxdRequest&) override {
-    if (responses_.empty()) return bmas::Error{bmas::ErrorCode::kUnavailable, "no response left", {}};
+    if (responses_.empty())
+      return bmas::Error{bmas::ErrorCode::kUnavailable, "no response left", {}};
     LxdResponse r = std::move(responses_.front());
     responses_.pop_front();
     return r;

@@ -56,6 +56,11 @@ Result<std::vector<std::string>> ExpandBracket(std::string_view body, std::strin
   return out;
 }
 
+Error TooLong(std::string_view hostlist) {
+  return InvalidArgument(
+      fmt::format("host list '{}': a name longer than {} bytes", hostlist, kMaxHostNameBytes));
+}
+
 // Expands one name with brackets, appending to `out`.
 Result<void> ExpandName(std::string_view name, std::string_view hostlist,
                         std::vector<std::string>& out) {
@@ -68,6 +73,7 @@ Result<void> ExpandName(std::string_view name, std::string_view hostlist,
       return InvalidArgument(
           fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
     }
+    if (name.size() > kMaxHostNameBytes) return TooLong(hostlist);
     out.emplace_back(name);
     return {};
   }
@@ -82,6 +88,7 @@ Result<void> ExpandName(std::string_view name, std::string_view hostlist,
   std::string_view prefix = name.substr(0, open);
   for (const std::string& n : *numbers) {
     for (const std::string& t : tails) {
+      if (prefix.size() + n.size() + t.size() > kMaxHostNameBytes) return TooLong(hostlist);
       if (out.size() >= kMaxHostlistNames) {
         return InvalidArgument(
             fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
