@@ -1,11 +1,14 @@
 # bmas: the two set-up commands are `make run` and `make test`; both install what they need.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# Seconds of fuzzing for all the targets together (scripts/fuzz.sh shares them out).
+FUZZ_SECONDS ?= 300
 CMAKE_FLAGS ?=
 export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_MAXSIZE = 2G
 
-.PHONY: all deps build run test unit asan bench clean
+.PHONY: all deps build run test unit asan fuzz fuzz-regression bench clean
 
 all: build
 
@@ -36,6 +39,15 @@ asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 300
 
+# The libFuzzer targets in fuzz/, built with clang in $(FUZZ_BUILD): each fuzzes a copy of its
+# seed corpus for FUZZ_SECONDS / (number of targets); fails on a crash and names its input.
+fuzz: deps
+	FUZZ_BUILD=$(FUZZ_BUILD) bash scripts/fuzz.sh --total $(FUZZ_SECONDS)
+
+# Every fuzz target once over each of its committed seeds (seconds).
+fuzz-regression: deps
+	FUZZ_BUILD=$(FUZZ_BUILD) bash scripts/fuzz.sh --regression
+
 # Runs the benchmarks and rewrites bench/RESULTS.md: the engine's, then the gateway's (which
 # compare it with nginx and use wrk, installed by install-deps.sh --bench), then Slurm's and the
 # workspaces', then the copy of a workspace between nodes (as root: they start their own local
@@ -49,4 +61,4 @@ bench: build
 	python3 bench/workspace_copy_bench.py $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -18,6 +18,8 @@ packages=(
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The fuzz build (make fuzz): clang 14, and compiler-rt's libFuzzer and sanitizer runtimes.
+  clang libclang-rt-14-dev
   curl procps python3 openssl
   # A real local Slurm cluster (bmas slurm up) and MPI across its nodes.
   slurm-wlm slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge

@@ -44,7 +44,8 @@ Result<std::vector<std::string>> ExpandBracket(std::string_view body, std::strin
       return InvalidArgument(
           fmt::format("host list '{}': range '{}' runs backwards", hostlist, item));
     }
-    if (hi.value - lo->value >= kMaxHostlistNames) {
+    // Counted over the whole bracket: "[0-60000,0-60000,...]" is as large as its sum.
+    if (hi.value - lo->value >= kMaxHostlistNames - out.size()) {
       return InvalidArgument(
           fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
     }
@@ -55,6 +56,11 @@ Result<std::vector<std::string>> ExpandBracket(std::string_view body, std::strin
   return out;
 }
 
+Error TooLong(std::string_view hostlist) {
+  return InvalidArgument(
+      fmt::format("host list '{}': a name longer than {} bytes", hostlist, kMaxHostNameBytes));
+}
+
 // Expands one name with brackets, appending to `out`.
 Result<void> ExpandName(std::string_view name, std::string_view hostlist,
                         std::vector<std::string>& out) {
@@ -63,6 +69,11 @@ Result<void> ExpandName(std::string_view name, std::string_view hostlist,
     if (name.find(']') != name.npos) {
       return InvalidArgument(fmt::format("host list '{}': ']' without '['", hostlist));
     }
+    if (out.size() >= kMaxHostlistNames) {
+      return InvalidArgument(
+          fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));
+    }
+    if (name.size() > kMaxHostNameBytes) return TooLong(hostlist);
     out.emplace_back(name);
     return {};
   }
@@ -77,6 +88,7 @@ Result<void> ExpandName(std::string_view name, std::string_view hostlist,
   std::string_view prefix = name.substr(0, open);
   for (const std::string& n : *numbers) {
     for (const std::string& t : tails) {
+      if (prefix.size() + n.size() + t.size() > kMaxHostNameBytes) return TooLong(hostlist);
       if (out.size() >= kMaxHostlistNames) {
         return InvalidArgument(
             fmt::format("host list '{}': more than {} names", hostlist, kMaxHostlistNames));

@@ -49,6 +49,37 @@ TEST(HostlistTest, RejectsMalformedLists) {
   }
 }
 
+TEST(HostlistTest, BoundsTheNamesOfAWholeList) {
+  // The bound holds for a bracket of many ranges (a few kilobytes of "0-65000," would
+  // otherwise ask for tens of millions of names) and for plain names after a full bracket.
+  std::string many = "n[";
+  for (int i = 0; i < 500; ++i) many += "0-65000,";
+  many += "1]";
+  for (const std::string& hostlist :
+       {many, std::string("n[0-40000,0-40000]"), std::string("n[0-65535],last")}) {
+    auto r = ExpandHostlist(hostlist);
+    ASSERT_FALSE(r) << hostlist.substr(0, 40);
+    EXPECT_THAT(r.error().message, HasSubstr("more than 65536 names"));
+  }
+  auto full = ExpandHostlist("n[0-65534],last");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->size(), kMaxHostlistNames);
+}
+
+TEST(HostlistTest, BoundsTheLengthOfEachName) {
+  // Seen while fuzzing (1 GB of memory): a 4 KB prefix before "[0-65535]" made 256 MB of names.
+  const std::string longest(kMaxHostNameBytes - 5, 'a');
+  auto ok = ExpandHostlist(longest + "[0-65535]");
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->size(), kMaxHostlistNames);
+  for (const std::string& hostlist :
+       {longest + "x[0-65535]", longest + "[0-1]abcdef", std::string(kMaxHostNameBytes + 1, 'a')}) {
+    auto r = ExpandHostlist(hostlist);
+    ASSERT_FALSE(r) << hostlist.size();
+    EXPECT_THAT(r.error().message, HasSubstr("a name longer than 253 bytes"));
+  }
+}
+
 TEST(HostlistTest, CompressesRunsAndKeepsOrder) {
   EXPECT_EQ(CompressHostlist(Expand("oss[01-12]")), "oss[01-12]");
   EXPECT_EQ(CompressHostlist({"oss01", "oss02", "oss04"}), "oss[01-02,04]");

@@ -33,7 +33,10 @@ int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
     return sentinel || u > uint64_t{INT64_MAX} ? fallback : static_cast<int64_t>(u);
   }
   if (m->IsInt64()) return m->GetInt64();
-  if (m->IsDouble() && std::isfinite(m->GetDouble())) return static_cast<int64_t>(m->GetDouble());
+  // Converting a double outside int64_t's range is undefined: those read as `fallback` too.
+  if (m->IsDouble() && m->GetDouble() >= -0x1p63 && m->GetDouble() < 0x1p63) {
+    return static_cast<int64_t>(m->GetDouble());
+  }
   return fallback;
 }
 

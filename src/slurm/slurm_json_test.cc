@@ -184,6 +184,18 @@ TEST(ParseJobsTest, ToleratesNullsAndMissingFields) {
   EXPECT_TRUE((*jobs)[0].nodes.empty());
 }
 
+TEST(ParseJobsTest, NumbersBeyondInt64ReadAsMissing) {
+  // Found by fuzzing: a double outside int64_t's range was converted to it (undefined).
+  auto jobs = ParseJobsResponse(
+      R"({"jobs": [{"job_id": 9, "time_limit": 4.4e55, "submit_time": -1e19, "tasks": 2.5,
+                    "job_state": "RUNNING"}]})");
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].time_limit_minutes, 0);
+  EXPECT_EQ((*jobs)[0].submit_time, 0);
+  EXPECT_EQ((*jobs)[0].tasks, 2);
+}
+
 // ---- Nodes, ping, submit ----
 
 TEST(ParseNodesTest, GpusAndState) {
