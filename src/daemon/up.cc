@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -40,7 +42,8 @@ struct Child {
 
 // Starts `argv` with stdout on a pipe and stderr appended to `log`; returns the pid and the
 // read end of the pipe. Signals blocked in this process are unblocked in the child.
-Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log) {
+Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log,
+                                    const std::vector<std::string>& env = {}) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
   int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -66,7 +69,19 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  // `env` ("NAME=value", secrets among them: never on the command line) replaces variables of
+  // the same name.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view var(*e);
+    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+      return var.substr(0, var.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
+    });
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const std::string& x : env) envp.push_back(const_cast<char*>(x.c_str()));
+  envp.push_back(nullptr);
+  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(out[1]);
@@ -82,7 +97,18 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
 Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
   std::string line;
   auto until = std::chrono::steady_clock::now() + timeout;
-  while (line.find('\n') == std::string::npos) {
+  // Lines before the "listening on" one (the gateway's metrics address) are skipped.
+  auto first_listening = [&line] {
+    size_t start = 0;
+    for (size_t end; (end = line.find('\n', start)) != std::string::npos; start = end + 1) {
+      if (line.substr(start, end - start).find("listening on") != std::string::npos) {
+        line = line.substr(start, end - start + 1);
+        return true;
+      }
+    }
+    return false;
+  };
+  while (!first_listening()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Internal("did not report a listening address in time");
@@ -223,6 +249,18 @@ int RunUp(const UpOptions& options) {
     StopAll(children, std::chrono::seconds(5));
     return 1;
   };
+  // One random key between this machine's engines and its gateway (vLLM's --api-key), handed
+  // over in their environment, which only their owner can read.
+  std::string backend_key;
+  {
+    unsigned char bytes[32];
+    size_t got = 0;
+    while (got < sizeof bytes) {
+      ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    for (unsigned char b : bytes) backend_key += fmt::format("{:02x}", b);
+  }
   for (int i = 0; i < config.up.engines; ++i) {
     Child c;
     c.name = fmt::format("engine-{}", i);
@@ -230,7 +268,7 @@ int RunUp(const UpOptions& options) {
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
     std::vector<std::string> args = SelfArgs(options, dir);
     args.insert(args.end(), {"engine", "--port", std::to_string(port)});
-    auto spawned = Spawn(args, c.log);
+    auto spawned = Spawn(args, c.log, {"VLLM_API_KEY=" + backend_key});
     if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
     c.pid = spawned->first;
     children.push_back(c);
@@ -254,7 +292,7 @@ int RunUp(const UpOptions& options) {
       args.push_back("--backend");
       args.push_back(children[i].url);
     }
-    auto spawned = Spawn(args, g.log);
+    auto spawned = Spawn(args, g.log, {"BMAS_BACKEND_API_KEY=" + backend_key});
     if (!spawned) return fail(fmt::format("gateway: {}", spawned.error().message));
     g.pid = spawned->first;
     children.push_back(g);

@@ -66,19 +66,4 @@ void ConnectionPool::Release(std::unique_ptr<TcpStream> stream) {
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(stream));
 }
 
-std::string_view SseSplitter::Next() {
-  size_t end = buffer_.find("\n\n", consumed_);
-  if (end == std::string::npos) {
-    // Compact what was consumed, keeping the partial event.
-    if (consumed_ > 0) {
-      buffer_.erase(0, consumed_);
-      consumed_ = 0;
-    }
-    return {};
-  }
-  std::string_view event = std::string_view(buffer_).substr(consumed_, end + 2 - consumed_);
-  consumed_ = end + 2;
-  return event;
-}
-
 }  // namespace bmas::gateway
