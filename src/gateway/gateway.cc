@@ -2,6 +2,7 @@
 
 #include "gateway/request.h"
 #include "gateway/sse.h"
+#include "gateway/usage_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,22 +42,6 @@ simdjson::dom::parser& Reusable(std::unique_ptr<simdjson::dom::parser>& parser) 
   return *parser;
 }
 
-// Reads usage.prompt_tokens / usage.completion_tokens from a JSON response or chunk.
-bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& prompt,
-                int64_t& completion) {
-  simdjson::dom::element doc;
-  if (parser.parse(json.data(), json.size()).get(doc)) return false;
-  simdjson::dom::object usage;
-  if (doc["usage"].get_object().get(usage)) return false;
-  int64_t p = 0, c = 0;
-  if (usage["prompt_tokens"].get_int64().get(p) || usage["completion_tokens"].get_int64().get(c)) {
-    return false;
-  }
-  prompt = p;
-  completion = c;
-  return true;
-}
-
 // Parses the body bytes already in `buffer` into `chunk`, reading nothing; returns how many it
 // put there. Stops when `chunk` is full, the message is done or more bytes must be read.
 size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buffer_body>& parser,
@@ -74,22 +59,6 @@ size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buf
     if (ec || used == 0) break;
   }
   return chunk.size() - parser.get().body().size;
-}
-
-// The sum of a metric's samples in Prometheus text (0 when absent).
-double MetricSum(std::string_view text, std::string_view name) {
-  double sum = 0;
-  size_t pos = 0;
-  while ((pos = text.find(name, pos)) != std::string_view::npos) {
-    const bool line_start = pos == 0 || text[pos - 1] == '\n';
-    pos += name.size();
-    if (!line_start || pos >= text.size() || (text[pos] != '{' && text[pos] != ' ')) continue;
-    size_t eol = text.find('\n', pos);
-    std::string_view line = text.substr(pos, eol == std::string_view::npos ? text.npos : eol - pos);
-    size_t space = line.rfind(' ');
-    if (space != std::string_view::npos) sum += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
-  }
-  return sum;
 }
 
 // How long after a user's last request the reserve is kept free for them.
@@ -341,61 +310,7 @@ awaitable<void> Gateway::HandleUsage(const std::string& user, ResponseWriter& wr
     std::lock_guard lock(mu_);
     if (auto it = users_.find(user); it != users_.end()) limits = it->second;
   }
-  std::map<std::string, UsageRow> by_model;  // backends are operator data: summed over them
-  UsageRow total;
-  for (const UsageRow& row : *rows) {
-    UsageRow& m = by_model[row.model];
-    for (UsageRow* sum : {&m, &total}) {
-      sum->requests += row.requests;
-      sum->prompt_tokens += row.prompt_tokens;
-      sum->completion_tokens += row.completion_tokens;
-    }
-  }
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  auto counts = [&w](const UsageRow& r) {
-    w.Key("requests");
-    w.Int64(r.requests);
-    w.Key("prompt_tokens");
-    w.Int64(r.prompt_tokens);
-    w.Key("completion_tokens");
-    w.Int64(r.completion_tokens);
-    w.Key("total_tokens");
-    w.Int64(r.prompt_tokens + r.completion_tokens);
-  };
-  auto limit = [&w](const char* name, const std::optional<int64_t>& v) {
-    w.Key(name);
-    if (v) w.Int64(*v); else w.Null();
-  };
-  w.StartObject();
-  w.Key("object");
-  w.String("usage");
-  w.Key("user");
-  w.String(user.c_str(), static_cast<rapidjson::SizeType>(user.size()));
-  w.Key("since");
-  w.Int64(since);
-  counts(total);
-  w.Key("models");
-  w.StartArray();
-  for (const auto& [model, r] : by_model) {
-    w.StartObject();
-    w.Key("model");
-    w.String(model.c_str(), static_cast<rapidjson::SizeType>(model.size()));
-    counts(r);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("limits");
-  w.StartObject();
-  w.Key("weight");
-  w.Double(limits.weight);
-  limit("rpm", limits.rpm);
-  limit("tpm", limits.tpm);
-  limit("tokens_per_day", limits.tokens_per_day);
-  limit("max_concurrent", limits.max_concurrent);
-  w.EndObject();
-  w.EndObject();
-  std::string body(buf.GetString(), buf.GetSize());
+  std::string body = UsageReportJson(user, since, *rows, limits);
   co_await writer.Send(http::status::ok, "application/json", std::move(body));
 }
 
@@ -634,26 +549,13 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
 }
 
 int64_t Gateway::EstimatePromptTokensLocked(const std::string& model, int64_t chars) const {
-  constexpr double kDefaultCharsPerToken = 4;
-  double ratio = kDefaultCharsPerToken;
-  if (auto it = prompt_ratio_.find(model); it != prompt_ratio_.end() && it->second.tokens > 0 &&
-                                           it->second.chars > 0) {
-    ratio = it->second.chars / it->second.tokens;
-  }
-  return static_cast<int64_t>(std::ceil(static_cast<double>(chars) / ratio)) + 1;
+  auto it = prompt_ratio_.find(model);
+  return it != prompt_ratio_.end() ? it->second.Estimate(chars) : CharsPerToken().Estimate(chars);
 }
 
 void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens) {
-  if (chars <= 0 || tokens <= 0) return;
   std::lock_guard lock(mu_);
-  PromptRatio& p = prompt_ratio_[model];
-  p.chars += static_cast<double>(chars);
-  p.tokens += static_cast<double>(tokens);
-  // Halve both now and then: recent replies count more, and the sums stay exact in a double.
-  if (p.tokens > 1e12) {
-    p.chars /= 2;
-    p.tokens /= 2;
-  }
+  prompt_ratio_[model].Learn(chars, tokens);
 }
 
 void Gateway::CountStatus(int status) {
@@ -853,8 +755,11 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       result = Error{ErrorCode::kUnavailable,
                      fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
     } else {
-      if (status == http::status::ok &&
-          ParseUsage(Reusable(json_[r.worker]), body, prompt_tokens, completion_tokens)) {
+      std::optional<TokenUsage> usage;
+      if (status == http::status::ok) usage = ReadUsage(Reusable(json_[r.worker]), body);
+      if (usage) {
+        prompt_tokens = usage->prompt_tokens;
+        completion_tokens = usage->completion_tokens;
         LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
         Meter(r, b, prompt_tokens, completion_tokens);
       }
@@ -898,8 +803,11 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
             done = true;
             break;
           case SseEventKind::kUsage:
-            usage_seen = ParseUsage(Reusable(json_[r.worker]), e.substr(6), prompt_tokens,
-                                    completion_tokens);
+            if (auto usage = ReadUsage(Reusable(json_[r.worker]), e.substr(6))) {
+              usage_seen = true;
+              prompt_tokens = usage->prompt_tokens;
+              completion_tokens = usage->completion_tokens;
+            }
             forward = r.client_wants_usage;
             break;
           case SseEventKind::kContent:

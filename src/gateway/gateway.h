@@ -28,6 +28,7 @@
 #include "gateway/fair_queue.h"
 #include "gateway/key_cache.h"
 #include "gateway/rate_limiter.h"
+#include "gateway/request.h"
 #include "gateway/router.h"
 #include "gateway/store_worker.h"
 #include "gateway/upstream.h"
@@ -172,12 +173,8 @@ class Gateway {
   // deadline passes so that each stream ends with an error event.
   std::vector<std::unordered_set<TcpStream*>> relaying_;
 
-  // Per model: prompt bytes and prompt tokens summed over the backends' usage replies, for
-  // the token estimate of a prompt (bytes / 4 until a reply is seen).
-  struct PromptRatio {
-    double chars = 0, tokens = 0;
-  };
-  std::unordered_map<std::string, PromptRatio> prompt_ratio_;
+  // Per model: characters per prompt token, from the backends' usage replies.
+  std::unordered_map<std::string, CharsPerToken> prompt_ratio_;
   int64_t EstimatePromptTokensLocked(const std::string& model, int64_t chars) const;
   void LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens);  // takes mu_
 

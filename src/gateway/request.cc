@@ -1,6 +1,7 @@
 #include "gateway/request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string_view>
 #include <vector>
 
@@ -85,6 +86,22 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser,
     }
   }
   return f;
+}
+
+void CharsPerToken::Learn(int64_t chars, int64_t tokens) {
+  if (chars <= 0 || tokens <= 0) return;
+  chars_ += static_cast<double>(chars);
+  tokens_ += static_cast<double>(tokens);
+  // Halved now and then: the sums stay exact in a double, and recent replies weigh more.
+  if (tokens_ > 1e12) {
+    chars_ /= 2;
+    tokens_ /= 2;
+  }
+}
+
+int64_t CharsPerToken::Estimate(int64_t chars) const {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(std::max<int64_t>(chars, 0)) / ratio())) +
+         1;
 }
 
 std::string WithIncludeUsage(std::string_view body) {

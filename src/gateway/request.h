@@ -34,6 +34,22 @@ struct CompletionFields {
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser,
                                              std::string_view body);
 
+// A model's prompt characters per token, learnt from its backends' usage replies, for the
+// token estimate of a prompt whose usage never comes (a cut stream). Pure; not thread-safe.
+class CharsPerToken {
+ public:
+  static constexpr double kDefault = 4;  // until a reply is seen
+
+  // A reply: a prompt of `chars` bytes was `tokens` tokens. Ignored unless both are positive.
+  void Learn(int64_t chars, int64_t tokens);
+  double ratio() const { return tokens_ > 0 ? chars_ / tokens_ : kDefault; }
+  // Tokens in a prompt of `chars` bytes, rounded up, plus one (the least a prompt costs).
+  int64_t Estimate(int64_t chars) const;
+
+ private:
+  double chars_ = 0, tokens_ = 0;
+};
+
 // `body` with stream_options.include_usage set to true, every other member kept in its order.
 // REQUIRES: ParseCompletionBody(body) succeeded.
 std::string WithIncludeUsage(std::string_view body);

@@ -68,5 +68,19 @@ TEST(WithIncludeUsageTest, KeepsMemberOrder) {
   for (const Case& c : cases) EXPECT_EQ(WithIncludeUsage(c.in), c.out);
 }
 
+TEST(CharsPerTokenTest, LearnsTheRatioRepliesShow) {
+  CharsPerToken ratio;
+  EXPECT_EQ(ratio.Estimate(400), 101);  // 4 characters a token until a reply is seen
+  ratio.Learn(0, 10);                   // ignored
+  ratio.Learn(100, 0);
+  EXPECT_EQ(ratio.ratio(), CharsPerToken::kDefault);
+  ratio.Learn(1500, 300);  // 5 characters a token
+  ratio.Learn(500, 100);
+  EXPECT_DOUBLE_EQ(ratio.ratio(), 5.0);
+  EXPECT_EQ(ratio.Estimate(1500), 301);
+  EXPECT_EQ(ratio.Estimate(1), 2);
+  EXPECT_EQ(ratio.Estimate(0), 1);
+}
+
 }  // namespace
 }  // namespace bmas::gateway

@@ -31,6 +31,19 @@ std::string_view SseSplitter::Next() {
   return event;
 }
 
+std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json) {
+  simdjson::dom::element doc;
+  if (parser.parse(json.data(), json.size()).get(doc)) return std::nullopt;
+  simdjson::dom::object usage;
+  if (doc["usage"].get_object().get(usage)) return std::nullopt;
+  TokenUsage u;
+  if (usage["prompt_tokens"].get_int64().get(u.prompt_tokens) ||
+      usage["completion_tokens"].get_int64().get(u.completion_tokens)) {
+    return std::nullopt;
+  }
+  return u;
+}
+
 SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event) {
   constexpr std::string_view kData = "data: ";
   if (event.substr(0, kData.size()) != kData) return SseEventKind::kOther;

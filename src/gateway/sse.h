@@ -4,6 +4,8 @@
 // which events carry generated text (metering) or the usage chunk. Pure; no I/O.
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +42,14 @@ enum class SseEventKind {
   kContent,  // a chunk that carries generated text (one token, as vLLM streams)
   kOther,    // the role-only first chat chunk, an error event, anything else
 };
+
+struct TokenUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// usage.prompt_tokens and usage.completion_tokens of a JSON response or chunk, or nullopt.
+std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json);
 
 // What one complete event (as SseSplitter::Next returns it) is. `parser` is reused scratch.
 SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event);

@@ -25,6 +25,9 @@ struct BackendUrl {
 // Parses "http://host:port[/prefix]". Errors name the URL and what is wrong.
 Result<BackendUrl> ParseBackendUrl(std::string_view url);
 
+// The sum of a metric's samples in Prometheus text, e.g. a backend's /metrics (0 when absent).
+double MetricSum(std::string_view text, std::string_view name);
+
 // Idle keep-alive connections to one backend.
 class ConnectionPool {
  public:
