@@ -8,6 +8,7 @@
 #include <rapidjson/document.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <random>
@@ -374,6 +375,35 @@ TEST_F(GatewaySecurityTest, ShutdownDeadlineEndsStreamsWithAnErrorEvent) {
   auto status = gateway_->process().Wait(10s);
   ASSERT_TRUE(status);
   EXPECT_TRUE(status->Success()) << status->ToString();
+}
+
+// A backend key in a file that others may read is refused, by the engine and the gateway;
+// one only its owner reads works.
+TEST_F(GatewaySecurityTest, KeyFilesOthersCanReadAreRefused) {
+  const std::string key_file = dir_.WriteFile("backend.key", std::string(kBackendKey) + "\n");
+  ASSERT_EQ(chmod(key_file.c_str(), 0644), 0);
+  const std::string config = dir_.WriteFile(
+      "bmas.toml", fmt::format("[engine]\nprofile = \"instant\"\napi_key_file = \"{}\"\n"
+                               "[gateway]\nbackend_api_key_file = \"{}\"\n",
+                               key_file, key_file));
+  for (const char* command : {"engine", "gateway"}) {
+    auto refused = RunBmas({"--config", config, command, "--port", "0"}, Env(), 10s);
+    ASSERT_TRUE(refused) << refused.error().message;
+    EXPECT_FALSE(refused->status.Success()) << command;
+    EXPECT_THAT(refused->err, HasSubstr("chmod 600")) << command;
+    EXPECT_THAT(refused->err, Not(HasSubstr(std::string(kBackendKey)))) << command;
+  }
+  ASSERT_EQ(chmod(key_file.c_str(), 0600), 0);
+  auto engine = Process::Start({"--config", config, "engine", "--port", "0"});
+  ASSERT_TRUE(engine) << engine.error().message;
+  auto line = (*engine)->WaitForLine("listening on", 10s);
+  ASSERT_TRUE(line) << line.error().message << (*engine)->StderrText();
+  const uint16_t port = PortOfUrl(line->substr(line->find("http://")));
+  HttpClient c(port);
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  c.SetDefaultHeader("Authorization", fmt::format("Bearer {}", kBackendKey));
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  EXPECT_TRUE((*engine)->Stop(10s).Success());
 }
 
 // Issue 11.9: out of file descriptors (EMFILE), the accept loop backs off, logs once per
