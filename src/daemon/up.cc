@@ -93,22 +93,19 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
   return std::make_pair(pid, out[0]);
 }
 
-// Reads the child's first stdout line ("...listening on URL"), waiting up to `timeout`.
-Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
-  std::string line;
+// What a child printed when ready: its "listening on URL" line, and the "metrics on URL" line
+// a gateway prints before it.
+struct Ready {
+  std::string url;
+  std::string metrics_url;  // "" when none
+};
+
+// Reads the child's stdout up to its "listening on URL" line, waiting up to `timeout`.
+Result<Ready> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
+  std::string text;
   auto until = std::chrono::steady_clock::now() + timeout;
-  // Lines before the "listening on" one (the gateway's metrics address) are skipped.
-  auto first_listening = [&line] {
-    size_t start = 0;
-    for (size_t end; (end = line.find('\n', start)) != std::string::npos; start = end + 1) {
-      if (line.substr(start, end - start).find("listening on") != std::string::npos) {
-        line = line.substr(start, end - start + 1);
-        return true;
-      }
-    }
-    return false;
-  };
-  while (!first_listening()) {
+  while (text.find("listening on") == std::string::npos ||
+         text.find('\n', text.find("listening on")) == std::string::npos) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Internal("did not report a listening address in time");
@@ -122,12 +119,19 @@ Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
     char buf[512];
     ssize_t n = read(fd, buf, sizeof buf);
     if (n <= 0) return Internal("exited before it was ready");
-    line.append(buf, static_cast<size_t>(n));
+    text.append(buf, static_cast<size_t>(n));
   }
-  line.resize(line.find('\n'));
-  auto at = line.find("http://");
-  if (at == std::string::npos) return Internal("printed an unexpected line: " + line);
-  return line.substr(at);
+  // The URL a line ends with ("" when none).
+  auto url_of = [&text](std::string_view needle) {
+    const size_t at = text.find(needle);
+    if (at == std::string::npos) return std::string();
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    const size_t http = line.find("http://");
+    return http == std::string::npos ? std::string() : line.substr(http);
+  };
+  Ready ready{url_of("listening on"), url_of("metrics on")};
+  if (ready.url.empty()) return Internal("printed an unexpected line: " + text);
+  return ready;
 }
 
 std::string LogTail(const std::string& path) {
@@ -196,7 +200,7 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
     return fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", name,
                        url.error().message, c.log, LogTail(c.log));
   }
-  c.url = *url;
+  c.url = url->url;
   children.push_back(c);
   return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
                      what, c.url, "", "", c.log);
@@ -278,10 +282,11 @@ int RunUp(const UpOptions& options) {
       return fail(fmt::format("{} {}; its log {} ends with:\n{}", c.name, url.error().message,
                               c.log, LogTail(c.log)));
     }
-    children.back().url = *url;
+    children.back().url = url->url;
   }
 
   const size_t num_engines = children.size();
+  std::string gateway_metrics_url;
   if (config.up.gateway && num_engines > 0) {
     Child g;
     g.name = "gateway";
@@ -302,7 +307,8 @@ int RunUp(const UpOptions& options) {
       return fail(fmt::format("gateway {}; its log {} ends with:\n{}", url.error().message, g.log,
                               LogTail(g.log)));
     }
-    children.back().url = *url;
+    children.back().url = url->url;
+    gateway_metrics_url = url->metrics_url;
   }
 
   // A local Slurm when this machine can run one; otherwise why not. Left alone when
@@ -376,8 +382,11 @@ int RunUp(const UpOptions& options) {
     if (c.name == "slurm-mon" || c.name == "agent") continue;  // after Slurm's and LXD's lines
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
-                             "over the engines\n",
-                             c.name, c.url, config.gateway.routing, config.gateway.fairness);
+                             "over the engines{}\n",
+                             c.name, c.url, config.gateway.routing, config.gateway.fairness,
+                             gateway_metrics_url.empty()
+                                 ? std::string()
+                                 : "; operator metrics: " + gateway_metrics_url);
     } else {
       summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n",
                              c.name, c.url, e.model, e.profile);
