@@ -1,15 +1,15 @@
 #include "gateway/request.h"
 
-#include <algorithm>
-#include <cmath>
-#include <string_view>
-#include <vector>
-
 #include <fmt/format.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
 
 namespace bmas::gateway {
 
@@ -17,8 +17,7 @@ namespace {
 constexpr size_t kLeadBytes = 4096;
 }  // namespace
 
-Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser,
-                                             std::string_view body) {
+Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
   simdjson::dom::element doc;
   if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
     return InvalidArgument(
@@ -32,8 +31,8 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser,
   for (auto field : obj) keys.push_back(field.key);
   std::sort(keys.begin(), keys.end());
   if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end()) {
-    return InvalidArgument(
-        fmt::format("the request body gives the key '{}' more than once", *dup), std::string(*dup));
+    return InvalidArgument(fmt::format("the request body gives the key '{}' more than once", *dup),
+                           std::string(*dup));
   }
 
   CompletionFields f;
@@ -100,7 +99,8 @@ void CharsPerToken::Learn(int64_t chars, int64_t tokens) {
 }
 
 int64_t CharsPerToken::Estimate(int64_t chars) const {
-  return static_cast<int64_t>(std::ceil(static_cast<double>(std::max<int64_t>(chars, 0)) / ratio())) +
+  return static_cast<int64_t>(
+             std::ceil(static_cast<double>(std::max<int64_t>(chars, 0)) / ratio())) +
          1;
 }
 

@@ -31,8 +31,7 @@ struct CompletionFields {
 // field in `param`): not JSON, not an object, a top-level key given twice (a backend would read
 // the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
 // string or an array of at most kMaxStopStrings strings. `parser` is reused scratch.
-Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser,
-                                             std::string_view body);
+Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body);
 
 // A model's prompt characters per token, learnt from its backends' usage replies, for the
 // token estimate of a prompt whose usage never comes (a cut stream). Pure; not thread-safe.

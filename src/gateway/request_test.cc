@@ -1,7 +1,6 @@
 #include "gateway/request.h"
 
 #include <gtest/gtest.h>
-
 #include <simdjson.h>
 
 #include <string>

@@ -1,7 +1,6 @@
 #include "gateway/sse.h"
 
 #include <gtest/gtest.h>
-
 #include <simdjson.h>
 
 #include <string>
@@ -15,7 +14,8 @@ TEST(ClassifySseEventTest, CountsOnlyEventsThatCarryTokens) {
     SseEventKind kind;
   } cases[] = {
       {"data: [DONE]\n\n", SseEventKind::kDone},
-      {"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+      {"data: "
+       "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
        SseEventKind::kOther},
       {"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
        SseEventKind::kOther},

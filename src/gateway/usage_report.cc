@@ -1,10 +1,10 @@
 #include "gateway/usage_report.h"
 
-#include <map>
-#include <optional>
-
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+
+#include <map>
+#include <optional>
 
 namespace bmas::gateway {
 
@@ -34,7 +34,10 @@ std::string UsageReportJson(const std::string& user, int64_t since,
   };
   auto limit = [&w](const char* name, const std::optional<int64_t>& v) {
     w.Key(name);
-    if (v) w.Int64(*v); else w.Null();
+    if (v)
+      w.Int64(*v);
+    else
+      w.Null();
   };
   w.StartObject();
   w.Key("object");

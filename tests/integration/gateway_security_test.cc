@@ -6,7 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
-
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -39,7 +38,9 @@ std::string CompletionBody(std::string_view prompt, int max_tokens, std::string_
                      Quote(prompt), max_tokens, extra.empty() ? "" : ",", extra);
 }
 
-HeaderList Bearer(std::string_view key) { return {{"Authorization", fmt::format("Bearer {}", key)}}; }
+HeaderList Bearer(std::string_view key) {
+  return {{"Authorization", fmt::format("Bearer {}", key)}};
+}
 
 bool IsErrorEvent(const std::string& data) {
   rapidjson::Document doc;
@@ -149,8 +150,7 @@ TEST_F(GatewaySecurityTest, KeylessRequestsDoNotGrowTheKeyCache) {
   };
   for (int i = 0; i < 10000; ++i) {
     // Half garbage of any length (up to 8 KB), half of a key's exact form but unknown.
-    std::string bearer = i % 2 == 0 ? hex(16 + rng() % 8192)
-                                    : "sk-bmas-" + hex(12) + "-" + hex(48);
+    std::string bearer = i % 2 == 0 ? hex(16 + rng() % 8192) : "sk-bmas-" + hex(12) + "-" + hex(48);
     c.SetDefaultHeader("Authorization", "Bearer " + bearer);
     auto r = c.Get("/v1/models");
     ASSERT_TRUE(r) << r.error().message;
@@ -187,8 +187,8 @@ TEST_F(GatewaySecurityTest, MetricsOnlyOnTheOperatorListener) {
 // Issue 11.8: a backend answers /v1/* only with its key (vLLM's --api-key); the gateway has it.
 TEST_F(GatewaySecurityTest, BackendsRequireTheirKey) {
   ASSERT_NO_FATAL_FAILURE(Start(kInstant));
-  for (const std::string& bearer : {std::string(), std::string("wrong"), key_,
-                                    std::string(kBackendKey) + "x"}) {
+  for (const std::string& bearer :
+       {std::string(), std::string("wrong"), key_, std::string(kBackendKey) + "x"}) {
     HttpClient direct(engine_->port());
     RequestOptions o;
     if (!bearer.empty()) o.headers = Bearer(bearer);
@@ -213,9 +213,9 @@ TEST_F(GatewaySecurityTest, BackendsRequireTheirKey) {
 // Issue 11.8: the gateway reads the first copy of a key, vLLM the last: a repeat is refused.
 TEST_F(GatewaySecurityTest, RepeatedTopLevelKeyIsRefused) {
   ASSERT_NO_FATAL_FAILURE(Start(kInstant));
-  HttpResponse r = PostAs(key_, "/v1/completions",
-                          fmt::format(R"({{"model":{},"prompt":"hi","max_tokens":1,"max_tokens":50}})",
-                                      Quote(kModel)));
+  HttpResponse r = PostAs(
+      key_, "/v1/completions",
+      fmt::format(R"({{"model":{},"prompt":"hi","max_tokens":1,"max_tokens":50}})", Quote(kModel)));
   ExpectError(r, 400, "max_tokens");
   r = PostAs(key_, "/v1/completions",
              fmt::format(R"({{"model":"nobody/cheap","model":{},"prompt":"hi","max_tokens":1}})",
@@ -266,8 +266,8 @@ TEST_F(GatewaySecurityTest, StopStringsAreBounded) {
   HttpResponse r = PostAs(key_, "/v1/completions", CompletionBody("hi", 2, R"("stop":)" + many));
   ExpectError(r, 400, "stop");
   EXPECT_THAT(r.body, HasSubstr("at most 4"));
-  r = PostAs(kBackendKey, "/v1/completions", CompletionBody("hi", 2, R"("stop":["a","b","c","d","e"])"),
-             engine_->port());
+  r = PostAs(kBackendKey, "/v1/completions",
+             CompletionBody("hi", 2, R"("stop":["a","b","c","d","e"])"), engine_->port());
   ExpectError(r, 400, "stop");
   EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2, R"("stop":["a","b","c","d"])"))
                 .status,
