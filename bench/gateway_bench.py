@@ -133,10 +133,18 @@ class Gateway:
         self.proc = subprocess.Popen([BMAS, "gateway", "--port", "0", *backends, *args], env=state.env,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         started_processes.append(self.proc)
-        m = re.search(r"(http://\S+)", self.proc.stdout.readline())
-        if not m:
-            raise RuntimeError("gateway did not start")
-        self.url = m.group(1)
+        # "metrics on URL/metrics" (the operator listener), then "listening on URL".
+        self.metrics_url = None
+        while True:
+            line = self.proc.stdout.readline()
+            m = re.search(r"(http://\S+)", line)
+            if not m:
+                raise RuntimeError("gateway did not start")
+            if "metrics on" in line:
+                self.metrics_url = m.group(1)
+                continue
+            self.url = m.group(1)
+            break
         self.command = " ".join(["BMAS_STATE_DIR=STATE build/bmas gateway --port 0",
                                  *(["--backend URL"] * len(engines)), *args])
         # Serves once every backend has passed its first health check.
@@ -150,7 +158,7 @@ class Gateway:
             time.sleep(0.1)
 
     def metrics(self):
-        return http_get(self.url + "/metrics")[1]
+        return http_get(self.metrics_url)[1]
 
     def cpu_seconds(self):
         return cpu_seconds(self.proc.pid)

@@ -62,6 +62,7 @@ void EngineCommand::ApplyFlags(EngineSettings& s) const {
   if (given("--max-body-bytes")) s.max_body_bytes = flags_.max_body_bytes;
   if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;
   if (given("--default-chat-max-tokens")) s.default_chat_max_tokens = flags_.default_chat_max_tokens;
+  if (given("--api-key")) s.api_key = flags_.api_key;
 }
 
 void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
@@ -105,6 +106,9 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
                "Output length of a chat completion that sets no max_tokens")
       ->check(CLI::PositiveNumber)
       ->default_str("256");
+  c.add_option("--api-key", flags_.api_key,
+               "As vLLM's: /v1/* then requires Authorization: Bearer KEY. Visible in ps: prefer "
+               "$VLLM_API_KEY or [engine] api_key_file");
   c.require_subcommand(0, 1);
 
   calibrate_ = c.add_subcommand(
@@ -237,6 +241,18 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
                "Seconds in-flight requests get to finish after SIGTERM")
       ->check(CLI::NonNegativeNumber)
       ->default_str("30");
+  c.add_option("--metrics-listen", flags_.metrics_listen,
+               "host:port of the operator listener serving /metrics (\"\" = none); never the "
+               "users' port")
+      ->default_str(flags_.metrics_listen);
+  c.add_option("--key-cache-size", flags_.key_cache_size, "API keys remembered (LRU)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->default_str("10000");
+  c.add_option("--upstream-idle-timeout", flags_.upstream_idle_timeout_s,
+               "Seconds a stream's backend may send nothing before the stream ends with an error "
+               "and the backend is marked down")
+      ->check(CLI::PositiveNumber)
+      ->default_str("30");
   c.require_subcommand(0, 1);
   CLI::App* backend = c.add_subcommand("backend", "Add, remove or list backends in the store");
   backend->require_subcommand(1);
@@ -263,6 +279,9 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
     if (given("--queue-timeout")) s.queue_timeout_s = flags_.queue_timeout_s;
     if (given("--max-body-bytes")) s.max_body_bytes = flags_.max_body_bytes;
     if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;
+    if (given("--metrics-listen")) s.metrics_listen = flags_.metrics_listen;
+    if (given("--key-cache-size")) s.key_cache_size = flags_.key_cache_size;
+    if (given("--upstream-idle-timeout")) s.upstream_idle_timeout_s = flags_.upstream_idle_timeout_s;
     global.exit_code = RunGateway(s, ResolveStateDir(global.state_dir, config));
   });
 }

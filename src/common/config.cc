@@ -91,6 +91,7 @@ Config LoadConfig(const std::string& path) {
     e.shutdown_timeout_s = static_cast<int>(t->Int("shutdown_timeout_s", 30, 0, 3600));
     e.default_chat_max_tokens =
         static_cast<int>(t->Int("default_chat_max_tokens", 256, 1, 1 << 24));
+    e.api_key_file = t->String("api_key_file", e.api_key_file);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("gateway")) {
@@ -106,6 +107,11 @@ Config LoadConfig(const std::string& path) {
     g.queue_timeout_s = t->Double("queue_timeout_s", g.queue_timeout_s, 0.001, 86400);
     g.max_body_bytes = t->Int("max_body_bytes", g.max_body_bytes, 1024, int64_t{1} << 32);
     g.shutdown_timeout_s = static_cast<int>(t->Int("shutdown_timeout_s", 30, 0, 3600));
+    g.metrics_listen = t->String("metrics_listen", g.metrics_listen);
+    g.key_cache_size = static_cast<int>(t->Int("key_cache_size", g.key_cache_size, 1, 1 << 24));
+    g.upstream_idle_timeout_s =
+        t->Double("upstream_idle_timeout_s", g.upstream_idle_timeout_s, 0.001, 86400);
+    g.backend_api_key_file = t->String("backend_api_key_file", g.backend_api_key_file);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("up")) {

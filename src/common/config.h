@@ -26,6 +26,11 @@ struct EngineSettings {
   int64_t max_body_bytes = 4 << 20;
   int shutdown_timeout_s = 30;
   int default_chat_max_tokens = 256;
+  // vLLM's --api-key: /v1/* then requires `Authorization: Bearer KEY`. A secret: read from the
+  // file `api_key_file` (which must not be readable by others) or $VLLM_API_KEY, never from
+  // the config file itself.
+  std::string api_key_file;
+  std::string api_key;  // `--api-key` only, never read from the file
 };
 
 struct GatewaySettings {
@@ -40,6 +45,13 @@ struct GatewaySettings {
   double queue_timeout_s = 30;
   int64_t max_body_bytes = 4 << 20;
   int shutdown_timeout_s = 30;
+  // /metrics (user names, per-user tokens) is served only here: "host:port", "" = nowhere.
+  std::string metrics_listen = "127.0.0.1:0";
+  int key_cache_size = 10000;            // API keys remembered (LRU)
+  double upstream_idle_timeout_s = 30;   // a stream silent this long: error event, backend down
+  // The key the gateway sends its backends (their --api-key): read from this file (not
+  // readable by others) or $BMAS_BACKEND_API_KEY.
+  std::string backend_api_key_file;
 };
 
 struct UpSettings {

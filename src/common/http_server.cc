@@ -245,8 +245,23 @@ awaitable<void> HttpServer::AcceptLoop() {
         co_await acceptor_.async_accept(on, net::redirect_error(use_awaitable, ec));
     if (ec) {
       if (stopping_ || ec == net::error::operation_aborted) break;
-      spdlog::warn("accept failed: {}", ec.message());
-      // Out of file descriptors and the like: back off instead of spinning.
+      // Out of file descriptors and the like: back off instead of spinning, and log once per
+      // interval, not once per attempt.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_accept_log_ >= kAcceptLogInterval) {
+        if (accept_failures_suppressed_ > 0) {
+          spdlog::warn("accept failed: {} ({} more failures in the last {} s not logged)",
+                       ec.message(), accept_failures_suppressed_,
+                       std::chrono::duration_cast<std::chrono::seconds>(now - last_accept_log_)
+                           .count());
+        } else {
+          spdlog::warn("accept failed: {}", ec.message());
+        }
+        last_accept_log_ = now;
+        accept_failures_suppressed_ = 0;
+      } else {
+        ++accept_failures_suppressed_;
+      }
       net::steady_timer t(io_, std::chrono::milliseconds(50));
       co_await t.async_wait(net::redirect_error(use_awaitable, ec));
       continue;

@@ -128,6 +128,10 @@ class HttpServer {
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   size_t next_worker_ = 0;
+  // Accept failures (EMFILE, ENFILE) are logged at most once per interval. Accept loop only.
+  static constexpr std::chrono::seconds kAcceptLogInterval{5};
+  std::chrono::steady_clock::time_point last_accept_log_{};
+  uint64_t accept_failures_suppressed_ = 0;
   std::atomic<bool> stopping_ = false;
   std::atomic<size_t> active_requests_ = 0;
   std::atomic<size_t> workers_stopped_ = 0;

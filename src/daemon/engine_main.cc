@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
+#include "daemon/secret.h"
 #include "daemon/serve.h"
 #include "engine/timing.h"
 
@@ -64,6 +65,13 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   o.http.port = static_cast<uint16_t>(s.port);
   o.http.max_body_bytes = static_cast<size_t>(s.max_body_bytes);
   o.http.server_name = "bmas-engine";
+  if (!s.api_key.empty()) {
+    o.api_key = s.api_key;
+  } else {
+    auto key = ReadSecret(s.api_key_file, "VLLM_API_KEY");
+    if (!key) return InvalidArgument(key.error().message, "api_key_file");
+    o.api_key = std::move(*key);
+  }
   return o;
 }
 
@@ -89,6 +97,7 @@ int RunEngine(const EngineSettings& settings) {
       options->model, options->profile_name, c.max_num_seqs, c.max_num_batched_tokens,
       c.num_kv_blocks, c.block_size, c.max_model_len, settings.scheduling_policy,
       c.enable_prefix_caching);
+  if (!options->api_key.empty()) spdlog::info("bmas engine: /v1/* requires the API key");
   server.Start();
   fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
   std::fflush(stdout);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/secret.h"
 #include "daemon/serve.h"
 #include "gateway/gateway.h"
 #include "gateway/upstream.h"
@@ -44,6 +45,42 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   o.http.server_name = "bmas-gateway";
   o.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(s.queue_timeout_s * 1000));
   o.reserve_fraction = s.reserve_fraction;
+  o.key_cache_size = static_cast<size_t>(s.key_cache_size);
+  o.upstream_idle_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(s.upstream_idle_timeout_s * 1000));
+  if (!s.metrics_listen.empty()) {
+    // "host:port"; the host may be a bracketed IPv6 address.
+    const auto colon = s.metrics_listen.rfind(':');
+    int metrics_port = -1;
+    if (colon != std::string::npos) {
+      try {
+        size_t used = 0;
+        metrics_port = std::stoi(s.metrics_listen.substr(colon + 1), &used);
+        if (used != s.metrics_listen.size() - colon - 1) metrics_port = -1;
+      } catch (const std::exception&) {
+        metrics_port = -1;
+      }
+    }
+    std::string host = colon == std::string::npos ? "" : s.metrics_listen.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    if (host.empty() || metrics_port < 0 || metrics_port > 65535) {
+      fmt::print(stderr, "bmas gateway: metrics_listen '{}' is not host:port\n", s.metrics_listen);
+      return 2;
+    }
+    o.metrics_http.host = host;
+    o.metrics_http.port = static_cast<uint16_t>(metrics_port);
+    o.metrics_http.server_name = "bmas-gateway-metrics";
+  } else {
+    o.metrics_http.host.clear();
+  }
+  auto backend_key = ReadSecret(s.backend_api_key_file, "BMAS_BACKEND_API_KEY");
+  if (!backend_key) {
+    fmt::print(stderr, "bmas gateway: backend_api_key_file: {}\n", backend_key.error().message);
+    return 2;
+  }
+  o.backend_api_key = std::move(*backend_key);
   o.default_capacity = s.default_capacity;
 
   std::error_code ec;
@@ -77,6 +114,10 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     threads.emplace_back([w = workers[i]] { w->run(); });
   }
   // Tests and `bmas up` read this line: the URL ends it.
+  if (gw.metrics_port() != 0) {
+    fmt::print("bmas gateway: metrics on http://{}:{}/metrics\n", o.metrics_http.host,
+               gw.metrics_port());
+  }
   fmt::print("bmas gateway: listening on http://{}:{}\n", s.host, *port);
   std::fflush(stdout);
 

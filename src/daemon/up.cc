@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -43,7 +45,8 @@ struct Child {
 
 // Starts `argv` with stdout on a pipe and stderr appended to `log`; returns the pid and the
 // read end of the pipe. Signals blocked in this process are unblocked in the child.
-Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log) {
+Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log,
+                                    const std::vector<std::string>& env = {}) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
   int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -69,7 +72,19 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  // `env` ("NAME=value", secrets among them: never on the command line) replaces variables of
+  // the same name.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view var(*e);
+    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+      return var.substr(0, var.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
+    });
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const std::string& x : env) envp.push_back(const_cast<char*>(x.c_str()));
+  envp.push_back(nullptr);
+  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(out[1]);
@@ -81,11 +96,19 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
   return std::make_pair(pid, out[0]);
 }
 
-// Reads the child's first stdout line ("...listening on URL"), waiting up to `timeout`.
-Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
-  std::string line;
+// What a child printed when ready: its "listening on URL" line, and the "metrics on URL" line
+// a gateway prints before it.
+struct Ready {
+  std::string url;
+  std::string metrics_url;  // "" when none
+};
+
+// Reads the child's stdout up to its "listening on URL" line, waiting up to `timeout`.
+Result<Ready> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
+  std::string text;
   auto until = std::chrono::steady_clock::now() + timeout;
-  while (line.find('\n') == std::string::npos) {
+  while (text.find("listening on") == std::string::npos ||
+         text.find('\n', text.find("listening on")) == std::string::npos) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Internal("did not report a listening address in time");
@@ -99,12 +122,19 @@ Result<std::string> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
     char buf[512];
     ssize_t n = read(fd, buf, sizeof buf);
     if (n <= 0) return Internal("exited before it was ready");
-    line.append(buf, static_cast<size_t>(n));
+    text.append(buf, static_cast<size_t>(n));
   }
-  line.resize(line.find('\n'));
-  auto at = line.find("http://");
-  if (at == std::string::npos) return Internal("printed an unexpected line: " + line);
-  return line.substr(at);
+  // The URL a line ends with ("" when none).
+  auto url_of = [&text](std::string_view needle) {
+    const size_t at = text.find(needle);
+    if (at == std::string::npos) return std::string();
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    const size_t http = line.find("http://");
+    return http == std::string::npos ? std::string() : line.substr(http);
+  };
+  Ready ready{url_of("listening on"), url_of("metrics on")};
+  if (ready.url.empty()) return Internal("printed an unexpected line: " + text);
+  return ready;
 }
 
 std::string LogTail(const std::string& path) {
@@ -173,7 +203,7 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
     return fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", name,
                        url.error().message, c.log, LogTail(c.log));
   }
-  c.url = *url;
+  c.url = url->url;
   children.push_back(c);
   return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
                      what, c.url, "", "", c.log);
@@ -251,6 +281,18 @@ int RunUp(const UpOptions& options) {
     StopAll(children, std::chrono::seconds(5));
     return 1;
   };
+  // One random key between this machine's engines and its gateway (vLLM's --api-key), handed
+  // over in their environment, which only their owner can read.
+  std::string backend_key;
+  {
+    unsigned char bytes[32];
+    size_t got = 0;
+    while (got < sizeof bytes) {
+      ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    for (unsigned char b : bytes) backend_key += fmt::format("{:02x}", b);
+  }
   for (int i = 0; i < config.up.engines; ++i) {
     Child c;
     c.name = fmt::format("engine-{}", i);
@@ -258,7 +300,7 @@ int RunUp(const UpOptions& options) {
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
     std::vector<std::string> args = service_args();
     args.insert(args.end(), {"engine", "--port", std::to_string(port)});
-    auto spawned = Spawn(args, c.log);
+    auto spawned = Spawn(args, c.log, {"VLLM_API_KEY=" + backend_key});
     if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
     c.pid = spawned->first;
     children.push_back(c);
@@ -268,10 +310,11 @@ int RunUp(const UpOptions& options) {
       return fail(fmt::format("{} {}; its log {} ends with:\n{}", c.name, url.error().message,
                               c.log, LogTail(c.log)));
     }
-    children.back().url = *url;
+    children.back().url = url->url;
   }
 
   const size_t num_engines = children.size();
+  std::string gateway_metrics_url;
   if (config.up.gateway && num_engines > 0) {
     Child g;
     g.name = "gateway";
@@ -282,7 +325,7 @@ int RunUp(const UpOptions& options) {
       args.push_back("--backend");
       args.push_back(children[i].url);
     }
-    auto spawned = Spawn(args, g.log);
+    auto spawned = Spawn(args, g.log, {"BMAS_BACKEND_API_KEY=" + backend_key});
     if (!spawned) return fail(fmt::format("gateway: {}", spawned.error().message));
     g.pid = spawned->first;
     children.push_back(g);
@@ -292,7 +335,8 @@ int RunUp(const UpOptions& options) {
       return fail(fmt::format("gateway {}; its log {} ends with:\n{}", url.error().message, g.log,
                               LogTail(g.log)));
     }
-    children.back().url = *url;
+    children.back().url = url->url;
+    gateway_metrics_url = url->metrics_url;
   }
 
   // A local Slurm when this machine can run one; otherwise why not. Left alone when
@@ -366,8 +410,11 @@ int RunUp(const UpOptions& options) {
     if (c.name == "slurm-mon" || c.name == "agent") continue;  // after Slurm's and LXD's lines
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
-                             "over the engines\n",
-                             c.name, c.url, config.gateway.routing, config.gateway.fairness);
+                             "over the engines{}\n",
+                             c.name, c.url, config.gateway.routing, config.gateway.fairness,
+                             gateway_metrics_url.empty()
+                                 ? std::string()
+                                 : "; operator metrics: " + gateway_metrics_url);
     } else {
       summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n",
                              c.name, c.url, e.model, e.profile);

@@ -198,6 +198,13 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
     if (e->get_string().get(s) == simdjson::SUCCESS) {
       if (!s.empty()) req.stop.emplace_back(s);
     } else if (e->get_array().get(arr) == simdjson::SUCCESS) {
+      // The OpenAI API's bound; without one, stop strings cost time quadratic in their number.
+      constexpr size_t kMaxStop = 4;
+      if (arr.size() > kMaxStop) {
+        return InvalidArgument(fmt::format("'stop' may hold at most {} strings; {} were given",
+                                           kMaxStop, arr.size()),
+                               "stop");
+      }
       for (dom::element x : arr) {
         if (x.get_string().get(s) != simdjson::SUCCESS) {
           return TypeError("stop", "a string or an array of strings");

@@ -103,6 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kC, R"({"model":"m","prompt":"x","stream_options":true})", "stream_options", "an object"},
         BadCase{kC, R"({"model":"m","prompt":"x","stop":5})", "stop", "a string or an array"},
         BadCase{kC, R"({"model":"m","prompt":"x","stop":["a",1]})", "stop", "a string or an array"},
+        BadCase{kC, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})", "stop", "at most 4"},
         BadCase{kC, R"({"model":"m","prompt":"x","n":2})", "n", "'n' must be 1"},
         BadCase{kC, R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature", "a number"},
         BadCase{kC, R"({"model":"m","prompt":"x","priority":"high"})", "priority", "an integer"},

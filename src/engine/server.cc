@@ -179,6 +179,22 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
   const bool get = request.method() == http::verb::get;
   const bool post = request.method() == http::verb::post;
 
+  if (!options_.api_key.empty() && target.starts_with("/v1")) {
+    const std::string_view auth = request[http::field::authorization];
+    constexpr std::string_view kBearer = "Bearer ";
+    // Compared in time independent of where the first difference lies.
+    const std::string_view given =
+        auth.starts_with(kBearer) ? auth.substr(kBearer.size()) : std::string_view();
+    unsigned char diff = given.size() == options_.api_key.size() ? 0 : 1;
+    for (size_t i = 0; i < options_.api_key.size(); ++i) {
+      diff |= static_cast<unsigned char>(options_.api_key[i] ^ (i < given.size() ? given[i] : 0));
+    }
+    if (diff != 0) {
+      co_await writer.Send(http::status::unauthorized, "application/json",
+                           R"({"error":"Unauthorized"})");
+      co_return;
+    }
+  }
   if (target == "/v1/completions" || target == "/v1/chat/completions") {
     if (!post) {
       co_await writer.SendError(http::status::method_not_allowed,

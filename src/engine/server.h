@@ -33,6 +33,9 @@ struct EngineServerOptions {
   // max_tokens of a chat completion that gives none: stands in for where a real model would
   // end its answer (vLLM's own default is the rest of the context window).
   int default_chat_max_tokens = 256;
+  // vLLM's --api-key: when set, /v1/* answers 401 without `Authorization: Bearer <api_key>`;
+  // /health, /version and /metrics stay open, as in vLLM. A secret: never logged.
+  std::string api_key;
 };
 
 class EngineServer {

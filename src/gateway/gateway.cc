@@ -1,5 +1,9 @@
 #include "gateway/gateway.h"
 
+#include "gateway/request.h"
+#include "gateway/sse.h"
+#include "gateway/usage_report.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -38,22 +42,6 @@ simdjson::dom::parser& Reusable(std::unique_ptr<simdjson::dom::parser>& parser) 
   return *parser;
 }
 
-// Reads usage.prompt_tokens / usage.completion_tokens from a JSON response or chunk.
-bool ParseUsage(simdjson::dom::parser& parser, std::string_view json, int64_t& prompt,
-                int64_t& completion) {
-  simdjson::dom::element doc;
-  if (parser.parse(json.data(), json.size()).get(doc)) return false;
-  simdjson::dom::object usage;
-  if (doc["usage"].get_object().get(usage)) return false;
-  int64_t p = 0, c = 0;
-  if (usage["prompt_tokens"].get_int64().get(p) || usage["completion_tokens"].get_int64().get(c)) {
-    return false;
-  }
-  prompt = p;
-  completion = c;
-  return true;
-}
-
 // Parses the body bytes already in `buffer` into `chunk`, reading nothing; returns how many it
 // put there. Stops when `chunk` is full, the message is done or more bytes must be read.
 size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buffer_body>& parser,
@@ -71,22 +59,6 @@ size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buf
     if (ec || used == 0) break;
   }
   return chunk.size() - parser.get().body().size;
-}
-
-// The sum of a metric's samples in Prometheus text (0 when absent).
-double MetricSum(std::string_view text, std::string_view name) {
-  double sum = 0;
-  size_t pos = 0;
-  while ((pos = text.find(name, pos)) != std::string_view::npos) {
-    const bool line_start = pos == 0 || text[pos - 1] == '\n';
-    pos += name.size();
-    if (!line_start || pos >= text.size() || (text[pos] != '{' && text[pos] != ' ')) continue;
-    size_t eol = text.find('\n', pos);
-    std::string_view line = text.substr(pos, eol == std::string_view::npos ? text.npos : eol - pos);
-    size_t space = line.rfind(' ');
-    if (space != std::string_view::npos) sum += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
-  }
-  return sum;
 }
 
 // How long after a user's last request the reserve is kept free for them.
@@ -126,7 +98,8 @@ struct Gateway::Request {
   std::string upstream_body;  // the client's body, with include_usage added to streams
   bool stream = false;
   bool client_wants_usage = false;
-  int64_t prompt_estimate = 0;  // bytes / 4, until the backend reports usage
+  int64_t prompt_chars = 0;     // bytes of prompt text
+  int64_t prompt_estimate = 0;  // tokens, from prompt_chars, until the backend reports usage
   std::optional<uint64_t> prefix_key;
   Clock::time_point start;
 };
@@ -174,6 +147,7 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
       epoch_(Clock::now()),
       router_(options_.routing),
+      keys_(options_.key_cache_size),
       queue_wait_(metrics_.AddHistogram("bmas_gateway_queue_wait_seconds",
                                         "Time requests waited in the fair queue.", "",
                                         LatencyBuckets())),
@@ -183,7 +157,15 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       e2e_(metrics_.AddHistogram("bmas_gateway_request_duration_seconds",
                                  "Time from a request's arrival to the end of its response.", "",
                                  LatencyBuckets())),
-      queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")) {
+      queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")),
+      key_cache_entries_(metrics_.AddGauge("bmas_gateway_key_cache_entries",
+                                           "API keys the gateway remembers (bounded LRU).", "")) {
+  if (!options_.metrics_http.host.empty()) {
+    metrics_http_ = std::make_unique<HttpServer>(
+        workers_, options_.metrics_http,
+        [this](HttpRequest& r, ResponseWriter& w) { return HandleMetrics(r, w); });
+  }
+  relaying_.resize(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) {
     json_.push_back(std::make_unique<simdjson::dom::parser>());
   }
@@ -197,7 +179,16 @@ Gateway::~Gateway() = default;
 
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
 
-Result<uint16_t> Gateway::Listen() { return http_.Listen(); }
+Result<uint16_t> Gateway::Listen() {
+  auto port = http_.Listen();
+  if (!port || !metrics_http_) return port;
+  auto metrics = metrics_http_->Listen();
+  if (!metrics) {
+    return Error{metrics.error().code,
+                 fmt::format("the metrics listener: {}", metrics.error().message)};
+  }
+  return port;
+}
 
 size_t Gateway::WorkerOf(const net::any_io_executor& executor) const {
   const net::execution_context* context = &net::query(executor, net::execution::context);
@@ -219,13 +210,32 @@ void Gateway::ClearPools(const std::shared_ptr<Backend>& backend) {
 
 void Gateway::Start() {
   http_.Start();
+  if (metrics_http_) metrics_http_->Start();
   net::co_spawn(io_, HealthLoop(), LogFailure("gateway health checks"));
   net::co_spawn(io_, RefreshLoop(), LogFailure("gateway store refresh"));
   net::co_spawn(io_, FlushLoop(), LogFailure("gateway usage flush"));
 }
 
 awaitable<void> Gateway::Stop(Clock::duration deadline) {
-  co_await http_.Stop(deadline);
+  // At the deadline, streams still relaying are cut the way a failed backend cuts them (an
+  // SSE error event, then the end of the stream); the server then closes what is left.
+  constexpr auto kCutGrace = std::chrono::seconds(2);
+  net::steady_timer cut(io_, deadline);
+  cut.async_wait([this](const beast::error_code& ec) {
+    if (ec) return;
+    cutting_ = true;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      net::post(*workers_[i], [this, i] {
+        for (TcpStream* up : relaying_[i]) {
+          beast::error_code ignored;
+          up->socket().shutdown(tcp::socket::shutdown_both, ignored);
+        }
+      });
+    }
+  });
+  co_await http_.Stop(deadline + kCutGrace);
+  cut.cancel();
+  if (metrics_http_) co_await metrics_http_->Stop(std::chrono::seconds(1));
   stopping_ = true;
   co_await Flush();
 }
@@ -251,16 +261,16 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
     co_await writer.Send(any ? http::status::ok : http::status::service_unavailable,
                          "application/json",
                          any ? R"({"status":"ok"})" : R"({"status":"no healthy backend"})");
-  } else if (target == "/metrics" && get) {
-    std::string text = RenderMetrics();
-    co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
-                         std::move(text));
-  } else if (target == "/v1/models" && get) {
+  } else if ((target == "/v1/models" || target == "/v1/usage") && get) {
     auto user = co_await Authenticate(request);
     if (!user) {
       co_await writer.SendError(http::status::unauthorized,
                                 "missing or invalid API key: send Authorization: Bearer <key> "
                                 "(create one with `bmas key create USER`)");
+      co_return;
+    }
+    if (target == "/v1/usage") {
+      co_await HandleUsage(*user, writer);
       co_return;
     }
     std::string body = ModelsJson();
@@ -270,23 +280,57 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
   }
 }
 
+awaitable<void> Gateway::HandleMetrics(HttpRequest& request, ResponseWriter& writer) {
+  std::string target(request.target().substr(0, request.target().find('?')));
+  if (target == "/metrics" && request.method() == http::verb::get) {
+    std::string text = RenderMetrics();
+    co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                         std::move(text));
+  } else {
+    co_await writer.SendError(http::status::not_found, "no such path: " + target);
+  }
+}
+
+awaitable<void> Gateway::HandleUsage(const std::string& user, ResponseWriter& writer) {
+  // Today (UTC), as tokens_per_day counts, and the caller's own limits.
+  const int64_t since = UnixNow() / 86400 * 86400;
+  // An optional, not a Result: what the store thread hands back must be default-constructible.
+  auto query = [user, since](Store& store) {
+    auto found = store.QueryUsage(user, since);
+    return found ? std::optional<std::vector<UsageRow>>(std::move(*found)) : std::nullopt;
+  };
+  std::optional<std::vector<UsageRow>> rows = co_await store_.Run(std::move(query));
+  if (!rows) {
+    co_await writer.SendError(http::status::service_unavailable,
+                              "usage cannot be read right now; try again later");
+    co_return;
+  }
+  UserLimits limits;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = users_.find(user); it != users_.end()) limits = it->second;
+  }
+  std::string body = UsageReportJson(user, since, *rows, limits);
+  co_await writer.Send(http::status::ok, "application/json", std::move(body));
+}
+
 awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& request) {
   auto header = request[http::field::authorization];
   constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) {
+  // Before any look-up: only a bearer of a key's form and length is worth one, or a place in
+  // the cache.
+  if (header.size() <= kBearer.size() || header.size() > kBearer.size() + kMaxKeyLength ||
+      header.substr(0, kBearer.size()) != kBearer) {
     co_return std::nullopt;
   }
   std::string key(header.substr(kBearer.size()));
-  bool cached = false;
-  std::optional<std::string> cached_user;
+  if (!IsWellFormedKey(key)) co_return std::nullopt;
+  std::optional<std::optional<std::string>> cached;
   {
     std::lock_guard lock(mu_);
-    if (auto it = keys_.find(key); it != keys_.end()) {
-      cached = true;
-      cached_user = it->second;
-    }
+    cached = keys_.Get(key);
   }
-  if (cached) co_return cached_user;
+  if (cached) co_return *cached;
   // A key not seen before: ask the store for its user and that user's limits in one go, so
   // that a user added a moment ago is limited from their first request.
   struct Found {
@@ -307,7 +351,8 @@ awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& r
   {
     std::lock_guard lock(mu_);
     if (found.user) users_[*found.user] = *found.limits;
-    if (keys_.size() < 100000) keys_[key] = found.user;  // refreshed every second
+    keys_.Put(key, found.user);  // refreshed every second
+    key_cache_entries_.Set(static_cast<double>(keys_.size()));
   }
   co_return found.user;
 }
@@ -335,75 +380,20 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   r.start = start;
   {
     // Only what routing, queuing and metering need; the backend validates the rest.
-    simdjson::dom::parser& parser = Reusable(json_[r.worker]);
-    simdjson::dom::element doc;
-    const std::string& body = request.body();
-    if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
-      co_await fail(http::status::bad_request,
-                    fmt::format("the request body is not valid JSON: {}", simdjson::error_message(err)));
+    auto fields = ParseCompletionBody(Reusable(json_[r.worker]), request.body());
+    if (!fields) {
+      co_await fail(http::status::bad_request, fields.error().message, fields.error().param);
       co_return;
     }
-    simdjson::dom::object obj;
-    if (doc.get_object().get(obj)) {
-      co_await fail(http::status::bad_request, "the request body must be a JSON object");
-      co_return;
-    }
-    std::string_view model;
-    if (obj["model"].get_string().get(model)) {
-      co_await fail(http::status::bad_request, "'model' is required and must be a string", "model");
-      co_return;
-    }
-    r.model = std::string(model);
-    simdjson::dom::element e;
-    if (!obj["stream"].get(e) && !e.is_null()) {
-      bool stream;
-      if (e.get_bool().get(stream)) {
-        co_await fail(http::status::bad_request, "'stream' must be a boolean", "stream");
-        co_return;
-      }
-      r.stream = stream;
-    }
-    bool include_usage = false;
-    if (!obj.at_pointer("/stream_options/include_usage").get_bool().get(include_usage)) {
-      r.client_wants_usage = include_usage;
-    }
-    // The leading text decides the prefix key: the prompt, or the messages in order.
-    std::string lead;
-    std::string_view text;
-    if (!obj["prompt"].get_string().get(text)) {
-      lead = std::string(text.substr(0, 4096));
-      r.prompt_estimate = static_cast<int64_t>(text.size() / 4 + 1);
-    } else {
-      simdjson::dom::array messages;
-      if (!obj["messages"].get_array().get(messages)) {
-        for (simdjson::dom::element m : messages) {
-          std::string_view role, content;
-          if (!m["role"].get_string().get(role)) lead.append(role).append("\n");
-          if (!m["content"].get_string().get(content)) {
-            r.prompt_estimate += static_cast<int64_t>(content.size() / 4 + 1);
-            if (lead.size() < 4096) lead.append(content.substr(0, 4096)).append("\n");
-          }
-        }
-      }
-    }
-    r.prefix_key = PrefixKey(lead);
+    r.model = std::move(fields->model);
+    r.stream = fields->stream;
+    r.client_wants_usage = fields->client_wants_usage;
+    r.prompt_chars = fields->prompt_chars;
+    r.prefix_key = PrefixKey(fields->lead);
   }
   if (r.stream && !r.client_wants_usage) {
     // Meter streams: ask the backend for the usage chunk; it is dropped on the way back.
-    rapidjson::Document d;
-    d.Parse(request.body().data(), request.body().size());
-    auto& alloc = d.GetAllocator();
-    if (!d.HasMember("stream_options") || !d["stream_options"].IsObject()) {
-      d.RemoveMember("stream_options");
-      d.AddMember("stream_options", rapidjson::Value(rapidjson::kObjectType), alloc);
-    }
-    auto& so = d["stream_options"];
-    so.RemoveMember("include_usage");
-    so.AddMember("include_usage", true, alloc);
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    d.Accept(w);
-    r.upstream_body.assign(buf.GetString(), buf.GetSize());
+    r.upstream_body = WithIncludeUsage(request.body());
   } else {
     r.upstream_body = std::move(request.body());
   }
@@ -416,6 +406,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     auto limits_it = users_.find(r.user);
     const UserLimits limits = limits_it != users_.end() ? limits_it->second : UserLimits{};
     r.weight = limits.weight;
+    r.prompt_estimate = EstimatePromptTokensLocked(r.model, r.prompt_chars);
     for (const auto& b : backends_) {
       if (b->Serves(r.model)) {
         known = true;
@@ -537,7 +528,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
       // Counted above, under the lock.
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
       // Nothing reached the client: the backend is out until its health check passes.
-      spdlog::warn("gateway: backend {} failed: {}", backend->state.id, relayed.error().message);
+      spdlog::warn("gateway: backend {} is down: {}", backend->state.id, relayed.error().message);
       ClearPools(backend);
       retry = may_retry && other;
       if (!retry) {
@@ -555,6 +546,16 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     }
   }
   co_return retry;
+}
+
+int64_t Gateway::EstimatePromptTokensLocked(const std::string& model, int64_t chars) const {
+  auto it = prompt_ratio_.find(model);
+  return it != prompt_ratio_.end() ? it->second.Estimate(chars) : CharsPerToken().Estimate(chars);
+}
+
+void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens) {
+  std::lock_guard lock(mu_);
+  prompt_ratio_[model].Learn(chars, tokens);
 }
 
 void Gateway::CountStatus(int status) {
@@ -685,6 +686,9 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   head.reserve(128 + b.url.base_path.size() + b.url.host.size());
   head.append("POST ").append(b.url.base_path).append(r.target).append(" HTTP/1.1\r\nHost: ");
   head.append(b.url.host).append(":").append(b.url.port);
+  if (!options_.backend_api_key.empty()) {
+    head.append("\r\nAuthorization: Bearer ").append(options_.backend_api_key);
+  }
   head.append("\r\nContent-Type: application/json\r\nContent-Length: ");
   head.append(std::to_string(r.upstream_body.size())).append("\r\n\r\n");
   const std::array<net::const_buffer, 2> request_buffers{net::buffer(head),
@@ -695,12 +699,20 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  // A stream's backend answers at once and then sends a token at a time: silence longer than
+  // the idle timeout means it hangs.
+  const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
+      options_.upstream_idle_timeout);
   if (!ec) {
+    if (r.stream) up->expires_after(idle);
     co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
   }
   if (ec) {
-    stale = reused;
-    co_return Error{ErrorCode::kUnavailable, fmt::format("{}: {}", b.state.id, ec.message())};
+    const bool hung = ec == beast::error::timeout;
+    stale = reused && !hung;
+    co_return Error{ErrorCode::kUnavailable,
+                    hung ? fmt::format("{}: no response within {} ms", b.state.id, idle.count())
+                         : fmt::format("{}: {}", b.state.id, ec.message())};
   }
 
   // While the response is read, a client that goes away cancels the upstream request:
@@ -743,8 +755,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       result = Error{ErrorCode::kUnavailable,
                      fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
     } else {
-      if (status == http::status::ok &&
-          ParseUsage(Reusable(json_[r.worker]), body, prompt_tokens, completion_tokens)) {
+      std::optional<TokenUsage> usage;
+      if (status == http::status::ok) usage = ReadUsage(Reusable(json_[r.worker]), body);
+      if (usage) {
+        prompt_tokens = usage->prompt_tokens;
+        completion_tokens = usage->completion_tokens;
+        LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
         Meter(r, b, prompt_tokens, completion_tokens);
       }
       // The watch's callback closes `up`: it must end before the pool owns `up` (and may
@@ -767,22 +783,38 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     std::string out;
     bool done = false, usage_seen = false, first = true, client_gone = false;
     int64_t content_events = 0;
-    while (!parser.is_done() && !ec && !client_gone) {
+    relaying_[r.worker].insert(upstream);
+    struct Unlist {
+      std::unordered_set<TcpStream*>& set;
+      TcpStream* up;
+      ~Unlist() { set.erase(up); }
+    } unlist{relaying_[r.worker], upstream};
+    while (!parser.is_done() && !ec && !client_gone && !cutting_) {
+      up->expires_after(idle);
       size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
       events.Append(std::string_view(chunk.data(), n));
+      if (events.overflowed() && !ec) ec = http::error::body_limit;
       out.clear();
       int64_t streamed = 0;
       for (std::string_view e = events.Next(); !e.empty(); e = events.Next()) {
         bool forward = true;
-        if (e.rfind("data: [DONE]", 0) == 0) {
-          done = true;
-        } else if (e.find("\"choices\":[]") != std::string_view::npos &&
-                   e.find("\"usage\"") != std::string_view::npos) {
-          usage_seen = ParseUsage(Reusable(json_[r.worker]), e.substr(6), prompt_tokens,
-                                  completion_tokens);
-          forward = r.client_wants_usage;
-        } else {
-          ++streamed;
+        switch (ClassifySseEvent(Reusable(json_[r.worker]), e)) {
+          case SseEventKind::kDone:
+            done = true;
+            break;
+          case SseEventKind::kUsage:
+            if (auto usage = ReadUsage(Reusable(json_[r.worker]), e.substr(6))) {
+              usage_seen = true;
+              prompt_tokens = usage->prompt_tokens;
+              completion_tokens = usage->completion_tokens;
+            }
+            forward = r.client_wants_usage;
+            break;
+          case SseEventKind::kContent:
+            ++streamed;
+            break;
+          case SseEventKind::kOther:
+            break;
         }
         if (forward) out.append(e);
       }
@@ -800,18 +832,32 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
         client_gone = !co_await writer.SendChunk(out);  // then the upstream is dropped
       }
     }
-    if (!usage_seen) {  // cut short: meter what was streamed
+    const bool hung = ec == beast::error::timeout;
+    if (usage_seen) {
+      LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
+    } else {  // cut short: meter what was streamed
       prompt_tokens = r.prompt_estimate;
       completion_tokens = content_events;
     }
     Meter(r, b, prompt_tokens, completion_tokens, /*already_charged=*/content_events);
+    if (hung) {
+      // The backend is out until its health check passes (a stopped process fails it).
+      {
+        std::lock_guard lock(mu_);
+        b.state.healthy = false;
+      }
+      spdlog::warn("gateway: backend {} is down: its stream sent nothing for {} ms", b.state.id,
+                   idle.count());
+    }
     if (!done && writer.ok()) {
+      std::string reason = cutting_ ? std::string("the gateway is shutting down")
+                           : hung          ? fmt::format("no data for {} ms", idle.count())
+                           : ec            ? ec.message()
+                                           : std::string("no [DONE]");
       std::string error =
           "data: " +
           ErrorJson(http::status::bad_gateway,
-                    fmt::format("the backend's stream ended early: {}",
-                                ec ? ec.message() : std::string("no [DONE]")),
-                    "") +
+                    fmt::format("the backend's stream ended early: {}", reason), "") +
           "\n\n";
       co_await writer.SendChunk(error);
     }
@@ -905,6 +951,9 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
     auto& s = **conn;
     http::request<http::empty_body> req{http::verb::get, b.url.base_path + path, 11};
     req.set(http::field::host, b.url.host);
+    if (!options_.backend_api_key.empty()) {
+      req.set(http::field::authorization, "Bearer " + options_.backend_api_key);
+    }
     req.keep_alive(false);
     beast::error_code ec;
     s.expires_after(options_.connect_timeout);
@@ -1010,8 +1059,7 @@ awaitable<void> Gateway::RefreshLoop() {
     std::vector<std::string> keys;
     {
       std::lock_guard lock(mu_);
-      keys.reserve(keys_.size());
-      for (const auto& [k, u] : keys_) keys.push_back(k);
+      keys = keys_.Keys();
     }
     struct Snapshot {
       std::unordered_map<std::string, std::optional<std::string>> keys;
@@ -1043,7 +1091,7 @@ awaitable<void> Gateway::RefreshLoop() {
     if (snapshot.ok) {
       std::lock_guard lock(mu_);
       // Keys presented while the snapshot was read stay; revocations apply from here.
-      for (auto& [k, u] : snapshot.keys) keys_[k] = u;
+      for (auto& [k, u] : snapshot.keys) keys_.Update(k, std::move(u));
       users_ = std::move(snapshot.users);
       SyncBackends(snapshot.backends);
       if (++refreshes_ % 60 == 0) limiter_.Prune(UnixNowSeconds());

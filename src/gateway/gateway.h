@@ -11,6 +11,7 @@
 // changes made with `bmas user`, `bmas key` and `bmas gateway backend` take effect live.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -18,13 +19,16 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/asio.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "gateway/fair_queue.h"
+#include "gateway/key_cache.h"
 #include "gateway/rate_limiter.h"
+#include "gateway/request.h"
 #include "gateway/router.h"
 #include "gateway/store_worker.h"
 #include "gateway/upstream.h"
@@ -49,6 +53,16 @@ struct GatewayOptions {
   std::chrono::milliseconds flush_interval{500};     // metered usage to the store
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::seconds upstream_timeout{600};  // a whole upstream response, at most
+  // A stream whose backend sends nothing for this long ends with an SSE error event, and the
+  // backend is marked down until its health check passes.
+  std::chrono::milliseconds upstream_idle_timeout{30000};
+  size_t key_cache_size = 10000;  // API keys remembered (LRU)
+  // Operator data (/metrics) is served here only, never on the users' listener.
+  // An empty host: no metrics listener.
+  HttpServerOptions metrics_http;
+  // Sent upstream as `Authorization: Bearer` (vLLM's --api-key); "" = none. A secret: never
+  // logged.
+  std::string backend_api_key;
 };
 
 class Gateway {
@@ -61,7 +75,9 @@ class Gateway {
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
 
+  // Binds the users' listener (returns its port) and the metrics listener.
   Result<uint16_t> Listen();
+  uint16_t metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
   void Start();
   // Stops accepting, lets in-flight requests finish up to `deadline`, flushes usage.
   awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
@@ -73,6 +89,8 @@ class Gateway {
   struct Request;
 
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleMetrics(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleUsage(const std::string& user, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                    std::string target);
   awaitable<std::optional<std::string>> Authenticate(const HttpRequest& request);
@@ -120,8 +138,11 @@ class Gateway {
   GatewayOptions options_;
   StoreWorker store_;
   HttpServer http_;
+  std::unique_ptr<HttpServer> metrics_http_;  // null when metrics_http.host is empty
   uint64_t refreshes_ = 0;  // io_ only
   bool stopping_ = false;   // io_ only
+  // Set when Stop()'s deadline has passed: streams still relaying end with an error event.
+  std::atomic<bool> cutting_ = false;
   const std::chrono::steady_clock::time_point epoch_;
 
   // Guards every member below but json_, and each backend's state, models and counts.
@@ -136,7 +157,7 @@ class Gateway {
   std::vector<BackendState> dispatch_states_;
 
   // Store snapshots, refreshed every second.
-  std::unordered_map<std::string, std::optional<std::string>> keys_;  // key -> user (or none)
+  KeyCache keys_;  // key -> user (or none); well-formed keys only
   std::unordered_map<std::string, UserLimits> users_;
 
   // Metered usage not yet in the store: (minute, user, model, backend) -> delta. Transparent
@@ -148,6 +169,14 @@ class Gateway {
   // one document to the next (a parse then allocates nothing). Each use finishes with the
   // document before its next co_await.
   std::vector<std::unique_ptr<simdjson::dom::parser>> json_;
+  // Per worker (not guarded): the upstream connections relaying a stream, closed when Stop()'s
+  // deadline passes so that each stream ends with an error event.
+  std::vector<std::unordered_set<TcpStream*>> relaying_;
+
+  // Per model: characters per prompt token, from the backends' usage replies.
+  std::unordered_map<std::string, CharsPerToken> prompt_ratio_;
+  int64_t EstimatePromptTokensLocked(const std::string& model, int64_t chars) const;
+  void LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens);  // takes mu_
 
   MetricsRegistry metrics_;
   std::map<int, Counter*> requests_by_status_;
@@ -157,6 +186,7 @@ class Gateway {
   Histogram& ttft_;
   Histogram& e2e_;
   Gauge& queue_depth_;
+  Gauge& key_cache_entries_;
 };
 
 }  // namespace bmas::gateway

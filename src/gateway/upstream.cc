@@ -66,19 +66,19 @@ void ConnectionPool::Release(std::unique_ptr<TcpStream> stream) {
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(stream));
 }
 
-std::string_view SseSplitter::Next() {
-  size_t end = buffer_.find("\n\n", consumed_);
-  if (end == std::string::npos) {
-    // Compact what was consumed, keeping the partial event.
-    if (consumed_ > 0) {
-      buffer_.erase(0, consumed_);
-      consumed_ = 0;
-    }
-    return {};
+double MetricSum(std::string_view text, std::string_view name) {
+  double sum = 0;
+  size_t pos = 0;
+  while ((pos = text.find(name, pos)) != std::string_view::npos) {
+    const bool line_start = pos == 0 || text[pos - 1] == '\n';
+    pos += name.size();
+    if (!line_start || pos >= text.size() || (text[pos] != '{' && text[pos] != ' ')) continue;
+    size_t eol = text.find('\n', pos);
+    std::string_view line = text.substr(pos, eol == std::string_view::npos ? text.npos : eol - pos);
+    size_t space = line.rfind(' ');
+    if (space != std::string_view::npos) sum += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
   }
-  std::string_view event = std::string_view(buffer_).substr(consumed_, end + 2 - consumed_);
-  consumed_ = end + 2;
-  return event;
+  return sum;
 }
 
 }  // namespace bmas::gateway

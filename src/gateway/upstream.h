@@ -1,7 +1,7 @@
 #pragma once
 
-// Upstream HTTP: backend URLs, a keep-alive connection pool per backend, and incremental
-// splitting of an SSE byte stream into events. Runs on the gateway's io_context thread.
+// Upstream HTTP: backend URLs and a keep-alive connection pool per backend. Runs on the
+// gateway's io_context thread.
 
 #include <chrono>
 #include <memory>
@@ -11,6 +11,7 @@
 
 #include "common/asio.h"
 #include "common/result.h"
+#include "gateway/sse.h"
 
 namespace bmas::gateway {
 
@@ -23,6 +24,9 @@ struct BackendUrl {
 
 // Parses "http://host:port[/prefix]". Errors name the URL and what is wrong.
 Result<BackendUrl> ParseBackendUrl(std::string_view url);
+
+// The sum of a metric's samples in Prometheus text, e.g. a backend's /metrics (0 when absent).
+double MetricSum(std::string_view text, std::string_view name);
 
 // Idle keep-alive connections to one backend.
 class ConnectionPool {
@@ -46,19 +50,5 @@ class ConnectionPool {
   static constexpr size_t kMaxIdle = 256;
 };
 
-// Splits a byte stream of SSE events ("...\n\n") as it arrives.
-class SseSplitter {
- public:
-  void Append(std::string_view bytes) { buffer_.append(bytes); }
-  // The next complete event including its terminating blank line ("\n\n", as vLLM frames
-  // events), or an empty view. The view is valid until the next call to Next() or Append().
-  std::string_view Next();
-  // Bytes received but not yet a complete event.
-  std::string_view Rest() const { return std::string_view(buffer_).substr(consumed_); }
-
- private:
-  std::string buffer_;
-  size_t consumed_ = 0;
-};
 
 }  // namespace bmas::gateway

@@ -274,8 +274,9 @@ Result<Listening> StartServer(const std::string& command, const std::vector<std:
 
 }  // namespace
 
-Result<std::unique_ptr<EngineProcess>> EngineProcess::Start(const std::vector<std::string>& args) {
-  auto started = StartServer("engine", args, {});
+Result<std::unique_ptr<EngineProcess>> EngineProcess::Start(const std::vector<std::string>& args,
+                                                            const EnvList& env) {
+  auto started = StartServer("engine", args, env);
   if (!started) return started.error();
   return std::unique_ptr<EngineProcess>(
       new EngineProcess(std::move(started->process), started->port, std::move(started->url)));
@@ -285,8 +286,17 @@ Result<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(const std::vector<
                                                               const EnvList& env) {
   auto started = StartServer("gateway", args, env);
   if (!started) return started.error();
-  return std::unique_ptr<GatewayProcess>(
-      new GatewayProcess(std::move(started->process), started->port, std::move(started->url)));
+  // Printed before the "listening on" line.
+  uint16_t metrics_port = 0;
+  const std::string& out = started->process->stdout_text();
+  constexpr std::string_view kMetrics = "bmas gateway: metrics on http://";
+  if (auto at = out.find(kMetrics); at != std::string::npos) {
+    const size_t url_at = at + kMetrics.size() - std::string_view("http://").size();
+    const size_t eol = out.find('\n', url_at);
+    metrics_port = PortOfUrl(std::string_view(out).substr(url_at, eol - url_at));
+  }
+  return std::unique_ptr<GatewayProcess>(new GatewayProcess(
+      std::move(started->process), started->port, std::move(started->url), metrics_port));
 }
 
 Result<CliRun> RunBmas(const std::vector<std::string>& args, const EnvList& env,

@@ -106,7 +106,8 @@ class Process {
 class EngineProcess {
  public:
   // Starts the engine and waits (up to 10 s) for its "listening on" line.
-  static Result<std::unique_ptr<EngineProcess>> Start(const std::vector<std::string>& args = {});
+  static Result<std::unique_ptr<EngineProcess>> Start(const std::vector<std::string>& args = {},
+                                                      const EnvList& env = {});
 
   uint16_t port() const { return port_; }
   const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
@@ -131,16 +132,21 @@ class GatewayProcess {
                                                        const EnvList& env = {});
 
   uint16_t port() const { return port_; }
+  // Its operator listener (/metrics), from its "metrics on" line; 0 when it has none.
+  uint16_t metrics_port() const { return metrics_port_; }
   const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
   Process& process() { return *process_; }
 
  private:
-  GatewayProcess(std::unique_ptr<Process> process, uint16_t port, std::string url)
-      : process_(std::move(process)), port_(port), url_(std::move(url)) {}
+  GatewayProcess(std::unique_ptr<Process> process, uint16_t port, std::string url,
+                 uint16_t metrics_port)
+      : process_(std::move(process)), port_(port), url_(std::move(url)),
+        metrics_port_(metrics_port) {}
 
   std::unique_ptr<Process> process_;
   uint16_t port_;
   std::string url_;
+  uint16_t metrics_port_;
 };
 
 // What a finished `bmas ...` command did.

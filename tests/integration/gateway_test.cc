@@ -320,14 +320,14 @@ class GatewayTest : public ::testing::Test {
   }
   // The gateway's bmas_gateway_backend_<name>{backend="url"}, or nullopt when not listed.
   std::optional<double> BackendGauge(std::string_view name, const std::string& url) {
-    return MetricValue(MetricsOf(gateway_->port()),
+    return MetricValue(MetricsOf(gateway_->metrics_port()),
                        fmt::format("bmas_gateway_backend_{}{{backend={}}}", name, Quote(url)));
   }
   std::optional<double> BackendHealthy(const std::string& url) {
     return BackendGauge("healthy", url);
   }
   std::optional<double> GatewayMetric(std::string_view series) {
-    return MetricValue(MetricsOf(gateway_->port()), series);
+    return MetricValue(MetricsOf(gateway_->metrics_port()), series);
   }
 
   std::set<std::string> ListedModels() {

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -73,12 +74,15 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
     ASSERT_NE(port, 0);
     ports.push_back(port);
     HttpClient client(port);
+    // The engines require the key `bmas up` made (vLLM's --api-key), which only the gateway has.
     auto models = client.Get("/v1/models");
     ASSERT_TRUE(models) << models.error().message;
-    EXPECT_EQ(models->status, 200);
-    EXPECT_THAT(models->body, HasSubstr(R"("owned_by":"bmas-simulated")"));
+    EXPECT_EQ(models->status, 401);
+    auto version = client.Get("/version");
+    ASSERT_TRUE(version) << version.error().message;
+    EXPECT_EQ(version->status, 200);
     // The engines run with the config file's settings.
-    EXPECT_THAT(models->body, HasSubstr(R"("profile":"instant")"));
+    EXPECT_THAT(version->body, HasSubstr(R"("profile":"instant")"));
   }
 
   // The gateway runs in front of the engines; without a key it answers 401.
@@ -90,6 +94,39 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
   auto unauthorized = client.Get("/v1/models");
   ASSERT_TRUE(unauthorized) << unauthorized.error().message;
   EXPECT_EQ(unauthorized->status, 401);
+  // With a user's key it serves: it sends the engines their key.
+  auto added = RunBmas({"user", "add", "alice"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(added && added->status.Success());
+  auto key = RunBmas({"key", "create", "alice"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(key && key->status.Success());
+  std::string bearer = key->out.substr(0, key->out.find('\n'));
+  client.SetDefaultHeader("Authorization", "Bearer " + bearer);
+  EXPECT_TRUE(Eventually([&] {
+    auto r = client.Get("/v1/models");
+    return r && r->status == 200 && r->body.find("bmas-simulated") != std::string::npos;
+  }, 10s));
+  // The engines' key is in their environment (only their owner reads it), on no command line
+  // (which every user sees in ps).
+  auto read_file = [](const std::filesystem::path& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  std::vector<std::string> cmdlines;
+  std::set<std::string> keys;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string args = read_file(entry.path() / "cmdline");
+    if (args.find(config) == std::string::npos) continue;
+    cmdlines.push_back(args);
+    std::string env = read_file(entry.path() / "environ");
+    for (size_t at = env.find("VLLM_API_KEY="); at != std::string::npos;
+         at = env.find("VLLM_API_KEY=", at + 1)) {
+      const size_t value = at + std::string_view("VLLM_API_KEY=").size();
+      keys.insert(env.substr(value, env.find('\0', value) - value));
+    }
+  }
+  ASSERT_EQ(keys.size(), 1u) << "the engines have no key, or not the same one";
+  EXPECT_GE(keys.begin()->size(), 32u);
+  for (const std::string& args : cmdlines) EXPECT_THAT(args, Not(HasSubstr(*keys.begin())));
 
   p.Signal(SIGINT);
   auto status = p.Wait(20s);

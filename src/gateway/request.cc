@@ -1,0 +1,134 @@
+#include "gateway/request.h"
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+namespace bmas::gateway {
+
+namespace {
+constexpr size_t kLeadBytes = 4096;
+}  // namespace
+
+Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(body.data(), body.size()).get(doc)) {
+    return InvalidArgument(
+        fmt::format("the request body is not valid JSON: {}", simdjson::error_message(err)));
+  }
+  simdjson::dom::object obj;
+  if (doc.get_object().get(obj)) return InvalidArgument("the request body must be a JSON object");
+  // simdjson keeps every copy of a repeated key; a lookup finds the first.
+  std::vector<std::string_view> keys;
+  keys.reserve(obj.size());
+  for (auto field : obj) keys.push_back(field.key);
+  std::sort(keys.begin(), keys.end());
+  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end()) {
+    return InvalidArgument(fmt::format("the request body gives the key '{}' more than once", *dup),
+                           std::string(*dup));
+  }
+
+  CompletionFields f;
+  std::string_view model;
+  if (obj["model"].get_string().get(model)) {
+    return InvalidArgument("'model' is required and must be a string", "model");
+  }
+  f.model = std::string(model);
+  simdjson::dom::element e;
+  if (!obj["stream"].get(e) && !e.is_null()) {
+    bool stream;
+    if (e.get_bool().get(stream)) return InvalidArgument("'stream' must be a boolean", "stream");
+    f.stream = stream;
+  }
+  if (!obj["stop"].get(e) && !e.is_null() && !e.is_string()) {
+    simdjson::dom::array stops;
+    if (e.get_array().get(stops)) {
+      return InvalidArgument("'stop' must be a string or an array of strings", "stop");
+    }
+    if (stops.size() > kMaxStopStrings) {
+      return InvalidArgument(fmt::format("'stop' may hold at most {} strings; {} were given",
+                                         kMaxStopStrings, stops.size()),
+                             "stop");
+    }
+    for (simdjson::dom::element s : stops) {
+      if (!s.is_string()) {
+        return InvalidArgument("'stop' must be a string or an array of strings", "stop");
+      }
+    }
+  }
+  bool include_usage = false;
+  if (!obj.at_pointer("/stream_options/include_usage").get_bool().get(include_usage)) {
+    f.client_wants_usage = include_usage;
+  }
+  std::string_view text;
+  if (!obj["prompt"].get_string().get(text)) {
+    f.lead = std::string(text.substr(0, kLeadBytes));
+    f.prompt_chars = static_cast<int64_t>(text.size());
+  } else {
+    simdjson::dom::array messages;
+    if (!obj["messages"].get_array().get(messages)) {
+      for (simdjson::dom::element m : messages) {
+        std::string_view role, content;
+        if (!m["role"].get_string().get(role)) f.lead.append(role).append("\n");
+        if (!m["content"].get_string().get(content)) {
+          f.prompt_chars += static_cast<int64_t>(content.size());
+          if (f.lead.size() < kLeadBytes) f.lead.append(content.substr(0, kLeadBytes)).append("\n");
+        }
+      }
+    }
+  }
+  return f;
+}
+
+void CharsPerToken::Learn(int64_t chars, int64_t tokens) {
+  if (chars <= 0 || tokens <= 0) return;
+  chars_ += static_cast<double>(chars);
+  tokens_ += static_cast<double>(tokens);
+  // Halved now and then: the sums stay exact in a double, and recent replies weigh more.
+  if (tokens_ > 1e12) {
+    chars_ /= 2;
+    tokens_ /= 2;
+  }
+}
+
+int64_t CharsPerToken::Estimate(int64_t chars) const {
+  return static_cast<int64_t>(
+             std::ceil(static_cast<double>(std::max<int64_t>(chars, 0)) / ratio())) +
+         1;
+}
+
+std::string WithIncludeUsage(std::string_view body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject()) return std::string(body);
+  auto& alloc = d.GetAllocator();
+  // EraseMember keeps the other members in order (RemoveMember moves the last one into the gap).
+  auto so = d.FindMember("stream_options");
+  if (so != d.MemberEnd() && !so->value.IsObject()) {
+    d.EraseMember(so);
+    so = d.MemberEnd();
+  }
+  if (so == d.MemberEnd()) {
+    d.AddMember("stream_options", rapidjson::Value(rapidjson::kObjectType), alloc);
+    so = d.FindMember("stream_options");
+  }
+  auto usage = so->value.FindMember("include_usage");
+  if (usage != so->value.MemberEnd()) {
+    usage->value.SetBool(true);
+  } else {
+    so->value.AddMember("include_usage", true, alloc);
+  }
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+}  // namespace bmas::gateway

@@ -1,0 +1,56 @@
+#pragma once
+
+// The gateway's reading of a completion request body: only what authentication-free
+// validation, routing, queuing and metering need (the backend validates the rest), and the
+// rewrite that asks the backend for a usage chunk. Pure functions; no I/O.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace simdjson::dom {
+class parser;
+}
+
+namespace bmas::gateway {
+
+// The OpenAI API's bound on `stop`: at most this many strings.
+inline constexpr size_t kMaxStopStrings = 4;
+
+struct CompletionFields {
+  std::string model;
+  bool stream = false;
+  bool client_wants_usage = false;  // stream_options.include_usage was true
+  std::string lead;                 // the leading text (prompt, or messages in order): routing
+  int64_t prompt_chars = 0;         // bytes of prompt text, for a token estimate
+};
+
+// Reads a /v1/completions or /v1/chat/completions body. Errors (kInvalidArgument, with the
+// field in `param`): not JSON, not an object, a top-level key given twice (a backend would read
+// the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
+// string or an array of at most kMaxStopStrings strings. `parser` is reused scratch.
+Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body);
+
+// A model's prompt characters per token, learnt from its backends' usage replies, for the
+// token estimate of a prompt whose usage never comes (a cut stream). Pure; not thread-safe.
+class CharsPerToken {
+ public:
+  static constexpr double kDefault = 4;  // until a reply is seen
+
+  // A reply: a prompt of `chars` bytes was `tokens` tokens. Ignored unless both are positive.
+  void Learn(int64_t chars, int64_t tokens);
+  double ratio() const { return tokens_ > 0 ? chars_ / tokens_ : kDefault; }
+  // Tokens in a prompt of `chars` bytes, rounded up, plus one (the least a prompt costs).
+  int64_t Estimate(int64_t chars) const;
+
+ private:
+  double chars_ = 0, tokens_ = 0;
+};
+
+// `body` with stream_options.include_usage set to true, every other member kept in its order.
+// REQUIRES: ParseCompletionBody(body) succeeded.
+std::string WithIncludeUsage(std::string_view body);
+
+}  // namespace bmas::gateway

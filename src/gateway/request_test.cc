@@ -1,0 +1,85 @@
+#include "gateway/request.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <string>
+
+namespace bmas::gateway {
+namespace {
+
+TEST(ParseCompletionBodyTest, ReadsWhatRoutingAndMeteringNeed) {
+  simdjson::dom::parser parser;
+  auto f = ParseCompletionBody(
+      parser, R"({"model":"m","stream":true,"stream_options":{"include_usage":true},)"
+              R"("messages":[{"role":"user","content":"hello"}],"stop":["a","b"]})");
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ(f->model, "m");
+  EXPECT_TRUE(f->stream);
+  EXPECT_TRUE(f->client_wants_usage);
+  EXPECT_EQ(f->prompt_chars, 5);
+  EXPECT_EQ(f->lead, "user\nhello\n");
+}
+
+TEST(ParseCompletionBodyTest, RejectsWhatProxyAndBackendWouldReadDifferently) {
+  struct Case {
+    const char* body;
+    const char* param;
+  } cases[] = {
+      {R"({"model":"m","max_tokens":1,"max_tokens":100000})", "max_tokens"},
+      {R"({"model":"cheap","model":"dear"})", "model"},
+      {R"({"model":"m","stop":["1","2","3","4","5"]})", "stop"},
+      {R"({"model":"m","stop":[1]})", "stop"},
+      {R"({"model":"m","stop":{"a":1}})", "stop"},
+      {R"({"model":"m","stream":"yes"})", "stream"},
+      {R"({"prompt":"x"})", "model"},
+      {R"([1,2])", ""},
+      {R"({"model":)", ""},
+  };
+  simdjson::dom::parser parser;
+  for (const Case& c : cases) {
+    auto f = ParseCompletionBody(parser, c.body);
+    ASSERT_FALSE(f) << c.body;
+    EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(f.error().param, c.param) << c.body;
+  }
+  auto four = ParseCompletionBody(parser, R"({"model":"m","stop":["1","2","3","4"]})");
+  EXPECT_TRUE(four);
+  auto one = ParseCompletionBody(parser, R"({"model":"m","stop":"x"})");
+  EXPECT_TRUE(one);
+  // The same key in nested objects is not a repeat.
+  auto nested = ParseCompletionBody(parser, R"({"model":"m","a":{"model":1},"b":{"model":2}})");
+  EXPECT_TRUE(nested);
+}
+
+TEST(WithIncludeUsageTest, KeepsMemberOrder) {
+  struct Case {
+    const char* in;
+    const char* out;
+  } cases[] = {
+      {R"({"model":"m","stream":true,"prompt":"p","max_tokens":3})",
+       R"({"model":"m","stream":true,"prompt":"p","max_tokens":3,"stream_options":{"include_usage":true}})"},
+      {R"({"stream_options":null,"model":"m","stream":true,"prompt":"p","z":1})",
+       R"({"model":"m","stream":true,"prompt":"p","z":1,"stream_options":{"include_usage":true}})"},
+      {R"({"a":1,"stream_options":{"x":1,"include_usage":false,"y":2},"b":2})",
+       R"({"a":1,"stream_options":{"x":1,"include_usage":true,"y":2},"b":2})"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(WithIncludeUsage(c.in), c.out);
+}
+
+TEST(CharsPerTokenTest, LearnsTheRatioRepliesShow) {
+  CharsPerToken ratio;
+  EXPECT_EQ(ratio.Estimate(400), 101);  // 4 characters a token until a reply is seen
+  ratio.Learn(0, 10);                   // ignored
+  ratio.Learn(100, 0);
+  EXPECT_EQ(ratio.ratio(), CharsPerToken::kDefault);
+  ratio.Learn(1500, 300);  // 5 characters a token
+  ratio.Learn(500, 100);
+  EXPECT_DOUBLE_EQ(ratio.ratio(), 5.0);
+  EXPECT_EQ(ratio.Estimate(1500), 301);
+  EXPECT_EQ(ratio.Estimate(1), 2);
+  EXPECT_EQ(ratio.Estimate(0), 1);
+}
+
+}  // namespace
+}  // namespace bmas::gateway

@@ -1,0 +1,57 @@
+#pragma once
+
+// The gateway's reading of a backend's SSE stream: splitting bytes into events, and telling
+// which events carry generated text (metering) or the usage chunk. Pure; no I/O.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace simdjson::dom {
+class parser;
+}
+
+namespace bmas::gateway {
+
+// Splits a byte stream of SSE events ("...\n\n") as it arrives.
+class SseSplitter {
+ public:
+  // The most bytes of one event; a longer one is an error (overflowed()).
+  static constexpr size_t kMaxEventBytes = size_t{1} << 20;
+
+  void Append(std::string_view bytes);
+  // The next complete event including its terminating blank line ("\n\n", as vLLM frames
+  // events), or an empty view. The view is valid until the next call to Next() or Append().
+  std::string_view Next();
+  // Bytes received but not yet a complete event.
+  std::string_view Rest() const { return std::string_view(buffer_).substr(consumed_); }
+  // An event grew past kMaxEventBytes: what is left of the stream is dropped.
+  bool overflowed() const { return overflowed_; }
+
+ private:
+  std::string buffer_;
+  size_t consumed_ = 0;
+  bool overflowed_ = false;
+};
+
+enum class SseEventKind {
+  kDone,     // data: [DONE]
+  kUsage,    // the usage chunk: "choices":[] and "usage"
+  kContent,  // a chunk that carries generated text (one token, as vLLM streams)
+  kOther,    // the role-only first chat chunk, an error event, anything else
+};
+
+struct TokenUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// usage.prompt_tokens and usage.completion_tokens of a JSON response or chunk, or nullopt.
+std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json);
+
+// What one complete event (as SseSplitter::Next returns it) is. `parser` is reused scratch.
+SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event);
+
+}  // namespace bmas::gateway
