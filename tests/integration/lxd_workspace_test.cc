@@ -28,6 +28,7 @@
 #include "common/process.h"
 #include "engine_process.h"
 #include "http_client.h"
+#include "lxd_workspace_fixture.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -54,63 +55,6 @@ int FreeTcpPort() {
   return ntohs(a.sin_port);
 }
 
-class LxdWorkspaceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root: LXD's socket and bmas lxd up are root-only";
-    if (access("/usr/bin/lxd", X_OK) != 0 && access("/usr/sbin/lxd", X_OK) != 0) {
-      GTEST_SKIP() << "needs LXD (bash scripts/install-deps.sh)";
-    }
-    std::string tmpl = "/tmp/bmas-lxd-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    // Unprivileged containers' root (a high host uid) must get through to LXD_DIR.
-    ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
-    state_ = dir_ + "/state";
-    config_ = dir_ + "/bmas.toml";
-    std::ofstream(config_) << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", dir_);
-    chmod(config_.c_str(), 0644);
-    CommandOutput up = Bmas({"lxd", "up"}, "", std::chrono::seconds(120));
-    ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
-    up_ = true;
-    CommandOutput image = Bmas({"image", "build", "--base", "busybox"});
-    ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
-    for (const char* user : {"bmastest1", "bmastest2"}) {
-      if (getpwnam(user) == nullptr) {
-        auto added = RunCommand({"useradd", "--create-home", user});
-        ASSERT_TRUE(added && added->exit_code == 0);
-      }
-      fs::create_directories(Home(user));
-    }
-  }
-
-  void TearDown() override {
-    if (up_) {
-      CommandOutput down = Bmas({"lxd", "down"}, "", std::chrono::seconds(120));
-      EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
-    }
-    if (dir_.empty()) return;
-    // Nothing may stay mounted under the test's directory before it is removed.
-    std::ifstream mounts("/proc/self/mounts");
-    std::vector<std::string> left;
-    for (std::string line; std::getline(mounts, line);) {
-      std::istringstream words(line);
-      std::string device, point;
-      words >> device >> point;
-      if (point.rfind(dir_ + "/", 0) == 0) left.push_back(point);
-    }
-    EXPECT_THAT(left, ::testing::IsEmpty()) << "bmas lxd down left mounts behind";
-    for (auto it = left.rbegin(); it != left.rend(); ++it) umount2(it->c_str(), MNT_DETACH);
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  // `bmas --config CONFIG --state-dir STATE ARGS...`, as `user` ("" = root).
-  CommandOutput Bmas(const std::vector<std::string>& args, const std::string& user = "",
-                     std::chrono::seconds timeout = std::chrono::seconds(60)) {
-    std::vector<std::string> argv;
-    if (!user.empty()) {
-      argv = {"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups"};
     }
     argv.push_back(user.empty() ? std::string(std::getenv("BMAS_BINARY")) : SharedBinary());
     argv.insert(argv.end(), {"--config", config_, "--state-dir", state_});
@@ -584,37 +528,6 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
   EXPECT_EQ(status_on_b(), "<none>");
 }
 
-class WorkspaceJobsTest : public LxdWorkspaceTest {
- protected:
-  void SetUp() override {
-    LxdWorkspaceTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    if (access("/usr/sbin/slurmctld", X_OK) != 0) GTEST_SKIP() << "needs Slurm";
-    CommandOutput slurm = Bmas({"slurm", "up"}, "", std::chrono::seconds(120));
-    ASSERT_EQ(slurm.exit_code, 0) << slurm.out << slurm.err;
-    slurm_ = true;
-    auto agent = Process::Start({"--config", config_, "--state-dir", state_, "agent",
-                                 "--reconcile-interval", "0.5"});
-    ASSERT_TRUE(agent) << agent.error().message;
-    agent_ = std::move(*agent);
-    auto ready = agent_->WaitForLine("listening on", std::chrono::seconds(10));
-    ASSERT_TRUE(ready) << ready.error().message << agent_->StderrText();
-    Create("bmastest1");
-  }
-
-  void TearDown() override {
-    agent_.reset();
-    if (slurm_) Bmas({"slurm", "down"}, "", std::chrono::seconds(60));
-    LxdWorkspaceTest::TearDown();
-  }
-
-  // `bmas ARGS...` as `user`, in the user's home (jobs start and write their output there).
-  CommandOutput InHome(const std::string& user, const std::vector<std::string>& args,
-                       std::vector<std::string> env = {}) {
-    std::vector<std::string> argv = {"setpriv", "--reuid=" + user, "--regid=" + user,
-                                     "--init-groups", "sh", "-c", "cd \"$0\" && exec \"$@\"",
-                                     Home(user), SharedBinary(), "--config", config_,
-                                     "--state-dir", state_};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = RunCommand(argv, env, std::chrono::seconds(60));
     EXPECT_TRUE(r) << r.error().message;
