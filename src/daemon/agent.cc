@@ -503,7 +503,7 @@ class Agent {
   }
 
   // Logs each thing a reconcile step did (`what` formats one) and counts them, or its error.
-  static void Note(const Result<std::vector<std::string>>& done, fmt::format_string<std::string> what,
+  static void Note(const Result<std::vector<std::string>>& done, std::string_view what,
                    int64_t* counter) {
     if (!done) {
       spdlog::warn("bmas agent: reconcile: {}", done.error().message);
@@ -511,7 +511,7 @@ class Agent {
     }
     if (counter != nullptr) *counter += static_cast<int64_t>(done->size());
     for (const std::string& d : *done) {
-      spdlog::info("bmas agent: reconcile: {}", fmt::format(what, d));
+      spdlog::info("bmas agent: reconcile: {}", fmt::format(fmt::runtime(what), d));
     }
   }
 

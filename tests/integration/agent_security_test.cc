@@ -162,7 +162,7 @@ TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStil
       home, SharedBinary(), config_, state_);
   chmod(script.c_str(), 0755);
   auto job = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
-                         "sbatch", "--wait", "--parsable", "-D", home, "-p", "lab", "-o",
+                         "sbatch", "--wait", "--parsable", "-D", home, "-o",
                          home + "/attack.out", script},
                         {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"},
                         std::chrono::seconds(60));

@@ -55,63 +55,6 @@ int FreeTcpPort() {
   return ntohs(a.sin_port);
 }
 
-    }
-    argv.push_back(user.empty() ? std::string(std::getenv("BMAS_BINARY")) : SharedBinary());
-    argv.insert(argv.end(), {"--config", config_, "--state-dir", state_});
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunCommand(argv, {}, timeout);
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? *r : CommandOutput{};
-  }
-
-  // Root's bmas with `input` piped to its stdin (sh's pipeline ends with bmas's exit code).
-  CommandOutput BmasWithInput(const std::string& input, const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"sh", "-c", R"(printf %s "$0" | "$@")", input,
-                                     std::getenv("BMAS_BINARY"), "--config", config_,
-                                     "--state-dir", state_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunCommand(argv, {}, std::chrono::seconds(60));
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? *r : CommandOutput{};
-  }
-
-  // A copy of the binary other users can run (the build tree may be private).
-  std::string SharedBinary() {
-    const std::string copy = dir_ + "/bmas";
-    if (!fs::exists(copy)) {
-      fs::copy_file(std::getenv("BMAS_BINARY"), copy);
-      chmod(copy.c_str(), 0755);
-    }
-    return copy;
-  }
-
-  static std::string Home(const std::string& user) { return getpwnam(user.c_str())->pw_dir; }
-
-  void Create(const std::string& user, std::vector<std::string> flags = {}) {
-    std::vector<std::string> args = {"workspace", "create", user};
-    args.insert(args.end(), flags.begin(), flags.end());
-    CommandOutput r = Bmas(args, "", std::chrono::seconds(120));
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  }
-
-  rapidjson::Document List() {
-    CommandOutput r = Bmas({"workspace", "list", "--json"});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return ParseJson(r.out);
-  }
-
-  std::string StatusOf(const std::string& user) {
-    rapidjson::Document list = List();
-    if (!list.IsArray()) return "<no list>";
-    for (const auto& w : list.GetArray()) {
-      if (Str(At(w, "user")) == user) return Str(At(w, "status"));
-    }
-    return "<none>";
-  }
-
-  std::string dir_, state_, config_;
-  bool up_ = false;
-};
 
 TEST_F(LxdWorkspaceTest, UpIsIdempotentAndStatusNamesThePoolDriver) {
   CommandOutput again = Bmas({"lxd", "up"});
@@ -528,32 +471,6 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
   EXPECT_EQ(status_on_b(), "<none>");
 }
 
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunCommand(argv, env, std::chrono::seconds(60));
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? *r : CommandOutput{};
-  }
-
-  // The agent's /metrics, "" when it cannot be read.
-  std::string AgentMetrics() {
-    std::smatch m;
-    const std::string out = agent_->stdout_text();
-    if (!std::regex_search(out, m, std::regex("metrics listening on http://[^:]+:([0-9]+)"))) {
-      return "";
-    }
-    HttpClient client(static_cast<uint16_t>(std::stoi(m[1].str())));
-    auto r = client.Get("/metrics");
-    return r ? r->body : "";
-  }
-
-  // What the workspace's /dev holds now.
-  std::string DevicesIn(const std::string& user) {
-    return Bmas({"workspace", "exec", user, "--", "ls", "/dev"}).out;
-  }
-
-  bool slurm_ = false;
-  std::unique_ptr<Process> agent_;
-};
 
 TEST_F(WorkspaceJobsTest, AJobRunsInTheWorkspaceWithExactlyItsGpusWhichGoAwayAfter) {
   CommandOutput r = InHome("bmastest1", {"run", "--gpus", "2", "--wait", "--", "sh", "-c",
