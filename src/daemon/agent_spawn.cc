@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <linux/close_range.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -139,6 +139,10 @@ Result<pid_t> SpawnInWorkspace(const WorkspaceSpawn& s) {
       Die("bmas agent: cannot enter the workspace's user namespace\n", 126);
     }
   }
+  // Host root is nobody in the workspace's user namespace, and a setuid() from there keeps
+  // every capability (the kernel clears them only when leaving the namespace's root): become
+  // that root first, so that the setuid() below clears them.
+  if (setgid(0) != 0 || setuid(0) != 0) Die("bmas agent: cannot become the workspace's root\n", 126);
   for (size_t i = 0; i < namespaces.size(); ++i) {
     if (failed[i] && setns(namespaces[i].fd, namespaces[i].type) != 0) {
       Die("bmas agent: cannot enter the workspace's namespaces\n", 126);
@@ -152,7 +156,10 @@ Result<pid_t> SpawnInWorkspace(const WorkspaceSpawn& s) {
   if (setgroups(0, nullptr) != 0 || setgid(s.gid) != 0 || setuid(s.uid) != 0) {
     Die("bmas agent: cannot drop privileges to the user's\n", 126);
   }
-  if (setuid(0) == 0 || getuid() != s.uid || geteuid() != s.uid || getegid() != s.gid) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct no_caps[2] = {};
+  if (syscall(SYS_capset, &header, no_caps) != 0 || setuid(0) == 0 || getuid() != s.uid ||
+      geteuid() != s.uid || getegid() != s.gid) {
     Die("bmas agent: privileges were not dropped\n", 126);
   }
   const pid_t command = fork();  // the command is the first process inside the pid namespace
