@@ -147,8 +147,16 @@ TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStil
           home + "/x.so", "-shared -fPIC", "bmastest1");
   const std::vector<std::string> attack = {"LD_PRELOAD=" + home + "/x.so", "GCONV_PATH=" + home,
                                            "LOCPATH=" + home, "LD_LIBRARY_PATH=" + home};
-  CommandOutput session = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "id", "-u"},
-                                 attack);
+  // Set after setpriv (as the user), so that only bmas sees them.
+  std::vector<std::string> args = {"setpriv", "--reuid=bmastest1", "--regid=bmastest1",
+                                   "--init-groups", "sh", "-c", "cd \"$0\" && exec \"$@\"",
+                                   home, "env"};
+  args.insert(args.end(), attack.begin(), attack.end());
+  args.insert(args.end(), {SharedBinary(), "--config", config_, "--state-dir", state_,
+                           "workspace", "exec", "bmastest1", "--", "id", "-u"});
+  auto ran = RunCommand(args, {}, std::chrono::seconds(60));
+  ASSERT_TRUE(ran) << ran.error().message;
+  const CommandOutput& session = *ran;
   EXPECT_EQ(session.exit_code, 0) << session.err;
   EXPECT_EQ(session.out, fmt::format("{}\n", getpwnam("bmastest1")->pw_uid));
   EXPECT_THAT(session.err, Not(HasSubstr("preload ran as 0")));
@@ -207,7 +215,8 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   // A stand-in for a CUDA process: holds the device open (O_PATH: the fake GPU has no driver
   // to open) until killed.
   const std::string hold = Home("bmastest1") + "/hold";
-  Compile(R"(#include <fcntl.h>
+  Compile(R"(#define _GNU_SOURCE
+             #include <fcntl.h>
              #include <unistd.h>
              int main(int argc, char** argv) {
                if (argc < 2 || open(argv[1], O_PATH) < 0) return 1;
