@@ -45,8 +45,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Connections from all users together; each holds a thread.
+// Connections from all users together; each holds a thread, and while its command runs, its
+// socket, the caller's stdin, stdout and stderr, and a pidfd.
 constexpr int kMaxConnections = 1024;
+constexpr int kFdsPerConnection = 5;
 
 // Buckets of the GPU bind and release latencies, seconds.
 const std::vector<double> kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
@@ -191,10 +193,12 @@ class Agent {
         continue;
       }
       if (!Admit(cred.uid)) {
-        cap_log_.Warn(fmt::format("uid {} has {} connections open; more are turned away",
+        cap_log_.Warn(fmt::format("a connection of uid {} turned away (the most allowed are "
+                                  "open: {} per uid, or all the fds allow)",
                                   cred.uid, o_.max_connections_per_uid));
         SendMessage(fd, ErrorReply(fmt::format(
-                            "you have {} connections to the agent open; that is the most allowed",
+                            "too many connections to the agent: at most {} per user, and you "
+                            "have that many open, or the agent is full; try again later",
                             o_.max_connections_per_uid)));
         close(fd);
         continue;
@@ -208,10 +212,18 @@ class Agent {
     }
   }
 
+  // Whether a connection of `uid` may be served: under the per-uid cap (root has none), and
+  // under the cap of all together, which leaves fds for the commands being started.
   bool Admit(uid_t uid) {
+    rlimit nofile{};
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    const int64_t by_fds = nofile.rlim_cur == RLIM_INFINITY
+                               ? kMaxConnections
+                               : (static_cast<int64_t>(nofile.rlim_cur) - 64) / kFdsPerConnection;
     std::lock_guard lock(mu_);
     int& mine = per_uid_[uid];
-    if (uid != 0 && (mine >= o_.max_connections_per_uid || open_ >= kMaxConnections)) {
+    if ((uid != 0 && mine >= o_.max_connections_per_uid) ||
+        open_ >= std::min<int64_t>(kMaxConnections, std::max<int64_t>(by_fds, 4))) {
       ++over_cap_;
       return false;
     }

@@ -6,6 +6,7 @@
 
 #include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -291,13 +292,46 @@ TEST_F(AgentSecurityTest, AUsersConnectionsAreCappedAndIdleOnesDroppedWhileOther
   int dropped = 0, refused = 0;
   for (const std::string& l : lines) {
     dropped += l == "EOF" ? 1 : 0;  // idle past the deadline: closed by the agent
-    refused += l.find("that is the most allowed") != std::string::npos ? 1 : 0;
+    refused += l.find("too many connections to the agent") != std::string::npos ? 1 : 0;
   }
   EXPECT_EQ(dropped, kCapPerUid) << replies;
   EXPECT_EQ(refused, 2) << replies;
   EXPECT_THAT(replies, Not(HasSubstr("TIMEOUT")));
   EXPECT_GE(MetricValue(AgentMetrics(), "bmas_agent_connections_over_cap_total").value_or(0), 2.0);
   ExpectTheAgentServes();
+}
+
+// The agent runs out of fds (its limit lowered to what it has open, so that every accept fails
+// with EMFILE): it says so at most once per few seconds, keeps accepting, and serves everyone
+// once fds are free again.
+TEST_F(AgentSecurityTest, AnAgentOutOfFileDescriptorsBacksOffAndServesAgain) {
+  rlimit normal{};
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, nullptr, &normal), 0);
+  const auto open_fds = std::distance(fs::directory_iterator(fmt::format("/proc/{}/fd", agent_->pid())),
+                                      fs::directory_iterator());
+  const rlimit exhausted{static_cast<rlim_t>(open_fds), normal.rlim_max};
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, &exhausted, nullptr), 0);
+  std::vector<int> waiting;
+  for (int i = 0; i < 8; ++i) waiting.push_back(RawConnect(Socket().c_str(), 30));
+  auto backing_off = [&] {
+    const std::string log = agent_->StderrText();
+    size_t lines = 0;
+    for (size_t at = log.find("backing off"); at != std::string::npos;
+         at = log.find("backing off", at + 1)) {
+      ++lines;
+    }
+    return lines;
+  };
+  ASSERT_TRUE(Eventually([&] { return backing_off() >= 1; }, std::chrono::seconds(10)))
+      << agent_->StderrText();
+  // Two more seconds out of fds: some twenty failed accepts, and the log says it once.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_LE(backing_off(), 2u) << agent_->StderrText();
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, &normal, nullptr), 0);
+  ExpectTheAgentServes();
+  for (int fd : waiting) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 }  // namespace
