@@ -212,6 +212,22 @@ TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory)
                          std::chrono::seconds(30)));
 }
 
+// The agent dies while a job runs: the epilog, root, kills the job's cgroup by its name.
+TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
+  CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
+                                           "setsid sleep 3005 </dev/null >/dev/null 2>&1 & "
+                                           "exec sleep 3006"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3005").empty(); },
+                         std::chrono::seconds(30)));
+  agent_->Signal(SIGKILL);
+  ASSERT_TRUE(agent_->Wait(std::chrono::seconds(10)));
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 300").empty(); },
+                         std::chrono::seconds(30)));
+}
+
 TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   // A stand-in for a CUDA process: holds the device open (O_PATH: the fake GPU has no driver
   // to open) until killed.
