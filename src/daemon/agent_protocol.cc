@@ -40,6 +40,14 @@ int NestingDepth(std::string_view text, int limit) {
   return deepest;
 }
 
+// A string value; InvalidArgument for another type or a NUL inside (which execve would cut).
+Result<std::string> Text(const rapidjson::Value& v, std::string_view name) {
+  if (!v.IsString()) return InvalidArgument(fmt::format("{} is not a string", name));
+  std::string s(v.GetString(), v.GetStringLength());
+  if (s.find('\0') != std::string::npos) return InvalidArgument(fmt::format("{} holds a NUL", name));
+  return s;
+}
+
 Result<std::vector<std::string>> StringList(const rapidjson::Value& v, const char* name) {
   if (!v.IsArray()) return InvalidArgument(fmt::format("{} is not an array", name));
   if (v.Size() > kMaxAgentListItems) {
@@ -48,7 +56,9 @@ Result<std::vector<std::string>> StringList(const rapidjson::Value& v, const cha
   std::vector<std::string> out;
   for (const auto& item : v.GetArray()) {
     if (!item.IsString()) return InvalidArgument(fmt::format("{} holds a non-string", name));
-    out.emplace_back(item.GetString(), item.GetStringLength());
+    auto text = Text(item, name);
+    if (!text) return text.error();
+    out.push_back(std::move(*text));
   }
   return out;
 }
@@ -63,7 +73,8 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
     return InvalidArgument(fmt::format("a request nests at most {} deep", kMaxAgentDepth));
   }
   rapidjson::Document d;
-  d.Parse<rapidjson::kParseIterativeFlag>(text.data(), text.size());
+  d.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
+                                                                                 text.size());
   if (d.HasParseError() || !d.IsObject()) {
     return InvalidArgument("a request is a JSON object with op and job");
   }
@@ -74,17 +85,15 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
     const std::string_view key(m.name.GetString(), m.name.GetStringLength());
     if (!seen.insert(key).second) return InvalidArgument(fmt::format("repeated key {}", key));
     const rapidjson::Value& v = m.value;
-    if (key == "op") {
-      if (!v.IsString()) return InvalidArgument("op is not a string");
-      r.op.assign(v.GetString(), v.GetStringLength());
-      has_op = true;
+    if (key == "op" || key == "cwd") {
+      auto text = Text(v, key);
+      if (!text) return text.error();
+      (key == "op" ? r.op : r.cwd) = std::move(*text);
+      has_op = has_op || key == "op";
     } else if (key == "job") {
       if (!v.IsInt64()) return InvalidArgument("job is not an integer");
       r.job = v.GetInt64();
       has_job = true;
-    } else if (key == "cwd") {
-      if (!v.IsString()) return InvalidArgument("cwd is not a string");
-      r.cwd.assign(v.GetString(), v.GetStringLength());
     } else if (key == "seconds") {
       if (!v.IsNumber()) return InvalidArgument("seconds is not a number");
       r.seconds = v.GetDouble();
@@ -111,12 +120,12 @@ std::string RenderAgentRequest(const AgentRequest& r) {
   };
   w.StartObject();
   w.Key("op");
-  w.String(r.op.c_str());
+  w.String(r.op.c_str(), static_cast<unsigned>(r.op.size()));
   w.Key("job");
   w.Int64(r.job);
   if (!r.cwd.empty()) {
     w.Key("cwd");
-    w.String(r.cwd.c_str());
+    w.String(r.cwd.c_str(), static_cast<unsigned>(r.cwd.size()));
   }
   if (!r.argv.empty()) list("argv", r.argv);
   if (!r.env.empty()) list("env", r.env);

@@ -43,6 +43,9 @@ TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
       {R"({"op":"exec","job":1,"argv":[1]})", "non-string"},
       {R"({"op":"exec","job":1,"env":"A=b"})", "not an array"},
       {R"({"op":"kill","job":1} {})", "JSON object"},
+      {R"({"op":"exec","job":1,"argv":["a\u0000b"]})", "holds a NUL"},
+      {R"({"op":"exec\u0000","job":1})", "holds a NUL"},
+      {"{\"op\":\"\xff\xfe\",\"job\":1}", "JSON object"},  // not UTF-8
   };
   for (const Case& c : cases) {
     auto r = ParseAgentRequest(c.text);
