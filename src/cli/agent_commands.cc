@@ -20,11 +20,13 @@ void AgentCommands::Register(CLI::App& app, GlobalOptions& global) {
   agent_->add_option("--reconcile-interval", reconcile_s_,
                      "Seconds between reconcile passes (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
-  agent_->add_option("--io-timeout", io_timeout_s_,
-                     "Seconds a connection may take to send its request (default 10)")
+  agent_
+      ->add_option("--io-timeout", io_timeout_s_,
+                   "Seconds a connection may take to send its request (default 10)")
       ->check(CLI::Range(0.1, 3600.0));
-  agent_->add_option("--max-connections-per-uid", max_per_uid_,
-                     "Connections one user may hold open at once (default 64)")
+  agent_
+      ->add_option("--max-connections-per-uid", max_per_uid_,
+                   "Connections one user may hold open at once (default 64)")
       ->check(CLI::Range(1, 100000));
   agent_->require_subcommand(0, 1);
   agent_->callback([this, &global] {

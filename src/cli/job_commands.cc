@@ -1,8 +1,10 @@
 #include "cli/job_commands.h"
 
-#include "cli/slurm_target.h"
-
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pwd.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,11 +16,7 @@
 #include <memory>
 #include <thread>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
+#include "cli/slurm_target.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/process.h"
@@ -179,18 +177,27 @@ Result<int64_t> ParseMegabytes(const std::string& text) {
   int64_t scale = 1;
   if (rest != end && rest + 1 == end) {
     switch (*rest | 0x20) {
-      case 'k': scale = 0; break;
-      case 'm': scale = 1; break;
-      case 'g': scale = 1024; break;
-      case 't': scale = 1024 * 1024; break;
-      default: scale = -1;
+      case 'k':
+        scale = 0;
+        break;
+      case 'm':
+        scale = 1;
+        break;
+      case 'g':
+        scale = 1024;
+        break;
+      case 't':
+        scale = 1024 * 1024;
+        break;
+      default:
+        scale = -1;
     }
   } else if (rest != end) {
     scale = -1;
   }
   if (ec != std::errc() || value <= 0 || scale < 0 || value > (int64_t{1} << 40)) {
-    return InvalidArgument(fmt::format("--mem {}: give megabytes, or a number with M, G or T",
-                                       text));
+    return InvalidArgument(
+        fmt::format("--mem {}: give megabytes, or a number with M, G or T", text));
   }
   return scale == 0 ? std::max<int64_t>(1, value / 1024) : value * scale;
 }

@@ -1,11 +1,11 @@
 #include "cli/slurm_hook.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/config.h"
 #include "daemon/agent.h"

@@ -1,9 +1,11 @@
 #include "daemon/agent.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,9 +25,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "common/http_server.h"
 #include "common/metrics.h"
@@ -193,9 +192,10 @@ class Agent {
         continue;
       }
       if (!Admit(cred.uid)) {
-        cap_log_.Warn(fmt::format("a connection of uid {} turned away (the most allowed are "
-                                  "open: {} per uid, or all the fds allow)",
-                                  cred.uid, o_.max_connections_per_uid));
+        cap_log_.Warn(
+            fmt::format("a connection of uid {} turned away (the most allowed are "
+                        "open: {} per uid, or all the fds allow)",
+                        cred.uid, o_.max_connections_per_uid));
         SendMessage(fd, ErrorReply(fmt::format(
                             "too many connections to the agent: at most {} per user, and you "
                             "have that many open, or the agent is full; try again later",
@@ -442,8 +442,7 @@ class Agent {
           recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) <= 0) {
         if (job_cgroup.empty()) {
           kill(-child, SIGKILL);  // the child is not reaped yet: its group is still its own
-        } else if (auto killed = lxd::KillCgroups(job_cgroup, std::chrono::seconds(10));
-                   !killed) {
+        } else if (auto killed = lxd::KillCgroups(job_cgroup, std::chrono::seconds(10)); !killed) {
           spdlog::warn("bmas agent: {}", killed.error().message);
           kill(child, SIGKILL);
         }

@@ -1,14 +1,13 @@
 // The client side of the agent's socket: `bmas agent exec`, `bmas workspace exec|shell`, and
 // the Slurm hooks' calls. Every step has a time limit, so a hung agent gives an error.
 
+#include <fmt/format.h>
+#include <rapidjson/document.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <rapidjson/document.h>
 
 #include "daemon/agent.h"
 #include "daemon/agent_protocol.h"
@@ -34,7 +33,8 @@ Result<rapidjson::Document> Receive(int fd, const std::string& socket) {
   rapidjson::Document d;
   d.Parse<rapidjson::kParseIterativeFlag>(text->c_str(), text->size());
   if (d.HasParseError() || !d.IsObject()) {
-    return Error{ErrorCode::kUnavailable, fmt::format("the agent at {} answered: {}", socket, *text)};
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("the agent at {} answered: {}", socket, *text)};
   }
   return d;
 }
@@ -51,8 +51,10 @@ int RunThroughAgent(const std::string& socket, const std::vector<std::string>& a
   const char* job = for_job ? std::getenv("SLURM_JOB_ID") : "0";
   int fd = job != nullptr ? ConnectAgent(socket, kConnectTimeout) : -1;
   if (fd < 0 && !for_job) {
-    fmt::print(stderr, "bmas workspace: no agent answers at {} (bmas up starts one; root can use "
-               "`bmas agent`)\n", socket);
+    fmt::print(stderr,
+               "bmas workspace: no agent answers at {} (bmas up starts one; root can use "
+               "`bmas agent`)\n",
+               socket);
     return 1;
   }
   if (fd < 0) return exec_here();  // no agent here: a plain Slurm job
@@ -123,8 +125,8 @@ Result<int> AgentKillJob(const std::string& socket, int64_t job) {
   auto d = Ask(socket, request, std::chrono::seconds(60));
   if (!d) return d.error();
   if (!d->HasMember("killed") || !(*d)["killed"].IsInt()) {
-    return Error{ErrorCode::kUnavailable, fmt::format("the agent at {} did not kill job {}",
-                                                      socket, job)};
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("the agent at {} did not kill job {}", socket, job)};
   }
   return (*d)["killed"].GetInt();
 }

@@ -1,13 +1,13 @@
 #include "daemon/agent_protocol.h"
 
-#include <algorithm>
-#include <array>
-#include <set>
-
 #include <fmt/format.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
 
 namespace bmas {
 namespace {
@@ -44,7 +44,8 @@ int NestingDepth(std::string_view text, int limit) {
 Result<std::string> Text(const rapidjson::Value& v, std::string_view name) {
   if (!v.IsString()) return InvalidArgument(fmt::format("{} is not a string", name));
   std::string s(v.GetString(), v.GetStringLength());
-  if (s.find('\0') != std::string::npos) return InvalidArgument(fmt::format("{} holds a NUL", name));
+  if (s.find('\0') != std::string::npos)
+    return InvalidArgument(fmt::format("{} holds a NUL", name));
   return s;
 }
 
@@ -74,7 +75,7 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
   }
   rapidjson::Document d;
   d.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
-                                                                                 text.size());
+                                                                                  text.size());
   if (d.HasParseError() || !d.IsObject()) {
     return InvalidArgument("a request is a JSON object with op and job");
   }
@@ -140,10 +141,11 @@ std::string RenderAgentRequest(const AgentRequest& r) {
 std::vector<std::string> FilterUserEnvironment(const std::vector<std::string>& env) {
   // glibc's list for AT_SECURE programs (sysdeps/generic/unsecvars.h), plus any LD_*.
   static constexpr std::array<std::string_view, 18> kDropped = {
-      "GCONV_PATH",     "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN",
-      "LOCPATH",        "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_PERTURB_",
-      "MALLOC_TRACE",   "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_", "NIS_PATH", "NLSPATH",
-      "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"};
+      "GCONV_PATH",      "GETCONF_DIR",  "GLIBC_TUNABLES",   "HOSTALIASES",
+      "LOCALDOMAIN",     "LOCPATH",      "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST",
+      "MALLOC_PERTURB_", "MALLOC_TRACE", "MALLOC_TOP_PAD_",  "MALLOC_MMAP_MAX_",
+      "NIS_PATH",        "NLSPATH",      "RESOLV_HOST_CONF", "RES_OPTIONS",
+      "TMPDIR",          "TZDIR"};
   std::vector<std::string> out;
   for (const std::string& e : env) {
     const size_t eq = e.find('=');

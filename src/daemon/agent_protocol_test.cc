@@ -58,10 +58,20 @@ TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
 }
 
 TEST(AgentProtocolTest, TheUsersEnvironmentLosesWhatChangesHowProgramsLoad) {
-  const std::vector<std::string> env = {
-      "PATH=/usr/bin", "LD_PRELOAD=/tmp/x.so", "LD_LIBRARY_PATH=/tmp", "GCONV_PATH=/tmp",
-      "LOCPATH=/tmp", "MALLOC_CHECK_=3", "NLSPATH=/tmp", "HOSTALIASES=/tmp/h",
-      "RES_OPTIONS=debug", "GLIBC_TUNABLES=x", "TMPDIR=/tmp", "noequals", "=x", "LANG=C.UTF-8"};
+  const std::vector<std::string> env = {"PATH=/usr/bin",
+                                        "LD_PRELOAD=/tmp/x.so",
+                                        "LD_LIBRARY_PATH=/tmp",
+                                        "GCONV_PATH=/tmp",
+                                        "LOCPATH=/tmp",
+                                        "MALLOC_CHECK_=3",
+                                        "NLSPATH=/tmp",
+                                        "HOSTALIASES=/tmp/h",
+                                        "RES_OPTIONS=debug",
+                                        "GLIBC_TUNABLES=x",
+                                        "TMPDIR=/tmp",
+                                        "noequals",
+                                        "=x",
+                                        "LANG=C.UTF-8"};
   EXPECT_EQ(FilterUserEnvironment(env),
             (std::vector<std::string>{"PATH=/usr/bin", "LANG=C.UTF-8"}));
 }

@@ -1,6 +1,7 @@
 #include "daemon/agent_spawn.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
@@ -10,10 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace bmas {
 namespace {
@@ -142,7 +142,8 @@ Result<pid_t> SpawnInWorkspace(const WorkspaceSpawn& s) {
   // Host root is nobody in the workspace's user namespace, and a setuid() from there keeps
   // every capability (the kernel clears them only when leaving the namespace's root): become
   // that root first, so that the setuid() below clears them.
-  if (setgid(0) != 0 || setuid(0) != 0) Die("bmas agent: cannot become the workspace's root\n", 126);
+  if (setgid(0) != 0 || setuid(0) != 0)
+    Die("bmas agent: cannot become the workspace's root\n", 126);
   for (size_t i = 0; i < namespaces.size(); ++i) {
     if (failed[i] && setns(namespaces[i].fd, namespaces[i].type) != 0) {
       Die("bmas agent: cannot enter the workspace's namespaces\n", 126);

@@ -21,7 +21,7 @@ struct WorkspaceSpawn {
   bool enter_net = false;  // a session: the workspace's network; a job keeps the node's
   uid_t uid = 0;           // never 0
   gid_t gid = 0;
-  std::string cwd;   // inside; the home, then / when it cannot be entered
+  std::string cwd;  // inside; the home, then / when it cannot be entered
   std::string home;
   std::vector<std::string> argv;          // argv[0]: a path, or a name looked up in PATH
   std::vector<std::string> env;           // the command's whole environment

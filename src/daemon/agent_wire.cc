@@ -1,13 +1,12 @@
 #include "daemon/agent_wire.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace bmas {
 
@@ -80,9 +79,9 @@ Result<std::string> ReceiveMessage(int fd, size_t limit, std::vector<int>* fds) 
     }
   }
   if (n < 0) {
-    return Error{ErrorCode::kUnavailable,
-                 error == EAGAIN || error == EWOULDBLOCK ? "no message before the deadline"
-                                                         : std::strerror(error)};
+    return Error{ErrorCode::kUnavailable, error == EAGAIN || error == EWOULDBLOCK
+                                              ? "no message before the deadline"
+                                              : std::strerror(error)};
   }
   if (n == 0) return Error{ErrorCode::kUnavailable, "end of file"};
   if ((msg.msg_flags & MSG_TRUNC) != 0 || static_cast<size_t>(n) > limit) {

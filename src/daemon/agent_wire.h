@@ -4,14 +4,14 @@
 // caller's stdin, stdout and stderr passed along an exec request (SCM_RIGHTS). Every call
 // has a deadline (SO_RCVTIMEO, SO_SNDTIMEO), so neither side hangs on the other.
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include "common/result.h"
 

@@ -1,10 +1,10 @@
 #include "lxd/gpu_binding.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "lxd/workspace.h"
 

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "lxd/gpu_binding.h"
 #include "lxd/lxd_internal.h"
@@ -130,8 +129,9 @@ Result<std::vector<std::string>> MakeJobCgroup(const std::vector<std::string>& d
     const std::string parent = fs::path(d).parent_path().string();
     if (IsV1(d, "cpuset")) {
       // A v1 cpuset starts empty: nothing can join it until it has CPUs and memory nodes.
-      for (const auto& [file, want] : {std::pair<const char*, std::string>{"cpuset.cpus", limits.cpus},
-                                       {"cpuset.mems", limits.mems}}) {
+      for (const auto& [file, want] :
+           {std::pair<const char*, std::string>{"cpuset.cpus", limits.cpus},
+            {"cpuset.mems", limits.mems}}) {
         const std::string path = d + "/" + file;
         if (want.empty() || !WriteFile(path, want)) {
           WriteFile(path, Trim(ReadText(parent + "/" + file)));
@@ -198,8 +198,8 @@ Result<int> KillDeviceHolders(pid_t init, const std::vector<dev_t>& rdevs,
       const long pid = std::strtol(e->d_name, &end, 10);
       if (pid <= 1 || *end != '\0') continue;
       struct stat pns {};
-      if (stat(fmt::format("/proc/{}/ns/pid", pid).c_str(), &pns) != 0 ||
-          pns.st_ino != ns.st_ino || pns.st_dev != ns.st_dev) {
+      if (stat(fmt::format("/proc/{}/ns/pid", pid).c_str(), &pns) != 0 || pns.st_ino != ns.st_ino ||
+          pns.st_dev != ns.st_dev) {
         continue;
       }
       std::error_code ec;

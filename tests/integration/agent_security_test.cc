@@ -47,8 +47,8 @@ std::vector<pid_t> HostProcesses(const std::string& needle) {
 class AgentSecurityTest : public WorkspaceJobsTest {
  protected:
   void SetUp() override {
-    agent_flags_ = {"--io-timeout", std::to_string(kIoTimeoutSeconds),
-                    "--max-connections-per-uid", std::to_string(kCapPerUid)};
+    agent_flags_ = {"--io-timeout", std::to_string(kIoTimeoutSeconds), "--max-connections-per-uid",
+                    std::to_string(kCapPerUid)};
     WorkspaceJobsTest::SetUp();
   }
 
@@ -149,12 +149,18 @@ TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStil
   const std::vector<std::string> attack = {"LD_PRELOAD=" + home + "/x.so", "GCONV_PATH=" + home,
                                            "LOCPATH=" + home, "LD_LIBRARY_PATH=" + home};
   // Set after setpriv (as the user), so that only bmas sees them.
-  std::vector<std::string> args = {"setpriv", "--reuid=bmastest1", "--regid=bmastest1",
-                                   "--init-groups", "sh", "-c", "cd \"$0\" && exec \"$@\"",
-                                   home, "env"};
+  std::vector<std::string> args = {"setpriv",
+                                   "--reuid=bmastest1",
+                                   "--regid=bmastest1",
+                                   "--init-groups",
+                                   "sh",
+                                   "-c",
+                                   "cd \"$0\" && exec \"$@\"",
+                                   home,
+                                   "env"};
   args.insert(args.end(), attack.begin(), attack.end());
-  args.insert(args.end(), {SharedBinary(), "--config", config_, "--state-dir", state_,
-                           "workspace", "exec", "bmastest1", "--", "id", "-u"});
+  args.insert(args.end(), {SharedBinary(), "--config", config_, "--state-dir", state_, "workspace",
+                           "exec", "bmastest1", "--", "id", "-u"});
   auto ran = RunCommand(args, {}, std::chrono::seconds(60));
   ASSERT_TRUE(ran) << ran.error().message;
   const CommandOutput& session = *ran;
@@ -170,11 +176,10 @@ TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStil
       "exec {1} --config {2} --state-dir {3} agent exec -- sh -c 'id -u; ls /proc/self/fd'\n",
       home, SharedBinary(), config_, state_);
   chmod(script.c_str(), 0755);
-  auto job = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
-                         "sbatch", "--wait", "--parsable", "-D", home, "-o",
-                         home + "/attack.out", script},
-                        {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"},
-                        std::chrono::seconds(60));
+  auto job =
+      RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups", "sbatch",
+                  "--wait", "--parsable", "-D", home, "-o", home + "/attack.out", script},
+                 {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"}, std::chrono::seconds(60));
   ASSERT_TRUE(job && job->exit_code == 0) << (job ? job->out + job->err : job.error().message);
   std::ifstream in(home + "/attack.out");
   const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -197,19 +202,19 @@ TEST_F(AgentSecurityTest, ACommandGetsNoFileDescriptorOfTheAgents) {
 
 TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory) {
   CommandOutput r = InHome(
-      "bmastest1",
-      {"run", "--mem", "300M", "--cpus-per-gpu", "1", "--wait", "--", "sh", "-c",
-       "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
-       "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
-       "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
-       "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; ps -o args | grep -c '^sleep 300[12]'"});
+      "bmastest1", {"run", "--mem", "300M", "--cpus-per-gpu", "1", "--wait", "--", "sh", "-c",
+                    "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
+                    "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
+                    "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
+                    "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; ps -o args | grep -c "
+                    "'^sleep 300[12]'"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("cgroup /bmas-job-"));
   EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{}\n", 300 * 1024 * 1024)));
   EXPECT_THAT(r.out, ::testing::EndsWith("\n2\n")) << "both were running in the job";
   // Slurm says the job ended: the epilog has killed its cgroup, the detached ones with it.
-  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 300").empty(); },
-                         std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
 }
 
 // The agent dies while a job runs: the epilog, root, kills the job's cgroup by its name.
@@ -219,13 +224,13 @@ TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
                                            "exec sleep 3006"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
-  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3005").empty(); },
-                         std::chrono::seconds(30)));
+  ASSERT_TRUE(
+      Eventually([] { return !HostProcesses("sleep 3005").empty(); }, std::chrono::seconds(30)));
   agent_->Signal(SIGKILL);
   ASSERT_TRUE(agent_->Wait(std::chrono::seconds(10)));
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
-  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 300").empty(); },
-                         std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
 }
 
 TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
@@ -243,8 +248,9 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "600"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
-  ASSERT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia0") != std::string::npos; },
-                         std::chrono::seconds(30)));
+  ASSERT_TRUE(
+      Eventually([&] { return DevicesIn("bmastest1").find("nvidia0") != std::string::npos; },
+                 std::chrono::seconds(30)));
   // A session (not in the job's cgroup) takes hold of the job's GPU.
   auto holder = RunCommand(
       {"sh", "-c",
@@ -323,8 +329,8 @@ TEST_F(AgentSecurityTest, AUsersConnectionsAreCappedAndIdleOnesDroppedWhileOther
 TEST_F(AgentSecurityTest, AnAgentOutOfFileDescriptorsBacksOffAndServesAgain) {
   rlimit normal{};
   ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, nullptr, &normal), 0);
-  const auto open_fds = std::distance(fs::directory_iterator(fmt::format("/proc/{}/fd", agent_->pid())),
-                                      fs::directory_iterator());
+  const auto open_fds = std::distance(
+      fs::directory_iterator(fmt::format("/proc/{}/fd", agent_->pid())), fs::directory_iterator());
   const rlimit exhausted{static_cast<rlim_t>(open_fds), normal.rlim_max};
   ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, &exhausted, nullptr), 0);
   std::vector<int> waiting;

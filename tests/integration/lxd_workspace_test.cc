@@ -55,7 +55,6 @@ int FreeTcpPort() {
   return ntohs(a.sin_port);
 }
 
-
 TEST_F(LxdWorkspaceTest, UpIsIdempotentAndStatusNamesThePoolDriver) {
   CommandOutput again = Bmas({"lxd", "up"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
