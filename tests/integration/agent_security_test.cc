@@ -202,14 +202,18 @@ TEST_F(AgentSecurityTest, ACommandGetsNoFileDescriptorOfTheAgents) {
 
 TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory) {
   CommandOutput r = InHome(
-      "bmastest1", {"run", "--mem", "300M", "--cpus-per-gpu", "1", "--wait", "--", "sh", "-c",
+      "bmastest1", {"run", "--mem", "300M", "--gpus", "1", "--cpus-per-gpu", "3", "--wait", "--",
+                    "sh", "-c",
+                    "echo cpus $SLURM_JOB_CPUS_PER_NODE; "
                     "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
                     "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
                     "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
-                    "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; ps -o args | grep -c "
-                    "'^sleep 300[12]'"});
+                    "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; "
+                    "n() { ps -o args | grep -c '^sleep 300[12]'; }; i=0; "
+                    "while [ $(n) != 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; n"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("cgroup /bmas-job-"));
+  EXPECT_THAT(r.out, ::testing::StartsWith("cpus 3\n"));
   EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{}\n", 300 * 1024 * 1024)));
   EXPECT_THAT(r.out, ::testing::EndsWith("\n2\n")) << "both were running in the job";
   // Slurm says the job ended: the epilog has killed its cgroup, the detached ones with it.
