@@ -122,7 +122,7 @@ Result<int> AgentKillJob(const std::string& socket, int64_t job) {
   AgentRequest request;
   request.op = "kill";
   request.job = job;
-  auto d = Ask(socket, request, std::chrono::seconds(60));
+  auto d = Ask(socket, request, std::chrono::seconds(30));
   if (!d) return d.error();
   if (!d->HasMember("killed") || !(*d)["killed"].IsInt()) {
     return Error{ErrorCode::kUnavailable,

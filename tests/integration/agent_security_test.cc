@@ -30,7 +30,8 @@ using ::testing::Not;
 constexpr int kIoTimeoutSeconds = 3;
 constexpr int kCapPerUid = 4;
 
-// The pids of host processes whose command line contains `needle`.
+// The pids of host processes whose command line starts with `needle` (so "sleep 3001" is the
+// sleep itself, not the shell whose script mentions it).
 std::vector<pid_t> HostProcesses(const std::string& needle) {
   std::vector<pid_t> out;
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -39,7 +40,7 @@ std::vector<pid_t> HostProcesses(const std::string& needle) {
     std::ifstream in(e.path() / "cmdline");
     std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+    if (cmdline.starts_with(needle)) out.push_back(std::stoi(name));
   }
   return out;
 }
@@ -235,6 +236,32 @@ TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
   EXPECT_TRUE(
       Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
+}
+
+// The agent hangs (stopped) while a job runs: the epilog's request to it gives up after its time
+// limit (30 s), and the epilog ends the job's processes itself.
+TEST_F(AgentSecurityTest, AHungAgentHoldsUpNeitherTheEpilogNorAUser) {
+  CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
+                                           "setsid sleep 3007 </dev/null >/dev/null 2>&1 & "
+                                           "exec sleep 3008"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3007").empty(); },
+                         std::chrono::seconds(30)));
+  agent_->Signal(SIGSTOP);
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 300").empty(); },
+                         std::chrono::seconds(90)));
+  auto hooks_log = [&] {
+    std::ifstream hooks(state_ + "/slurm/log/hooks.log");
+    std::stringstream log;
+    log << hooks.rdbuf();
+    return log.str();
+  };
+  EXPECT_TRUE(Eventually([&] { return hooks_log().find("did not answer") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << hooks_log();
+  agent_->Signal(SIGCONT);
 }
 
 TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
