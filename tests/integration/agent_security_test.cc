@@ -97,6 +97,20 @@ class AgentSecurityTest : public WorkspaceJobsTest {
 
   std::string Socket() const { return state_ + "/run/agent.sock"; }
 
+  // Submits a job of bmastest1's that leaves `sleep 3005` in the background (its own session)
+  // and runs on; returns its id once that sleep runs ("" when it does not).
+  std::string StartJobThatDetaches() {
+    CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
+                                             "setsid sleep 3005 </dev/null >/dev/null 2>&1 & "
+                                             "exec sleep 3006"});
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    if (run.exit_code != 0 || !Eventually([] { return !HostProcesses("sleep 3005").empty(); },
+                                          std::chrono::seconds(30))) {
+      return "";
+    }
+    return run.out.substr(0, run.out.find('\n'));
+  }
+
   // A session of bmastest1 in its workspace, through the agent: prints the uid.
   void ExpectTheAgentServes() {
     CommandOutput id = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "id", "-u"});
@@ -203,15 +217,15 @@ TEST_F(AgentSecurityTest, ACommandGetsNoFileDescriptorOfTheAgents) {
 
 TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory) {
   CommandOutput r = InHome(
-      "bmastest1", {"run", "--mem", "300M", "--gpus", "1", "--cpus-per-gpu", "3", "--wait", "--",
-                    "sh", "-c",
-                    "echo cpus $SLURM_JOB_CPUS_PER_NODE; "
-                    "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
-                    "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
-                    "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
-                    "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; "
-                    "n() { ps -o args | grep -c '^sleep 300[12]'; }; i=0; "
-                    "while [ $(n) != 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; n"});
+      "bmastest1",
+      {"run", "--mem", "300M", "--gpus", "1", "--cpus-per-gpu", "3", "--wait", "--", "sh", "-c",
+       "echo cpus $SLURM_JOB_CPUS_PER_NODE; "
+       "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
+       "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
+       "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
+       "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; "
+       "n() { ps -o args | grep -c '^sleep 300[12]'; }; i=0; "
+       "while [ $(n) != 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; n"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("cgroup /bmas-job-"));
   EXPECT_THAT(r.out, ::testing::StartsWith("cpus 3\n"));
@@ -224,13 +238,8 @@ TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory)
 
 // The agent dies while a job runs: the epilog, root, kills the job's cgroup by its name.
 TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
-  CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
-                                           "setsid sleep 3005 </dev/null >/dev/null 2>&1 & "
-                                           "exec sleep 3006"});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const std::string id = run.out.substr(0, run.out.find('\n'));
-  ASSERT_TRUE(
-      Eventually([] { return !HostProcesses("sleep 3005").empty(); }, std::chrono::seconds(30)));
+  const std::string id = StartJobThatDetaches();
+  ASSERT_FALSE(id.empty());
   agent_->Signal(SIGKILL);
   ASSERT_TRUE(agent_->Wait(std::chrono::seconds(10)));
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
@@ -240,18 +249,13 @@ TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
 
 // The agent hangs (stopped) while a job runs: the epilog's request to it gives up after its time
 // limit (30 s), and the epilog ends the job's processes itself.
-TEST_F(AgentSecurityTest, AHungAgentHoldsUpNeitherTheEpilogNorAUser) {
-  CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
-                                           "setsid sleep 3007 </dev/null >/dev/null 2>&1 & "
-                                           "exec sleep 3008"});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const std::string id = run.out.substr(0, run.out.find('\n'));
-  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3007").empty(); },
-                         std::chrono::seconds(30)));
+TEST_F(AgentSecurityTest, AHungAgentDoesNotHoldUpTheEpilog) {
+  const std::string id = StartJobThatDetaches();
+  ASSERT_FALSE(id.empty());
   agent_->Signal(SIGSTOP);
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
-  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 300").empty(); },
-                         std::chrono::seconds(90)));
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(90)));
   auto hooks_log = [&] {
     std::ifstream hooks(state_ + "/slurm/log/hooks.log");
     std::stringstream log;
