@@ -20,6 +20,14 @@ void AgentCommands::Register(CLI::App& app, GlobalOptions& global) {
   agent_->add_option("--reconcile-interval", reconcile_s_,
                      "Seconds between reconcile passes (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
+  agent_
+      ->add_option("--io-timeout", io_timeout_s_,
+                   "Seconds a connection may take to send its request (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  agent_
+      ->add_option("--max-connections-per-uid", max_per_uid_,
+                   "Connections one user may hold open at once (default 64)")
+      ->check(CLI::Range(1, 100000));
   agent_->require_subcommand(0, 1);
   agent_->callback([this, &global] {
     if (agent_->get_subcommands().empty()) global.exit_code = Serve(global);
@@ -46,6 +54,8 @@ int AgentCommands::Serve(GlobalOptions& global) {
   o.lxd_socket = local ? local->socket : lxd::SocketPath(config.lxd);
   o.reconcile_interval = std::chrono::milliseconds(static_cast<int64_t>(reconcile_s_ * 1000));
   o.metrics_port = static_cast<uint16_t>(metrics_port_);
+  o.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(io_timeout_s_ * 1000));
+  o.max_connections_per_uid = max_per_uid_;
   // What Slurm says of a job, as root.
   auto job = [&global](int64_t id) -> Result<JobInfo> {
     auto target = ResolveSlurm(global, "root");

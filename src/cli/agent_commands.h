@@ -23,6 +23,8 @@ class AgentCommands {
   std::string socket_;
   int metrics_port_ = 0;
   double reconcile_s_ = 60;
+  double io_timeout_s_ = 10;
+  int max_per_uid_ = 64;
   std::vector<std::string> command_;
 };
 

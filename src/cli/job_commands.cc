@@ -1,23 +1,22 @@
 #include "cli/job_commands.h"
 
-#include "cli/slurm_target.h"
-
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pwd.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <thread>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
+#include "cli/slurm_target.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/process.h"
@@ -170,6 +169,39 @@ Result<void> CheckGpuCap(SlurmRestClient& client, const Cluster& inventory, cons
   return {};
 }
 
+// "500M", "16G", "1T" or plain megabytes, as Slurm's --mem takes them.
+Result<int64_t> ParseMegabytes(const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [rest, ec] = std::from_chars(text.data(), end, value);
+  int64_t scale = 1;
+  if (rest != end && rest + 1 == end) {
+    switch (*rest | 0x20) {
+      case 'k':
+        scale = 0;
+        break;
+      case 'm':
+        scale = 1;
+        break;
+      case 'g':
+        scale = 1024;
+        break;
+      case 't':
+        scale = 1024 * 1024;
+        break;
+      default:
+        scale = -1;
+    }
+  } else if (rest != end) {
+    scale = -1;
+  }
+  if (ec != std::errc() || value <= 0 || scale < 0 || value > (int64_t{1} << 40)) {
+    return InvalidArgument(
+        fmt::format("--mem {}: give megabytes, or a number with M, G or T", text));
+  }
+  return scale == 0 ? std::max<int64_t>(1, value / 1024) : value * scale;
+}
+
 }  // namespace
 
 void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
@@ -183,6 +215,12 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(CLI::NonNegativeNumber);
   run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
       ->check(CLI::NonNegativeNumber);
+  run->add_option("--cpus-per-gpu", cpus_per_gpu_,
+                  "CPU cores for each GPU (default: Slurm's, one per task)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--mem", mem_,
+                  "Memory on each node: 500M, 16G (default: Slurm's DefMemPerCPU per core); "
+                  "the job's cgroup in a workspace carries it too");
   run->add_option("--partition", partition_, "Partition (default: the cluster's default, lab)");
   run->add_option("--time", time_, "Time limit in Slurm's form: 30, 2:00:00, 1-00:00:00");
   run->add_option("--name", name_, "Job name (default: the command's name)");
@@ -239,6 +277,15 @@ int JobCommands::Run(GlobalOptions& global) {
   spec.nodes = shape->nodes;
   spec.tasks_per_node = shape->tasks_per_node;
   spec.gpus_per_node = shape->gpus_per_node;
+  if (cpus_per_gpu_ > 0 && shape->gpus_per_node > 0) {
+    const int tasks = std::max(1, shape->tasks_per_node);
+    spec.cpus_per_task = (cpus_per_gpu_ * shape->gpus_per_node + tasks - 1) / tasks;
+  }
+  if (!mem_.empty()) {
+    auto mb = ParseMegabytes(mem_);
+    if (!mb) return ReportFailure("run", mb.error());
+    spec.memory_per_node_mb = *mb;
+  }
   if (!time_.empty()) {
     auto minutes = ParseSlurmMinutes(time_);
     if (!minutes) return ReportFailure("run", minutes.error());

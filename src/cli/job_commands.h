@@ -28,7 +28,8 @@ class JobCommands {
 
   // bmas run
   std::string user_;
-  int gpus_ = 0, nodes_ = 0, gpus_per_node_ = 0;
+  int gpus_ = 0, nodes_ = 0, gpus_per_node_ = 0, cpus_per_gpu_ = 0;
+  std::string mem_;
   std::string partition_, time_, name_, launcher_ = "none";
   bool wait_ = false;
   std::vector<std::string> command_;

@@ -1,16 +1,17 @@
 #include "cli/slurm_hook.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/config.h"
 #include "cli/lxd_commands.h"
 #include "daemon/agent.h"
 #include "lxd/gpu_binding.h"
+#include "lxd/job_cgroup.h"
 #include "lxd/job_copy.h"
 #include "lxd/local_lxd.h"
 #include "lxd/workspace.h"
@@ -119,9 +120,16 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
       return 0;
     }
     // The job's processes first: a process that still holds a device open keeps using it
-    // after the unplug.
-    if (auto killed = AgentKillJob(AgentSocketPath(state_dir), job); !killed) {
-      note("killing its processes: " + killed.error().message);
+    // after the unplug. The agent ends the commands it runs; then root kills the job's cgroup
+    // and whatever in the workspace holds the job's GPUs, which holds even when no agent
+    // answers.
+    if (auto killed = AgentKillJob(AgentSocketPath(state_dir), job);
+        !killed && killed.error().code != ErrorCode::kNotFound) {
+      note("the agent: " + killed.error().message);
+    }
+    if (auto ended = lxd::EndJobInWorkspace(client, instance, job, node); !ended) {
+      note("GPUs left plugged for the reconcile pass: " + ended.error().message);
+      return 0;
     }
     auto released = lxd::ReleaseGpus(client, instance, job, node);
     note(released ? fmt::format("released {} device(s) from {} in {:.0f} ms", *released,

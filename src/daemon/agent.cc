@@ -1,16 +1,19 @@
 #include "daemon/agent.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -23,112 +26,60 @@
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-#include <spdlog/spdlog.h>
-
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "daemon/agent_protocol.h"
+#include "daemon/agent_spawn.h"
+#include "daemon/agent_wire.h"
 #include "daemon/serve.h"
 #include "lxd/gpu_binding.h"
+#include "lxd/job_cgroup.h"
 #include "lxd/job_copy.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
-
-extern char** environ;
 
 namespace bmas {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-constexpr size_t kMaxMessage = 256 * 1024;
 
-// ---- The wire: one SOCK_SEQPACKET message each way, JSON; a request carries three fds ----
-
-std::string Json(const std::function<void(rapidjson::Writer<rapidjson::StringBuffer>&)>& body) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.StartObject();
-  body(w);
-  w.EndObject();
-  return buf.GetString();
-}
-
-bool SendMessage(int fd, const std::string& text, const std::vector<int>& fds = {}) {
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * (fds.empty() ? 1 : fds.size())));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  return sendmsg(fd, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
-}
-
-// One message, and the fds that came with it. nullopt at EOF or on error.
-std::optional<std::string> ReceiveMessage(int fd, std::vector<int>* fds = nullptr) {
-  std::string text(kMaxMessage, '\0');
-  iovec iov{text.data(), text.size()};
-  char control[CMSG_SPACE(sizeof(int) * 8)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      std::vector<int> got(count);
-      std::memcpy(got.data(), CMSG_DATA(c), sizeof(int) * count);
-      for (int f : got) {
-        if (fds != nullptr) {
-          fds->push_back(f);
-        } else {
-          close(f);
-        }
-      }
-    }
-  }
-  if (n <= 0) return std::nullopt;
-  text.resize(static_cast<size_t>(n));
-  return text;
-}
-
-int Connect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) {
-    close(fd);
-    return -1;
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// ---- The broker ----
+// Connections from all users together; each holds a thread, and while its command runs, its
+// socket, the caller's stdin, stdout and stderr, and a pidfd.
+constexpr int kMaxConnections = 1024;
+constexpr int kFdsPerConnection = 5;
 
 // Buckets of the GPU bind and release latencies, seconds.
 const std::vector<double> kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A warning at most once per `interval`: what a user can cause at any rate must not flood the log.
+class RateLimitedLog {
+ public:
+  void Warn(const std::string& text) {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::seconds(5)) {
+      ++dropped_;
+      return;
+    }
+    spdlog::warn("bmas agent: {}{}", text,
+                 dropped_ > 0 ? fmt::format(" (and {} more like it)", dropped_) : "");
+    last_ = now;
+    dropped_ = 0;
+  }
+
+ private:
+  std::mutex mu_;
+  Clock::time_point last_{};
+  int64_t dropped_ = 0;
+};
 
 class Agent {
  public:
@@ -146,7 +97,7 @@ class Agent {
     unlink(o_.socket.c_str());
     std::memcpy(addr.sun_path, o_.socket.c_str(), o_.socket.size() + 1);
     if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        listen(listen_fd_, 64) != 0) {
+        listen(listen_fd_, 128) != 0) {
       return Internal(fmt::format("cannot listen on {}: {}", o_.socket, std::strerror(errno)));
     }
     // Users connect; the checks are the agent's (SO_PEERCRED and the job's cgroup).
@@ -159,17 +110,20 @@ class Agent {
     reconciler_ = std::thread([this] { ReconcileLoop(); });
   }
 
+  // Returns when every connection is done: reads have deadlines, and a command's connection
+  // stops waiting for it (the command runs on; the epilog ends it with its job).
   void Stop() {
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
     }
     wake_.notify_all();
-    shutdown(listen_fd_, SHUT_RDWR);
+    if (acceptor_.joinable()) acceptor_.join();
     close(listen_fd_);
     unlink(o_.socket.c_str());
-    if (acceptor_.joinable()) acceptor_.join();
     if (reconciler_.joinable()) reconciler_.join();
+    for (auto& [id, t] : connections_) t.join();
+    connections_.clear();
   }
 
   std::string Metrics() {
@@ -179,6 +133,8 @@ class Agent {
         .Set(static_cast<double>(running_));
     r.AddGauge("bmas_agent_sessions", "`bmas workspace exec|shell` sessions running now", "")
         .Set(static_cast<double>(sessions_));
+    r.AddGauge("bmas_agent_connections", "Connections to the agent's socket open now", "")
+        .Set(static_cast<double>(open_));
     r.AddGauge("bmas_agent_workspaces_running", "Workspaces (LXD instances) running, as of the "
                "last reconcile pass", "")
         .Set(static_cast<double>(workspaces_running_));
@@ -188,6 +144,9 @@ class Agent {
         .Inc(static_cast<double>(sessions_total_));
     r.AddCounter("bmas_agent_refused_total", "Requests refused (not the job's owner, no job)", "")
         .Inc(static_cast<double>(refused_));
+    r.AddCounter("bmas_agent_connections_over_cap_total",
+                 "Connections turned away: their user already had the most allowed open", "")
+        .Inc(static_cast<double>(over_cap_));
     r.AddCounter("bmas_agent_reconcile_removed_total",
                  "GPU devices the reconcile pass unplugged (their job was gone)", "")
         .Inc(static_cast<double>(reconciled_));
@@ -205,89 +164,172 @@ class Agent {
   }
 
  private:
+  bool Stopping() {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
+
+  // Accepts until Stop(). Survives running out of fds (EMFILE, ENFILE): it backs off and says
+  // so at most once per few seconds. Only this thread touches connections_ until Stop().
   void AcceptLoop() {
-    while (true) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    while (!Stopping()) {
+      JoinFinished();
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;  // closed by Stop()
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_log_.Warn(fmt::format("accept: {}; backing off", std::strerror(errno)));
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        continue;
       }
-      std::thread([this, fd] {
-        Serve(fd);
+      SetDeadlines(fd, o_.io_timeout, o_.io_timeout);
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
         close(fd);
-      }).detach();
+        continue;
+      }
+      if (!Admit(cred.uid)) {
+        cap_log_.Warn(
+            fmt::format("a connection of uid {} turned away (the most allowed are "
+                        "open: {} per uid, or all the fds allow)",
+                        cred.uid, o_.max_connections_per_uid));
+        SendMessage(fd, ErrorReply(fmt::format(
+                            "too many connections to the agent: at most {} per user, and you "
+                            "have that many open, or the agent is full; try again later",
+                            o_.max_connections_per_uid)));
+        close(fd);
+        continue;
+      }
+      const int64_t id = next_connection_++;
+      connections_.emplace(id, std::thread([this, fd, cred, id] {
+                             Serve(fd, cred);
+                             close(fd);
+                             Finished(id, cred.uid);
+                           }));
     }
   }
 
-  void Reply(int fd, const std::string& text) { SendMessage(fd, text); }
+  // Whether a connection of `uid` may be served: under the per-uid cap (root has none), and
+  // under the cap of all together, which leaves fds for the commands being started.
+  bool Admit(uid_t uid) {
+    rlimit nofile{};
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    const int64_t by_fds = nofile.rlim_cur == RLIM_INFINITY
+                               ? kMaxConnections
+                               : (static_cast<int64_t>(nofile.rlim_cur) - 64) / kFdsPerConnection;
+    std::lock_guard lock(mu_);
+    int& mine = per_uid_[uid];
+    if ((uid != 0 && mine >= o_.max_connections_per_uid) ||
+        open_ >= std::min<int64_t>(kMaxConnections, std::max<int64_t>(by_fds, 4))) {
+      ++over_cap_;
+      return false;
+    }
+    ++mine;
+    ++open_;
+    return true;
+  }
+
+  void Finished(int64_t id, uid_t uid) {
+    std::lock_guard lock(mu_);
+    if (--per_uid_[uid] == 0) per_uid_.erase(uid);
+    --open_;
+    finished_.push_back(id);
+  }
+
+  void JoinFinished() {
+    std::vector<int64_t> done;
+    {
+      std::lock_guard lock(mu_);
+      done.swap(finished_);
+    }
+    for (int64_t id : done) {
+      connections_.at(id).join();
+      connections_.erase(id);
+    }
+  }
+
+  static std::string ErrorReply(const std::string& why) {
+    return JsonObject([&](JsonWriter& w) {
+      w.Key("error");
+      w.String(why.c_str());
+    });
+  }
+
+  static std::string IntReply(const char* key, int64_t value) {
+    return JsonObject([&](JsonWriter& w) {
+      w.Key(key);
+      w.Int64(value);
+    });
+  }
 
   void Refuse(int fd, const std::string& why) {
     {
       std::lock_guard lock(mu_);
       ++refused_;
     }
-    spdlog::warn("bmas agent: refused: {}", why);
-    Reply(fd, Json([&](auto& w) {
-      w.Key("error");
-      w.String(why.c_str());
-    }));
+    refuse_log_.Warn("refused: " + why);
+    SendMessage(fd, ErrorReply(why));
   }
 
-  void Serve(int fd) {
+  void Serve(int fd, const ucred& cred) {
     std::vector<int> fds;
-    auto text = ReceiveMessage(fd, &fds);
-    auto close_fds = [&] {
-      for (int f : fds) close(f);
-      fds.clear();
-    };
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (!text || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      close_fds();
-      return;
+    auto text = ReceiveMessage(fd, kMaxAgentMessage, &fds);
+    struct Closer {
+      std::vector<int>& fds;
+      ~Closer() {
+        for (int f : fds) close(f);
+      }
+    } closer{fds};
+    if (!text) {
+      if (text.error().code == ErrorCode::kInvalidArgument) Refuse(fd, text.error().message);
+      return;  // gone, or silent past the deadline
     }
-    rapidjson::Document d;
-    d.Parse(text->c_str(), text->size());
-    if (d.HasParseError() || !d.IsObject() || !d.HasMember("op") || !d["op"].IsString() ||
-        !d.HasMember("job") || !d["job"].IsInt64()) {
-      close_fds();
-      return Refuse(fd, "a request is a JSON object with op and job");
-    }
-    const std::string op = d["op"].GetString();
-    const int64_t job = d["job"].GetInt64();
+    auto request = ParseAgentRequest(*text);
+    if (!request) return Refuse(fd, request.error().message);
+    const std::string& op = request->op;
     if (op == "exec" || op == "enter") {
-      Exec(fd, cred, op == "exec" ? job : 0, d, fds);
-      close_fds();
-      return;
+      return Exec(fd, cred, op == "exec" ? request->job : 0, *request, fds);
     }
-    close_fds();
     if (cred.uid != 0) return Refuse(fd, fmt::format("only root may ask to {}", op));
-    if (op == "kill") return Kill(fd, job);
+    if (op == "kill") return Kill(fd, request->job);
     if (op == "bound" || op == "released") {
-      const double seconds = d.HasMember("seconds") && d["seconds"].IsNumber()
-                                 ? d["seconds"].GetDouble()
-                                 : 0;
-      std::lock_guard lock(mu_);
-      (op == "bound" ? bind_seconds_ : release_seconds_).Observe(seconds);
-      return Reply(fd, "{}");
+      {
+        std::lock_guard lock(mu_);
+        (op == "bound" ? bind_seconds_ : release_seconds_).Observe(request->seconds);
+      }
+      SendMessage(fd, "{}");
+      return;
     }
     Refuse(fd, fmt::format("unknown op {}", op));
   }
 
   // `job` 0: the caller enters their own workspace (`bmas workspace exec|shell`), no job.
-  void Exec(int fd, const ucred& cred, int64_t job, const rapidjson::Document& d,
+  void Exec(int fd, const ucred& cred, int64_t job, const AgentRequest& request,
             const std::vector<int>& fds) {
     if (fds.size() != 3) return Refuse(fd, "exec needs stdin, stdout and stderr");
+    if (cred.uid == 0) {
+      // Root's commands are not run by the agent: a job runs on the node, a session uses LXD.
+      if (job == 0) return Refuse(fd, "root enters workspaces through LXD (bmas workspace exec)");
+      SendMessage(fd, JsonObject([](JsonWriter& w) {
+                    w.Key("plain");
+                    w.String("root's jobs run on the node");
+                  }));
+      return;
+    }
     // For a job, the caller must be a process of that very job (its cgroup), run by its user.
-    std::ifstream in(fmt::format("/proc/{}/cgroup", cred.pid));
-    std::stringstream cgroup;
-    cgroup << in.rdbuf();
-    if (job != 0 && !InSlurmJobCgroup(cgroup.str(), job)) {
+    const std::string caller_cgroup = ReadText(fmt::format("/proc/{}/cgroup", cred.pid));
+    if (job != 0 && !InSlurmJobCgroup(caller_cgroup, job)) {
       return Refuse(fd, fmt::format("pid {} (uid {}) is not a process of job {}", cred.pid,
                                     cred.uid, job));
     }
-    passwd* pw = getpwuid(cred.uid);
-    if (pw == nullptr) return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
+    passwd pwd{}, *pw = nullptr;
+    std::vector<char> pwbuf(16384);
+    if (getpwuid_r(cred.uid, &pwd, pwbuf.data(), pwbuf.size(), &pw) != 0 || pw == nullptr) {
+      return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
+    }
     const std::string user = pw->pw_name, home = pw->pw_dir;
     if (job != 0) {
       auto owner = o_.job_user(job);
@@ -296,18 +338,17 @@ class Agent {
         return Refuse(fd, fmt::format("job {} belongs to {}, not {}", job, *owner, user));
       }
     }
-    const uid_t uid = pw->pw_uid;
-    const gid_t gid = pw->pw_gid;
     lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
     const std::string instance = lxd::WorkspaceName(user);
     auto ws = client.GetInstance(instance);
     if (!ws && job == 0) return Refuse(fd, ws.error().message);
     if (!ws) {
       // No workspace (or no LXD): the job runs as a plain Slurm job.
-      return Reply(fd, Json([&](auto& w) {
-        w.Key("plain");
-        w.String(ws.error().message.c_str());
-      }));
+      SendMessage(fd, JsonObject([&](JsonWriter& w) {
+                    w.Key("plain");
+                    w.String(ws.error().message.c_str());
+                  }));
+      return;
     }
     if (ws->status != "Running") {
       if (auto started = lxd::StartInstance(client, instance); !started) {
@@ -317,70 +358,48 @@ class Agent {
     auto init = client.InitPid(instance);
     if (!init) return Refuse(fd, init.error().message);
 
-    std::vector<std::string> argv, env;
-    if (d.HasMember("argv") && d["argv"].IsArray()) {
-      for (const auto& a : d["argv"].GetArray()) {
-        if (a.IsString()) argv.emplace_back(a.GetString(), a.GetStringLength());
-      }
-    }
-    if (argv.empty()) return Refuse(fd, "no command");
-    if (d.HasMember("env") && d["env"].IsArray()) {
-      for (const auto& e : d["env"].GetArray()) {
-        if (e.IsString()) env.emplace_back(e.GetString(), e.GetStringLength());
-      }
-    }
-    env.push_back("HOME=" + home);
-    env.push_back("USER=" + user);
-    env.push_back("LOGNAME=" + user);
-    // Only the home is shared with the host: elsewhere, start in it.
-    std::string cwd = d.HasMember("cwd") && d["cwd"].IsString() ? d["cwd"].GetString() : home;
-    if (cwd != home && !cwd.starts_with(home + "/")) cwd = home;
-
+    WorkspaceSpawn spawn;
+    spawn.init = static_cast<pid_t>(*init);
     // A job keeps the node's network (a workspace has none of its own): its ranks reach each
     // other and NCCL the node's NICs, as in a plain Slurm job. A session stays in the
     // workspace's.
-    std::vector<std::string> args = {"nsenter", "--target", std::to_string(*init), "--mount",
-                                     "--uts", "--ipc", "--pid", "--cgroup", "--user"};
-    if (job == 0) args.push_back("--net");
-    args.insert(args.end(), {"--setuid", std::to_string(uid), "--setgid", std::to_string(gid),
-                             "--wd=" + cwd, "--"});
-    args.insert(args.end(), argv.begin(), argv.end());
-    // Everything the child needs is made before the fork: other threads may hold the
-    // allocator's locks at that moment, so the child must not allocate.
-    const std::vector<std::string> procs =
-        CgroupProcsFiles(ReadText(fmt::format("/proc/{}/cgroup", *init)));
-    std::vector<char*> a, e;
-    for (auto& s : args) a.push_back(s.data());
-    a.push_back(nullptr);
-    for (auto& s : env) e.push_back(s.data());
-    e.push_back(nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-
-    pid_t child = fork();
-    if (child < 0) return Refuse(fd, std::string("fork: ") + std::strerror(errno));
-    if (child == 0) {
-      setsid();
-      for (int i = 0; i < 3; ++i) dup2(fds[i], i);
-      // Into the container's cgroups, so that its limits hold for the job too. Best effort.
-      char pid[24];
-      int n = 0;
-      for (pid_t p = getpid(); p > 0; p /= 10) pid[n++] = static_cast<char>('0' + p % 10);
-      for (int i = 0; i < n / 2; ++i) std::swap(pid[i], pid[n - 1 - i]);
-      for (const std::string& file : procs) {
-        int f = open(file.c_str(), O_WRONLY | O_CLOEXEC);
-        if (f >= 0) {
-          [[maybe_unused]] ssize_t w = write(f, pid, static_cast<size_t>(n));
-          close(f);
-        }
+    spawn.enter_net = job == 0;
+    spawn.uid = pw->pw_uid;
+    spawn.gid = pw->pw_gid;
+    spawn.home = home;
+    spawn.argv = request.argv;
+    if (spawn.argv.empty()) return Refuse(fd, "no command");
+    for (std::string& e : FilterUserEnvironment(request.env)) {
+      if (!e.starts_with("HOME=") && !e.starts_with("USER=") && !e.starts_with("LOGNAME=")) {
+        spawn.env.push_back(std::move(e));
       }
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve("/usr/bin/nsenter", a.data(), e.data());
-      _exit(127);
     }
+    spawn.env.insert(spawn.env.end(), {"HOME=" + home, "USER=" + user, "LOGNAME=" + user});
+    // Only the home is shared with the host: elsewhere, start in it.
+    spawn.cwd = request.cwd;
+    if (spawn.cwd != home && !spawn.cwd.starts_with(home + "/")) spawn.cwd = home;
+    std::copy(fds.begin(), fds.end(), spawn.stdio.begin());
+    // A job's processes go into a cgroup of the job's own inside the workspace's, with the
+    // job's CPUs and memory; a session's into the workspace's own.
+    const std::string init_cgroup = ReadText(fmt::format("/proc/{}/cgroup", *init));
+    std::vector<std::string> job_dirs;
+    if (job != 0) {
+      job_dirs = lxd::JobCgroupDirs(init_cgroup, job);
+      auto procs = lxd::MakeJobCgroup(job_dirs, lxd::SlurmJobLimits(caller_cgroup, job));
+      if (!procs) return Refuse(fd, procs.error().message);
+      spawn.cgroup_procs = std::move(*procs);
+    } else {
+      for (const std::string& d : lxd::CgroupDirs(init_cgroup)) {
+        spawn.cgroup_procs.push_back(d + "/cgroup.procs");
+      }
+    }
+    auto child = SpawnInWorkspace(spawn);
+    if (!child) return Refuse(fd, child.error().message);
     {
       std::lock_guard lock(mu_);
-      jobs_[job].insert(child);
+      JobRun& run = jobs_[job];
+      run.pids.insert(*child);
+      run.cgroup = job_dirs;
       if (job != 0) {
         ++running_;
         ++execs_;
@@ -389,146 +408,144 @@ class Agent {
         ++sessions_total_;
       }
     }
-    spdlog::info("bmas agent: job {} of {}: {} runs in {} (pid {})", job, user, argv[0],
-                 instance, child);
-    const int code = WaitOrKill(fd, child);
+    spdlog::info("bmas agent: job {} of {}: {} runs in {} (pid {})", job, user, spawn.argv[0],
+                 instance, *child);
+    SendMessage(fd, IntReply("started", *child));
+    const std::optional<int> code = WaitOrKill(fd, *child, job_dirs);
     {
       std::lock_guard lock(mu_);
-      jobs_[job].erase(child);
-      if (jobs_[job].empty()) jobs_.erase(job);
+      JobRun& run = jobs_[job];
+      run.pids.erase(*child);
+      if (run.pids.empty()) jobs_.erase(job);
       --(job != 0 ? running_ : sessions_);
     }
     wake_.notify_all();
-    Reply(fd, Json([&](auto& w) {
-      w.Key("exit");
-      w.Int(code);
-    }));
+    if (code) SendMessage(fd, IntReply("exit", *code));
   }
 
-  // Waits for `child`; kills its process group when the caller goes away first. Returns its
-  // exit code (128 + N for signal N).
-  int WaitOrKill(int fd, pid_t child) {
+  // Waits for `child`. When the caller goes away first (Slurm cancelled the job, or its time
+  // ran out), kills the job's cgroup (`job_cgroup`), or for a session the child's process group
+  // while the child is not yet reaped. Returns its exit code (128 + N for signal N); nullopt
+  // when the agent stops first (the command runs on).
+  std::optional<int> WaitOrKill(int fd, pid_t child, const std::vector<std::string>& job_cgroup) {
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, child, 0));
     int status = 0;
-    while (true) {
-      pid_t r = waitpid(child, &status, WNOHANG);
-      if (r == child) break;
-      pollfd p{fd, POLLIN | POLLRDHUP, 0};
-      if (poll(&p, 1, 20) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN))) {
-        char byte;
-        if (recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) <= 0) {
-          // The caller is gone: Slurm cancelled the job or its time ran out.
-          KillGroup(child);
-          waitpid(child, &status, 0);
-          break;
+    while (waitpid(child, &status, WNOHANG) != child) {
+      if (Stopping()) {
+        if (pidfd >= 0) close(pidfd);
+        return std::nullopt;
+      }
+      pollfd p[2] = {{fd, POLLIN | POLLRDHUP, 0}, {pidfd, POLLIN, 0}};
+      if (poll(p, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? 500 : 50) <= 0) continue;
+      char byte;
+      if ((p[0].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) &&
+          recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) <= 0) {
+        if (job_cgroup.empty()) {
+          kill(-child, SIGKILL);  // the child is not reaped yet: its group is still its own
+        } else if (auto killed = lxd::KillCgroups(job_cgroup, std::chrono::seconds(10)); !killed) {
+          spdlog::warn("bmas agent: {}", killed.error().message);
+          kill(child, SIGKILL);
         }
+        waitpid(child, &status, 0);
+        break;
       }
     }
-    kill(-child, SIGKILL);  // whatever it left in the background
+    if (pidfd >= 0) close(pidfd);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
-  static void KillGroup(pid_t group) {
-    kill(-group, SIGTERM);
-    for (int i = 0; i < 100 && kill(-group, 0) == 0; ++i) {
-      int status;
-      waitpid(group, &status, WNOHANG);
-      usleep(20000);
-    }
-    kill(-group, SIGKILL);
-  }
-
+  // The epilog's request: every process of the job in the workspace, killed through its cgroup.
   void Kill(int fd, int64_t job) {
-    std::set<pid_t> groups;
+    std::vector<std::string> dirs;
     {
       std::lock_guard lock(mu_);
-      if (auto it = jobs_.find(job); it != jobs_.end()) groups = it->second;
+      if (auto it = jobs_.find(job); it != jobs_.end()) dirs = it->second.cgroup;
     }
-    for (pid_t g : groups) kill(-g, SIGTERM);
+    int count = 0;
+    if (!dirs.empty()) {
+      auto killed = lxd::KillCgroups(dirs, std::chrono::seconds(10));
+      if (!killed) return Refuse(fd, killed.error().message);
+      count = *killed;
+    }
     std::unique_lock lock(mu_);
-    if (!wake_.wait_for(lock, std::chrono::seconds(5), [&] { return !jobs_.contains(job); })) {
-      for (pid_t g : groups) kill(-g, SIGKILL);
-      wake_.wait_for(lock, std::chrono::seconds(5), [&] { return !jobs_.contains(job); });
-    }
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return !jobs_.contains(job); });
     lock.unlock();
-    Reply(fd, Json([&](auto& w) {
-      w.Key("killed");
-      w.Int(static_cast<int>(groups.size()));
-    }));
+    SendMessage(fd, IntReply("killed", count));
   }
 
   void ReconcileLoop() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      lock.unlock();
-      lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
-      auto removed = lxd::ReconcileGpus(client, o_.job_alive);
-      // Copies of workspaces from other nodes whose jobs are all gone (their epilog did not
-      // run): after the unplug above, so no device goes with a copy.
-      auto copies = lxd::ReconcileCopies(client, o_.job_alive);
-      auto instances = client.Instances();
-      lock.lock();
-      if (copies) {
-        copies_deleted_ += static_cast<int64_t>(copies->size());
-        for (const std::string& c : *copies) {
-          spdlog::info("bmas agent: reconcile: deleted {}, a copy whose jobs are gone", c);
-        }
-      } else {
-        spdlog::warn("bmas agent: reconcile: {}", copies.error().message);
+    while (!Stopping()) {
+      // Nothing a pass meets may end the loop: it is what finishes jobs whose epilog failed.
+      try {
+        ReconcileOnce();
+      } catch (const std::exception& e) {
+        spdlog::error("bmas agent: reconcile: {}", e.what());
+      } catch (...) {
+        spdlog::error("bmas agent: reconcile: an unknown exception");
       }
-      if (removed) {
-        reconciled_ += static_cast<int64_t>(removed->size());
-        for (const std::string& r : *removed) {
-          spdlog::info("bmas agent: reconcile: unplugged {} (its job is gone)", r);
-        }
-      } else {
-        spdlog::warn("bmas agent: reconcile: {}", removed.error().message);
-      }
-      if (instances) {
-        workspaces_running_ = 0;
-        for (const auto& i : *instances) workspaces_running_ += i.status == "Running" ? 1 : 0;
-      }
+      std::unique_lock lock(mu_);
       wake_.wait_for(lock, o_.reconcile_interval, [&] { return stopping_; });
     }
   }
 
-  static std::string ReadText(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
+  void ReconcileOnce() {
+    lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
+    // Jobs that are gone: their processes first (whatever they hold), then their GPUs.
+    auto ended = lxd::ReconcileJobCgroups(client, o_.job_alive);
+    auto removed = lxd::ReconcileGpus(
+        client, o_.job_alive,
+        [&](const std::string& instance, int64_t job, const std::string& node) {
+          auto r = lxd::EndJobInWorkspace(client, instance, job, node);
+          if (!r) spdlog::warn("bmas agent: reconcile: job {}: {}", job, r.error().message);
+          return r.has_value();
+        });
+    // Copies of workspaces from other nodes whose jobs are all gone (their epilog did not
+    // run): after the unplug above, so no device goes with a copy.
+    auto copies = lxd::ReconcileCopies(client, o_.job_alive);
+    auto instances = client.Instances();
+    std::lock_guard lock(mu_);
+    Note(ended, "killed {}, the cgroup of a job that is gone", nullptr);
+    Note(copies, "deleted {}, a copy whose jobs are gone", &copies_deleted_);
+    Note(removed, "unplugged {} (its job is gone)", &reconciled_);
+    if (instances) {
+      workspaces_running_ = 0;
+      for (const auto& i : *instances) workspaces_running_ += i.status == "Running" ? 1 : 0;
+    }
   }
 
-  // The cgroup.procs files of the cgroups listed in /proc/PID/cgroup's text (v1 hierarchies by
-  // their controllers' mount, the v2 one under unified/ on a hybrid host).
-  static std::vector<std::string> CgroupProcsFiles(const std::string& cgroups) {
-    std::vector<std::string> files;
-    std::istringstream lines(cgroups);
-    for (std::string line; std::getline(lines, line);) {
-      const size_t a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      std::string controllers = line.substr(a + 1, b - a - 1);
-      const std::string path = line.substr(b + 1);
-      std::string root;
-      if (controllers.empty()) {
-        root = fs::exists("/sys/fs/cgroup/unified") ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup";
-      } else {
-        if (controllers.starts_with("name=")) controllers = controllers.substr(5);
-        root = "/sys/fs/cgroup/" + controllers;
-      }
-      files.push_back(root + path + "/cgroup.procs");
+  // Logs each thing a reconcile step did (`what` formats one) and counts them, or its error.
+  static void Note(const Result<std::vector<std::string>>& done, std::string_view what,
+                   int64_t* counter) {
+    if (!done) {
+      spdlog::warn("bmas agent: reconcile: {}", done.error().message);
+      return;
     }
-    return files;
+    if (counter != nullptr) *counter += static_cast<int64_t>(done->size());
+    for (const std::string& d : *done) {
+      spdlog::info("bmas agent: reconcile: {}", fmt::format(fmt::runtime(what), d));
+    }
   }
+
+  struct JobRun {
+    std::set<pid_t> pids;             // the commands' parents, as SpawnInWorkspace gave them
+    std::vector<std::string> cgroup;  // the job's cgroup; empty for sessions (job 0)
+  };
 
   const AgentOptions& o_;
   int listen_fd_ = -1;
   std::thread acceptor_, reconciler_;
+  std::map<int64_t, std::thread> connections_;  // the acceptor's, then Stop()'s
+  int64_t next_connection_ = 0;
+  RateLimitedLog accept_log_, cap_log_, refuse_log_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  std::map<int64_t, std::set<pid_t>> jobs_;  // job -> process groups running for it
+  std::vector<int64_t> finished_;  // connections whose thread is done, to be joined
+  std::map<uid_t, int> per_uid_;   // open connections per uid
+  int open_ = 0;
+  std::map<int64_t, JobRun> jobs_;
   int64_t running_ = 0, execs_ = 0, refused_ = 0, reconciled_ = 0, workspaces_running_ = 0;
-  int64_t copies_deleted_ = 0;
+  int64_t copies_deleted_ = 0, over_cap_ = 0;
   int64_t sessions_ = 0, sessions_total_ = 0;  // job 0: users in their own workspace
   Histogram bind_seconds_{kLatencyBounds}, release_seconds_{kLatencyBounds};
 };
@@ -551,6 +568,12 @@ bool InSlurmJobCgroup(const std::string& proc_cgroup, int64_t job) {
 
 int RunAgent(const AgentOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);
+  // Each connection and each command being started holds fds: as many as the system allows.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   Agent agent(options);
   if (auto r = agent.Listen(); !r) {
     fmt::print(stderr, "bmas agent: {}\n", r.error().message);
@@ -583,116 +606,6 @@ int RunAgent(const AgentOptions& options) {
   ServeUntilSignalled(io, server, std::chrono::seconds(2), "bmas agent");
   agent.Stop();
   return 0;
-}
-
-namespace {
-int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job);
-}  // namespace
-
-int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv) {
-  return RunThroughAgent(socket, argv, /*job=*/true);
-}
-
-int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv) {
-  return RunThroughAgent(socket, argv, /*job=*/false);
-}
-
-namespace {
-
-int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job) {
-  auto exec_here = [&] {
-    std::vector<char*> a;
-    for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    fmt::print(stderr, "bmas agent exec: cannot run {}: {}\n", argv[0], std::strerror(errno));
-    return 127;
-  };
-  const char* job = for_job ? std::getenv("SLURM_JOB_ID") : "0";
-  int fd = job != nullptr ? Connect(socket) : -1;
-  if (fd < 0 && !for_job) {
-    fmt::print(stderr, "bmas workspace: no agent runs at {} (bmas up starts one; root can use "
-               "`bmas agent`)\n", socket);
-    return 1;
-  }
-  if (fd < 0) return exec_here();  // no agent here: a plain Slurm job
-  char cwd[4096];
-  const std::string here = getcwd(cwd, sizeof cwd) != nullptr ? cwd : "";
-  const std::string request = Json([&](auto& w) {
-    w.Key("op");
-    w.String(for_job ? "exec" : "enter");
-    w.Key("job");
-    w.Int64(std::strtoll(job, nullptr, 10));
-    w.Key("cwd");
-    w.String(here.c_str());
-    w.Key("argv");
-    w.StartArray();
-    for (const std::string& a : argv) w.String(a.c_str());
-    w.EndArray();
-    w.Key("env");
-    w.StartArray();
-    for (char** e = environ; *e != nullptr; ++e) w.String(*e);
-    w.EndArray();
-  });
-  if (!SendMessage(fd, request, {0, 1, 2})) {
-    close(fd);
-    return exec_here();
-  }
-  auto reply = ReceiveMessage(fd);
-  close(fd);
-  rapidjson::Document d;
-  if (reply) d.Parse(reply->c_str(), reply->size());
-  if (!reply || d.HasParseError() || !d.IsObject()) {
-    fmt::print(stderr, "bmas agent exec: the agent at {} did not answer\n", socket);
-    return 126;
-  }
-  if (d.HasMember("exit") && d["exit"].IsInt()) return d["exit"].GetInt();
-  if (d.HasMember("plain") && for_job) return exec_here();
-  fmt::print(stderr, "bmas {}: {}\n", for_job ? "agent exec" : "workspace",
-             d.HasMember("error") && d["error"].IsString() ? d["error"].GetString() : *reply);
-  return 126;
-}
-
-}  // namespace
-
-Result<int> AgentKillJob(const std::string& socket, int64_t job) {
-  int fd = Connect(socket);
-  if (fd < 0) return 0;  // no agent: nothing of the job runs in a workspace
-  const std::string request = Json([&](auto& w) {
-    w.Key("op");
-    w.String("kill");
-    w.Key("job");
-    w.Int64(job);
-  });
-  if (!SendMessage(fd, request)) {
-    close(fd);
-    return Error{ErrorCode::kUnavailable, "cannot reach the agent at " + socket};
-  }
-  auto reply = ReceiveMessage(fd);
-  close(fd);
-  rapidjson::Document d;
-  if (reply) d.Parse(reply->c_str(), reply->size());
-  if (!reply || d.HasParseError() || !d.IsObject() || !d.HasMember("killed")) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("the agent at {} answered: {}", socket, reply ? *reply : "nothing")};
-  }
-  return d["killed"].GetInt();
-}
-
-// The hooks tell the agent how long binding and releasing took, for its /metrics.
-void AgentObserve(const std::string& socket, const std::string& op, double seconds) {
-  int fd = Connect(socket);
-  if (fd < 0) return;
-  SendMessage(fd, Json([&](auto& w) {
-    w.Key("op");
-    w.String(op.c_str());
-    w.Key("job");
-    w.Int64(0);
-    w.Key("seconds");
-    w.Double(seconds);
-  }));
-  ReceiveMessage(fd);
-  close(fd);
 }
 
 }  // namespace bmas

@@ -5,10 +5,16 @@
 // runs `bmas agent exec -- CMD`, which connects to the agent's unix socket and hands over its
 // stdin, stdout and stderr (SCM_RIGHTS). The agent checks the caller (SO_PEERCRED: its uid,
 // and that its process sits in the cgroup of that very Slurm job, so it owns that running job
-// on this node), then starts CMD in the workspace's namespaces and cgroups as the user, and
-// reports its exit status. When the caller goes away (Slurm cancelled the job, or its time
-// limit passed), the agent kills CMD's processes. The epilog asks the agent to kill a job's
-// processes before it unplugs the job's GPUs.
+// on this node), then starts CMD as the user in the workspace's namespaces, in a cgroup of the
+// job's own inside the workspace's (lxd/job_cgroup.h; it carries the job's CPUs and memory),
+// and reports its exit status. Nothing the caller sends runs with privileges (daemon/
+// agent_spawn.h). When the caller goes away (Slurm cancelled the job, or its time limit
+// passed), the agent kills the job's cgroup. The epilog asks the agent to kill a job's
+// processes, and kills the job's cgroup itself, before it unplugs the job's GPUs.
+//
+// Any local user may connect: every read and write has a deadline (`io_timeout`), a request
+// has a size and depth bound (daemon/agent_protocol.h), and each uid may hold at most
+// `max_connections_per_uid` connections.
 //
 // The agent also runs the reconcile pass, at start and then periodically: any bmas GPU device
 // whose job is gone is unplugged. And it serves /metrics.
@@ -30,6 +36,10 @@ struct AgentOptions {
   std::chrono::milliseconds reconcile_interval{60'000};
   std::string metrics_host = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // Deadline of each read and write on a connection (a request must arrive within it).
+  std::chrono::milliseconds io_timeout{10'000};
+  // Connections one uid may hold open at once (a running command holds one); root: no cap.
+  int max_connections_per_uid = 64;
   // Whether Slurm job `id` is still running or about to (false when it is finished or unknown).
   // An error keeps a job's devices.
   std::function<Result<bool>(int64_t id)> job_alive;
@@ -48,11 +58,13 @@ int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv
 
 // `bmas workspace exec|shell` through the agent: runs `argv` in the caller's own workspace as
 // the caller, with this process's stdin, stdout and stderr (a terminal stays a terminal).
-// Returns its exit code; 1 when no agent runs, 126 when the agent refuses.
+// Returns its exit code; 1 when no agent runs, 126 when the agent refuses or does not answer
+// in time.
 int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv);
 
-// The epilog's call, as root: kills job `job`'s processes in its workspace and waits until
-// they are gone. Returns how many process groups were killed.
+// The epilog's call, as root: the agent kills job `job`'s cgroup in its workspace and waits
+// until its commands are gone. Returns how many processes were killed; NotFound when no agent
+// answers, Unavailable when it answers late or not at all.
 Result<int> AgentKillJob(const std::string& socket, int64_t job);
 
 // The hooks' report of how long binding ("bound") or releasing ("released") took, for the

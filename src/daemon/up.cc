@@ -59,6 +59,8 @@ Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const 
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err, STDERR_FILENO);
+  // Nothing of this process's beyond stdin, stdout and stderr (close_range in the child).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;

@@ -1,9 +1,10 @@
 #include "lxd/gpu_binding.h"
 
-#include <charconv>
-#include <set>
-
 #include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+#include <set>
 
 #include "lxd/workspace.h"
 
@@ -94,17 +95,22 @@ Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t 
 }
 
 Result<std::vector<std::string>> ReconcileGpus(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive) {
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive,
+    const EndJobFn& end_job) {
   auto instances = client.Instances();
   if (!instances) return instances.error();
   std::vector<std::string> removed;
   for (const Instance& i : *instances) {
     std::vector<std::string> gone;
+    std::map<std::pair<int64_t, std::string>, bool> ended;  // (job, node): processes gone
     for (const auto& [name, spec] : i.devices) {
       auto d = ParseJobDeviceName(name);
       if (!d) continue;
       auto running = alive(d->job);
-      if (running && !*running) gone.push_back(name);
+      if (!running || *running) continue;
+      auto key = std::make_pair(d->job, d->node);
+      if (!ended.contains(key)) ended[key] = !end_job || end_job(i.name, d->job, d->node);
+      if (ended[key]) gone.push_back(name);
     }
     if (gone.empty()) continue;
     auto r = client.RemoveDevices(i.name, gone);

@@ -52,11 +52,15 @@ Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& 
 Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t job,
                         const std::string& node);
 
-// Every instance, every bmas job device whose job `alive` says is gone: unplugged. Returns
+// Every instance, every bmas job device whose job `alive` says is gone: unplugged, once
+// `end_job` (when given) has ended that job's processes there and returned true. Returns
 // "<instance>/<device>" for each one removed. A job whose state cannot be told (alive returns
 // an error) keeps its devices.
+using EndJobFn =
+    std::function<bool(const std::string& instance, int64_t job, const std::string& node)>;
 Result<std::vector<std::string>> ReconcileGpus(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive);
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive,
+    const EndJobFn& end_job = {});
 
 // "0,1,3" (SLURM_JOB_GPUS) as indexes; ranges "0-3" too. InvalidArgument otherwise.
 Result<std::vector<int>> ParseGpuList(const std::string& text);

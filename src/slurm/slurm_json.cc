@@ -323,7 +323,7 @@ Result<std::string> RenderJobSubmit(const JobSpec& spec) {
                     spec.cwd),
         "cwd");
   }
-  const std::array<std::pair<const char*, int64_t>, 9> counts = {{
+  const std::array<std::pair<const char*, int64_t>, 10> counts = {{
       {"nodes", spec.nodes},
       {"tasks", spec.tasks},
       {"tasks_per_node", spec.tasks_per_node},
@@ -332,6 +332,7 @@ Result<std::string> RenderJobSubmit(const JobSpec& spec) {
       {"gpus_per_task", spec.gpus_per_task},
       {"cpus_per_task", spec.cpus_per_task},
       {"memory_per_cpu_mb", spec.memory_per_cpu_mb},
+      {"memory_per_node_mb", spec.memory_per_node_mb},
       {"time_limit_minutes", spec.time_limit_minutes},
   }};
   for (const auto& [name, value] : counts) {
@@ -362,6 +363,7 @@ Result<std::string> RenderJobSubmit(const JobSpec& spec) {
   StringIfSet(w, "gres", spec.gres);
   IntIfSet(w, "cpus_per_task", spec.cpus_per_task);
   IntIfSet(w, "memory_per_cpu", spec.memory_per_cpu_mb);
+  IntIfSet(w, "memory_per_node", spec.memory_per_node_mb);
   IntIfSet(w, "time_limit", spec.time_limit_minutes);
   StringIfSet(w, "current_working_directory", spec.cwd);
   StringIfSet(w, "standard_output", spec.stdout_path);

@@ -30,6 +30,7 @@ struct JobSpec {
   std::string gres;        // raw --gres, e.g. "gpu:2" or "gpu:h100:2"
   int cpus_per_task = 0;
   int64_t memory_per_cpu_mb = 0;
+  int64_t memory_per_node_mb = 0;  // --mem; not with memory_per_cpu_mb
   int time_limit_minutes = 0;
   std::string cwd;          // required, absolute
   std::string stdout_path;  // Slurm patterns (%j, %u, %x, ...) allowed; "" = cwd/slurm-%j.out

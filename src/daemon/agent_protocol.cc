@@ -1,0 +1,161 @@
+#include "daemon/agent_protocol.h"
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+namespace bmas {
+namespace {
+
+// The deepest nesting of arrays and objects in `text`, counted outside strings; stops counting
+// once it passes `limit`. Runs before the parser, so a deep input never reaches it.
+int NestingDepth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A string value; InvalidArgument for another type or a NUL inside (which execve would cut).
+Result<std::string> Text(const rapidjson::Value& v, std::string_view name) {
+  if (!v.IsString()) return InvalidArgument(fmt::format("{} is not a string", name));
+  std::string s(v.GetString(), v.GetStringLength());
+  if (s.find('\0') != std::string::npos)
+    return InvalidArgument(fmt::format("{} holds a NUL", name));
+  return s;
+}
+
+Result<std::vector<std::string>> StringList(const rapidjson::Value& v, const char* name) {
+  if (!v.IsArray()) return InvalidArgument(fmt::format("{} is not an array", name));
+  if (v.Size() > kMaxAgentListItems) {
+    return InvalidArgument(fmt::format("{} has more than {} items", name, kMaxAgentListItems));
+  }
+  std::vector<std::string> out;
+  for (const auto& item : v.GetArray()) {
+    if (!item.IsString()) return InvalidArgument(fmt::format("{} holds a non-string", name));
+    auto text = Text(item, name);
+    if (!text) return text.error();
+    out.push_back(std::move(*text));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<AgentRequest> ParseAgentRequest(std::string_view text) {
+  if (text.size() > kMaxAgentMessage) {
+    return InvalidArgument(fmt::format("a request is at most {} bytes", kMaxAgentMessage));
+  }
+  if (NestingDepth(text, kMaxAgentDepth) > kMaxAgentDepth) {
+    return InvalidArgument(fmt::format("a request nests at most {} deep", kMaxAgentDepth));
+  }
+  rapidjson::Document d;
+  d.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
+                                                                                  text.size());
+  if (d.HasParseError() || !d.IsObject()) {
+    return InvalidArgument("a request is a JSON object with op and job");
+  }
+  AgentRequest r;
+  std::set<std::string_view> seen;
+  bool has_op = false, has_job = false;
+  for (const auto& m : d.GetObject()) {
+    const std::string_view key(m.name.GetString(), m.name.GetStringLength());
+    if (!seen.insert(key).second) return InvalidArgument(fmt::format("repeated key {}", key));
+    const rapidjson::Value& v = m.value;
+    if (key == "op" || key == "cwd") {
+      auto text = Text(v, key);
+      if (!text) return text.error();
+      (key == "op" ? r.op : r.cwd) = std::move(*text);
+      has_op = has_op || key == "op";
+    } else if (key == "job") {
+      if (!v.IsInt64()) return InvalidArgument("job is not an integer");
+      r.job = v.GetInt64();
+      has_job = true;
+    } else if (key == "seconds") {
+      if (!v.IsNumber()) return InvalidArgument("seconds is not a number");
+      r.seconds = v.GetDouble();
+    } else if (key == "argv" || key == "env") {
+      auto list = StringList(v, key == "argv" ? "argv" : "env");
+      if (!list) return list.error();
+      (key == "argv" ? r.argv : r.env) = std::move(*list);
+    } else {
+      return InvalidArgument(fmt::format("unknown key {}", key));
+    }
+  }
+  if (!has_op || !has_job) return InvalidArgument("a request is a JSON object with op and job");
+  return r;
+}
+
+std::string RenderAgentRequest(const AgentRequest& r) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  auto list = [&](const char* key, const std::vector<std::string>& items) {
+    w.Key(key);
+    w.StartArray();
+    for (const std::string& s : items) w.String(s.c_str(), static_cast<unsigned>(s.size()));
+    w.EndArray();
+  };
+  w.StartObject();
+  w.Key("op");
+  w.String(r.op.c_str(), static_cast<unsigned>(r.op.size()));
+  w.Key("job");
+  w.Int64(r.job);
+  if (!r.cwd.empty()) {
+    w.Key("cwd");
+    w.String(r.cwd.c_str(), static_cast<unsigned>(r.cwd.size()));
+  }
+  if (!r.argv.empty()) list("argv", r.argv);
+  if (!r.env.empty()) list("env", r.env);
+  if (r.op == "bound" || r.op == "released") {
+    w.Key("seconds");
+    w.Double(r.seconds);
+  }
+  w.EndObject();
+  return buf.GetString();
+}
+
+std::vector<std::string> FilterUserEnvironment(const std::vector<std::string>& env) {
+  // glibc's list for AT_SECURE programs (sysdeps/generic/unsecvars.h), plus any LD_*.
+  static constexpr std::array<std::string_view, 18> kDropped = {
+      "GCONV_PATH",      "GETCONF_DIR",  "GLIBC_TUNABLES",   "HOSTALIASES",
+      "LOCALDOMAIN",     "LOCPATH",      "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST",
+      "MALLOC_PERTURB_", "MALLOC_TRACE", "MALLOC_TOP_PAD_",  "MALLOC_MMAP_MAX_",
+      "NIS_PATH",        "NLSPATH",      "RESOLV_HOST_CONF", "RES_OPTIONS",
+      "TMPDIR",          "TZDIR"};
+  std::vector<std::string> out;
+  for (const std::string& e : env) {
+    const size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string_view name(e.data(), eq);
+    if (name.starts_with("LD_") || name.starts_with("MALLOC_")) continue;
+    if (std::find(kDropped.begin(), kDropped.end(), name) != kDropped.end()) continue;
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace bmas

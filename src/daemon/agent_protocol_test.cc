@@ -1,0 +1,80 @@
+#include "daemon/agent_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace bmas {
+namespace {
+
+TEST(AgentProtocolTest, ARenderedRequestParsesBack) {
+  AgentRequest r;
+  r.op = "exec";
+  r.job = 42;
+  r.cwd = "/home/u";
+  r.argv = {"sh", "-c", "echo \"[{\""};
+  r.env = {"PATH=/bin", "A=b=c"};
+  auto back = ParseAgentRequest(RenderAgentRequest(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->op, "exec");
+  EXPECT_EQ(back->job, 42);
+  EXPECT_EQ(back->cwd, "/home/u");
+  EXPECT_EQ(back->argv, r.argv);
+  EXPECT_EQ(back->env, r.env);
+}
+
+TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
+  const std::string deep(200 * 1024, '[');
+  const std::string big = R"({"op":"exec","job":1,"cwd":")" + std::string(300 * 1024, 'a') + "\"}";
+  struct Case {
+    std::string text;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {deep, "nests"},
+      {"[[[]]]", "nests"},
+      {R"({"op":"exec","job":1,"argv":[["x"]]})", "nests"},
+      {big, "at most"},
+      {"", "JSON object"},
+      {"[]", "JSON object"},
+      {R"({"op":"kill"})", "op and job"},
+      {R"({"op":"kill","job":"1"})", "job is not"},
+      {R"({"op":"kill","job":1.5})", "job is not"},
+      {R"({"op":"kill","job":1,"job":2})", "repeated key job"},
+      {R"({"op":"kill","job":1,"other":2})", "unknown key"},
+      {R"({"op":"exec","job":1,"argv":[1]})", "non-string"},
+      {R"({"op":"exec","job":1,"env":"A=b"})", "not an array"},
+      {R"({"op":"kill","job":1} {})", "JSON object"},
+      {R"({"op":"exec","job":1,"argv":["a\u0000b"]})", "holds a NUL"},
+      {R"({"op":"exec\u0000","job":1})", "holds a NUL"},
+      {"{\"op\":\"\xff\xfe\",\"job\":1}", "JSON object"},  // not UTF-8
+  };
+  for (const Case& c : cases) {
+    auto r = ParseAgentRequest(c.text);
+    ASSERT_FALSE(r) << c.text.substr(0, 60);
+    EXPECT_NE(r.error().message.find(c.why), std::string::npos)
+        << c.text.substr(0, 60) << ": " << r.error().message;
+  }
+  // A bracket inside a string is not nesting.
+  EXPECT_TRUE(ParseAgentRequest(R"({"op":"exec","job":1,"argv":["[[[[\"]]"]})"));
+}
+
+TEST(AgentProtocolTest, TheUsersEnvironmentLosesWhatChangesHowProgramsLoad) {
+  const std::vector<std::string> env = {"PATH=/usr/bin",
+                                        "LD_PRELOAD=/tmp/x.so",
+                                        "LD_LIBRARY_PATH=/tmp",
+                                        "GCONV_PATH=/tmp",
+                                        "LOCPATH=/tmp",
+                                        "MALLOC_CHECK_=3",
+                                        "NLSPATH=/tmp",
+                                        "HOSTALIASES=/tmp/h",
+                                        "RES_OPTIONS=debug",
+                                        "GLIBC_TUNABLES=x",
+                                        "TMPDIR=/tmp",
+                                        "noequals",
+                                        "=x",
+                                        "LANG=C.UTF-8"};
+  EXPECT_EQ(FilterUserEnvironment(env),
+            (std::vector<std::string>{"PATH=/usr/bin", "LANG=C.UTF-8"}));
+}
+
+}  // namespace
+}  // namespace bmas

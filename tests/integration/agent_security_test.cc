@@ -1,0 +1,395 @@
+// The root agent's trust boundary, attacked by non-root users the fixture creates (bmastest1
+// has a workspace, bmastest2 none): through the environment and file descriptors of their
+// commands, by processes that detach from their job, and through raw bytes on the agent's
+// socket. Each test asserts that the attack fails and that the normal path still works.
+// Needs root, LXD, Slurm and a C compiler (scripts/install-deps.sh); skips without them.
+
+#include <grp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "lxd_workspace_fixture.h"
+
+namespace bmas::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The agent's deadline and per-uid cap in these tests.
+constexpr int kIoTimeoutSeconds = 3;
+constexpr int kCapPerUid = 4;
+
+// The pids of host processes whose command line starts with `needle` (so "sleep 3001" is the
+// sleep itself, not the shell whose script mentions it).
+std::vector<pid_t> HostProcesses(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.starts_with(needle)) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+class AgentSecurityTest : public WorkspaceJobsTest {
+ protected:
+  void SetUp() override {
+    agent_flags_ = {"--io-timeout", std::to_string(kIoTimeoutSeconds), "--max-connections-per-uid",
+                    std::to_string(kCapPerUid)};
+    WorkspaceJobsTest::SetUp();
+  }
+
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove("/root/bmas-preload-ran-as-root", ec);
+    WorkspaceJobsTest::TearDown();
+  }
+
+  // Compiles C `source` into `path` (owned by `user`), with `flags` ("-shared -fPIC", "-static").
+  void Compile(const std::string& source, const std::string& path, const std::string& flags,
+               const std::string& user) {
+    const std::string c = dir_ + "/src.c";
+    std::ofstream(c) << source;
+    auto r = RunCommand({"sh", "-c", fmt::format("cc {} -o {} {}", flags, path, c)});
+    ASSERT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
+    chown(path.c_str(), getpwnam(user.c_str())->pw_uid, getpwnam(user.c_str())->pw_gid);
+  }
+
+  // Runs `body` in a child process as `user` and returns what it wrote to the fd it is given.
+  // `body` makes system calls only (this process may have other threads).
+  std::string AsUser(const std::string& user, const std::function<void(int out)>& body) {
+    const passwd* pw = getpwnam(user.c_str());
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      close(p[0]);
+      if (setgroups(0, nullptr) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
+        _exit(1);
+      }
+      body(p[1]);
+      _exit(0);
+    }
+    close(p[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    close(p[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return out;
+  }
+
+  std::string Socket() const { return state_ + "/run/agent.sock"; }
+
+  // Submits a job of bmastest1's that leaves `sleep 3005` in the background (its own session)
+  // and runs on; returns its id once that sleep runs ("" when it does not).
+  std::string StartJobThatDetaches() {
+    CommandOutput run = InHome("bmastest1", {"run", "--", "sh", "-c",
+                                             "setsid sleep 3005 </dev/null >/dev/null 2>&1 & "
+                                             "exec sleep 3006"});
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    if (run.exit_code != 0 || !Eventually([] { return !HostProcesses("sleep 3005").empty(); },
+                                          std::chrono::seconds(30))) {
+      return "";
+    }
+    return run.out.substr(0, run.out.find('\n'));
+  }
+
+  // A session of bmastest1 in its workspace, through the agent: prints the uid.
+  void ExpectTheAgentServes() {
+    CommandOutput id = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "id", "-u"});
+    EXPECT_EQ(id.exit_code, 0) << id.err;
+    EXPECT_EQ(id.out, fmt::format("{}\n", getpwnam("bmastest1")->pw_uid));
+    EXPECT_TRUE(agent_->running()) << agent_->StderrText();
+  }
+};
+
+// A connected SOCK_SEQPACKET socket to `path` with a receive deadline, -1 on failure; system
+// calls only.
+int RawConnect(const char* path, int timeout_s) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Writes the next message on `fd`, "EOF" when the agent closed it, "TIMEOUT" when nothing came.
+void WriteReply(int fd, int out) {
+  char reply[4096];
+  const ssize_t n = recv(fd, reply, sizeof reply, 0);
+  if (n > 0) {
+    [[maybe_unused]] ssize_t w = write(out, reply, static_cast<size_t>(n));
+  } else {
+    const char* what = n == 0 ? "EOF" : "TIMEOUT";
+    [[maybe_unused]] ssize_t w = write(out, what, std::strlen(what));
+  }
+  [[maybe_unused]] ssize_t w = write(out, "\n", 1);
+}
+
+TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStillRuns) {
+  const std::string home = Home("bmastest1");
+  // The library's constructor leaves a file in root's home if it ever runs as root, and says
+  // under which uid it ran.
+  Compile(R"(#include <fcntl.h>
+             #include <stdio.h>
+             #include <unistd.h>
+             __attribute__((constructor)) static void Run(void) {
+               if (geteuid() == 0) close(open("/root/bmas-preload-ran-as-root", O_CREAT | O_WRONLY, 0644));
+               fprintf(stderr, "preload ran as %d\n", (int)geteuid());
+             })",
+          home + "/x.so", "-shared -fPIC", "bmastest1");
+  const std::vector<std::string> attack = {"LD_PRELOAD=" + home + "/x.so", "GCONV_PATH=" + home,
+                                           "LOCPATH=" + home, "LD_LIBRARY_PATH=" + home};
+  // Set after setpriv (as the user), so that only bmas sees them.
+  std::vector<std::string> args = {"setpriv",
+                                   "--reuid=bmastest1",
+                                   "--regid=bmastest1",
+                                   "--init-groups",
+                                   "sh",
+                                   "-c",
+                                   "cd \"$0\" && exec \"$@\"",
+                                   home,
+                                   "env"};
+  args.insert(args.end(), attack.begin(), attack.end());
+  args.insert(args.end(), {SharedBinary(), "--config", config_, "--state-dir", state_, "workspace",
+                           "exec", "bmastest1", "--", "id", "-u"});
+  auto ran = RunCommand(args, {}, std::chrono::seconds(60));
+  ASSERT_TRUE(ran) << ran.error().message;
+  const CommandOutput& session = *ran;
+  EXPECT_EQ(session.exit_code, 0) << session.err;
+  EXPECT_EQ(session.out, fmt::format("{}\n", getpwnam("bmastest1")->pw_uid));
+  EXPECT_THAT(session.err, Not(HasSubstr("preload ran as 0")));
+  EXPECT_FALSE(fs::exists("/root/bmas-preload-ran-as-root"));
+
+  // The same from a job: a batch script that sets them before `bmas agent exec`.
+  const std::string script = home + "/attack.sh";
+  std::ofstream(script) << fmt::format(
+      "#!/bin/sh\nexport LD_PRELOAD={0}/x.so GCONV_PATH={0} LOCPATH={0}\n"
+      "exec {1} --config {2} --state-dir {3} agent exec -- sh -c 'id -u; ls /proc/self/fd'\n",
+      home, SharedBinary(), config_, state_);
+  chmod(script.c_str(), 0755);
+  auto job =
+      RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups", "sbatch",
+                  "--wait", "--parsable", "-D", home, "-o", home + "/attack.out", script},
+                 {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"}, std::chrono::seconds(60));
+  ASSERT_TRUE(job && job->exit_code == 0) << (job ? job->out + job->err : job.error().message);
+  std::ifstream in(home + "/attack.out");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command ran in the workspace as the user, with no fd of the agent's (ls's own is 3).
+  EXPECT_THAT(out, HasSubstr(fmt::format("{}\n0\n1\n2\n3\n", getpwnam("bmastest1")->pw_uid)))
+      << out;
+  EXPECT_THAT(out, Not(HasSubstr("preload ran as 0")));
+  EXPECT_FALSE(fs::exists("/root/bmas-preload-ran-as-root"));
+}
+
+TEST_F(AgentSecurityTest, ACommandGetsNoFileDescriptorOfTheAgents) {
+  CommandOutput session =
+      InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "ls", "/proc/self/fd"});
+  EXPECT_EQ(session.exit_code, 0) << session.err;
+  EXPECT_EQ(session.out, "0\n1\n2\n3\n");  // 3: the directory ls reads
+  CommandOutput job = InHome("bmastest1", {"run", "--wait", "--", "ls", "/proc/self/fd"});
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+  EXPECT_EQ(job.out, "0\n1\n2\n3\n");
+}
+
+TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory) {
+  CommandOutput r = InHome(
+      "bmastest1",
+      {"run", "--mem", "300M", "--gpus", "1", "--cpus-per-gpu", "3", "--wait", "--", "sh", "-c",
+       "echo cpus $SLURM_JOB_CPUS_PER_NODE; "
+       "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
+       "(sleep 3002 </dev/null >/dev/null 2>&1 &); "
+       "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup $cg\"; "
+       "cat /sys/fs/cgroup/memory$cg/memory.limit_in_bytes; "
+       "n() { ps -o args | grep -c '^sleep 300[12]'; }; i=0; "
+       "while [ $(n) != 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; n"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cgroup /bmas-job-"));
+  EXPECT_THAT(r.out, ::testing::StartsWith("cpus 3\n"));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{}\n", 300 * 1024 * 1024)));
+  EXPECT_THAT(r.out, ::testing::EndsWith("\n2\n")) << "both were running in the job";
+  // Slurm says the job ended: the epilog has killed its cgroup, the detached ones with it.
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
+}
+
+// The agent dies while a job runs: the epilog, root, kills the job's cgroup by its name.
+TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
+  const std::string id = StartJobThatDetaches();
+  ASSERT_FALSE(id.empty());
+  agent_->Signal(SIGKILL);
+  ASSERT_TRUE(agent_->Wait(std::chrono::seconds(10)));
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
+}
+
+// The agent hangs (stopped) while a job runs: the epilog's request to it gives up after its time
+// limit (30 s), and the epilog ends the job's processes itself.
+TEST_F(AgentSecurityTest, AHungAgentDoesNotHoldUpTheEpilog) {
+  const std::string id = StartJobThatDetaches();
+  ASSERT_FALSE(id.empty());
+  agent_->Signal(SIGSTOP);
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(
+      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(90)));
+  auto hooks_log = [&] {
+    std::ifstream hooks(state_ + "/slurm/log/hooks.log");
+    std::stringstream log;
+    log << hooks.rdbuf();
+    return log.str();
+  };
+  EXPECT_TRUE(Eventually([&] { return hooks_log().find("did not answer") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << hooks_log();
+  agent_->Signal(SIGCONT);
+}
+
+TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
+  // A stand-in for a CUDA process: holds the device open (O_PATH: the fake GPU has no driver
+  // to open) until killed.
+  const std::string hold = Home("bmastest1") + "/hold";
+  Compile(R"(#define _GNU_SOURCE
+             #include <fcntl.h>
+             #include <unistd.h>
+             int main(int argc, char** argv) {
+               if (argc < 2 || open(argv[1], O_PATH) < 0) return 1;
+               for (;;) pause();
+             })",
+          hold, "-static", "bmastest1");
+  CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "600"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(
+      Eventually([&] { return DevicesIn("bmastest1").find("nvidia0") != std::string::npos; },
+                 std::chrono::seconds(30)));
+  // A session (not in the job's cgroup) takes hold of the job's GPU.
+  auto holder = RunCommand(
+      {"sh", "-c",
+       fmt::format("cd {0} && setsid setpriv --reuid=bmastest1 --regid=bmastest1 --init-groups "
+                   "{1} --config {2} --state-dir {3} workspace exec bmastest1 -- {0}/hold "
+                   "/dev/nvidia0 </dev/null >/dev/null 2>&1 &",
+                   Home("bmastest1"), SharedBinary(), config_, state_)});
+  ASSERT_TRUE(holder && holder->exit_code == 0);
+  ASSERT_TRUE(Eventually([&] { return !HostProcesses(hold + " /dev/nvidia0").empty(); },
+                         std::chrono::seconds(30)));
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
+                         std::chrono::seconds(30)));
+  EXPECT_THAT(HostProcesses(hold + " /dev/nvidia0"), ::testing::IsEmpty());
+  std::ifstream hooks(state_ + "/slurm/log/hooks.log");
+  std::stringstream log;
+  log << hooks.rdbuf();
+  EXPECT_THAT(log.str(), HasSubstr("released 1 device(s)"));
+}
+
+TEST_F(AgentSecurityTest, DeepJsonFromAUserIsRefusedAndTheAgentKeepsServing) {
+  const std::string socket = Socket();
+  const std::string deep(200 * 1024, '[');
+  const std::string reply = AsUser("bmastest2", [&](int out) {
+    const int fd = RawConnect(socket.c_str(), 30);
+    if (fd < 0 || send(fd, deep.data(), deep.size(), 0) != static_cast<ssize_t>(deep.size())) {
+      return;
+    }
+    WriteReply(fd, out);
+  });
+  EXPECT_THAT(reply, HasSubstr("nests at most"));
+  ExpectTheAgentServes();
+}
+
+TEST_F(AgentSecurityTest, AUsersConnectionsAreCappedAndIdleOnesDroppedWhileOthersAreServed) {
+  const std::string socket = Socket();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  // bmastest2 opens more connections than the cap and sends nothing; it tells the test when
+  // they are open, then reports what each one got.
+  std::string replies;
+  std::thread user([&] {
+    replies = AsUser("bmastest2", [&](int out) {
+      int fds[kCapPerUid + 2];
+      for (int& fd : fds) fd = RawConnect(socket.c_str(), 10 * kIoTimeoutSeconds);
+      [[maybe_unused]] ssize_t w = write(ready[1], "x", 1);
+      for (int fd : fds) WriteReply(fd, out);
+    });
+  });
+  char byte;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  // bmastest1 is served meanwhile.
+  ExpectTheAgentServes();
+  user.join();
+  close(ready[0]);
+  close(ready[1]);
+  std::vector<std::string> lines;
+  std::istringstream in(replies);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kCapPerUid + 2)) << replies;
+  int dropped = 0, refused = 0;
+  for (const std::string& l : lines) {
+    dropped += l == "EOF" ? 1 : 0;  // idle past the deadline: closed by the agent
+    refused += l.find("too many connections to the agent") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(dropped, kCapPerUid) << replies;
+  EXPECT_EQ(refused, 2) << replies;
+  EXPECT_THAT(replies, Not(HasSubstr("TIMEOUT")));
+  EXPECT_GE(MetricValue(AgentMetrics(), "bmas_agent_connections_over_cap_total").value_or(0), 2.0);
+  ExpectTheAgentServes();
+}
+
+// The agent runs out of fds (its limit lowered to what it has open, so that every accept fails
+// with EMFILE): it says so at most once per few seconds, keeps accepting, and serves everyone
+// once fds are free again.
+TEST_F(AgentSecurityTest, AnAgentOutOfFileDescriptorsBacksOffAndServesAgain) {
+  rlimit normal{};
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, nullptr, &normal), 0);
+  const auto open_fds = std::distance(
+      fs::directory_iterator(fmt::format("/proc/{}/fd", agent_->pid())), fs::directory_iterator());
+  const rlimit exhausted{static_cast<rlim_t>(open_fds), normal.rlim_max};
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, &exhausted, nullptr), 0);
+  std::vector<int> waiting;
+  for (int i = 0; i < 8; ++i) waiting.push_back(RawConnect(Socket().c_str(), 30));
+  auto backing_off = [&] {
+    const std::string log = agent_->StderrText();
+    size_t lines = 0;
+    for (size_t at = log.find("backing off"); at != std::string::npos;
+         at = log.find("backing off", at + 1)) {
+      ++lines;
+    }
+    return lines;
+  };
+  ASSERT_TRUE(Eventually([&] { return backing_off() >= 1; }, std::chrono::seconds(10)))
+      << agent_->StderrText();
+  // Two more seconds out of fds: some twenty failed accepts, and the log says it once.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_LE(backing_off(), 2u) << agent_->StderrText();
+  ASSERT_EQ(prlimit(agent_->pid(), RLIMIT_NOFILE, &normal, nullptr), 0);
+  ExpectTheAgentServes();
+  for (int fd : waiting) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+}  // namespace
+}  // namespace bmas::testing
