@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include "cli/slurm_target.h"
+#include "cli/usage_view.h"
 #include "common/config.h"
 #include "daemon/agent.h"
 #include "lxd/local_lxd.h"
 #include "slurm/slurm_json.h"
+#include "store/store.h"
 
 namespace bmas {
 
@@ -78,6 +80,19 @@ int AgentCommands::Serve(GlobalOptions& global) {
       return Error{ErrorCode::kPermissionDenied, fmt::format("it is {}", j->state)};
     }
     return j->user;
+  };
+  // A user's own usage, read from the store (root's) for the uid on the socket.
+  o.usage = [state_dir](const std::string& user, int64_t since) -> Result<std::string> {
+    auto store = OpenSqliteStore(StorePath(state_dir));
+    if (!store) return store.error();
+    UsageView view;
+    auto rows = (*store)->QueryUsage(user, since);
+    if (!rows) return rows.error();
+    auto jobs = (*store)->QueryJobUsage(user, since);
+    if (!jobs) return jobs.error();
+    view.tokens = std::move(*rows);
+    view.jobs = std::move(*jobs);
+    return UsageReplyJson(view);
   };
   return RunAgent(o);
 }

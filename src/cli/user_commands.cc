@@ -6,10 +6,14 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <pwd.h>
+#include <unistd.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include "cli/lxd_commands.h"
+#include "cli/usage_view.h"
+#include "daemon/agent.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
 
@@ -116,56 +120,6 @@ std::string WorkspaceColumn(const WorkspaceLimits& l) {
                      l.disk.value_or("-"));
 }
 
-// Per user: finished jobs and their GPU-hours beside the gateway's tokens, for users with
-// either. A table, or a JSON array of {user, jobs, gpu_hours, gpu_seconds, prompt_tokens,
-// completion_tokens}.
-std::string PerUserUsage(const std::vector<UsageRow>& tokens, const std::vector<JobUsageRow>& jobs,
-                         bool json) {
-  struct Row {
-    int64_t jobs = 0, gpu_seconds = 0, prompt_tokens = 0, completion_tokens = 0;
-  };
-  std::map<std::string, Row> by_user;
-  for (const UsageRow& u : tokens) {
-    by_user[u.user].prompt_tokens += u.prompt_tokens;
-    by_user[u.user].completion_tokens += u.completion_tokens;
-  }
-  for (const JobUsageRow& j : jobs) {
-    by_user[j.user].jobs += j.jobs;
-    by_user[j.user].gpu_seconds += j.gpu_seconds;
-  }
-  if (json) {
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    w.StartArray();
-    for (const auto& [user, r] : by_user) {
-      w.StartObject();
-      w.Key("user");
-      w.String(user.c_str());
-      w.Key("jobs");
-      w.Int64(r.jobs);
-      w.Key("gpu_hours");
-      w.Double(static_cast<double>(r.gpu_seconds) / 3600.0);
-      w.Key("gpu_seconds");
-      w.Int64(r.gpu_seconds);
-      w.Key("prompt_tokens");
-      w.Int64(r.prompt_tokens);
-      w.Key("completion_tokens");
-      w.Int64(r.completion_tokens);
-      w.EndObject();
-    }
-    w.EndArray();
-    return std::string(buf.GetString()) + "\n";
-  }
-  std::string out = fmt::format("{:<16} {:>6} {:>10} {:>14} {:>17}\n", "USER", "JOBS",
-                                "GPU_HOURS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
-  for (const auto& [user, r] : by_user) {
-    out += fmt::format("{:<16} {:>6} {:>10.3f} {:>14} {:>17}\n", user, r.jobs,
-                       static_cast<double>(r.gpu_seconds) / 3600.0, r.prompt_tokens,
-                       r.completion_tokens);
-  }
-  return out;
-}
-
 }  // namespace
 
 void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
@@ -215,9 +169,53 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   }
 }
 
+Result<int64_t> UserCommands::UsageSince() const {
+  if (since_.empty()) return int64_t{0};
+  return ParseSince(since_, static_cast<int64_t>(std::time(nullptr)));
+}
+
+// `bmas usage` for a user who cannot read the store (it is root's): their own usage, from the
+// agent, which knows who asks from the socket's credentials.
+int UserCommands::OwnUsageThroughAgent(const std::string& state_dir) {
+  const passwd* me = getpwuid(geteuid());
+  const std::string name = me != nullptr ? me->pw_name : std::to_string(geteuid());
+  if (usage_user_ && *usage_user_ != name) {
+    fmt::print(stderr,
+               "bmas usage: only root reads other users' usage (the store is root's); yours is "
+               "`bmas usage`\n");
+    return 1;
+  }
+  auto since = UsageSince();
+  if (!since) {
+    fmt::print(stderr, "bmas: {}\n", since.error().message);
+    return 1;
+  }
+  const std::string socket = AgentSocketPath(state_dir);
+  auto reply = AgentUsage(socket, *since);
+  if (!reply) {
+    fmt::print(stderr, "bmas usage: {}: {}\n", StorePath(state_dir),
+               reply.error().code == ErrorCode::kNotFound
+                   ? fmt::format("only root reads the store, and no agent answers at {} to give "
+                                 "you your own usage (the admin starts it with `bmas up`)",
+                                 socket)
+                   : reply.error().message);
+    return 1;
+  }
+  auto view = ParseUsageReply(*reply);
+  if (!view) {
+    fmt::print(stderr, "bmas usage: {}\n", view.error().message);
+    return 1;
+  }
+  fmt::print("{}", FormatUsage(*view, json_, usage_jobs_));
+  return 0;
+}
+
 int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   Config config = global.LoadConfigOrDefaults();
   std::string state_dir = ResolveStateDir(global.state_dir, config);
+  if (which == usage_ && geteuid() != 0 && access(StorePath(state_dir).c_str(), R_OK) != 0) {
+    return OwnUsageThroughAgent(state_dir);
+  }
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   auto opened = OpenSqliteStore(StorePath(state_dir));
@@ -285,49 +283,16 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     if (auto r = store.RevokeKey(key_id_); !r) return fail(r.error());
     fmt::print("revoked key {}\n", key_id_);
   } else if (which == usage_) {
-    int64_t since = 0;
-    if (!since_.empty()) {
-      auto parsed = ParseSince(since_, static_cast<int64_t>(std::time(nullptr)));
-      if (!parsed) return fail(parsed.error());
-      since = *parsed;
-    }
-    auto rows = store.QueryUsage(usage_user_, since);
+    auto since = UsageSince();
+    if (!since) return fail(since.error());
+    UsageView view;
+    auto rows = store.QueryUsage(usage_user_, *since);
     if (!rows) return fail(rows.error());
-    auto jobs = store.QueryJobUsage(usage_user_, since);
+    auto jobs = store.QueryJobUsage(usage_user_, *since);
     if (!jobs) return fail(jobs.error());
-    if (usage_jobs_) {
-      fmt::print("{}", PerUserUsage(*rows, *jobs, json_));
-    } else if (json_) {
-      rapidjson::StringBuffer buf;
-      rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-      w.StartArray();
-      for (const UsageRow& u : *rows) {
-        w.StartObject();
-        w.Key("user");
-        w.String(u.user.c_str());
-        w.Key("model");
-        w.String(u.model.c_str());
-        w.Key("backend");
-        w.String(u.backend.c_str());
-        w.Key("requests");
-        w.Int64(u.requests);
-        w.Key("prompt_tokens");
-        w.Int64(u.prompt_tokens);
-        w.Key("completion_tokens");
-        w.Int64(u.completion_tokens);
-        w.EndObject();
-      }
-      w.EndArray();
-      fmt::print("{}\n", buf.GetString());
-    } else {
-      fmt::print("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", "USER", "MODEL", "BACKEND",
-                 "REQUESTS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
-      for (const UsageRow& u : *rows) {
-        fmt::print("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", u.user, u.model, u.backend,
-                   u.requests, u.prompt_tokens, u.completion_tokens);
-      }
-      if (!jobs->empty()) fmt::print("\n{}", PerUserUsage(*rows, *jobs, false));
-    }
+    view.tokens = std::move(*rows);
+    view.jobs = std::move(*jobs);
+    fmt::print("{}", FormatUsage(view, json_, usage_jobs_));
   } else if (which == key_list_) {
     auto keys = store.ListKeys(name_);
     if (!keys) return fail(keys.error());

@@ -27,6 +27,8 @@ class UserCommands {
 
  private:
   int Run(GlobalOptions& global, CLI::App* which);
+  Result<int64_t> UsageSince() const;
+  int OwnUsageThroughAgent(const std::string& state_dir);
 
   CLI::App* user_add_ = nullptr;
   CLI::App* user_list_ = nullptr;

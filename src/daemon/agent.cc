@@ -293,6 +293,7 @@ class Agent {
     if (op == "exec" || op == "enter") {
       return Exec(fd, cred, op == "exec" ? request->job : 0, *request, fds);
     }
+    if (op == "usage") return Usage(fd, cred, request->since);
     if (cred.uid != 0) return Refuse(fd, fmt::format("only root may ask to {}", op));
     if (op == "kill") return Kill(fd, request->job);
     if (op == "bound" || op == "released") {
@@ -304,6 +305,24 @@ class Agent {
       return;
     }
     Refuse(fd, fmt::format("unknown op {}", op));
+  }
+
+  // The caller's own usage from `since`, as the JSON object `usage` gives: the store is
+  // root's, and the socket's peer credentials say who asks.
+  void Usage(int fd, const ucred& cred, int64_t since) {
+    if (!o_.usage) return Refuse(fd, "this agent keeps no usage (it has no store)");
+    passwd pwd{}, *pw = nullptr;
+    std::vector<char> pwbuf(16384);
+    if (getpwuid_r(cred.uid, &pwd, pwbuf.data(), pwbuf.size(), &pw) != 0 || pw == nullptr) {
+      return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
+    }
+    auto reply = o_.usage(pw->pw_name, since);
+    if (!reply) return Refuse(fd, reply.error().message);
+    if (reply->size() > kMaxUsageReply) {
+      return Refuse(fd, fmt::format("your usage is over {} bytes; ask root for `bmas usage --user {}`",
+                                    kMaxUsageReply, pw->pw_name));
+    }
+    SendMessage(fd, *reply);
   }
 
   // `job` 0: the caller enters their own workspace (`bmas workspace exec|shell`), no job.

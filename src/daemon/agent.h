@@ -45,7 +45,13 @@ struct AgentOptions {
   std::function<Result<bool>(int64_t id)> job_alive;
   // The user a running job belongs to; an error when it is not running.
   std::function<Result<std::string>(int64_t id)> job_user;
+  // A user's own usage from a unix time, as a JSON object (what `bmas usage` prints for them);
+  // unset: the agent answers that it keeps none.
+  std::function<Result<std::string>(const std::string& user, int64_t since)> usage;
 };
+
+// The largest usage reply the agent sends (the client reads at most 64 KiB).
+constexpr size_t kMaxUsageReply = 60 * 1024;
 
 // Serves until SIGINT or SIGTERM; prints "bmas agent: listening on URL" (the metrics URL) once
 // its socket is ready. Returns the exit code.
@@ -66,6 +72,11 @@ int RunAgentEnter(const std::string& socket, const std::vector<std::string>& arg
 // until its commands are gone. Returns how many processes were killed; NotFound when no agent
 // answers, Unavailable when it answers late or not at all.
 Result<int> AgentKillJob(const std::string& socket, int64_t job);
+
+// `bmas usage` for a user who cannot read the store: the agent answers with the caller's own
+// usage from `since` (the JSON object AgentOptions::usage gives). NotFound when no agent
+// answers; PermissionDenied with the agent's reason when it refuses.
+Result<std::string> AgentUsage(const std::string& socket, int64_t since);
 
 // The hooks' report of how long binding ("bound") or releasing ("released") took, for the
 // agent's /metrics. Best effort: nothing happens when no agent runs.

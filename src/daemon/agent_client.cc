@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -129,6 +131,22 @@ Result<int> AgentKillJob(const std::string& socket, int64_t job) {
                  fmt::format("the agent at {} did not kill job {}", socket, job)};
   }
   return (*d)["killed"].GetInt();
+}
+
+Result<std::string> AgentUsage(const std::string& socket, int64_t since) {
+  AgentRequest request;
+  request.op = "usage";
+  request.since = since;
+  auto d = Ask(socket, request, std::chrono::seconds(30));
+  if (!d) return d.error();
+  if (d->HasMember("error") && (*d)["error"].IsString()) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("the agent refused: {}", (*d)["error"].GetString())};
+  }
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d->Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
 }
 
 void AgentObserve(const std::string& socket, const std::string& op, double seconds) {

@@ -95,6 +95,9 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
       if (!v.IsInt64()) return InvalidArgument("job is not an integer");
       r.job = v.GetInt64();
       has_job = true;
+    } else if (key == "since") {
+      if (!v.IsInt64()) return InvalidArgument("since is not an integer");
+      r.since = v.GetInt64();
     } else if (key == "seconds") {
       if (!v.IsNumber()) return InvalidArgument("seconds is not a number");
       r.seconds = v.GetDouble();
@@ -133,6 +136,10 @@ std::string RenderAgentRequest(const AgentRequest& r) {
   if (r.op == "bound" || r.op == "released") {
     w.Key("seconds");
     w.Double(r.seconds);
+  }
+  if (r.op == "usage") {
+    w.Key("since");
+    w.Int64(r.since);
   }
   w.EndObject();
   return buf.GetString();

@@ -21,12 +21,13 @@ constexpr int kMaxAgentDepth = 2;
 constexpr size_t kMaxAgentListItems = 4096;
 
 struct AgentRequest {
-  std::string op;  // exec, enter, kill, bound, released
+  std::string op;  // exec, enter, kill, bound, released, usage
   int64_t job = 0;
   std::string cwd;
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=VALUE, as the client had them
   double seconds = 0;            // bound, released
+  int64_t since = 0;             // usage: from this unix time (0: all)
 };
 
 // InvalidArgument for anything but one well-formed request: too large, too deep, not an object,

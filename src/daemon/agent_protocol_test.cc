@@ -21,6 +21,17 @@ TEST(AgentProtocolTest, ARenderedRequestParsesBack) {
   EXPECT_EQ(back->env, r.env);
 }
 
+TEST(AgentProtocolTest, AUsageRequestCarriesItsStart) {
+  AgentRequest r;
+  r.op = "usage";
+  r.since = 1'790'000'000;
+  auto back = ParseAgentRequest(RenderAgentRequest(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->op, "usage");
+  EXPECT_EQ(back->since, 1'790'000'000);
+  EXPECT_FALSE(ParseAgentRequest(R"({"op":"usage","job":0,"since":"yesterday"})"));
+}
+
 TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
   const std::string deep(200 * 1024, '[');
   const std::string big = R"({"op":"exec","job":1,"cwd":")" + std::string(300 * 1024, 'a') + "\"}";

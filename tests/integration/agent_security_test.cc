@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "lxd_workspace_fixture.h"
+#include "store/store.h"
 
 namespace bmas::testing {
 namespace {
@@ -304,6 +305,50 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   std::stringstream log;
   log << hooks.rdbuf();
   EXPECT_THAT(log.str(), HasSubstr("released 1 device(s)"));
+}
+
+// The store is root's (finding 8). A user sees their own usage through the agent, which takes
+// who they are from the socket's credentials, and nobody else's.
+TEST_F(AgentSecurityTest, AUserSeesTheirOwnUsageThroughTheAgentAndNoOneElses) {
+  {
+    auto store = OpenSqliteStore(StorePath(state_));
+    ASSERT_TRUE(store) << store.error().message;
+    const int64_t minute = std::time(nullptr) / 60;
+    ASSERT_TRUE((*store)->RecordUsage({{minute, "bmastest1", "m", "http://127.0.0.1:1", 3, 111, 22},
+                                       {minute, "bmastest2", "m", "http://127.0.0.1:1", 5, 999, 88}}));
+  }
+  CommandOutput table = InHome("bmastest1", {"usage"});
+  CommandOutput mine = InHome("bmastest1", {"usage", "--json"});
+  ASSERT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_THAT(mine.out, HasSubstr(R"("user":"bmastest1")"));
+  EXPECT_THAT(mine.out, HasSubstr(R"("prompt_tokens":111)"));
+  EXPECT_THAT(mine.out, Not(HasSubstr("bmastest2")));
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("bmastest1"));
+  // Asking for another user's, or reading the store directly, fails and says why.
+  CommandOutput other = InHome("bmastest1", {"usage", "--user", "bmastest2"});
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.err, HasSubstr("only root reads other users' usage"));
+  EXPECT_THAT(other.out, Not(HasSubstr("999")));
+  auto direct = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
+                            "cat", StorePath(state_)});
+  ASSERT_TRUE(direct);
+  EXPECT_NE(direct->exit_code, 0);
+  // A forged usage request with another user's name in it changes nothing: there is no such
+  // field, and the agent refuses the unknown key.
+  const std::string socket = Socket();
+  const std::string forged = R"({"op":"usage","job":0,"since":0,"user":"bmastest2"})";
+  const std::string reply = AsUser("bmastest1", [&](int out) {
+    const int fd = RawConnect(socket.c_str(), 30);
+    if (fd < 0 || send(fd, forged.data(), forged.size(), 0) < 0) return;
+    WriteReply(fd, out);
+  });
+  EXPECT_THAT(reply, HasSubstr("unknown key user"));
+  // With the agent stopped, the error names the store and what would fix it.
+  agent_->Stop(std::chrono::seconds(5));
+  CommandOutput down = InHome("bmastest1", {"usage"});
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_THAT(down.err, HasSubstr("no agent answers"));
 }
 
 TEST_F(AgentSecurityTest, DeepJsonFromAUserIsRefusedAndTheAgentKeepsServing) {
