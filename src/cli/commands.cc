@@ -25,6 +25,24 @@ int ReportFailure(const std::string& command, const Error& error) {
              : 1;
 }
 
+CLI::Validator NumberAbove(double bound, bool or_equal) {
+  return CLI::Validator(
+      [bound, or_equal](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return fmt::format("is not a number: {}", text);
+        if (or_equal ? v >= bound : v > bound) return "";
+        return fmt::format("must be {} {} (got {})", or_equal ? "at least" : "more than", bound,
+                           text);
+      },
+      or_equal ? fmt::format("NUMBER>={}", bound) : fmt::format("NUMBER>{}", bound));
+}
+
 std::string UtcTime(int64_t unix_seconds) {
   std::time_t t = unix_seconds;
   std::tm tm{};
@@ -79,32 +97,32 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0, 65535))
       ->default_str("0");
   c.add_option("--max-num-seqs", flags_.max_num_seqs, "Most requests running at once (default: profile)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c.add_option("--max-num-batched-tokens", flags_.max_num_batched_tokens,
                "Token budget of one step (default: profile)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c.add_option("--num-kv-blocks", flags_.num_kv_blocks,
                "KV cache blocks (default: profile, or derived from its memory figures)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c.add_option("--block-size", flags_.block_size, "Tokens per KV block (default: 16)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c.add_option("--max-model-len", flags_.max_model_len,
                "Longest prompt + output in tokens (default: profile, 131072 for llama-3.1-8b-h100)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c.add_option("--scheduling-policy", flags_.scheduling_policy, "fcfs or priority")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->default_str("fcfs");
   c.add_flag("--no-prefix-caching", no_prefix_caching_, "Disable automatic prefix caching");
   c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str("4194304");
   c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
                "Seconds in-flight requests get to finish after SIGTERM")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->default_str("30");
   c.add_option("--default-chat-max-tokens", flags_.default_chat_max_tokens,
                "Output length of a chat completion that sets no max_tokens")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str("256");
   c.add_option("--api-key", flags_.api_key,
                "As vLLM's: /v1/* then requires Authorization: Bearer KEY. Visible in ps: prefer "
@@ -118,13 +136,13 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
   calibrate_->add_flag("--json", json_, "Print JSON");
   calibrate_->add_option("--requests-per-client", scenario_.requests_per_client,
                          "Requests each closed-loop client sends")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str(std::to_string(scenario_.requests_per_client));
   calibrate_->add_option("--prompt-tokens", scenario_.prompt_tokens, "Prompt length")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str(std::to_string(scenario_.prompt_tokens));
   calibrate_->add_option("--output-tokens", scenario_.output_tokens, "Output length")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str(std::to_string(scenario_.output_tokens));
   calibrate_->add_flag("--fit", fit_,
                        "Search the step-time coefficients that best match the reference and "
@@ -232,14 +250,14 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->default_str("1");
   c.add_option("--queue-timeout", flags_.queue_timeout_s,
                "Seconds a request may wait for a backend before a 503")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str("30");
   c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str("4194304");
   c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
                "Seconds in-flight requests get to finish after SIGTERM")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->default_str("30");
   c.add_option("--metrics-listen", flags_.metrics_listen,
                "host:port of the operator listener serving /metrics (\"\" = none); never the "
@@ -251,7 +269,7 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
   c.add_option("--upstream-idle-timeout", flags_.upstream_idle_timeout_s,
                "Seconds a stream's backend may send nothing before the stream ends with an error "
                "and the backend is marked down")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->default_str("30");
   c.require_subcommand(0, 1);
   CLI::App* backend = c.add_subcommand("backend", "Add, remove or list backends in the store");

@@ -15,6 +15,12 @@ namespace bmas {
 // a refusal, 1 for anything else.
 int ReportFailure(const std::string& command, const Error& error);
 
+// Number checks for options, with messages short enough to read (CLI11's own print the range
+// up to the largest double): "--gpus: must be at least 0 (got -1)".
+CLI::Validator NumberAbove(double bound, bool or_equal);
+inline const CLI::Validator kNonNegative = NumberAbove(0, true);
+inline const CLI::Validator kPositive = NumberAbove(0, false);
+
 // Unix seconds as 2026-11-21T09:48:45Z.
 std::string UtcTime(int64_t unix_seconds);
 

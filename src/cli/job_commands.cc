@@ -211,13 +211,13 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   run->add_option("--user", user_, "Run as this Unix user (root only)");
   run->add_option("--gpus", gpus_, "GPUs for the whole job: one node when they fit, else whole "
                                    "nodes")
-      ->check(CLI::NonNegativeNumber);
-  run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
+  run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(kNonNegative);
   run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   run->add_option("--cpus-per-gpu", cpus_per_gpu_,
                   "CPU cores for each GPU (default: Slurm's, one per task)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   run->add_option("--mem", mem_,
                   "Memory on each node: 500M, 16G (default: Slurm's DefMemPerCPU per core); "
                   "the job's cgroup in a workspace carries it too");

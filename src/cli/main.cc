@@ -31,7 +31,12 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"bmas: the operating layer of a shared bare-metal AI cluster", "bmas"};
   app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 done; 1 a failure bmas explains on stderr; 2 a usage error or a refusal "
+      "(a wrong flag, a value out of range, a request that cannot be met). `bmas run --wait` "
+      "exits with the job's own code.\n");
   app.set_help_all_flag("--help-all", "Show help for every command");
+  app.set_version_flag("--version", fmt::format("bmas {}", kBmasVersion), "Print bmas's version");
 
   GlobalOptions global;
   app.add_option("--config", global.config_file, "TOML config file (see examples/bmas.toml)")
@@ -67,7 +72,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and exit 0; every usage error exits 2 (CLI11's own codes
+    // would be 100 and up).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const ConfigError& e) {
     fmt::print(stderr, "bmas: {}\n", e.what());
     return 2;

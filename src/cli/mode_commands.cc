@@ -68,7 +68,7 @@ void ModeCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->required();
   research->add_option("--nodes", nodes_, "Nodes, as a host list: oss[01-03]");
   research->add_option("--count", count_, "Or this many nodes, idle ones first")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   research->add_flag("--force", force_,
                      "Requeue other users' jobs running on those nodes (default: they finish)");
   research->callback([this, &global] { global.exit_code = Research(global); });

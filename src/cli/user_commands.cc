@@ -89,26 +89,26 @@ void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<i
   // CLI11 2.1 fills std::optional through a plain variable; the callbacks keep "not given".
   c->add_option_function<double>("--weight", [&weight](double v) { weight = v; },
                                  "Share of the inference fast path under contention (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option_function<int64_t>("--rpm", [&rpm](int64_t v) { rpm = v; }, "Requests per minute")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   c->add_option_function<int64_t>("--tpm", [&tpm](int64_t v) { tpm = v; }, "Tokens per minute")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   c->add_option_function<int64_t>("--tokens-per-day", [&per_day](int64_t v) { per_day = v; },
                                   "Tokens per day")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   c->add_option_function<int64_t>("--max-concurrent", [&concurrent](int64_t v) { concurrent = v; },
                                   "Requests in flight at once")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   // The user's workspace (an unset one: the config's [workspace]).
   c->add_option_function<int64_t>("--cpus", [&ws](int64_t v) { ws.cpus = v; },
                                   "Workspace: CPUs")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option_function<std::string>("--memory", [&ws](const std::string& v) { ws.memory = v; },
                                       "Workspace: memory, e.g. 4GiB");
   c->add_option_function<int64_t>("--processes", [&ws](int64_t v) { ws.processes = v; },
                                   "Workspace: most processes")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option_function<std::string>("--disk", [&ws](const std::string& v) { ws.disk = v; },
                                       "Workspace: root disk, e.g. 20GiB (btrfs pools only)");
 }

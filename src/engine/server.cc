@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <random>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -75,6 +76,7 @@ EngineServer::EngineServer(net::io_context& io, EngineServerOptions options)
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()),
+      id_salt_(std::random_device{}() * uint64_t{0x100000000} ^ std::random_device{}()),
       core_(options_.scheduler, options_.time, options_.model, &metrics_),
       http_(io, options_.http,
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
@@ -302,9 +304,14 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     stream.wake.cancel();
   });
 
+  // As vLLM: 32 random-looking hex digits, unique across replicas and restarts (this server's
+  // random salt, then its request counter), and `created` is the request's own time.
   const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
-  ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, created_, id),
-                      options_.model, created_};
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, id_salt_, id),
+                      options_.model, created};
   size_t emitted = 0;  // bytes of stream.text already sent
   std::vector<size_t> ends;
   bool first = true;

@@ -64,7 +64,8 @@ class EngineServer {
   net::io_context& io_;
   EngineServerOptions options_;
   std::chrono::steady_clock::time_point epoch_;
-  int64_t created_;
+  int64_t created_;     // unix seconds at start: the model card's `created`
+  uint64_t id_salt_;    // random: makes completion ids unique across servers
   MetricsRegistry metrics_;
   EngineCore core_;
   HttpServer http_;

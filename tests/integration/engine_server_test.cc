@@ -9,7 +9,9 @@
 #include <csignal>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_process.h"
@@ -148,6 +150,29 @@ TEST_F(InstantEngineTest, CompletionReturnsExactlyMaxTokensWithExactUsage) {
   EXPECT_EQ(Int(At(usage, "completion_tokens")), 12);
   EXPECT_EQ(Int(At(usage, "total_tokens")), 22);
   EXPECT_EQ(Int(At(At(usage, "prompt_tokens_details"), "cached_tokens")), 0);
+}
+
+// Two replicas started in the same second give different ids (a client or a gateway keys on
+// them), and `created` is each request's time, not the server's start.
+TEST_F(InstantEngineTest, CompletionIdsAreUniqueAcrossServersAndCreatedIsTheRequestsTime) {
+  auto other = EngineProcess::Start({"--profile", "instant"});
+  ASSERT_TRUE(other) << other.error().message;
+  HttpClient other_client((*other)->port());
+  std::set<std::string> ids;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const int64_t before = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  for (int i = 0; i < 5; ++i) {
+    for (HttpClient* c : {client_.get(), &other_client}) {
+      auto r = c->Post("/v1/chat/completions", ChatBody("hello", 2));
+      ASSERT_TRUE(r && r->status == 200);
+      auto doc = ParseJson(r->body);
+      ids.insert(Str(At(doc, "id")));
+      EXPECT_GE(Int(At(doc, "created")), before);
+    }
+  }
+  EXPECT_EQ(ids.size(), 10u);
 }
 
 TEST_F(InstantEngineTest, ChatCompletionReturnsAssistantMessageWithExactUsage) {

@@ -106,6 +106,25 @@ TEST_F(UserCliTest, BadInputIsAClearErrorAndChangesNothing) {
   EXPECT_EQ(users[0]["rpm"].GetInt64(), 10);
 }
 
+// The CLI's habits (issue 15): --version, a short message for a number out of range, and exit
+// code 2 for every usage error, 0 for --help.
+TEST_F(UserCliTest, UsageErrorsAreShortAndExitTwo) {
+  CliRun version = Bmas({"--version"});
+  EXPECT_TRUE(version.status.Success());
+  EXPECT_THAT(version.out, ::testing::StartsWith("bmas "));
+  CliRun gpus = Bmas({"run", "--gpus", "-1", "--", "true"});
+  EXPECT_EQ(gpus.status.code, 2);
+  EXPECT_THAT(gpus.err, HasSubstr("--gpus: must be at least 0 (got -1)"));
+  EXPECT_LT(gpus.err.size(), 200u) << gpus.err;
+  CliRun word = Bmas({"user", "add", "carol", "--rpm", "ten"});
+  EXPECT_EQ(word.status.code, 2);
+  EXPECT_THAT(word.err, HasSubstr("--rpm: is not a number: ten"));
+  EXPECT_EQ(Bmas({"no-such-command"}).status.code, 2);
+  CliRun help = Bmas({"--help"});
+  EXPECT_TRUE(help.status.Success());
+  EXPECT_THAT(help.out, HasSubstr("Exit codes: 0"));
+}
+
 // Two commands that open a fresh state dir at once (`bmas up` starting a gateway while the user
 // runs `bmas user add`) must both succeed: creating and migrating the store is safe against a
 // concurrent first open.
