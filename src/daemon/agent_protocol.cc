@@ -40,12 +40,26 @@ int NestingDepth(std::string_view text, int limit) {
   return deepest;
 }
 
-// A string value; InvalidArgument for another type or a NUL inside (which execve would cut).
+// Whether `s` (no NUL inside) is UTF-8 as RapidJSON validates it. The parser checks the
+// request's bytes, but an escape such as \udc55 (a lone surrogate) decodes to bytes that are
+// not UTF-8, so a request could not be rendered back as it was read.
+bool IsUtf8(const std::string& s) {
+  rapidjson::StringStream in(s.c_str());
+  rapidjson::StringBuffer sink;
+  while (in.Tell() < s.size()) {
+    if (!rapidjson::UTF8<>::Validate(in, sink)) return false;
+  }
+  return true;
+}
+
+// A string value; InvalidArgument for another type, a NUL inside (which execve would cut) or
+// an escape that decodes to something other than UTF-8.
 Result<std::string> Text(const rapidjson::Value& v, std::string_view name) {
   if (!v.IsString()) return InvalidArgument(fmt::format("{} is not a string", name));
   std::string s(v.GetString(), v.GetStringLength());
   if (s.find('\0') != std::string::npos)
     return InvalidArgument(fmt::format("{} holds a NUL", name));
+  if (!IsUtf8(s)) return InvalidArgument(fmt::format("{} is not UTF-8", name));
   return s;
 }
 

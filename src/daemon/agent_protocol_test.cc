@@ -57,6 +57,8 @@ TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
       {R"({"op":"exec","job":1,"argv":["a\u0000b"]})", "holds a NUL"},
       {R"({"op":"exec\u0000","job":1})", "holds a NUL"},
       {"{\"op\":\"\xff\xfe\",\"job\":1}", "JSON object"},  // not UTF-8
+      // A lone surrogate escape (found by the agent_request fuzzer).
+      {R"({"op":"exec","job":1,"env":["A=\udc55"]})", "env is not UTF-8"},
   };
   for (const Case& c : cases) {
     auto r = ParseAgentRequest(c.text);
