@@ -389,6 +389,12 @@ static Result<OwnedJob> OpenOwnJob(GlobalOptions& global, int64_t id) {
   if (!target) return target.error();
   OwnedJob owned{std::make_unique<SlurmRestClient>(target->endpoint), {}};
   auto job = owned.client->Job(id);
+  if (!job && job.error().code == ErrorCode::kNotFound) {
+    return NotFound(fmt::format("there is no job {} (Slurm knows none by that id; it forgets "
+                                "finished jobs after a few minutes: `bmas usage --jobs` keeps "
+                                "their GPU-hours)",
+                                id));
+  }
   if (!job) return job.error();
   if (job->user != caller->name && geteuid() != 0) {
     return Error{ErrorCode::kPermissionDenied,
@@ -428,6 +434,13 @@ int JobCommands::Show(GlobalOptions& global) {
 int JobCommands::Cancel(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
   if (!owned) return ReportFailure("cancel", owned.error());
+  if (IsJobStateFinal(owned->job.state)) {
+    return ReportFailure("cancel", Error{ErrorCode::kInvalidArgument,
+                                         fmt::format("job {} had already ended ({} at {}); "
+                                                     "nothing to cancel",
+                                                     id_, owned->job.state,
+                                                     When(owned->job.end_time))});
+  }
   if (auto done = owned->client->Cancel(id_); !done) return ReportFailure("cancel", done.error());
   fmt::print("cancelled job {}\n", id_);
   return 0;

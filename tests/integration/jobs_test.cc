@@ -186,6 +186,13 @@ TEST_F(JobsTest, UsersCancelAndReadOnlyTheirOwnJobs) {
   CommandOutput cancelled = Bmas({"cancel", id}, alice);
   EXPECT_EQ(cancelled.exit_code, 0) << cancelled.err;
   EXPECT_TRUE(WaitForState(id, "CANCELLED", std::chrono::seconds(20)));
+  // Again: it says the job had already ended; an id Slurm never gave says there is none.
+  CommandOutput again = Bmas({"cancel", id}, alice);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.err, HasSubstr("had already ended (CANCELLED"));
+  CommandOutput none = Bmas({"logs", "999999"}, alice);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, HasSubstr("there is no job 999999"));
 }
 
 TEST_F(JobsTest, ARequestThatCannotFitSaysWhatWould) {
