@@ -142,11 +142,12 @@ Result<void> CheckGpuCap(SlurmRestClient& client, const Cluster& inventory, cons
   const int cap = partition->max_gpus_per_user;
   const int asked = shape.nodes * shape.gpus_per_node;
   if (asked > cap) {
+    const std::string other = PartitionThatAllows(inventory, shape.partition, asked);
     return InvalidArgument(fmt::format(
         "partition {} lets one user hold at most {} GPU(s) at once and this job asks for {}: "
         "ask for at most {}{}",
         shape.partition, cap, asked, cap,
-        shape.partition == "training" ? "" : ", or use another partition (--partition training)"));
+        other.empty() ? "" : fmt::format(", or use another partition (--partition {})", other)));
   }
   auto jobs = client.Jobs();
   if (!jobs) return jobs.error();

@@ -218,4 +218,15 @@ std::string BatchScript(const JobShape& shape, const std::vector<std::string>& c
   return s;
 }
 
+std::string PartitionThatAllows(const Cluster& cluster, const std::string& current, int gpus) {
+  std::string found;
+  for (const Partition& p : cluster.partitions) {
+    if (p.name == current || p.name == "inference") continue;
+    if (p.max_gpus_per_user > 0 && p.max_gpus_per_user < gpus) continue;
+    if (p.name == "training") return p.name;
+    if (found.empty()) found = p.name;
+  }
+  return found;
+}
+
 }  // namespace bmas

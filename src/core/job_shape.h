@@ -41,6 +41,11 @@ struct JobShape {
 // over a node's GPUs, N GPUs that do not split into whole nodes, ...).
 Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& request);
 
+// A partition other than `current` (and other than bmas's own `inference`) whose per-user GPU
+// cap lets one user hold `gpus`, for a refusal's hint: "training" when it qualifies, else the
+// first in the inventory; "" when there is none.
+std::string PartitionThatAllows(const Cluster& cluster, const std::string& current, int gpus);
+
 // The environment every task of the job starts with, before the launcher adds per-rank
 // variables: WORLD_SIZE (processes in all), NNODES, GPUS_PER_NODE and NCCL_* / OpenMPI
 // settings from the nodes' NICs. MASTER_ADDR, MASTER_PORT (from the job id) and

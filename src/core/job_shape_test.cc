@@ -109,5 +109,22 @@ TEST(JobShapeTest, TheWrapperGoesInFrontOfWhatEachNodeRunsButNotOfMpiTasks) {
               ::testing::Not(HasSubstr("agent")));
 }
 
+TEST(JobShapeTest, AHintNamesOnlyAPartitionThatExistsAndAllowsTheJob) {
+  Cluster c = Reference();
+  auto partition = [](const std::string& name, int cap) {
+    Partition p;
+    p.name = name;
+    p.max_gpus_per_user = cap;
+    return p;
+  };
+  c.partitions = {partition("lab", 4), partition("inference", 0), partition("training", 0)};
+  EXPECT_EQ(PartitionThatAllows(c, "lab", 8), "training");
+  c.partitions = {partition("lab", 4), partition("inference", 0)};
+  EXPECT_EQ(PartitionThatAllows(c, "lab", 8), "");
+  c.partitions = {partition("lab", 4), partition("big", 16), partition("small", 2)};
+  EXPECT_EQ(PartitionThatAllows(c, "lab", 8), "big");
+  EXPECT_EQ(PartitionThatAllows(c, "lab", 20), "");
+}
+
 }  // namespace
 }  // namespace bmas
