@@ -251,6 +251,7 @@ int RunUp(const UpOptions& options) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // the terminal closed: stop everything, as on Ctrl-C
   sigaddset(&signals, SIGCHLD);
   sigprocmask(SIG_BLOCK, &signals, nullptr);
 
@@ -442,8 +443,20 @@ int RunUp(const UpOptions& options) {
     siginfo_t info;
     timespec tick{1, 0};
     int sig = sigtimedwait(&signals, &info, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      fmt::print("bmas up: stopping...\n");
+    if (sig == SIGHUP) {
+      // The terminal is gone: what up still has to say goes to its own log.
+      const std::string log = (fs::path(dir) / "logs" / "up.log").string();
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+      }
+    }
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      fmt::print("bmas up: stopping{}...\n", sig == SIGHUP ? " (its terminal hung up)" : "");
       break;
     }
     bool died = false;

@@ -195,6 +195,36 @@ TEST(UpTest, AsRootTheEnginesAndTheGatewayRunAsTheServiceAccount) {
   EXPECT_TRUE(status->Success()) << status->ToString() << "\n" << p.StderrText();
 }
 
+// Closing the terminal (SIGHUP) stops what up started, as Ctrl-C does; nothing is left running
+// for the next `bmas up` to collide with (issue 15).
+TEST(UpTest, AHangupStopsEverythingUpStarted) {
+  TempDir dir;
+  const std::string state = dir.path() + "/state";
+  const std::string config = dir.WriteFile(
+      "bmas.toml", std::string(kInstantConfig) + "[lxd]\ndir = \"" + dir.path() + "/lxd\"\n");
+  auto up =
+      Process::Start({"--config", config, "up", "--engines", "1"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(up) << up.error().message;
+  Process& p = **up;
+  auto running = p.WaitForLine("bmas up: running", 60s);
+  ASSERT_TRUE(running) << running.error().message << p.StderrText();
+  std::vector<uint16_t> ports;
+  for (const std::string& url : ComponentUrls(p.stdout_text(), "")) {
+    ports.push_back(PortOfUrl(url));
+  }
+  ASSERT_FALSE(ports.empty()) << p.stdout_text();
+  p.Signal(SIGHUP);
+  auto status = p.Wait(30s);
+  ASSERT_TRUE(status.has_value()) << "bmas up still running 30 s after SIGHUP";
+  EXPECT_TRUE(status->Success()) << status->ToString() << "\n" << p.StderrText();
+  for (uint16_t port : ports) EXPECT_TRUE(ConnectionRefused(port)) << "port " << port;
+  std::ifstream log(state + "/logs/up.log");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("terminal hung up"));
+  EXPECT_THAT(text.str(), HasSubstr("bmas up: stopped."));
+}
+
 TEST(UpTest, SecondUpOnTheSameStateDirRefuses) {
   TempDir dir;
   const std::string state = dir.path() + "/state";
