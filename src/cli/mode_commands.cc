@@ -69,6 +69,9 @@ void ModeCommands::Register(CLI::App& app, GlobalOptions& global) {
   research->add_option("--nodes", nodes_, "Nodes, as a host list: oss[01-03]");
   research->add_option("--count", count_, "Or this many nodes, idle ones first")
       ->check(kPositive);
+  research->add_flag("--add", add_,
+                     "Keep the research users and nodes already reserved and add these (without "
+                     "it, a new research reservation replaces the one in force)");
   research->add_flag("--force", force_,
                      "Requeue other users' jobs running on those nodes (default: they finish)");
   research->callback([this, &global] { global.exit_code = Research(global); });
@@ -157,9 +160,25 @@ int ModeCommands::Research(GlobalOptions& global) {
     std::sort(nodes.begin(), nodes.end());
   }
 
-  // One research reservation at a time: a new one replaces it.
+  // One research reservation at a time: a new one replaces it, or with --add takes in its
+  // users and nodes.
   auto mode = CurrentMode(*target);
   if (!mode) return ReportFailure("mode research", mode.error());
+  std::string replaced;
+  if (mode->research && add_) {
+    std::vector<std::string> users = mode->users;
+    for (const std::string& u : users_) {
+      if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+    }
+    users_ = std::move(users);
+    for (const std::string& n : mode->nodes) {
+      if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+    }
+    std::sort(nodes.begin(), nodes.end());
+  } else if (mode->research) {
+    replaced = fmt::format("; this replaces {} on {} (--add keeps them)",
+                           fmt::join(mode->users, ","), CompressHostlist(mode->nodes));
+  }
   if (mode->research) {
     auto deleted = Scontrol(*target, {"delete", fmt::format("ReservationName={}",
                                                               slurm::kResearchReservation)});
@@ -182,10 +201,10 @@ int ModeCommands::Research(GlobalOptions& global) {
       }
     }
   }
-  fmt::print("research: {} own {} (reservation {}); {}switched in {:.2f} s\n",
+  fmt::print("research: {} own {} (reservation {}); {}switched in {:.2f} s{}\n",
              fmt::join(users_, ","), CompressHostlist(nodes), slurm::kResearchReservation,
              force_ ? fmt::format("{} job(s) of others requeued; ", requeued) : "",
-             Since(start));
+             Since(start), replaced);
   return 0;
 }
 

@@ -26,6 +26,7 @@ class ModeCommands {
   std::string nodes_;
   int count_ = 0;
   bool force_ = false;
+  bool add_ = false;
   bool json_ = false;
 };
 

@@ -234,6 +234,16 @@ TEST_F(JobsTest, ResearchModeKeepsOtherUsersOffTheReservedNodesAndLabModeLetsThe
   EXPECT_EQ(Str(At(At(mode, "users"), 0)), alice);
   EXPECT_EQ(At(mode, "nodes").Size(), 2u);
   EXPECT_EQ(Bmas({"mode", "lab"}, bob).exit_code, 2);  // only root switches
+  // A second set of users replaces the first, and says so; --add keeps both.
+  CommandOutput replace = Bmas({"mode", "research", "--users", bob, "--nodes", "oss01"});
+  ASSERT_EQ(replace.exit_code, 0) << replace.err;
+  EXPECT_THAT(replace.out, HasSubstr("this replaces " + alice + " on oss[01-02]"));
+  CommandOutput add = Bmas({"mode", "research", "--add", "--users", alice, "--nodes", "oss02"});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  EXPECT_THAT(add.out, HasSubstr(bob + "," + alice + " own oss[01-02]"));
+  mode = ParseJson(Bmas({"mode", "--json"}).out);
+  EXPECT_EQ(At(mode, "users").Size(), 2u);
+  ASSERT_EQ(Bmas({"mode", "research", "--users", alice, "--nodes", "oss[01-02]"}).exit_code, 0);
 
   // Bob's first 4-GPU job takes the one shared node; his second waits.
   const std::string first = Trim(Bmas({"run", "--gpus", "4", "--", "sleep", "60"}, bob).out);
