@@ -306,8 +306,13 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
 
 void UpCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd_ = app.add_subcommand(
-      "up", "Start every bmas component on this machine (today: simulated engines and the "
-            "gateway) and print what runs where; Ctrl-C stops them all");
+      "up",
+      "Start every bmas component on this machine and print what runs where: a local Slurm "
+      "cluster from the inventory (munge, slurmctld, a slurmd per node, slurmrestd; slurmdbd "
+      "with accounting) and its monitor; LXD with lxcfs for workspaces; the root agent (with "
+      "both); simulated vLLM engines and the OpenAI gateway in front of them (as the service "
+      "account bmas when run as root). A part that cannot start is named with the reason. "
+      "Ctrl-C, SIGTERM or closing the terminal stops all it started");
   cmd_->add_option("--engines", engines_, "Number of simulated engines (default: [up] engines, 2)")
       ->check(CLI::Range(0, 64));
   cmd_->callback([this, &global] {

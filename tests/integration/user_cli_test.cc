@@ -123,6 +123,11 @@ TEST_F(UserCliTest, UsageErrorsAreShortAndExitTwo) {
   CliRun help = Bmas({"--help"});
   EXPECT_TRUE(help.status.Success());
   EXPECT_THAT(help.out, HasSubstr("Exit codes: 0"));
+  // `bmas up --help` names what it starts today, not only the engines.
+  CliRun up = Bmas({"up", "--help"});
+  for (const char* part : {"slurmctld", "LXD", "agent", "gateway", "service account"}) {
+    EXPECT_THAT(up.out, HasSubstr(part));
+  }
 }
 
 // Two commands that open a fresh state dir at once (`bmas up` starting a gateway while the user
