@@ -8,7 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -76,8 +81,14 @@ bool WrittenSince(const std::string& path, int64_t unix_seconds) {
   return stat(path.c_str(), &st) == 0 && st.st_mtim.tv_sec >= unix_seconds;
 }
 
-// Streams the job's output until it finishes; returns its final state.
-Result<JobInfo> Follow(SlurmRestClient& client, int64_t id) {
+// Ctrl-C and SIGTERM while `bmas run --wait` follows its job.
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void OnInterrupt(int) { g_interrupted = 1; }
+
+// Streams the job's output until it finishes, or until `*interrupted` is set (nullptr: never);
+// returns the job's last state (not final when interrupted).
+Result<JobInfo> Follow(SlurmRestClient& client, int64_t id,
+                       const volatile std::sig_atomic_t* interrupted = nullptr) {
   size_t offset = 0;
   // Often at first, when a short job's first line is what the user waits for (Slurm starts a
   // job within a second of its submission), then every 100 ms.
@@ -90,7 +101,7 @@ Result<JobInfo> Follow(SlurmRestClient& client, int64_t id) {
         WrittenSince(job->stdout_path, job->start_time)) {
       offset = PrintNew(job->stdout_path, offset);
     }
-    if (IsJobStateFinal(job->state)) return job;
+    if (IsJobStateFinal(job->state) || (interrupted != nullptr && *interrupted)) return job;
     std::this_thread::sleep_for(std::chrono::milliseconds(polls < 100 ? 20 : 100));
   }
 }
@@ -228,7 +239,12 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   run->add_option("--launcher", launcher_, "none, torchrun or mpi (srun --mpi=pmix)")
       ->check(CLI::IsMember({"none", "torchrun", "mpi"}))
       ->default_str("none");
-  run->add_flag("--wait", wait_, "Stream the job's output; exit with its exit code");
+  run->add_flag("--wait", wait_,
+                "Stream the job's output; exit with its exit code. Ctrl-C cancels the job (as "
+                "srun does) unless --detach");
+  run->add_flag("--detach", detach_,
+                "With --wait, Ctrl-C stops following and leaves the job running (without "
+                "--wait, bmas run always returns once the job is submitted)");
   run->add_option("command", command_, "The command and its arguments (after --)")->required();
   run->callback([this, &global] { global.exit_code = Run(global); });
 
@@ -296,6 +312,18 @@ int JobCommands::Run(GlobalOptions& global) {
   std::error_code ec;
   spec.cwd = account->name == caller->name ? fs::current_path(ec).string() : account->home;
   spec.stdout_path = spec.cwd + "/bmas-%j.out";
+  // Slurm opens the output file as the user; where they cannot write, the job fails at launch
+  // with only a state to show for it, so say it now.
+  if (account->name == caller->name && (spec.cwd.empty() || access(spec.cwd.c_str(), W_OK) != 0)) {
+    const int err = errno;
+    return ReportFailure(
+        "run", InvalidArgument(fmt::format(
+                   "the job's output would go to {}/bmas-<job id>.out, but you cannot write {} "
+                   "({}): cd to a directory of yours (your home is {}) and run it again",
+                   spec.cwd.empty() ? "the current directory" : spec.cwd,
+                   spec.cwd.empty() ? "the current directory" : spec.cwd,
+                   spec.cwd.empty() ? ec.message() : std::strerror(err), account->home)));
+  }
   spec.environment = DistributedEnvironment(target->inventory, *shape);
   spec.environment["PATH"] = "/usr/local/bin:/usr/bin:/bin";
   if (const char* path = std::getenv("PATH"); path && account->name == caller->name) {
@@ -323,6 +351,15 @@ int JobCommands::Run(GlobalOptions& global) {
   if (auto within = CheckGpuCap(client, target->inventory, *shape, account->name); !within) {
     return ReportFailure("run", within.error());
   }
+  if (wait_) {
+    // Before submitting, so that a Ctrl-C at any moment reaches the job (no SA_RESTART: the
+    // poll's sleep ends at once).
+    struct sigaction on_interrupt {};
+    on_interrupt.sa_handler = OnInterrupt;
+    sigemptyset(&on_interrupt.sa_mask);
+    sigaction(SIGINT, &on_interrupt, nullptr);
+    sigaction(SIGTERM, &on_interrupt, nullptr);
+  }
   auto id = client.Submit(spec);
   if (!id) {
     Error e = id.error();
@@ -337,8 +374,31 @@ int JobCommands::Run(GlobalOptions& global) {
   }
   fmt::print(stderr, "bmas run: job {} submitted ({} node(s) x {} GPU(s), partition {})\n", *id,
              shape->nodes, shape->gpus_per_node, shape->partition);
-  auto done = Follow(client, *id);
+  auto done = Follow(client, *id, &g_interrupted);
   if (!done) return ReportFailure("run", done.error());
+  if (!IsJobStateFinal(done->state)) {
+    // Interrupted. A second Ctrl-C ends bmas run at once.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    if (detach_) {
+      fmt::print(stderr,
+                 "bmas run: stopped following job {}, which runs on (--detach): `bmas logs -f "
+                 "{}` follows it, `bmas cancel {}` ends it\n",
+                 *id, *id, *id);
+      return 130;
+    }
+    if (auto cancelled = client.Cancel(*id); !cancelled) {
+      return ReportFailure("run", Error{cancelled.error().code,
+                                        fmt::format("interrupted, but job {} could not be "
+                                                    "cancelled: {} (`bmas cancel {}`)",
+                                                    *id, cancelled.error().message, *id)});
+    }
+    fmt::print(stderr,
+               "bmas run: interrupted: cancelled job {}; its GPUs are released (--detach leaves "
+               "a job running)\n",
+               *id);
+    return 130;
+  }
   if (done->state != "COMPLETED" && done->exit_code == 0) {
     fmt::print(stderr, "bmas run: job {} ended {} ({})\n", *id, done->state, done->reason);
     return 1;

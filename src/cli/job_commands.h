@@ -32,6 +32,7 @@ class JobCommands {
   std::string mem_;
   std::string partition_, time_, name_, launcher_ = "none";
   bool wait_ = false;
+  bool detach_ = false;
   std::vector<std::string> command_;
   // bmas jobs / job show / cancel / logs
   bool all_ = false, json_ = false, follow_ = false;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -193,6 +194,55 @@ TEST_F(JobsTest, UsersCancelAndReadOnlyTheirOwnJobs) {
   CommandOutput none = Bmas({"logs", "999999"}, alice);
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_THAT(none.err, HasSubstr("there is no job 999999"));
+}
+
+// Ctrl-C of `bmas run --wait` cancels the job, as srun does, and says so; with --detach it
+// leaves the job running (issue 15). Both as the job's user.
+TEST_F(JobsTest, CtrlCOfRunWaitCancelsTheJobUnlessDetached) {
+  const std::string alice = User("bmastest1");
+  auto interrupted_run = [&](const std::string& flags) {
+    const std::string script = fmt::format(
+        "cd \"$0\" && \"$1\" --state-dir \"$2\" run --wait {} -- sleep 300 & p=$!; "
+        "sleep 4; kill -INT $p; wait $p; echo rc=$?",
+        flags);
+    auto r = RunCommand({"setpriv", "--reuid=" + alice, "--regid=" + alice, "--init-groups", "sh",
+                         "-c", script, dir_.path(), SharedBinary(), state_},
+                        {}, std::chrono::seconds(60));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  };
+  auto job_of = [](const std::string& err) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex("job ([0-9]+) submitted")) ? m[1].str() : "";
+  };
+  CommandOutput cancelled = interrupted_run("");
+  EXPECT_THAT(cancelled.out, HasSubstr("rc=130"));
+  EXPECT_THAT(cancelled.err, HasSubstr("interrupted: cancelled job"));
+  const std::string first = job_of(cancelled.err);
+  ASSERT_FALSE(first.empty()) << cancelled.err;
+  EXPECT_TRUE(WaitForState(first, "CANCELLED", std::chrono::seconds(20)));
+
+  CommandOutput detached = interrupted_run("--detach");
+  EXPECT_THAT(detached.out, HasSubstr("rc=130"));
+  EXPECT_THAT(detached.err, HasSubstr("runs on (--detach)"));
+  const std::string second = job_of(detached.err);
+  ASSERT_FALSE(second.empty()) << detached.err;
+  EXPECT_EQ(Str(At(Job(second), "state")), "RUNNING");
+  EXPECT_EQ(Bmas({"cancel", second}, alice).exit_code, 0);
+}
+
+// Slurm would open the output file as the user and fail the job at launch (exit 181,
+// JobLaunchFailure) with nothing on the terminal; bmas run says so before submitting.
+TEST_F(JobsTest, ARunFromADirectoryTheUserCannotWriteIsRefusedBeforeSubmitting) {
+  const std::string alice = User("bmastest1");
+  auto r = RunCommand({"setpriv", "--reuid=" + alice, "--regid=" + alice, "--init-groups", "sh",
+                       "-c", "cd / && exec \"$0\" --state-dir \"$1\" run -- true",
+                       SharedBinary(), state_});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("you cannot write / (Permission denied)"));
+  EXPECT_THAT(r->err, HasSubstr("your home is"));
+  EXPECT_EQ(Bmas({"jobs", "--json"}).out, "[]\n");
 }
 
 TEST_F(JobsTest, ARequestThatCannotFitSaysWhatWould) {
