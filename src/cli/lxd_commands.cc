@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -78,6 +82,52 @@ namespace {
 void Str(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key, const std::string& v) {
   w.Key(key);
   w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
+}
+
+// `v` as a JSON string, or null when it is empty (no limit).
+void StrOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
+               const std::string& v) {
+  if (!v.empty()) return Str(w, key, v);
+  w.Key(key);
+  w.Null();
+}
+
+// `v` (a count LXD holds as text) as a JSON number, or null when it is unset or not a count.
+void CountOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
+                 const std::string& v) {
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  w.Key(key);
+  if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) {
+    w.Int64(n);
+  } else {
+    w.Null();
+  }
+}
+
+// An LXD size ("4GiB", "512MB", "1024") in bytes; nullopt for "", a percentage or anything else.
+std::optional<int64_t> SizeBytes(const std::string& v) {
+  static const std::regex kSize(R"(^([0-9]+(?:\.[0-9]+)?)(B|[kMGTPE]B|[KMGTPE]iB)?$)");
+  std::smatch m;
+  if (!std::regex_match(v, m, kSize)) return std::nullopt;
+  const std::string unit = m[2].str();
+  double scale = 1;
+  if (!unit.empty() && unit != "B") {
+    const char prefix = unit[0] == 'K' ? 'k' : unit[0];  // KiB, kB
+    const int power = static_cast<int>(std::string_view("kMGTPE").find(prefix)) + 1;
+    scale = std::pow(unit.size() == 3 ? 1024.0 : 1000.0, power);
+  }
+  return static_cast<int64_t>(std::stod(m[1].str()) * scale);
+}
+
+void BytesOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
+                 const std::string& v) {
+  w.Key(key);
+  if (auto bytes = SizeBytes(v)) {
+    w.Int64(*bytes);
+  } else {
+    w.Null();
+  }
 }
 
 }  // namespace
@@ -157,6 +207,9 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0, 1 << 22));
   create_->add_option("--disk", limits_.disk,
                       "Root disk size, e.g. 20GiB (enforced on a btrfs pool only)");
+  create_->add_flag("--allow-system-account", allow_system_account_,
+                    "Also for uid 0 or a system account (outside UID_MIN..UID_MAX of "
+                    "/etc/login.defs); refused otherwise");
   create_->callback([this, &global] { global.exit_code = RunWorkspace(global, "create"); });
   for (const char* verb : {"start", "stop", "delete"}) {
     CLI::App* c = ws->add_subcommand(verb, fmt::format("{} USER's workspace", verb == std::string("delete")
@@ -385,6 +438,10 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   lxd::LxdClient client(c.socket);
   lxd::Workspaces workspaces(client, c.pool_driver);
   if (verb == "create") {
+    auto account = lxd::LookUpAccount(user_);
+    if (!account) return ReportFailure(command, account.error());
+    auto owner = lxd::CheckWorkspaceOwner(*account, lxd::ReadLoginDefs(), allow_system_account_);
+    if (!owner) return ReportFailure(command, owner.error());
     auto given = [this](const char* flag) { return create_->count(flag) > 0; };
     auto store = OpenSqliteStore(StorePath(c.state_dir));
     if (!store) return ReportFailure(command, store.error());
@@ -426,10 +483,14 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
         Str(w, "name", ws.name);
         Str(w, "status", ws.status);
         Str(w, "image", ws.image);
-        Str(w, "cpus", ws.cpus);
-        Str(w, "memory", ws.memory);
-        Str(w, "processes", ws.processes);
-        Str(w, "disk", ws.disk);
+        // Counts as numbers; sizes as LXD holds them ("4GiB", "50%") and in bytes; null: no
+        // limit.
+        CountOrNull(w, "cpus", ws.cpus);
+        StrOrNull(w, "memory", ws.memory);
+        BytesOrNull(w, "memory_bytes", ws.memory);
+        CountOrNull(w, "processes", ws.processes);
+        StrOrNull(w, "disk", ws.disk);
+        BytesOrNull(w, "disk_bytes", ws.disk);
         Str(w, "home", ws.home);
         w.EndObject();
       }

@@ -37,6 +37,7 @@ class LxdCommands {
   int RunWorkspace(GlobalOptions& global, const std::string& verb);
 
   bool json_ = false;
+  bool allow_system_account_ = false;
   std::string base_ = "busybox";
   std::string init_ = "minimal";
   std::string alias_;

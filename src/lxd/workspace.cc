@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -62,6 +64,45 @@ Result<Account> LookUpAccount(const std::string& user) {
                     "user");
   }
   return Account{pw->pw_name, pw->pw_uid, pw->pw_gid, pw->pw_dir, pw->pw_shell};
+}
+
+UidRange ParseLoginDefs(const std::string& text) {
+  UidRange r;
+  std::istringstream in(text);
+  std::string key;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    int64_t value = 0;
+    if (!(fields >> key) || key.starts_with('#') || !(fields >> value) || value < 0) continue;
+    if (key == "UID_MIN") r.min = static_cast<uid_t>(value);
+    if (key == "UID_MAX") r.max = static_cast<uid_t>(value);
+  }
+  return r;
+}
+
+UidRange ReadLoginDefs(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseLoginDefs(text.str());
+}
+
+Result<void> CheckWorkspaceOwner(const Account& account, const UidRange& range,
+                                 bool allow_system) {
+  if (allow_system) return {};
+  if (account.uid == 0) {
+    return InvalidArgument(fmt::format(
+        "{} is uid 0: its workspace would map the host's root into the container and mount {}; "
+        "workspaces are for users (root works on the host)",
+        account.name, account.home));
+  }
+  if (account.uid < range.min || account.uid > range.max) {
+    return InvalidArgument(fmt::format(
+        "{} (uid {}) is a system account (ordinary users have uids {}-{} in /etc/login.defs); "
+        "give --allow-system-account if you mean it",
+        account.name, account.uid, range.min, range.max));
+  }
+  return {};
 }
 
 std::string WorkspaceName(const std::string& user) {

@@ -34,6 +34,20 @@ struct Account {
 // getpwnam; NotFound "there is no Unix account ..." otherwise.
 Result<Account> LookUpAccount(const std::string& user);
 
+// The range of ordinary users' uids: UID_MIN and UID_MAX of /etc/login.defs' text
+// (1000 and 60000 when unset, as shadow's defaults).
+struct UidRange {
+  uid_t min = 1000, max = 60000;
+};
+UidRange ParseLoginDefs(const std::string& text);
+UidRange ReadLoginDefs(const std::string& path = "/etc/login.defs");
+
+// A workspace maps its owner's uid into the container and mounts their home. For root (uid 0)
+// or a system account (uid outside `range`: daemons, `nobody`) that hands the container the
+// host's root or a service's files, so it is refused (InvalidArgument) unless `allow_system`.
+Result<void> CheckWorkspaceOwner(const Account& account, const UidRange& range,
+                                 bool allow_system);
+
 // The container's name: "ws-<user>" when the user name is a valid instance name that way,
 // else "ws-<the name's letters, digits and dashes>-<8 hex digits of its hash>".
 std::string WorkspaceName(const std::string& user);

@@ -77,5 +77,26 @@ TEST(SubIds, PutsABigEnoughRangeFirstWhenRootsFirstCannotGrow) {
   EXPECT_EQ(EnsureSubIdsInText("", 65536, {}), "root:100000:65536\n");
 }
 
+TEST(WorkspaceOwner, RootAndSystemAccountsAreRefusedUnlessAllowed) {
+  const UidRange range = ParseLoginDefs("# comment\nUID_MIN\t 1000\nUID_MAX 60000\nGID_MIN 1000\n");
+  EXPECT_EQ(range.min, 1000u);
+  EXPECT_EQ(range.max, 60000u);
+  EXPECT_EQ(ParseLoginDefs("").min, 1000u);
+  EXPECT_EQ(ParseLoginDefs("UID_MIN 500\n").min, 500u);
+  const Account root{"root", 0, 0, "/root", "/bin/bash"};
+  const Account daemon{"daemon", 1, 1, "/usr/sbin", "/usr/sbin/nologin"};
+  const Account nobody{"nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin"};
+  const Account alice{"alice", 1001, 1001, "/home/alice", "/bin/bash"};
+  auto root_check = CheckWorkspaceOwner(root, range, false);
+  ASSERT_FALSE(root_check);
+  EXPECT_NE(root_check.error().message.find("uid 0"), std::string::npos);
+  EXPECT_FALSE(CheckWorkspaceOwner(daemon, range, false));
+  auto nobody_check = CheckWorkspaceOwner(nobody, range, false);
+  ASSERT_FALSE(nobody_check);
+  EXPECT_NE(nobody_check.error().message.find("--allow-system-account"), std::string::npos);
+  EXPECT_TRUE(CheckWorkspaceOwner(alice, range, false));
+  EXPECT_TRUE(CheckWorkspaceOwner(daemon, range, true));
+}
+
 }  // namespace
 }  // namespace bmas::lxd

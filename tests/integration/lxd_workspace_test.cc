@@ -207,6 +207,12 @@ TEST_F(LxdWorkspaceTest, TheUsersStoredLimitsApplyAtCreationAndLive) {
   rapidjson::Document list = List();
   ASSERT_TRUE(list.IsArray() && list.Size() == 1);
   EXPECT_EQ(Str(At(At(list, 0), "memory")), "200MiB");
+  EXPECT_EQ(At(At(list, 0), "memory_bytes").GetInt64(), 209715200);
+  EXPECT_TRUE(At(At(list, 0), "processes").IsNull());
+  EXPECT_TRUE(At(At(list, 0), "cpus").IsNull());
+  CommandOutput cpus = Bmas({"user", "set", "bmastest1", "--cpus", "2"});
+  ASSERT_EQ(cpus.exit_code, 0) << cpus.err;
+  EXPECT_EQ(At(At(List(), 0), "cpus").GetInt64(), 2);
 
   // A size LXD would not take is refused before anything changes.
   CommandOutput bad = Bmas({"user", "set", "bmastest1", "--memory", "lots"});
@@ -351,6 +357,14 @@ TEST_F(LxdWorkspaceTest, BadInputGivesAClearErrorAndChangesNothing) {
   CommandOutput unknown = Bmas({"workspace", "create", "no-such-user-bmas"});
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_THAT(unknown.err, HasSubstr("no Unix account \"no-such-user-bmas\""));
+
+  // Root's and a system account's workspaces would map the host's root or a daemon's files in.
+  CommandOutput root = Bmas({"workspace", "create", "root"});
+  EXPECT_EQ(root.exit_code, 2);
+  EXPECT_THAT(root.err, HasSubstr("uid 0"));
+  CommandOutput nobody = Bmas({"workspace", "create", "nobody"});
+  EXPECT_EQ(nobody.exit_code, 2);
+  EXPECT_THAT(nobody.err, HasSubstr("--allow-system-account"));
 
   CommandOutput dup = Bmas({"workspace", "create", "bmastest1", "--memory", "512MiB"});
   EXPECT_NE(dup.exit_code, 0);
