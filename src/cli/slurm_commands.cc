@@ -170,6 +170,11 @@ int SlurmCommands::RunUp(GlobalOptions& global) {
     fmt::print(stderr, "bmas slurm up: {}\n", c.error().message);
     return c.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
   }
+  if (!c->restarted.empty()) {
+    fmt::print("bmas slurm: restarted {} in {} (they had died; the other daemons and their "
+               "jobs ran on)\n",
+               fmt::join(c->restarted, ", "), c->root);
+  }
   fmt::print("bmas slurm: local cluster up in {}\n", c->root);
   fmt::print("  nodes       {} ({} fake GPUs each, {}/<node>/nvidiaN)\n",
              fmt::join(c->nodes, " "), c->gpus_per_node, c->device_dir);

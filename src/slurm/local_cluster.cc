@@ -221,7 +221,7 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
   rapidjson::StringBuffer buf;
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buf);
   auto str = [&](const char* key, const std::string& value) {
-    w.Key(key);
+    if (key != nullptr) w.Key(key);
     w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
   };
   w.StartObject();
@@ -253,6 +253,12 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
     w.Key("pid");
     w.Int(d.pid);
     str("log", d.log);
+    for (const auto& [key, list] : {std::pair{"args", &d.args}, std::pair{"env", &d.env}}) {
+      w.Key(key);
+      w.StartArray();
+      for (const std::string& s : *list) str(nullptr, s);
+      w.EndArray();
+    }
     w.EndObject();
   }
   w.EndArray();
@@ -264,7 +270,8 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
 Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
                                 std::vector<std::string> args, std::vector<std::string> env,
                                 const std::string& file) {
-  LocalDaemon d{std::move(name), std::move(comm), -1, c.root + "/log/" + file + ".out"};
+  LocalDaemon d{std::move(name), std::move(comm), -1, c.root + "/log/" + file + ".out", args,
+                env};
   SpawnOptions o;
   o.args = std::move(args);
   o.output = d.log;
@@ -281,6 +288,33 @@ Error DaemonFailed(const LocalDaemon& d, const std::string& what) {
   return Error{ErrorCode::kUnavailable,
                fmt::format("{} {}; its log {} ends with:\n{}", d.name, what, d.log,
                            LogTail(d.log, 15))};
+}
+
+// A cluster whose daemons partly died (a slurmctld killed alone, say): starts the dead ones
+// again as they were started, in their order, and leaves the others and their jobs alone.
+Result<LocalCluster> RestartDead(LocalCluster c) {
+  for (LocalDaemon& d : c.daemons) {
+    if (ProcessRunning(d.pid, d.comm)) continue;
+    SpawnOptions o;
+    o.args = d.args;
+    o.output = d.log;
+    o.env = d.env;
+    o.detach = true;
+    auto pid = Spawn(o);
+    if (!pid) return pid.error();
+    d.pid = *pid;
+    c.restarted.push_back(d.name);
+    const int port = d.comm == "slurmctld" ? c.slurmctld_port
+                     : d.comm == "slurmrestd" ? c.rest_port
+                                              : 0;
+    if (port != 0 &&
+        !WaitFor([&] { return PortAccepts(port); }, &d, std::chrono::seconds(15))) {
+      [[maybe_unused]] auto saved = SaveLocalCluster(c);  // the pids that did start
+      return DaemonFailed(d, "did not start listening again");
+    }
+  }
+  if (auto saved = SaveLocalCluster(c); !saved) return saved.error();
+  return c;
 }
 
 void StopDaemons(const LocalCluster& c) {
@@ -585,13 +619,29 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
     return Error{ErrorCode::kUnavailable, why};
   }
   if (auto running = ReadLocalCluster(state_dir); running) {
+    std::vector<std::string> dead;
+    bool any_alive = false, restartable = true;
     for (const LocalDaemon& d : running->daemons) {
       if (ProcessRunning(d.pid, d.comm)) {
-        return Error{ErrorCode::kAlreadyExists,
-                     fmt::format("a local Slurm cluster is already up in {} (slurmrestd {}); "
-                                 "`bmas slurm down` stops it",
-                                 state_dir, running->rest_url())};
+        any_alive = true;
+      } else {
+        dead.push_back(d.name);
+        restartable = restartable && !d.args.empty();
       }
+    }
+    if (any_alive && dead.empty()) {
+      return Error{ErrorCode::kAlreadyExists,
+                   fmt::format("a local Slurm cluster is already up in {} (slurmrestd {}); "
+                               "`bmas slurm down` stops it",
+                               state_dir, running->rest_url())};
+    }
+    if (any_alive && restartable) return RestartDead(*running);
+    if (any_alive) {
+      return Error{ErrorCode::kAlreadyExists,
+                   fmt::format("the local Slurm cluster in {} runs without {} (it died, and this "
+                               "cluster was started by an older bmas that did not record how); "
+                               "`bmas slurm down` then `bmas slurm up` starts it afresh",
+                               state_dir, fmt::join(dead, ", "))};
     }
   }
   auto munge = LookUp("munge");
@@ -724,6 +774,13 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
     if (e.HasMember("name") && e["name"].IsString()) daemon.name = e["name"].GetString();
     if (e.HasMember("comm") && e["comm"].IsString()) daemon.comm = e["comm"].GetString();
     if (e.HasMember("log") && e["log"].IsString()) daemon.log = e["log"].GetString();
+    for (const auto& [key, list] :
+         {std::pair{"args", &daemon.args}, std::pair{"env", &daemon.env}}) {
+      if (!e.HasMember(key) || !e[key].IsArray()) continue;
+      for (const auto& s : e[key].GetArray()) {
+        if (s.IsString()) list->emplace_back(s.GetString());
+      }
+    }
     c.daemons.push_back(std::move(daemon));
   }
   return c;

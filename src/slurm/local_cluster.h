@@ -23,6 +23,8 @@ struct LocalDaemon {
   std::string comm;  // its /proc/PID/comm, to recognise it later
   pid_t pid = -1;
   std::string log;
+  // How it was started, so that `bmas slurm up` can start it again alone if it died.
+  std::vector<std::string> args, env;
 };
 
 struct LocalCluster {
@@ -39,6 +41,9 @@ struct LocalCluster {
   int gpus_per_node = 0;
   bool accounting = false;  // slurmdbd (and MariaDB) run too; slurmrestd serves dbv0.0.38
   std::vector<LocalDaemon> daemons;  // in start order
+  // Set by StartLocalCluster when the cluster was up but some daemons had died: the names of
+  // those it started again (the others ran on, with their jobs).
+  std::vector<std::string> restarted;
 
   std::string rest_url() const { return "http://127.0.0.1:" + std::to_string(rest_port); }
 };

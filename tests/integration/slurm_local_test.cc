@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,6 +131,34 @@ TEST_F(SlurmLocalTest, UpRunsJobsOnFakeGpusAndDownStopsExactlyWhatItStarted) {
   CliRun gone = Bmas({"--state-dir", state, "slurm", "status"});
   EXPECT_EQ(gone.status.code, 1);
   EXPECT_THAT(gone.err, HasSubstr("no local Slurm cluster"));
+}
+
+// A slurmctld that died alone is started again by the next `bmas slurm up`; the other
+// daemons, and so their jobs, run on (found by the fault benchmark, bench/RESULTS.md AS2).
+TEST_F(SlurmLocalTest, UpStartsAgainADaemonThatDiedAndLeavesTheOthersRunning) {
+  const std::string state = dir_.path() + "/state";
+  ASSERT_TRUE(Up(state).status.Success());
+  std::map<std::string, int> pids;
+  for (const auto& d : At(Status(state), "daemons").GetArray()) {
+    pids[Str(At(d, "name"))] = Int(At(d, "pid"));
+  }
+  ASSERT_TRUE(pids.contains("slurmctld"));
+  ASSERT_EQ(kill(pids["slurmctld"], SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return !ProcessRunning(pids["slurmctld"]); },
+                         std::chrono::seconds(10)));
+
+  CliRun again = Bmas({"--state-dir", state, "slurm", "up"});
+  ASSERT_TRUE(again.status.Success()) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("restarted slurmctld"));
+  for (const auto& d : At(Status(state), "daemons").GetArray()) {
+    const std::string name = Str(At(d, "name"));
+    EXPECT_TRUE(At(d, "running").GetBool()) << name;
+    if (name != "slurmctld") EXPECT_EQ(Int(At(d, "pid")), pids[name]) << name;
+  }
+  auto job = RunCommand({"srun", "-N1", "hostname"}, {"SLURM_CONF=" + Conf(state)},
+                        std::chrono::seconds(60));
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->exit_code, 0) << job->err;
 }
 
 TEST_F(SlurmLocalTest, TwoStateDirsRunTwoClustersSideBySide) {
