@@ -46,7 +46,9 @@ using Clock = std::chrono::steady_clock;
 
 // Connections from all users together; each holds a thread, and while its command runs, its
 // socket, the caller's stdin, stdout and stderr, and a pidfd.
-constexpr int kMaxConnections = 1024;
+// All connections together: 128 users at their cap. Each holds a thread (waiting for its
+// request with no buffer) and up to kFdsPerConnection fds, which RunAgent provides for.
+constexpr int kMaxConnections = 8192;
 constexpr int kFdsPerConnection = 5;
 
 // Buckets of the GPU bind and release latencies, seconds.
@@ -588,10 +590,18 @@ bool InSlurmJobCgroup(const std::string& proc_cgroup, int64_t job) {
 int RunAgent(const AgentOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);
   // Each connection and each command being started holds fds: as many as the system allows.
+  // As root the hard limit can be raised too (to fs.nr_open at most).
   rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    const rlim_t wanted = kMaxConnections * kFdsPerConnection + 64;
+    if (nofile.rlim_max != RLIM_INFINITY && nofile.rlim_max < wanted) {
+      rlimit raised{wanted, wanted};
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
+    }
+    if (nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
   }
   Agent agent(options);
   if (auto r = agent.Listen(); !r) {

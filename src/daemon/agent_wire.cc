@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -52,7 +53,22 @@ bool SendMessage(int fd, std::string_view text, const std::vector<int>& fds) {
 }
 
 Result<std::string> ReceiveMessage(int fd, size_t limit, std::vector<int>* fds) {
-  std::string text(limit + 1, '\0');  // one more byte: a longer message shows as MSG_TRUNC
+  // Wait for the message and learn its length first (MSG_PEEK | MSG_TRUNC gives a datagram's
+  // whole length), so that a connection waiting for its request holds no buffer: a thousand
+  // idle connections would otherwise pin a thousand `limit`-sized buffers.
+  char probe;
+  ssize_t length;
+  do {
+    length = recv(fd, &probe, 1, MSG_PEEK | MSG_TRUNC);
+  } while (length < 0 && errno == EINTR);
+  if (length < 0) {
+    const int error = errno;
+    return Error{ErrorCode::kUnavailable, error == EAGAIN || error == EWOULDBLOCK
+                                              ? "no message before the deadline"
+                                              : std::strerror(error)};
+  }
+  // One more byte than the message (or than the limit): a longer one shows as MSG_TRUNC.
+  std::string text(std::min(static_cast<size_t>(length), limit) + 1, '\0');
   iovec iov{text.data(), text.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
   msghdr msg{};
