@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_MAXSIZE = 2G
 
-.PHONY: all deps build run test unit asan fuzz fuzz-regression bench clean
+.PHONY: all deps build install run test unit asan fuzz fuzz-regression bench clean
 
 all: build
 
@@ -21,9 +21,14 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
-# Installs, builds and runs bmas up (Ctrl-C stops everything it started).
-run: build
-	./$(BUILD)/bmas up
+# Puts bmas where every user finds it: $(PREFIX)/bin/bmas (as root: /usr/local/bin).
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BUILD)/bmas $(DESTDIR)$(PREFIX)/bin/bmas
+
+# Installs, builds, installs bmas and runs bmas up (Ctrl-C stops everything it started).
+run: install
+	$(DESTDIR)$(PREFIX)/bin/bmas up
 
 # Installs, builds and runs every test; the output ends with ctest's summary.
 test: build

@@ -52,7 +52,9 @@ std::string UtcTime(int64_t unix_seconds) {
   return buf;
 }
 
-Config GlobalOptions::LoadConfigOrDefaults() const { return LoadConfig(config_file); }
+Config GlobalOptions::LoadConfigOrDefaults() const {
+  return LoadConfig(config_file.empty() ? DefaultConfigPath() : config_file);
+}
 
 void GlobalOptions::SetUpLogging() const {
   auto logger = spdlog::stderr_color_mt("bmas");

@@ -39,11 +39,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fmt::format("bmas {}", kBmasVersion), "Print bmas's version");
 
   GlobalOptions global;
-  app.add_option("--config", global.config_file, "TOML config file (see examples/bmas.toml)")
+  app.add_option("--config", global.config_file,
+                 "TOML config file (see examples/bmas.toml; default: $BMAS_CONFIG, else "
+                 "/etc/bmas/bmas.toml when it exists)")
       ->check(CLI::ExistingFile);
   app.add_option("--state-dir", global.state_dir,
-                 "Directory for all state (default: $BMAS_STATE_DIR, else /var/lib/bmas for "
-                 "root, ~/.local/state/bmas otherwise)");
+                 "Directory for all state (default: $BMAS_STATE_DIR, else the config's state_dir, "
+                 "else /var/lib/bmas, the cluster's, for every user)");
   app.add_option("--log-level", global.log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 

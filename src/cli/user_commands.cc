@@ -169,6 +169,21 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   }
 }
 
+bool StoreIsOthers(const std::string& state_dir) {
+  // A user's own state dir (given with --state-dir or BMAS_STATE_DIR) gets its own store; the
+  // cluster's is root's.
+  const std::string store = StorePath(state_dir);
+  return access(store.c_str(), R_OK) != 0 &&
+         (access(store.c_str(), F_OK) == 0 || access(state_dir.c_str(), W_OK) != 0);
+}
+
+Error StoreNeedsRoot(const std::string& state_dir) {
+  return Error{ErrorCode::kPermissionDenied,
+               fmt::format("needs root: the cluster's store in {} is root's. Ask your admin to "
+                           "run it for you; your own usage is `bmas usage`",
+                           state_dir)};
+}
+
 Result<int64_t> UserCommands::UsageSince() const {
   if (since_.empty()) return int64_t{0};
   return ParseSince(since_, static_cast<int64_t>(std::time(nullptr)));
@@ -213,8 +228,14 @@ int UserCommands::OwnUsageThroughAgent(const std::string& state_dir) {
 int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   Config config = global.LoadConfigOrDefaults();
   std::string state_dir = ResolveStateDir(global.state_dir, config);
-  if (which == usage_ && geteuid() != 0 && access(StorePath(state_dir).c_str(), R_OK) != 0) {
-    return OwnUsageThroughAgent(state_dir);
+  if (geteuid() != 0 && StoreIsOthers(state_dir)) {
+    if (which == usage_) return OwnUsageThroughAgent(state_dir);
+    const CLI::App* parent = which->get_parent();
+    const std::string command = parent != nullptr && parent->get_parent() != nullptr
+                                    ? parent->get_name() + " " + which->get_name()
+                                    : which->get_name();
+    fmt::print(stderr, "bmas {}: {}\n", command, StoreNeedsRoot(state_dir).message);
+    return 2;
   }
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
@@ -345,6 +366,8 @@ Result<int64_t> ParseSince(const std::string& text, int64_t now) {
 Result<StorePtr> OpenStateStore(GlobalOptions& global) {
   Config config = global.LoadConfigOrDefaults();
   std::string state_dir = ResolveStateDir(global.state_dir, config);
+  // The store is never made in its place: the cluster's is root's.
+  if (geteuid() != 0 && StoreIsOthers(state_dir)) return StoreNeedsRoot(state_dir);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   return OpenSqliteStore(StorePath(state_dir));
@@ -353,8 +376,8 @@ Result<StorePtr> OpenStateStore(GlobalOptions& global) {
 int GatewayCommand::RunBackendCommand(GlobalOptions& global, const std::string& verb) {
   auto store = OpenStateStore(global);
   if (!store) {
-    fmt::print(stderr, "bmas: {}\n", store.error().message);
-    return 1;
+    fmt::print(stderr, "bmas gateway backend {}: {}\n", verb, store.error().message);
+    return store.error().code == ErrorCode::kPermissionDenied ? 2 : 1;
   }
   if (verb == "list") {
     auto urls = (*store)->ListBackends();

@@ -14,8 +14,16 @@
 
 namespace bmas {
 
-// Opens the store under the state dir the global options and config name.
+// Opens the store under the state dir the global options and config name; for a user who is
+// not root and cannot read it (the cluster's, root's), PermissionDenied saying so.
 Result<StorePtr> OpenStateStore(GlobalOptions& global);
+
+// Whether the store under `state_dir` is another's (root's) for this user: unreadable, and
+// either there or in a state dir the user cannot write.
+bool StoreIsOthers(const std::string& state_dir);
+
+// The error for a user who is not root asking for what needs the store.
+Error StoreNeedsRoot(const std::string& state_dir);
 
 // Parses a time for --since: unix seconds, 2026-11-21, 2026-11-21T10:00:00Z, or an age such as
 // 90s, 30m, 12h, 7d (before `now`).

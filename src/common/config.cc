@@ -158,12 +158,12 @@ std::string ResolveStateDir(const std::string& flag, const Config& config) {
   if (!flag.empty()) return flag;
   if (const char* env = std::getenv("BMAS_STATE_DIR"); env != nullptr && *env != '\0') return env;
   if (!config.state_dir.empty()) return config.state_dir;
-  if (geteuid() == 0) return "/var/lib/bmas";
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/bmas";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/bmas";
+  return kDefaultStateDir;
+}
+
+std::string DefaultConfigPath() {
+  if (const char* env = std::getenv("BMAS_CONFIG"); env != nullptr) return env;
+  return access(kSystemConfigPath, F_OK) == 0 ? kSystemConfigPath : "";
 }
 
 }  // namespace bmas

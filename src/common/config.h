@@ -112,8 +112,17 @@ std::string NormalizeFingerprint(std::string_view text);
 // Reads `path`; "" gives the defaults. Throws ConfigError naming file, line and key.
 Config LoadConfig(const std::string& path);
 
-// The state directory: `flag`, else $BMAS_STATE_DIR, else the config's, else
-// /var/lib/bmas for root and $XDG_STATE_HOME/bmas (~/.local/state/bmas) for others.
+// The cluster's own config, read by every user's bmas: an admin writes it once per node, and
+// `bmas up` writes it when absent (for the default state dir).
+inline constexpr const char* kSystemConfigPath = "/etc/bmas/bmas.toml";
+inline constexpr const char* kDefaultStateDir = "/var/lib/bmas";
+
+// The config file to read when no --config is given: $BMAS_CONFIG when set (empty: none, as
+// the tests set it), else kSystemConfigPath when it exists, else "" (the defaults).
+std::string DefaultConfigPath();
+
+// The state directory: `flag`, else $BMAS_STATE_DIR, else the config's, else /var/lib/bmas
+// for every user (the cluster's: a user never gets a private one by accident).
 std::string ResolveStateDir(const std::string& flag, const Config& config);
 
 }  // namespace bmas

@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -139,7 +141,17 @@ TEST(StateDirTest, FlagThenEnvironmentThenConfig) {
   ::unsetenv("BMAS_STATE_DIR");
   EXPECT_EQ(ResolveStateDir("", c), "/from/config");
   c.state_dir.clear();
-  EXPECT_FALSE(ResolveStateDir("", c).empty());
+  // Every user's default is the cluster's state dir: never a private one by accident.
+  EXPECT_EQ(ResolveStateDir("", c), "/var/lib/bmas");
+}
+
+TEST(StateDirTest, TheConfigIsBmasConfigElseTheSystemOne) {
+  ::setenv("BMAS_CONFIG", "/from/env.toml", 1);
+  EXPECT_EQ(DefaultConfigPath(), "/from/env.toml");
+  ::setenv("BMAS_CONFIG", "", 1);  // set but empty: none (what the integration tests use)
+  EXPECT_EQ(DefaultConfigPath(), "");
+  ::unsetenv("BMAS_CONFIG");
+  EXPECT_EQ(DefaultConfigPath(), access(kSystemConfigPath, F_OK) == 0 ? kSystemConfigPath : "");
 }
 
 }  // namespace

@@ -213,6 +213,35 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
 
 }  // namespace
 
+namespace {
+
+// The cluster's config for every user's bmas (common/config.h, kSystemConfigPath), written
+// when absent by root's `bmas up` on the default state dir with no config of its own: then a
+// student's `bmas run` and `bmas workspace shell` find this cluster with nothing set. Returns
+// the summary's line, "" when nothing was written.
+std::string WriteSystemConfig(const Config& config, const std::string& dir) {
+  std::error_code ec;
+  if (geteuid() != 0 || !config.source.empty() || fs::exists(kSystemConfigPath, ec) ||
+      fs::weakly_canonical(dir, ec) != fs::path(kDefaultStateDir)) {
+    return "";
+  }
+  const fs::path path(kSystemConfigPath);
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path);
+  out << "# The cluster's bmas settings, read by every user's bmas (written by `bmas up`; an admin\n"
+         "# may edit it: see examples/bmas.toml for every key).\n"
+      << fmt::format("state_dir = \"{}\"\n", kDefaultStateDir);
+  out.close();
+  if (!out) return fmt::format("  {:<10} cannot write {}\n", "config", kSystemConfigPath);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                            fs::perms::others_read,
+                  ec);
+  return fmt::format("  {:<10} {:<28} written: every user's bmas finds this cluster\n", "config",
+                     kSystemConfigPath);
+}
+
+}  // namespace
+
 int RunUp(const UpOptions& options) {
   const std::string& dir = options.state_dir;
   std::error_code ec;
@@ -428,6 +457,7 @@ int RunUp(const UpOptions& options) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
   if (num_engines > 0) summary += fmt::format("  engines and gateway run {}\n", runs_as);
+  summary += WriteSystemConfig(config, dir);
   summary += slurm_line + monitor_line + lxd_line + agent_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {

@@ -5,7 +5,16 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cstdlib>
+
 namespace bmas::testing {
+namespace {
+
+// Tests do not read the machine's /etc/bmas/bmas.toml (which `make run` may have written):
+// every bmas they start sees BMAS_CONFIG set, empty unless the caller set it.
+[[maybe_unused]] const bool kNoSystemConfig = setenv("BMAS_CONFIG", "", 0) == 0;
+
+}  // namespace
 
 std::string Quote(std::string_view s) {
   rapidjson::StringBuffer buf;

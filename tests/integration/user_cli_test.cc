@@ -1,15 +1,20 @@
 // `bmas user ...` and `bmas key ...` as a user runs them: the real binary on a state dir.
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "engine_process.h"
 
 namespace bmas::testing {
@@ -156,6 +161,61 @@ TEST(UserCliConcurrencyTest, CommandsOnAFreshStateDirAtOnceAllSucceed) {
     ASSERT_TRUE(users.IsArray()) << list->out << list->err;
     EXPECT_EQ(users.Size(), 3u) << list->out;
   }
+}
+
+// A student (a non-root account made here) finds the cluster's state dir through the system
+// config with nothing set, is told plainly that managing users and keys needs root (not
+// SQLite's "readonly database"), and never gets a private store by accident (issue 15).
+TEST(UserCliAsAStudentTest, TheClustersStoreIsRootsAndSaysSo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a user";
+  const std::string student = "bmastest1";
+  if (getpwnam(student.c_str()) == nullptr) {
+    auto r = RunCommand({"useradd", "--create-home", student});
+    ASSERT_TRUE(r && r->exit_code == 0);
+  }
+  TempDir dir;
+  namespace fs = std::filesystem;
+  const auto shared = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec;
+  fs::permissions(dir.path(), shared);
+  const std::string state = dir.path() + "/state";
+  auto added = RunBmas({"user", "add", "alice"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(added && added->status.Success());
+  const std::string bin = dir.path() + "/bmas";
+  fs::copy_file(std::getenv("BMAS_BINARY"), bin);
+  fs::permissions(bin, shared);
+  const std::string config = dir.WriteFile("bmas.toml", "state_dir = \"" + state + "\"\n");
+  fs::permissions(config, fs::perms::owner_read | fs::perms::owner_write |
+                              fs::perms::group_read | fs::perms::others_read);
+  auto as_student = [&](std::vector<std::string> env, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"setpriv", "--reuid=" + student, "--regid=" + student,
+                                     "--init-groups", "env", "-u", "BMAS_STATE_DIR"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.push_back(bin);
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  };
+  // The state dir comes from the config (BMAS_CONFIG stands in for /etc/bmas/bmas.toml).
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"key", "create", "alice"}, {"user", "list"}, {"user", "add", "mallory"}}) {
+    CommandOutput r = as_student({"BMAS_CONFIG=" + config}, args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1];
+    EXPECT_THAT(r.err, HasSubstr("needs root: the cluster's store in " + state + " is root's"));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("readonly")));
+  }
+  const std::string home = getpwnam(student.c_str())->pw_dir;
+  EXPECT_FALSE(fs::exists(home + "/.local/state/bmas"));
+  auto users = RunBmas({"user", "list", "--json"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(users);
+  EXPECT_THAT(users->out, ::testing::Not(HasSubstr("mallory")));
+  // A state dir of the student's own, given on purpose, gets its own store.
+  const std::string own = dir.path() + "/own";
+  fs::create_directory(own);
+  chown(own.c_str(), getpwnam(student.c_str())->pw_uid, getpwnam(student.c_str())->pw_gid);
+  CommandOutput mine = as_student({"BMAS_CONFIG=", "BMAS_STATE_DIR=" + own}, {"user", "add", "bob"});
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
 }
 
 }  // namespace
