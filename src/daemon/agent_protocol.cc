@@ -6,6 +6,7 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <set>
 
@@ -113,7 +114,10 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
       if (!v.IsInt64()) return InvalidArgument("since is not an integer");
       r.since = v.GetInt64();
     } else if (key == "seconds") {
-      if (!v.IsNumber()) return InvalidArgument("seconds is not a number");
+      // A number past double's range reads as infinite, which could not be rendered back.
+      if (!v.IsNumber() || !std::isfinite(v.GetDouble()) || v.GetDouble() < 0) {
+        return InvalidArgument("seconds is not a finite number of seconds, 0 or more");
+      }
       r.seconds = v.GetDouble();
     } else if (key == "argv" || key == "env") {
       auto list = StringList(v, key == "argv" ? "argv" : "env");

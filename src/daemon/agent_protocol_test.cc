@@ -57,6 +57,10 @@ TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
       {R"({"op":"exec","job":1,"argv":["a\u0000b"]})", "holds a NUL"},
       {R"({"op":"exec\u0000","job":1})", "holds a NUL"},
       {"{\"op\":\"\xff\xfe\",\"job\":1}", "JSON object"},  // not UTF-8
+      // Past double's range, and negative (found by the agent_request fuzzer in CI).
+      {R"({"op":"bound","job":0,"seconds":-599999995300e298})", "seconds is not a finite"},
+      {R"({"op":"bound","job":0,"seconds":1e400})", "JSON object"},  // RapidJSON: too big
+      {R"({"op":"bound","job":0,"seconds":-1})", "seconds is not a finite"},
       // A lone surrogate escape (found by the agent_request fuzzer).
       {R"({"op":"exec","job":1,"env":["A=\udc55"]})", "env is not UTF-8"},
   };

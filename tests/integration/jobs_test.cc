@@ -202,7 +202,7 @@ TEST_F(JobsTest, CtrlCOfRunWaitCancelsTheJobUnlessDetached) {
   const std::string alice = User("bmastest1");
   auto interrupted_run = [&](const std::string& flags) {
     const std::string script = fmt::format(
-        "cd \"$0\" && \"$1\" --state-dir \"$2\" run --wait {} -- sleep 300 & p=$!; "
+        "cd \"$0\" && \"$1\" --state-dir \"$2\" run --wait {} -- sleep 291 & p=$!; "
         "sleep 4; kill -INT $p; wait $p; echo rc=$?",
         flags);
     auto r = RunCommand({"setpriv", "--reuid=" + alice, "--regid=" + alice, "--init-groups", "sh",
@@ -229,6 +229,14 @@ TEST_F(JobsTest, CtrlCOfRunWaitCancelsTheJobUnlessDetached) {
   ASSERT_FALSE(second.empty()) << detached.err;
   EXPECT_EQ(Str(At(Job(second), "state")), "RUNNING");
   EXPECT_EQ(Bmas({"cancel", second}, alice).exit_code, 0);
+  // Nothing of either job outlives the test (a stray sleep would outlive the cluster too).
+  EXPECT_TRUE(WaitForState(second, "CANCELLED", std::chrono::seconds(20)));
+  EXPECT_TRUE(Eventually(
+      [] {
+        auto r = RunCommand({"pgrep", "-f", "^sleep 291$"});
+        return r && r->exit_code == 1;
+      },
+      std::chrono::seconds(20)));
 }
 
 // Slurm would open the output file as the user and fail the job at launch (exit 181,

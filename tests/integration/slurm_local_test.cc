@@ -139,7 +139,8 @@ TEST_F(SlurmLocalTest, UpStartsAgainADaemonThatDiedAndLeavesTheOthersRunning) {
   const std::string state = dir_.path() + "/state";
   ASSERT_TRUE(Up(state).status.Success());
   std::map<std::string, int> pids;
-  for (const auto& d : At(Status(state), "daemons").GetArray()) {
+  const rapidjson::Document before = Status(state);
+  for (const auto& d : At(before, "daemons").GetArray()) {
     pids[Str(At(d, "name"))] = Int(At(d, "pid"));
   }
   ASSERT_TRUE(pids.contains("slurmctld"));
@@ -150,7 +151,8 @@ TEST_F(SlurmLocalTest, UpStartsAgainADaemonThatDiedAndLeavesTheOthersRunning) {
   CliRun again = Bmas({"--state-dir", state, "slurm", "up"});
   ASSERT_TRUE(again.status.Success()) << again.err;
   EXPECT_THAT(again.out, HasSubstr("restarted slurmctld"));
-  for (const auto& d : At(Status(state), "daemons").GetArray()) {
+  const rapidjson::Document after = Status(state);
+  for (const auto& d : At(after, "daemons").GetArray()) {
     const std::string name = Str(At(d, "name"));
     EXPECT_TRUE(At(d, "running").GetBool()) << name;
     if (name != "slurmctld") EXPECT_EQ(Int(At(d, "pid")), pids[name]) << name;
