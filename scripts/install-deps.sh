@@ -29,6 +29,8 @@ packages=(
   # LXD workspaces (bmas lxd up, bmas image build): LXD and lxcfs, id mapping, the btrfs
   # pool on a loop file, image packing, the busybox test image and Debian images.
   lxd lxcfs uidmap btrfs-progs squashfs-tools xz-utils busybox-static debootstrap
+  # The login test: a student's `ssh -tt` into their workspace (sshd's ForceCommand).
+  openssh-server openssh-client
 )
 # The integration test with the real OpenAI client needs node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.

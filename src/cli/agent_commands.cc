@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/slurm_target.h"
+#include "cli/own_keys.h"
 #include "cli/usage_view.h"
 #include "common/config.h"
 #include "daemon/agent.h"
@@ -93,6 +94,12 @@ int AgentCommands::Serve(GlobalOptions& global) {
     view.tokens = std::move(*rows);
     view.jobs = std::move(*jobs);
     return UsageReplyJson(view);
+  };
+  o.own_keys = [state_dir](const std::string& user, const std::string& action,
+                           const std::string& key_id) -> Result<std::string> {
+    auto store = OpenSqliteStore(StorePath(state_dir));
+    if (!store) return store.error();
+    return AnswerOwnKeys(**store, user, action, key_id);
   };
   return RunAgent(o);
 }

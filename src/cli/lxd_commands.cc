@@ -228,9 +228,10 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   exec->add_option("command", command_, "The command and its arguments (after --)")->required();
   exec->callback([this, &global] { global.exit_code = RunWorkspace(global, "exec"); });
   CLI::App* shell = ws->add_subcommand(
-      "shell", "A login shell in USER's workspace as USER: interactive on a terminal, else "
-               "running what stdin gives it to its end");
-  shell->add_option("user", user_, "A Unix account on this host")->required();
+      "shell", "A login shell in USER's workspace as USER (yours without USER): on a terminal, "
+               "interactive with a terminal of the workspace's own; else running what stdin "
+               "gives it to its end");
+  shell->add_option("user", user_, "A Unix account on this host (default: you)");
   shell->callback([this, &global] { global.exit_code = RunWorkspace(global, "shell"); });
 }
 
@@ -418,6 +419,14 @@ int LxdCommands::RunImageList(GlobalOptions& global) {
 int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   const std::string command = "workspace " + verb;
   LxdContext c = Context(global);
+  if (verb == "shell" && user_.empty()) {
+    const passwd* me = getpwuid(geteuid());
+    if (me == nullptr) {
+      return ReportFailure(command, Error{ErrorCode::kNotFound,
+                                          fmt::format("uid {} has no account", geteuid())});
+    }
+    user_ = me->pw_name;
+  }
   if (verb != "list") {
     if (auto account = lxd::LookUpAccount(user_); !account) {
       return ReportFailure(command, account.error());
@@ -427,8 +436,8 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   if ((verb == "exec" || verb == "shell") && geteuid() != 0) {
     passwd* me = getpwuid(geteuid());
     if (me != nullptr && user_ == me->pw_name) {
-      return RunAgentEnter(AgentSocketPath(c.state_dir),
-                           verb == "exec" ? command_ : std::vector<std::string>{"/bin/sh", "-l"});
+      const std::string socket = AgentSocketPath(c.state_dir);
+      return verb == "exec" ? RunAgentEnter(socket, command_) : RunAgentShell(socket);
     }
   }
   if (auto allowed = lxd::CheckCaller(geteuid(), verb == "list" ? std::string() : user_);

@@ -8,10 +8,12 @@
 #include <fmt/format.h>
 #include <pwd.h>
 #include <unistd.h>
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include "cli/lxd_commands.h"
+#include "cli/own_keys.h"
 #include "cli/usage_view.h"
 #include "daemon/agent.h"
 #include "gateway/upstream.h"
@@ -144,12 +146,15 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
 
   CLI::App* key = app.add_subcommand("key", "Manage API keys");
   key->require_subcommand(1);
-  key_create_ = key->add_subcommand("create", "Create a key for a user and print it, once (only a hash is kept)");
-  key_create_->add_option("name", name_, "User name")->required();
+  key_create_ = key->add_subcommand(
+      "create", "Create a key for a user (you, without a name) and print it, once (only a hash "
+                "is kept)");
+  key_create_->add_option("name", name_, "User name (default: you)");
   key_revoke_ = key->add_subcommand("revoke", "Revoke a key by its id");
   key_revoke_->add_option("id", key_id_, "Key id (from `bmas key list`)")->required();
-  key_list_ = key->add_subcommand("list", "List a user's keys: ids and dates, never the keys");
-  key_list_->add_option("name", name_, "User name")->required();
+  key_list_ = key->add_subcommand(
+      "list", "List a user's keys (yours, without a name): ids and dates, never the keys");
+  key_list_->add_option("name", name_, "User name (default: you)");
   key_list_->add_flag("--json", json_, "Print a JSON array");
 
   usage_ = app.add_subcommand("usage", "Metered tokens per (user, model, backend), then GPU-hours "
@@ -225,11 +230,74 @@ int UserCommands::OwnUsageThroughAgent(const std::string& state_dir) {
   return 0;
 }
 
+// `bmas key list|create|revoke` for a user who cannot open the store (it is root's): their own
+// keys, through the agent, which knows who asks from the socket's credentials.
+int UserCommands::OwnKeysThroughAgent(const std::string& state_dir, CLI::App* which) {
+  const std::string verb = which->get_name();
+  const passwd* me = getpwuid(geteuid());
+  const std::string self = me != nullptr ? me->pw_name : std::to_string(geteuid());
+  if (which != key_revoke_ && name_ != self) {
+    fmt::print(stderr,
+               "bmas key {}: only root manages other users' keys (the store is root's); yours: "
+               "`bmas key {}`\n",
+               verb, verb);
+    return 2;
+  }
+  const std::string socket = AgentSocketPath(state_dir);
+  auto reply = AgentOwnKeys(socket, verb, key_id_);
+  if (!reply) {
+    fmt::print(stderr, "bmas key {}: {}\n", verb,
+               reply.error().code == ErrorCode::kNotFound
+                   ? fmt::format("only root opens the store in {}, and no agent answers at {} to "
+                                 "do it for you (the admin starts it with `bmas up`)",
+                                 state_dir, socket)
+                   : reply.error().message);
+    return 1;
+  }
+  if (which == key_list_) {
+    auto keys = ParseOwnKeys(*reply);
+    if (!keys) {
+      fmt::print(stderr, "bmas key list: {}\n", keys.error().message);
+      return 1;
+    }
+    for (KeyInfo& k : *keys) k.user = self;
+    PrintKeys(*keys, json_);
+    return 0;
+  }
+  rapidjson::Document d;
+  d.Parse(reply->c_str(), reply->size());
+  if (which == key_create_ && d.IsObject() && d.HasMember("key") && d["key"].IsString()) {
+    fmt::print("{}\n", d["key"].GetString());
+  } else {
+    fmt::print("revoked key {}\n", key_id_);
+  }
+  return 0;
+}
+
+void UserCommands::PrintKeys(const std::vector<KeyInfo>& keys, bool json) {
+  if (json) {
+    fmt::print("{}\n", KeysJson(keys));
+    return;
+  }
+  fmt::print("{:<14} {:<22} {}\n", "ID", "CREATED", "REVOKED");
+  for (const KeyInfo& k : keys) {
+    fmt::print("{:<14} {:<22} {}\n", k.id, UtcTime(k.created_at),
+               k.revoked_at ? UtcTime(*k.revoked_at) : "-");
+  }
+}
+
 int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   Config config = global.LoadConfigOrDefaults();
   std::string state_dir = ResolveStateDir(global.state_dir, config);
+  if ((which == key_create_ || which == key_list_) && name_.empty()) {
+    const passwd* me = getpwuid(geteuid());
+    name_ = me != nullptr ? me->pw_name : std::to_string(geteuid());
+  }
   if (geteuid() != 0 && StoreIsOthers(state_dir)) {
     if (which == usage_) return OwnUsageThroughAgent(state_dir);
+    if (which == key_create_ || which == key_list_ || which == key_revoke_) {
+      return OwnKeysThroughAgent(state_dir, which);
+    }
     const CLI::App* parent = which->get_parent();
     const std::string command = parent != nullptr && parent->get_parent() != nullptr
                                     ? parent->get_name() + " " + which->get_name()
@@ -317,15 +385,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   } else if (which == key_list_) {
     auto keys = store.ListKeys(name_);
     if (!keys) return fail(keys.error());
-    if (json_) {
-      fmt::print("{}\n", KeysJson(*keys));
-    } else {
-      fmt::print("{:<14} {:<22} {}\n", "ID", "CREATED", "REVOKED");
-      for (const KeyInfo& k : *keys) {
-        fmt::print("{:<14} {:<22} {}\n", k.id, UtcTime(k.created_at),
-                   k.revoked_at ? UtcTime(*k.revoked_at) : "-");
-      }
-    }
+    PrintKeys(*keys, json_);
   }
   return 0;
 }

@@ -37,6 +37,8 @@ class UserCommands {
   int Run(GlobalOptions& global, CLI::App* which);
   Result<int64_t> UsageSince() const;
   int OwnUsageThroughAgent(const std::string& state_dir);
+  int OwnKeysThroughAgent(const std::string& state_dir, CLI::App* which);
+  static void PrintKeys(const std::vector<KeyInfo>& keys, bool json);
 
   CLI::App* user_add_ = nullptr;
   CLI::App* user_list_ = nullptr;

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -296,6 +297,7 @@ class Agent {
       return Exec(fd, cred, op == "exec" ? request->job : 0, *request, fds);
     }
     if (op == "usage") return Usage(fd, cred, request->since);
+    if (op == "keys") return OwnKeys(fd, cred, request->action, request->key_id);
     if (cred.uid != 0) return Refuse(fd, fmt::format("only root may ask to {}", op));
     if (op == "kill") return Kill(fd, request->job);
     if (op == "bound" || op == "released") {
@@ -323,6 +325,23 @@ class Agent {
     if (reply->size() > kMaxUsageReply) {
       return Refuse(fd, fmt::format("your usage is over {} bytes; ask root for `bmas usage --user {}`",
                                     kMaxUsageReply, pw->pw_name));
+    }
+    SendMessage(fd, *reply);
+  }
+
+  // The caller's own API keys (`bmas key list|create|revoke` as a user): the store is root's,
+  // and the socket's peer credentials say whose keys they are.
+  void OwnKeys(int fd, const ucred& cred, const std::string& action, const std::string& key_id) {
+    if (!o_.own_keys) return Refuse(fd, "this agent keeps no keys (it has no store)");
+    passwd pwd{}, *pw = nullptr;
+    std::vector<char> pwbuf(16384);
+    if (getpwuid_r(cred.uid, &pwd, pwbuf.data(), pwbuf.size(), &pw) != 0 || pw == nullptr) {
+      return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
+    }
+    auto reply = o_.own_keys(pw->pw_name, action, key_id);
+    if (!reply) return Refuse(fd, reply.error().message);
+    if (action != "list") {
+      spdlog::info("bmas agent: {}: key {} {}", pw->pw_name, action, key_id);
     }
     SendMessage(fd, *reply);
   }
@@ -388,18 +407,46 @@ class Agent {
     spawn.uid = pw->pw_uid;
     spawn.gid = pw->pw_gid;
     spawn.home = home;
-    spawn.argv = request.argv;
-    if (spawn.argv.empty()) return Refuse(fd, "no command");
-    for (std::string& e : FilterUserEnvironment(request.env)) {
-      if (!e.starts_with("HOME=") && !e.starts_with("USER=") && !e.starts_with("LOGNAME=")) {
-        spawn.env.push_back(std::move(e));
-      }
+    const bool terminal = request.rows > 0 && request.cols > 0;
+    if (job != 0 && (request.login || terminal)) {
+      return Refuse(fd, "a job's command gets no login shell or terminal of its own");
     }
-    spawn.env.insert(spawn.env.end(), {"HOME=" + home, "USER=" + user, "LOGNAME=" + user});
-    // Only the home is shared with the host: elsewhere, start in it.
-    spawn.cwd = request.cwd;
-    if (spawn.cwd != home && !spawn.cwd.starts_with(home + "/")) spawn.cwd = home;
+    if (request.login) {
+      spawn.exec_paths = LoginShells(pw->pw_shell != nullptr ? pw->pw_shell : "");
+      spawn.argv = {spawn.exec_paths.front(), "-l"};
+      spawn.env = LoginEnvironment(FilterUserEnvironment(request.env), user, home,
+                                   spawn.exec_paths.front(), terminal);
+    } else {
+      spawn.argv = request.argv;
+      if (spawn.argv.empty()) return Refuse(fd, "no command");
+      for (std::string& e : FilterUserEnvironment(request.env)) {
+        if (!e.starts_with("HOME=") && !e.starts_with("USER=") && !e.starts_with("LOGNAME=")) {
+          spawn.env.push_back(std::move(e));
+        }
+      }
+      spawn.env.insert(spawn.env.end(), {"HOME=" + home, "USER=" + user, "LOGNAME=" + user});
+    }
+    // The same directory when it exists inside (the home is the host's, at the same path),
+    // else the home: the spawned child falls back itself, after it has entered the workspace.
+    spawn.cwd = request.cwd.empty() ? home : request.cwd;
     std::copy(fds.begin(), fds.end(), spawn.stdio.begin());
+    std::optional<WorkspaceTerminal> tty;
+    if (terminal) {
+      auto opened = OpenWorkspaceTerminal(spawn.init, pw->pw_uid, request.rows, request.cols);
+      if (!opened) return Refuse(fd, opened.error().message);
+      tty = *opened;
+      spawn.stdio = {tty->slave, tty->slave, tty->slave};
+      spawn.controlling_terminal = true;
+    }
+    struct TerminalCloser {
+      std::optional<WorkspaceTerminal>& t;
+      ~TerminalCloser() {
+        if (t) {
+          close(t->master);
+          close(t->slave);
+        }
+      }
+    } tty_closer{tty};
     // A job's processes go into a cgroup of the job's own inside the workspace's, with the
     // job's CPUs and memory; a session's into the workspace's own.
     const std::string init_cgroup = ReadText(fmt::format("/proc/{}/cgroup", *init));
@@ -431,7 +478,14 @@ class Agent {
     }
     spdlog::info("bmas agent: job {} of {}: {} runs in {} (pid {})", job, user, spawn.argv[0],
                  instance, *child);
-    SendMessage(fd, IntReply("started", *child));
+    // With a terminal, its master goes to the caller, who relays it and passes size changes.
+    SendMessage(fd, IntReply("started", *child),
+                tty ? std::vector<int>{tty->master} : std::vector<int>{});
+    if (tty) {
+      close(tty->master);
+      close(tty->slave);
+      tty.reset();
+    }
     const std::optional<int> code = WaitOrKill(fd, *child, job_dirs);
     {
       std::lock_guard lock(mu_);

@@ -48,6 +48,10 @@ struct AgentOptions {
   // A user's own usage from a unix time, as a JSON object (what `bmas usage` prints for them);
   // unset: the agent answers that it keeps none.
   std::function<Result<std::string>(const std::string& user, int64_t since)> usage;
+  // A user's own API keys: `action` list, create or revoke (`key_id`), answered as JSON.
+  std::function<Result<std::string>(const std::string& user, const std::string& action,
+                                    const std::string& key_id)>
+      own_keys;
 };
 
 // The largest usage reply the agent sends (the client reads at most 64 KiB).
@@ -68,6 +72,11 @@ int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv
 // in time.
 int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv);
 
+// `bmas workspace shell` through the agent: the caller's login shell in their workspace, with
+// a login environment; on a terminal, with a terminal of the workspace's own (job control,
+// `tty`, window size changes). Returns as RunAgentEnter does.
+int RunAgentShell(const std::string& socket);
+
 // The epilog's call, as root: the agent kills job `job`'s cgroup in its workspace and waits
 // until its commands are gone. Returns how many processes were killed; NotFound when no agent
 // answers, Unavailable when it answers late or not at all.
@@ -77,6 +86,11 @@ Result<int> AgentKillJob(const std::string& socket, int64_t job);
 // usage from `since` (the JSON object AgentOptions::usage gives). NotFound when no agent
 // answers; PermissionDenied with the agent's reason when it refuses.
 Result<std::string> AgentUsage(const std::string& socket, int64_t since);
+
+// `bmas key list|create|revoke` for a user who cannot open the store: the agent answers for
+// the caller's own keys (AgentOptions::own_keys' JSON). Errors as AgentUsage's.
+Result<std::string> AgentOwnKeys(const std::string& socket, const std::string& action,
+                                 const std::string& key_id);
 
 // The hooks' report of how long binding ("bound") or releasing ("released") took, for the
 // agent's /metrics. Best effort: nothing happens when no agent runs.

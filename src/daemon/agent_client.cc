@@ -14,6 +14,7 @@
 #include "daemon/agent.h"
 #include "daemon/agent_protocol.h"
 #include "daemon/agent_wire.h"
+#include "daemon/terminal_relay.h"
 
 extern char** environ;
 
@@ -26,8 +27,9 @@ constexpr std::chrono::seconds kConnectTimeout{10};
 constexpr size_t kMaxReply = 64 * 1024;
 
 // One reply as a JSON object; an error when none came in time or it is not one.
-Result<rapidjson::Document> Receive(int fd, const std::string& socket) {
-  auto text = ReceiveMessage(fd, kMaxReply);
+Result<rapidjson::Document> Receive(int fd, const std::string& socket,
+                                    std::vector<int>* fds = nullptr) {
+  auto text = ReceiveMessage(fd, kMaxReply, fds);
   if (!text) {
     return Error{ErrorCode::kUnavailable,
                  fmt::format("the agent at {} did not answer ({})", socket, text.error().message)};
@@ -41,7 +43,8 @@ Result<rapidjson::Document> Receive(int fd, const std::string& socket) {
   return d;
 }
 
-int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job) {
+int RunThroughAgent(const std::string& socket, const std::vector<std::string>& argv, bool for_job,
+                    bool login = false) {
   auto exec_here = [&] {
     std::vector<char*> a;
     for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
@@ -66,12 +69,20 @@ int RunThroughAgent(const std::string& socket, const std::vector<std::string>& a
   char cwd[4096];
   request.cwd = getcwd(cwd, sizeof cwd) != nullptr ? cwd : "";
   request.argv = argv;
+  request.login = login;
+  // A login shell on a terminal gets a terminal of the workspace's own.
+  const std::optional<TerminalSize> size = login ? SizeOf(STDIN_FILENO) : std::nullopt;
+  if (size) {
+    request.rows = size->rows;
+    request.cols = size->cols;
+  }
   for (char** e = environ; *e != nullptr; ++e) request.env.emplace_back(*e);
   const bool sent = SendMessage(fd, RenderAgentRequest(request), {0, 1, 2});
   const char* who = for_job ? "agent exec" : "workspace";
   // First "started" (or a refusal) within the time limit; then the exit code, whenever the
   // command ends. An agent that turns a connection away answers before it closes it.
-  auto started = Receive(fd, socket);
+  std::vector<int> master;
+  auto started = Receive(fd, socket, &master);
   if (!sent && !started) {
     close(fd);
     if (for_job) return exec_here();
@@ -79,6 +90,12 @@ int RunThroughAgent(const std::string& socket, const std::vector<std::string>& a
     return 126;
   }
   if (started && started->HasMember("started")) {
+    const int stopped_by = master.empty() ? 0 : RelayTerminal(master[0], fd);
+    for (int m : master) close(m);
+    if (stopped_by != 0) {
+      close(fd);  // the agent ends the session when its caller goes
+      return 128 + stopped_by;
+    }
     SetDeadlines(fd, kConnectTimeout, std::chrono::milliseconds(0));
     started = Receive(fd, socket);
   }
@@ -110,6 +127,21 @@ Result<rapidjson::Document> Ask(const std::string& socket, const AgentRequest& r
   return reply;
 }
 
+// A question about the caller's own records (usage, keys): the agent's JSON answer, or its
+// refusal as PermissionDenied.
+Result<std::string> AskForOwn(const std::string& socket, const AgentRequest& request) {
+  auto d = Ask(socket, request, std::chrono::seconds(30));
+  if (!d) return d.error();
+  if (d->HasMember("error") && (*d)["error"].IsString()) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("the agent refused: {}", (*d)["error"].GetString())};
+  }
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d->Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 }  // namespace
 
 int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv) {
@@ -118,6 +150,10 @@ int RunAgentExec(const std::string& socket, const std::vector<std::string>& argv
 
 int RunAgentEnter(const std::string& socket, const std::vector<std::string>& argv) {
   return RunThroughAgent(socket, argv, /*for_job=*/false);
+}
+
+int RunAgentShell(const std::string& socket) {
+  return RunThroughAgent(socket, {}, /*for_job=*/false, /*login=*/true);
 }
 
 Result<int> AgentKillJob(const std::string& socket, int64_t job) {
@@ -137,16 +173,16 @@ Result<std::string> AgentUsage(const std::string& socket, int64_t since) {
   AgentRequest request;
   request.op = "usage";
   request.since = since;
-  auto d = Ask(socket, request, std::chrono::seconds(30));
-  if (!d) return d.error();
-  if (d->HasMember("error") && (*d)["error"].IsString()) {
-    return Error{ErrorCode::kPermissionDenied,
-                 fmt::format("the agent refused: {}", (*d)["error"].GetString())};
-  }
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  d->Accept(w);
-  return std::string(buf.GetString(), buf.GetSize());
+  return AskForOwn(socket, request);
+}
+
+Result<std::string> AgentOwnKeys(const std::string& socket, const std::string& action,
+                                 const std::string& key_id) {
+  AgentRequest request;
+  request.op = "keys";
+  request.action = action;
+  request.key_id = key_id;
+  return AskForOwn(socket, request);
 }
 
 void AgentObserve(const std::string& socket, const std::string& op, double seconds) {

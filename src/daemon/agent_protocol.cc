@@ -101,10 +101,11 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
     const std::string_view key(m.name.GetString(), m.name.GetStringLength());
     if (!seen.insert(key).second) return InvalidArgument(fmt::format("repeated key {}", key));
     const rapidjson::Value& v = m.value;
-    if (key == "op" || key == "cwd") {
+    if (key == "op" || key == "cwd" || key == "action" || key == "key_id") {
       auto text = Text(v, key);
       if (!text) return text.error();
-      (key == "op" ? r.op : r.cwd) = std::move(*text);
+      (key == "op" ? r.op : key == "cwd" ? r.cwd : key == "action" ? r.action : r.key_id) =
+          std::move(*text);
       has_op = has_op || key == "op";
     } else if (key == "job") {
       if (!v.IsInt64()) return InvalidArgument("job is not an integer");
@@ -119,6 +120,15 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
         return InvalidArgument("seconds is not a finite number of seconds, 0 or more");
       }
       r.seconds = v.GetDouble();
+    } else if (key == "login") {
+      if (!v.IsBool()) return InvalidArgument("login is not true or false");
+      r.login = v.GetBool();
+    } else if (key == "rows" || key == "cols") {
+      if (!v.IsInt() || v.GetInt() < 1 || v.GetInt() > kMaxTerminalSide) {
+        return InvalidArgument(
+            fmt::format("{} is not a whole number from 1 to {}", key, kMaxTerminalSide));
+      }
+      (key == "rows" ? r.rows : r.cols) = v.GetInt();
     } else if (key == "argv" || key == "env") {
       auto list = StringList(v, key == "argv" ? "argv" : "env");
       if (!list) return list.error();
@@ -154,6 +164,24 @@ std::string RenderAgentRequest(const AgentRequest& r) {
   if (r.op == "bound" || r.op == "released") {
     w.Key("seconds");
     w.Double(r.seconds);
+  }
+  if (r.login) {
+    w.Key("login");
+    w.Bool(true);
+  }
+  if (r.rows > 0 && r.cols > 0) {
+    w.Key("rows");
+    w.Int(r.rows);
+    w.Key("cols");
+    w.Int(r.cols);
+  }
+  if (!r.action.empty()) {
+    w.Key("action");
+    w.String(r.action.c_str(), static_cast<unsigned>(r.action.size()));
+  }
+  if (!r.key_id.empty()) {
+    w.Key("key_id");
+    w.String(r.key_id.c_str(), static_cast<unsigned>(r.key_id.size()));
   }
   if (r.op == "usage") {
     w.Key("since");

@@ -21,14 +21,25 @@ constexpr int kMaxAgentDepth = 2;
 constexpr size_t kMaxAgentListItems = 4096;
 
 struct AgentRequest {
-  std::string op;  // exec, enter, kill, bound, released, usage
+  std::string op;  // exec, enter, kill, bound, released, usage, keys
   int64_t job = 0;
   std::string cwd;
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=VALUE, as the client had them
   double seconds = 0;            // bound, released
   int64_t since = 0;             // usage: from this unix time (0: all)
+  // enter: a login shell (the user's, with a login environment) instead of argv.
+  bool login = false;
+  // enter: the caller's terminal size; both above 0 ask for a terminal of the workspace's own,
+  // whose master comes back with "started".
+  int rows = 0, cols = 0;
+  // keys: list, create or revoke (key_id) the caller's own API keys.
+  std::string action;
+  std::string key_id;
 };
+
+// The largest terminal the agent makes (rows and columns each).
+constexpr int kMaxTerminalSide = 10000;
 
 // InvalidArgument for anything but one well-formed request: too large, too deep, not an object,
 // a repeated key, a missing or mistyped op or job, a non-string list item, too many items.

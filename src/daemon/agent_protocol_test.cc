@@ -32,6 +32,36 @@ TEST(AgentProtocolTest, AUsageRequestCarriesItsStart) {
   EXPECT_FALSE(ParseAgentRequest(R"({"op":"usage","job":0,"since":"yesterday"})"));
 }
 
+TEST(AgentProtocolTest, ALoginShellRequestCarriesItsTerminalSize) {
+  AgentRequest r;
+  r.op = "enter";
+  r.login = true;
+  r.rows = 50;
+  r.cols = 132;
+  auto back = ParseAgentRequest(RenderAgentRequest(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_TRUE(back->login);
+  EXPECT_EQ(back->rows, 50);
+  EXPECT_EQ(back->cols, 132);
+  for (const char* bad : {R"({"op":"enter","job":0,"rows":0,"cols":80})",
+                          R"({"op":"enter","job":0,"rows":24,"cols":100000})",
+                          R"({"op":"enter","job":0,"rows":24.5,"cols":80})",
+                          R"({"op":"enter","job":0,"login":1})"}) {
+    EXPECT_FALSE(ParseAgentRequest(bad)) << bad;
+  }
+}
+
+TEST(AgentProtocolTest, AKeysRequestCarriesItsActionAndKey) {
+  AgentRequest r;
+  r.op = "keys";
+  r.action = "revoke";
+  r.key_id = "e2f7aedbc92b";
+  auto back = ParseAgentRequest(RenderAgentRequest(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->action, "revoke");
+  EXPECT_EQ(back->key_id, "e2f7aedbc92b");
+}
+
 TEST(AgentProtocolTest, BadRequestsAreRefusedWithoutParsingThemDeep) {
   const std::string deep(200 * 1024, '[');
   const std::string big = R"({"op":"exec","job":1,"cwd":")" + std::string(300 * 1024, 'a') + "\"}";

@@ -6,6 +6,9 @@
 #include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -64,6 +67,77 @@ std::vector<std::string> Candidates(const std::string& command,
 
 }  // namespace
 
+Result<WorkspaceTerminal> OpenWorkspaceTerminal(pid_t init, uid_t uid, int rows, int cols) {
+  // Opened through the workspace's root, the multiplexer makes the terminal in the workspace's
+  // devpts; TIOCGPTPEER gives its slave without looking the name up.
+  int master = -1;
+  std::string tried;
+  for (const char* inside : {"/dev/ptmx", "/dev/pts/ptmx"}) {
+    const std::string path = fmt::format("/proc/{}/root{}", init, inside);
+    master = open(path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master >= 0) break;
+    tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", path, std::strerror(errno));
+  }
+  if (master < 0) {
+    return Error{ErrorCode::kUnavailable, "the workspace has no terminals (" + tried + ")"};
+  }
+  auto fail = [&](const char* what) -> Error {
+    const int e = errno;
+    close(master);
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("the workspace's terminal: {}: {}", what, std::strerror(e))};
+  };
+  int unlock = 0;
+  if (ioctl(master, TIOCSPTLCK, &unlock) != 0) return fail("unlock");
+  winsize size{};
+  size.ws_row = static_cast<unsigned short>(rows);
+  size.ws_col = static_cast<unsigned short>(cols);
+  if (ioctl(master, TIOCSWINSZ, &size) != 0) return fail("size");
+  const int slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) return fail("open its slave");
+  // The user's own, as login(1) leaves a terminal; it matters to mesg, write and ssh.
+  if (fchown(slave, uid, static_cast<gid_t>(-1)) != 0 || fchmod(slave, 0620) != 0) {
+    const int e = errno;
+    close(slave);
+    errno = e;
+    return fail("give it to the user");
+  }
+  return WorkspaceTerminal{master, slave};
+}
+
+std::vector<std::string> LoginEnvironment(const std::vector<std::string>& caller_env,
+                                          const std::string& user, const std::string& home,
+                                          const std::string& shell, bool terminal) {
+  std::vector<std::string> out;
+  bool has_term = false;
+  for (const std::string& e : caller_env) {
+    const std::string name = e.substr(0, e.find('='));
+    if (name == "TERM" || name == "COLORTERM" || name == "LANG" || name == "LANGUAGE" ||
+        name == "TZ" || name.starts_with("LC_")) {
+      // A value with a slash could name a terminfo or zoneinfo file of the caller's choosing:
+      // harmless for the user's own shell, but never needed.
+      if (name == "TERM" && e.find('/') != std::string::npos) continue;
+      out.push_back(e);
+      has_term = has_term || name == "TERM";
+    }
+  }
+  if (terminal && !has_term) out.push_back("TERM=xterm-256color");
+  out.insert(out.end(), {"HOME=" + home, "USER=" + user, "LOGNAME=" + user, "SHELL=" + shell,
+                         "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"});
+  return out;
+}
+
+std::vector<std::string> LoginShells(const std::string& account_shell) {
+  std::vector<std::string> out;
+  const bool usable = account_shell.starts_with('/') && !account_shell.ends_with("/nologin") &&
+                      !account_shell.ends_with("/false");
+  if (usable) out.push_back(account_shell);
+  for (const char* s : {"/bin/bash", "/bin/sh"}) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.emplace_back(s);
+  }
+  return out;
+}
+
 void CloseFdsFrom(int first, int limit) {
   if (syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
   for (int fd = first; fd < limit; ++fd) close(fd);
@@ -100,7 +174,8 @@ Result<pid_t> SpawnInWorkspace(const WorkspaceSpawn& s) {
     if (fd >= 0) cgroups.push_back(fd);
   }
   std::vector<std::string> argv = s.argv, env = s.env;
-  std::vector<std::string> candidates = Candidates(s.argv[0], s.env);
+  std::vector<std::string> candidates =
+      s.exec_paths.empty() ? Candidates(s.argv[0], s.env) : s.exec_paths;
   std::vector<char*> a = Pointers(argv), e = Pointers(env);
   std::vector<const char*> paths;
   for (const std::string& c : candidates) paths.push_back(c.c_str());
@@ -127,6 +202,10 @@ Result<pid_t> SpawnInWorkspace(const WorkspaceSpawn& s) {
   setsid();
   for (int i = 0; i < 3; ++i) {
     if (dup2(s.stdio[i], i) < 0) _exit(126);
+  }
+  // The session's controlling terminal: job control, ^C and ^Z, and a hangup when it closes.
+  if (s.controlling_terminal && ioctl(0, TIOCSCTTY, 0) != 0) {
+    Die("bmas agent: cannot make the terminal the session's own\n", 126);
   }
   for (int fd : cgroups) {
     [[maybe_unused]] ssize_t w = write(fd, "0", 1);  // "0": the writing process joins

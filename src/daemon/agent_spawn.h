@@ -27,7 +27,28 @@ struct WorkspaceSpawn {
   std::vector<std::string> env;           // the command's whole environment
   std::vector<std::string> cgroup_procs;  // cgroup.procs files the process joins first
   std::array<int, 3> stdio{-1, -1, -1};   // the caller's stdin, stdout, stderr
+  bool controlling_terminal = false;      // stdin is a terminal the session takes as its own
+  // Where argv[0] is looked for, in order, instead of PATH (a login shell's fallbacks).
+  std::vector<std::string> exec_paths;
 };
+
+// A terminal of the workspace's own (its devpts, so `tty` names it inside), sized rows x cols,
+// whose slave belongs to `uid`. Both fds are close-on-exec; the caller closes them.
+struct WorkspaceTerminal {
+  int master = -1;
+  int slave = -1;
+};
+Result<WorkspaceTerminal> OpenWorkspaceTerminal(pid_t init, uid_t uid, int rows, int cols);
+
+// A login shell's environment: the caller's terminal and locale settings (TERM, COLORTERM,
+// LANG, LANGUAGE, LC_*, TZ), then HOME, USER, LOGNAME, SHELL and a login PATH; nothing else
+// of the caller's. TERM defaults to xterm-256color when `terminal` and the caller has none.
+std::vector<std::string> LoginEnvironment(const std::vector<std::string>& caller_env,
+                                          const std::string& user, const std::string& home,
+                                          const std::string& shell, bool terminal);
+
+// Where a login shell is looked for: the account's shell, then bash, then sh.
+std::vector<std::string> LoginShells(const std::string& account_shell);
 
 // Starts the command. Returns the pid (on the host) of its parent, which exits with the
 // command's exit code (128 + N for signal N) and leads a new session. 126 when the workspace

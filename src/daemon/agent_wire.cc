@@ -11,15 +11,6 @@
 
 namespace bmas {
 
-std::string JsonObject(const std::function<void(JsonWriter&)>& body) {
-  rapidjson::StringBuffer buf;
-  JsonWriter w(buf);
-  w.StartObject();
-  body(w);
-  w.EndObject();
-  return buf.GetString();
-}
-
 void SetDeadlines(int fd, std::chrono::milliseconds send, std::chrono::milliseconds receive) {
   auto tv = [](std::chrono::milliseconds d) {
     return timeval{static_cast<time_t>(d.count() / 1000),

@@ -13,14 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_object.h"
 #include "common/result.h"
 
 namespace bmas {
-
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-// A JSON object whose members `body` writes.
-std::string JsonObject(const std::function<void(JsonWriter&)>& body);
 
 // Deadlines for each later send and receive on `fd`; zero: none.
 void SetDeadlines(int fd, std::chrono::milliseconds send, std::chrono::milliseconds receive);

@@ -1,6 +1,7 @@
 #include "lxd/workspace.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "lxd/image_build.h"
 #include "lxd/local_lxd.h"
@@ -241,7 +243,43 @@ Result<Workspace> Workspaces::Create(const std::string& user, const std::string&
     (void)client_.DeleteInstance(name);
     return r.error();
   }
+  // The user has a name inside too (whoami, id -un, a shell's prompt); an image that already
+  // lists them keeps its entries.
+  ExecSpec add;
+  add.command = AccountEntryCommand(*account, GroupName(account->gid));
+  if (auto r = client_.Exec(name, add); !r || r->exit_code != 0) {
+    spdlog::warn("bmas workspace: {} has no entry for {} in its /etc/passwd: {}", name, user,
+                 r ? r->err : r.error().message);
+  }
   return Get(user);
+}
+
+std::string GroupName(gid_t gid) {
+  group g{}, *found = nullptr;
+  std::vector<char> buf(16384);
+  if (getgrgid_r(gid, &g, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    return found->gr_name;
+  }
+  return std::to_string(gid);
+}
+
+std::vector<std::string> AccountEntryCommand(const Account& account,
+                                             const std::string& group_name) {
+  // Arguments, never text spliced into the script: names come from the password database.
+  const std::string script =
+      "shell=$6; [ -x \"$shell\" ] || shell=/bin/sh; "
+      "grep -q \"^$1:\" /etc/passwd || echo \"$1:x:$2:$3::$5:$shell\" >> /etc/passwd; "
+      "grep -q \"^$4:\" /etc/group || echo \"$4:x:$3:\" >> /etc/group";
+  return {"/bin/sh",
+          "-c",
+          script,
+          "sh",
+          account.name,
+          std::to_string(account.uid),
+          std::to_string(account.gid),
+          group_name,
+          account.home,
+          account.shell.empty() ? "/bin/sh" : account.shell};
 }
 
 Result<void> StartInstance(LxdClient& client, const std::string& name,

@@ -34,6 +34,15 @@ struct Account {
 // getpwnam; NotFound "there is no Unix account ..." otherwise.
 Result<Account> LookUpAccount(const std::string& user);
 
+// The name of group `gid` on the host, else the number.
+std::string GroupName(gid_t gid);
+
+// The command, run as the workspace's root, that adds `account` and its group to the
+// workspace's /etc/passwd and /etc/group unless they are there (the account's shell when the
+// image has it, else /bin/sh).
+std::vector<std::string> AccountEntryCommand(const Account& account,
+                                             const std::string& group_name);
+
 // The range of ordinary users' uids: UID_MIN and UID_MAX of /etc/login.defs' text
 // (1000 and 60000 when unset, as shadow's defaults).
 struct UidRange {

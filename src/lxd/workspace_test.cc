@@ -98,5 +98,16 @@ TEST(WorkspaceOwner, RootAndSystemAccountsAreRefusedUnlessAllowed) {
   EXPECT_TRUE(CheckWorkspaceOwner(daemon, range, true));
 }
 
+TEST(AccountEntryCommand, PassesTheAccountAsArgumentsNeverAsScript) {
+  Account a{"eve$(reboot)", 1234, 1235, "/home/eve", "/usr/bin/zsh"};
+  const std::vector<std::string> c = AccountEntryCommand(a, "staff");
+  ASSERT_EQ(c.size(), 10u);
+  EXPECT_EQ(c[0], "/bin/sh");
+  EXPECT_THAT(c[2], ::testing::Not(::testing::HasSubstr("eve")));
+  EXPECT_EQ(std::vector<std::string>(c.begin() + 4, c.end()),
+            (std::vector<std::string>{"eve$(reboot)", "1234", "1235", "staff", "/home/eve",
+                                      "/usr/bin/zsh"}));
+}
+
 }  // namespace
 }  // namespace bmas::lxd

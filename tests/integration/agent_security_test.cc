@@ -356,6 +356,52 @@ TEST_F(AgentSecurityTest, AUserSeesTheirOwnUsageThroughTheAgentAndNoOneElses) {
   EXPECT_THAT(down.err, HasSubstr("no agent answers"));
 }
 
+// A student's own API keys, through the agent (the store is root's): create, list and revoke
+// their own; never list or revoke another's.
+TEST_F(AgentSecurityTest, AUserManagesTheirOwnKeysThroughTheAgentAndNoOneElses) {
+  std::string others_id;
+  {
+    auto store = OpenSqliteStore(StorePath(state_));
+    ASSERT_TRUE(store) << store.error().message;
+    ASSERT_TRUE((*store)->AddUser("bmastest1", UserLimits{}));
+    ASSERT_TRUE((*store)->AddUser("bmastest2", UserLimits{}));
+    ASSERT_TRUE((*store)->CreateKey("bmastest2"));
+    others_id = (*(*store)->ListKeys("bmastest2"))[0].id;
+  }
+  CommandOutput created = InHome("bmastest1", {"key", "create"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  ASSERT_THAT(created.out, ::testing::StartsWith("sk-bmas-"));
+  const std::string key = created.out.substr(0, created.out.find('\n'));
+  const std::string id = key.substr(8, key.find('-', 8) - 8);
+  {
+    auto store = OpenSqliteStore(StorePath(state_));
+    ASSERT_TRUE(store);
+    auto who = (*store)->Authenticate(key);
+    ASSERT_TRUE(who && *who);
+    EXPECT_EQ(**who, "bmastest1");
+  }
+  CommandOutput list = InHome("bmastest1", {"key", "list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("\"id\":\"" + id + "\""));
+  EXPECT_THAT(list.out, Not(HasSubstr(others_id)));
+  CommandOutput others = InHome("bmastest1", {"key", "list", "bmastest2"});
+  EXPECT_EQ(others.exit_code, 2);
+  EXPECT_THAT(others.err, HasSubstr("only root manages other users' keys"));
+  CommandOutput steal = InHome("bmastest1", {"key", "revoke", others_id});
+  EXPECT_EQ(steal.exit_code, 1);
+  EXPECT_THAT(steal.err, HasSubstr("no active key"));
+  CommandOutput revoke = InHome("bmastest1", {"key", "revoke", id});
+  EXPECT_EQ(revoke.exit_code, 0) << revoke.err;
+  EXPECT_THAT(InHome("bmastest1", {"key", "list"}).out, Not(HasSubstr(" -\n")));
+  {
+    auto store = OpenSqliteStore(StorePath(state_));
+    ASSERT_TRUE(store);
+    auto theirs = (*store)->ListKeys("bmastest2");
+    ASSERT_TRUE(theirs);
+    EXPECT_FALSE((*theirs)[0].revoked_at) << "another user's key stays";
+  }
+}
+
 TEST_F(AgentSecurityTest, DeepJsonFromAUserIsRefusedAndTheAgentKeepsServing) {
   const std::string socket = Socket();
   const std::string deep(200 * 1024, '[');

@@ -42,19 +42,6 @@ constexpr const char* kReadCgroupLimits =
     "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max;"
     "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max";
 
-// A TCP port on 127.0.0.1 that nothing listens on now.
-int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST_F(LxdWorkspaceTest, UpIsIdempotentAndStatusNamesThePoolDriver) {
   CommandOutput again = Bmas({"lxd", "up"});
   ASSERT_EQ(again.exit_code, 0) << again.err;

@@ -50,6 +50,9 @@ std::string PromptOfTokens(int n, int first = 0);
 // nullopt when it is absent.
 std::optional<double> MetricValue(const std::string& text, std::string_view series);
 
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int FreeTcpPort();
+
 // ---- Polling ----------------------------------------------------------------------------
 
 // Polls `done` every 10 ms until it returns true or `timeout` passes; returns its last result.

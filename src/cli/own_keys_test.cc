@@ -1,0 +1,77 @@
+#include "cli/own_keys.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class OwnKeysTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("bmas_own_keys_test_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto s = OpenSqliteStore((dir_ / "bmas.db").string());
+    ASSERT_TRUE(s) << s.error().message;
+    store_ = std::move(*s);
+    ASSERT_TRUE(store_->AddUser("alice", UserLimits{}));
+    ASSERT_TRUE(store_->AddUser("bob", UserLimits{}));
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  Result<std::string> Ask(const std::string& user, const std::string& action,
+                          const std::string& id = "") {
+    return AnswerOwnKeys(*store_, user, action, id);
+  }
+
+  fs::path dir_;
+  StorePtr store_;
+};
+
+TEST_F(OwnKeysTest, AUserCreatesListsAndRevokesTheirOwnKeys) {
+  auto created = Ask("alice", "create");
+  ASSERT_TRUE(created) << created.error().message;
+  EXPECT_THAT(*created, HasSubstr("\"key\":\"sk-bmas-"));
+  auto listed = Ask("alice", "list");
+  ASSERT_TRUE(listed);
+  auto keys = ParseOwnKeys(*listed);
+  ASSERT_TRUE(keys) << keys.error().message;
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_FALSE((*keys)[0].revoked_at);
+  EXPECT_THAT(*created, HasSubstr((*keys)[0].id));
+  // Bob can neither see nor revoke it.
+  auto bobs = ParseOwnKeys(*Ask("bob", "list"));
+  ASSERT_TRUE(bobs);
+  EXPECT_TRUE(bobs->empty());
+  auto stolen = Ask("bob", "revoke", (*keys)[0].id);
+  ASSERT_FALSE(stolen);
+  EXPECT_THAT(stolen.error().message, HasSubstr("no active key"));
+  ASSERT_TRUE(Ask("alice", "revoke", (*keys)[0].id));
+  auto after = ParseOwnKeys(*Ask("alice", "list"));
+  ASSERT_TRUE(after);
+  EXPECT_TRUE((*after)[0].revoked_at);
+}
+
+TEST_F(OwnKeysTest, ActiveKeysAreCappedAndStrangersAreSentToTheAdmin) {
+  for (size_t i = 0; i < kMaxOwnKeys; ++i) ASSERT_TRUE(Ask("alice", "create"));
+  auto sixth = Ask("alice", "create");
+  ASSERT_FALSE(sixth);
+  EXPECT_THAT(sixth.error().message, HasSubstr("revoke one first"));
+  auto stranger = Ask("mallory", "create");
+  ASSERT_FALSE(stranger);
+  EXPECT_THAT(stranger.error().message, HasSubstr("bmas user add mallory"));
+  EXPECT_FALSE(Ask("alice", "delete-all"));
+  EXPECT_FALSE(ParseOwnKeys(R"({"keys":[{"id":1}]})"));
+}
+
+}  // namespace
+}  // namespace bmas
