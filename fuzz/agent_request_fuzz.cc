@@ -14,7 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // What parses renders and parses back to the same request.
     auto again = bmas::ParseAgentRequest(bmas::RenderAgentRequest(*request));
     if (!again || again->op != request->op || again->job != request->job ||
-        again->argv != request->argv || again->env != request->env) {
+        again->argv != request->argv || again->env != request->env ||
+        again->cwd != request->cwd || again->login != request->login ||
+        again->rows != request->rows || again->cols != request->cols ||
+        again->action != request->action || again->key_id != request->key_id) {
       __builtin_trap();
     }
     bmas::FilterUserEnvironment(request->env);

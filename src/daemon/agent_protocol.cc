@@ -169,9 +169,11 @@ std::string RenderAgentRequest(const AgentRequest& r) {
     w.Key("login");
     w.Bool(true);
   }
-  if (r.rows > 0 && r.cols > 0) {
+  if (r.rows > 0) {
     w.Key("rows");
     w.Int(r.rows);
+  }
+  if (r.cols > 0) {
     w.Key("cols");
     w.Int(r.cols);
   }
