@@ -21,6 +21,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli/job_reason.h"
 #include "cli/slurm_target.h"
 #include "common/config.h"
 #include "common/config_table.h"
@@ -122,6 +123,7 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   str("partition", j.partition);
   str("state", j.state);
   str("reason", j.reason);
+  str("reason_text", PlainJobReason(j.reason));
   w.Key("nodes");
   w.StartArray();
   for (const std::string& n : j.nodes) w.String(n.c_str());
@@ -136,6 +138,14 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   w.EndObject();
 }
 
+// "PENDING: waiting for free GPUs [Resources]"; "RUNNING" when Slurm gives no reason; a
+// reason PlainJobReason does not know as Slurm spells it: "PENDING (BurstBufferStageIn)".
+std::string StateAndReason(const JobInfo& j) {
+  const std::string plain = PlainJobReason(j.reason);
+  if (plain.empty()) return j.state;
+  if (plain == j.reason) return fmt::format("{} ({})", j.state, j.reason);
+  return fmt::format("{}: {} [{}]", j.state, plain, j.reason);
+}
 
 // Lab-mode guardrail: the partition's cap on GPUs one user holds at once. Slurm enforces it
 // too (the partition QOS), but would leave a job over the cap pending with a terse reason;
@@ -400,7 +410,7 @@ int JobCommands::Run(GlobalOptions& global) {
     return 130;
   }
   if (done->state != "COMPLETED" && done->exit_code == 0) {
-    fmt::print(stderr, "bmas run: job {} ended {} ({})\n", *id, done->state, done->reason);
+    fmt::print(stderr, "bmas run: job {} ended {}\n", *id, StateAndReason(*done));
     return 1;
   }
   return done->exit_code;
@@ -428,11 +438,13 @@ int JobCommands::Jobs(GlobalOptions& global) {
     fmt::print("{}\n", buf.GetString());
     return 0;
   }
-  fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", "ID", "NAME", "USER",
-             "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES");
+  constexpr std::string_view kRow = "{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {:<11} {}\n";
+  fmt::print(kRow, "ID", "NAME", "USER", "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES",
+             "REASON");
   for (const JobInfo& j : shown) {
-    fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", j.id, j.name.substr(0, 16),
-               j.user, j.partition, j.state, j.gpus, j.restart_count, fmt::join(j.nodes, ","));
+    fmt::print(kRow, j.id, j.name.substr(0, 16), j.user, j.partition, j.state, j.gpus,
+               j.restart_count, fmt::format("{}", fmt::join(j.nodes, ",")),
+               PlainJobReason(j.reason));
   }
   return 0;
 }
@@ -482,8 +494,8 @@ int JobCommands::Show(GlobalOptions& global) {
     fmt::print("{}\n", buf.GetString());
     return 0;
   }
-  fmt::print("job {} ({}) of {} in {}: {} ({})\n", job->id, job->name, job->user, job->partition,
-             job->state, job->reason);
+  fmt::print("job {} ({}) of {} in {}: {}\n", job->id, job->name, job->user, job->partition,
+             StateAndReason(*job));
   fmt::print("  nodes     {}\n  gpus      {}\n  restarts  {}\n  exit code {}\n",
              job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")), job->gpus,
              job->restart_count, job->exit_code);
