@@ -227,7 +227,7 @@ Result<int64_t> ParseMegabytes(const std::string& text) {
 }  // namespace
 
 void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
-  CLI::App* run = app.add_subcommand(
+  CLI::App* run = run_ = app.add_subcommand(
       "run", "Run a command as a Slurm job, shaped for the cluster's topology; prints the job id "
              "(with --wait: streams its output and exits with its exit code)");
   run->add_option("--user", user_, "Run as this Unix user (root only)");
@@ -279,6 +279,33 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   logs->add_option("id", id_, "Job id")->required();
   logs->add_flag("-f,--follow", follow_, "Keep printing until the job ends");
   logs->callback([this, &global] { global.exit_code = Logs(global); });
+}
+
+std::string JobCommands::ForgottenDashDashHint(const CLI::ParseError& error, int argc,
+                                              const char* const* argv) const {
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) == nullptr || run_->count() == 0) return "";
+  int i = 1;
+  while (i < argc && std::string_view(argv[i]) != "run") ++i;
+  // Past run's own options (and their values) to the command's first word; the words CLI11
+  // did not expect come after it. An option of no one's before it is another mistake.
+  for (++i; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word == "--") return "";
+    if (word.size() < 2 || word[0] != '-') break;
+    const std::string name(word.substr(0, word.find('=')));
+    const CLI::Option* option = run_->get_option_no_throw(name);
+    if (option == nullptr) return "";
+    if (option->get_expected_min() > 0 && name.size() == word.size()) ++i;
+  }
+  if (i >= argc) return "";
+  std::vector<std::string> words;
+  for (int j = 1; j < argc; ++j) {
+    if (j == i) words.emplace_back("--");
+    words.push_back(ShellQuote(argv[j]));
+  }
+  return fmt::format("bmas run: put `--` before the command (its options are not bmas run's): "
+                     "bmas {}",
+                     fmt::join(words, " "));
 }
 
 int JobCommands::Run(GlobalOptions& global) {
