@@ -274,16 +274,22 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(kPositive)
       ->default_str("30");
   c.require_subcommand(0, 1);
-  CLI::App* backend = c.add_subcommand("backend", "Add, remove or list backends in the store");
+  CLI::App* backend = c.add_subcommand("backend", "Add, remove or list the gateway's backends");
   backend->require_subcommand(1);
-  for (const char* verb : {"add", "remove", "list"}) {
-    CLI::App* v = backend->add_subcommand(verb, fmt::format("{} a backend", verb));
-    if (std::string(verb) != "list") v->add_option("url", backend_url_, "Base URL")->required();
-    v->callback([this, &global, v, verb] {
-      global.exit_code = RunBackendCommand(global, verb);
-      (void)v;
-    });
+  for (const char* verb : {"add", "remove"}) {
+    CLI::App* v = backend->add_subcommand(
+        verb, fmt::format("{} a backend in the store (a running gateway follows within a second)",
+                          verb == std::string("add") ? "Add" : "Remove"));
+    v->add_option("url", backend_url_, "Base URL")->required();
+    v->callback([this, &global, verb] { global.exit_code = RunBackendCommand(global, verb); });
   }
+  CLI::App* list = backend->add_subcommand(
+      "list",
+      "Every backend the gateway uses: from the config file, added with `backend add`, or given "
+      "on the running gateway's command line; with the health the running gateway sees (without "
+      "one: each backend's own /health)");
+  list->add_flag("--json", json_, "Print a JSON array");
+  list->callback([this, &global] { global.exit_code = RunBackendCommand(global, "list"); });
   c.callback([this, &global] {
     if (cmd_->get_subcommands().size() > 0) return;  // `bmas gateway backend ...`
     global.SetUpLogging();

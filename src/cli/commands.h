@@ -11,6 +11,8 @@
 
 namespace bmas {
 
+class Store;
+
 // Prints "bmas COMMAND: message" on stderr; returns the exit code for it: 2 for bad input or
 // a refusal, 1 for anything else.
 int ReportFailure(const std::string& command, const Error& error);
@@ -61,10 +63,12 @@ class GatewayCommand {
 
  private:
   int RunBackendCommand(GlobalOptions& global, const std::string& verb);
+  int ListBackends(GlobalOptions& global, Store& store);
 
   CLI::App* cmd_ = nullptr;
   GatewaySettings flags_;
   std::string backend_url_;
+  bool json_ = false;
 };
 
 // `bmas up`.

@@ -21,6 +21,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli/job_reason.h"
 #include "cli/slurm_target.h"
 #include "common/config.h"
 #include "common/config_table.h"
@@ -122,6 +123,7 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   str("partition", j.partition);
   str("state", j.state);
   str("reason", j.reason);
+  str("reason_text", PlainJobReason(j.reason));
   w.Key("nodes");
   w.StartArray();
   for (const std::string& n : j.nodes) w.String(n.c_str());
@@ -136,6 +138,14 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   w.EndObject();
 }
 
+// "PENDING: waiting for free GPUs [Resources]"; "RUNNING" when Slurm gives no reason; a
+// reason PlainJobReason does not know as Slurm spells it: "PENDING (BurstBufferStageIn)".
+std::string StateAndReason(const JobInfo& j) {
+  const std::string plain = PlainJobReason(j.reason);
+  if (plain.empty()) return j.state;
+  if (plain == j.reason) return fmt::format("{} ({})", j.state, j.reason);
+  return fmt::format("{}: {} [{}]", j.state, plain, j.reason);
+}
 
 // Lab-mode guardrail: the partition's cap on GPUs one user holds at once. Slurm enforces it
 // too (the partition QOS), but would leave a job over the cap pending with a terse reason;
@@ -217,7 +227,7 @@ Result<int64_t> ParseMegabytes(const std::string& text) {
 }  // namespace
 
 void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
-  CLI::App* run = app.add_subcommand(
+  CLI::App* run = run_ = app.add_subcommand(
       "run", "Run a command as a Slurm job, shaped for the cluster's topology; prints the job id "
              "(with --wait: streams its output and exits with its exit code)");
   run->add_option("--user", user_, "Run as this Unix user (root only)");
@@ -269,6 +279,33 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   logs->add_option("id", id_, "Job id")->required();
   logs->add_flag("-f,--follow", follow_, "Keep printing until the job ends");
   logs->callback([this, &global] { global.exit_code = Logs(global); });
+}
+
+std::string JobCommands::ForgottenDashDashHint(const CLI::ParseError& error, int argc,
+                                              const char* const* argv) const {
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) == nullptr || run_->count() == 0) return "";
+  int i = 1;
+  while (i < argc && std::string_view(argv[i]) != "run") ++i;
+  // Past run's own options (and their values) to the command's first word; the words CLI11
+  // did not expect come after it. An option of no one's before it is another mistake.
+  for (++i; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word == "--") return "";
+    if (word.size() < 2 || word[0] != '-') break;
+    const std::string name(word.substr(0, word.find('=')));
+    const CLI::Option* option = run_->get_option_no_throw(name);
+    if (option == nullptr) return "";
+    if (option->get_expected_min() > 0 && name.size() == word.size()) ++i;
+  }
+  if (i >= argc) return "";
+  std::vector<std::string> words;
+  for (int j = 1; j < argc; ++j) {
+    if (j == i) words.emplace_back("--");
+    words.push_back(ShellQuote(argv[j]));
+  }
+  return fmt::format("bmas run: put `--` before the command (its options are not bmas run's): "
+                     "bmas {}",
+                     fmt::join(words, " "));
 }
 
 int JobCommands::Run(GlobalOptions& global) {
@@ -400,7 +437,7 @@ int JobCommands::Run(GlobalOptions& global) {
     return 130;
   }
   if (done->state != "COMPLETED" && done->exit_code == 0) {
-    fmt::print(stderr, "bmas run: job {} ended {} ({})\n", *id, done->state, done->reason);
+    fmt::print(stderr, "bmas run: job {} ended {}\n", *id, StateAndReason(*done));
     return 1;
   }
   return done->exit_code;
@@ -428,11 +465,13 @@ int JobCommands::Jobs(GlobalOptions& global) {
     fmt::print("{}\n", buf.GetString());
     return 0;
   }
-  fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", "ID", "NAME", "USER",
-             "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES");
+  constexpr std::string_view kRow = "{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {:<11} {}\n";
+  fmt::print(kRow, "ID", "NAME", "USER", "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES",
+             "REASON");
   for (const JobInfo& j : shown) {
-    fmt::print("{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {}\n", j.id, j.name.substr(0, 16),
-               j.user, j.partition, j.state, j.gpus, j.restart_count, fmt::join(j.nodes, ","));
+    fmt::print(kRow, j.id, j.name.substr(0, 16), j.user, j.partition, j.state, j.gpus,
+               j.restart_count, fmt::format("{}", fmt::join(j.nodes, ",")),
+               PlainJobReason(j.reason));
   }
   return 0;
 }
@@ -482,8 +521,8 @@ int JobCommands::Show(GlobalOptions& global) {
     fmt::print("{}\n", buf.GetString());
     return 0;
   }
-  fmt::print("job {} ({}) of {} in {}: {} ({})\n", job->id, job->name, job->user, job->partition,
-             job->state, job->reason);
+  fmt::print("job {} ({}) of {} in {}: {}\n", job->id, job->name, job->user, job->partition,
+             StateAndReason(*job));
   fmt::print("  nodes     {}\n  gpus      {}\n  restarts  {}\n  exit code {}\n",
              job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")), job->gpus,
              job->restart_count, job->exit_code);

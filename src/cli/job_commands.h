@@ -19,6 +19,12 @@ class JobCommands {
  public:
   void Register(CLI::App& app, GlobalOptions& global);
 
+  // For a `bmas run` whose command has options but no `--` before it (`bmas run python
+  // train.py --epochs 3`: CLI11 takes --epochs for one of run's), the line that says so, with
+  // the command as it should be; "" for any other parse error. Call after app.parse threw.
+  std::string ForgottenDashDashHint(const CLI::ParseError& error, int argc,
+                                    const char* const* argv) const;
+
  private:
   int Run(GlobalOptions& global);
   int Jobs(GlobalOptions& global);
@@ -27,6 +33,7 @@ class JobCommands {
   int Logs(GlobalOptions& global);
 
   // bmas run
+  CLI::App* run_ = nullptr;
   std::string user_;
   int gpus_ = 0, nodes_ = 0, gpus_per_node_ = 0, cpus_per_gpu_ = 0;
   std::string mem_;

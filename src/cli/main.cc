@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (std::string hint = job_cmds.ForgottenDashDashHint(e, argc, argv); !hint.empty()) {
+      fmt::print(stderr, "{}\n", hint);
+      return 2;
+    }
     // --help and --version print and exit 0; every usage error exits 2 (CLI11's own codes
     // would be 100 and up).
     return app.exit(e) == 0 ? 0 : 2;

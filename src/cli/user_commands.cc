@@ -439,15 +439,7 @@ int GatewayCommand::RunBackendCommand(GlobalOptions& global, const std::string& 
     fmt::print(stderr, "bmas gateway backend {}: {}\n", verb, store.error().message);
     return store.error().code == ErrorCode::kPermissionDenied ? 2 : 1;
   }
-  if (verb == "list") {
-    auto urls = (*store)->ListBackends();
-    if (!urls) {
-      fmt::print(stderr, "bmas: {}\n", urls.error().message);
-      return 1;
-    }
-    for (const std::string& u : *urls) fmt::print("{}\n", u);
-    return 0;
-  }
+  if (verb == "list") return ListBackends(global, **store);
   auto parsed = gateway::ParseBackendUrl(backend_url_);
   if (!parsed) {
     fmt::print(stderr, "bmas: {}\n", parsed.error().message);

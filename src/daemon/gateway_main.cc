@@ -1,8 +1,14 @@
 #include "daemon/gateway_main.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -10,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/private_files.h"
 #include "daemon/secret.h"
 #include "daemon/serve.h"
 #include "gateway/gateway.h"
@@ -17,6 +24,53 @@
 #include "store/store.h"
 
 namespace bmas {
+namespace {
+
+// Writes `url` whole to GatewayOperatorUrlPath (a temporary file, then renamed). A failure is
+// logged: it costs `bmas gateway backend list` only its view of health.
+void WriteOperatorUrl(const std::string& state_dir, const std::string& url) {
+  const std::filesystem::path path = GatewayOperatorUrlPath(state_dir);
+  const std::string dir = path.parent_path().string();
+  const std::string name = path.filename().string();
+  const std::string temporary = fmt::format("{}.{}", name, getpid());
+  auto dir_fd = OpenPrivateDir(dir, 0700);
+  if (!dir_fd) {
+    spdlog::warn("bmas gateway: not writing {}: {}", path.string(), dir_fd.error().message);
+    return;
+  }
+  auto fd = OpenInPrivateDir(*dir_fd, dir, temporary, O_WRONLY | O_CREAT | O_TRUNC);
+  const std::string text = url + "\n";
+  std::string failure = fd ? "" : fd.error().message;
+  if (fd && write(*fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    failure = std::strerror(errno);
+  }
+  if (fd) close(*fd);
+  if (failure.empty() && renameat(*dir_fd, temporary.c_str(), *dir_fd, name.c_str()) != 0) {
+    failure = std::strerror(errno);
+  }
+  if (!failure.empty()) {
+    spdlog::warn("bmas gateway: cannot write {}: {}", path.string(), failure);
+    unlinkat(*dir_fd, temporary.c_str(), 0);
+  }
+  close(*dir_fd);
+}
+
+// Removes GatewayOperatorUrlPath when it still names this gateway's `url`.
+void RemoveOperatorUrl(const std::string& state_dir, const std::string& url) {
+  const std::string path = GatewayOperatorUrlPath(state_dir);
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  std::error_code ec;
+  if (line == url) std::filesystem::remove(path, ec);
+}
+
+}  // namespace
+
+std::string GatewayOperatorUrlPath(const std::string& state_dir) {
+  return (std::filesystem::path(StorePath(state_dir)).parent_path() / "gateway-operator.url")
+      .string();
+}
 
 int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   gateway::GatewayOptions o;
@@ -114,9 +168,14 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     threads.emplace_back([w = workers[i]] { w->run(); });
   }
   // Tests and `bmas up` read this line: the URL ends it.
+  std::string operator_url;
   if (gw.metrics_port() != 0) {
-    fmt::print("bmas gateway: metrics on http://{}:{}/metrics\n", o.metrics_http.host,
-               gw.metrics_port());
+    const std::string& host = o.metrics_http.host;
+    operator_url = host.find(':') != std::string::npos
+                       ? fmt::format("http://[{}]:{}", host, gw.metrics_port())
+                       : fmt::format("http://{}:{}", host, gw.metrics_port());
+    fmt::print("bmas gateway: metrics on {}/metrics\n", operator_url);
+    WriteOperatorUrl(state_dir, operator_url);
   }
   fmt::print("bmas gateway: listening on http://{}:{}\n", s.host, *port);
   std::fflush(stdout);
@@ -126,6 +185,7 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   // Stop() closed every connection; the other workers finish what is left and return.
   guards.clear();
   for (std::thread& t : threads) t.join();
+  if (!operator_url.empty()) RemoveOperatorUrl(state_dir, operator_url);
   return 0;
 }
 

@@ -1149,18 +1149,25 @@ std::string Gateway::ModelsJson() const {
 std::string Gateway::RenderMetrics() {
   std::lock_guard lock(mu_);
   std::string text = metrics_.Render();
-  text += "# HELP bmas_gateway_backend_in_flight Requests in flight per backend.\n"
-          "# TYPE bmas_gateway_backend_in_flight gauge\n";
-  for (const auto& b : backends_) {
-    text += fmt::format("bmas_gateway_backend_in_flight{{backend=\"{}\"}} {}\n",
-                        EscapeLabelValue(b->state.id), b->state.in_flight);
-  }
-  text += "# HELP bmas_gateway_backend_healthy 1 when the backend passes its health checks.\n"
-          "# TYPE bmas_gateway_backend_healthy gauge\n";
-  for (const auto& b : backends_) {
-    text += fmt::format("bmas_gateway_backend_healthy{{backend=\"{}\"}} {}\n",
-                        EscapeLabelValue(b->state.id), b->state.healthy ? 1 : 0);
-  }
+  auto per_backend = [&](std::string_view name, std::string_view help, auto value) {
+    text += fmt::format(
+        "# HELP bmas_gateway_backend_{0} {1}\n# TYPE bmas_gateway_backend_{0} gauge\n", name, help);
+    for (const auto& b : backends_) {
+      text += fmt::format("bmas_gateway_backend_{}{{backend=\"{}\"}} {}\n", name,
+                          EscapeLabelValue(b->state.id), value(*b));
+    }
+  };
+  per_backend("in_flight", "Requests in flight per backend.",
+              [](const Backend& b) { return b.state.in_flight; });
+  per_backend("healthy", "1 when the backend passes its health checks.",
+              [](const Backend& b) { return b.state.healthy ? 1 : 0; });
+  per_backend("added",
+              "1 when the backend came from the store (`bmas gateway backend add`), 0 when the "
+              "gateway started with it.",
+              [](const Backend& b) { return b.from_store ? 1 : 0; });
+  per_backend("draining",
+              "1 when the backend was removed from the store and its requests in flight finish.",
+              [](const Backend& b) { return b.state.draining ? 1 : 0; });
   return text;
 }
 

@@ -24,8 +24,9 @@ struct Exchanged {
 
 class TcpRestTransport final : public RestTransport {
  public:
-  TcpRestTransport(std::string host, uint16_t port, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port), timeout_(timeout) {}
+  TcpRestTransport(std::string host, uint16_t port, std::chrono::milliseconds timeout,
+                   std::string peer)
+      : host_(std::move(host)), port_(port), timeout_(timeout), peer_(std::move(peer)) {}
 
   Result<RestResponse> RoundTrip(const RestRequest& request) override {
     net::io_context io;
@@ -41,15 +42,15 @@ class TcpRestTransport final : public RestTransport {
         std::rethrow_exception(failure);
       } catch (const std::exception& e) {
         return Error{ErrorCode::kUnavailable,
-                     fmt::format("request to slurmrestd at {} failed: {}", Url(), e.what()),
+                     fmt::format("request to {} at {} failed: {}", peer_, Url(), e.what()),
                      {}};
       }
     }
-    if (!result.has_value()) return Internal("slurmrestd exchange ended without a result");
+    if (!result.has_value()) return Internal(peer_ + " exchange ended without a result");
     if (result->ec) {
       const bool timed_out = result->ec == beast::error::timeout;
       return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} to slurmrestd at {} failed: {}", result->step, Url(),
+                   fmt::format("{} to {} at {} failed: {}", result->step, peer_, Url(),
                                timed_out ? fmt::format("no answer within {} ms", timeout_.count())
                                          : result->ec.message()),
                    {}};
@@ -120,6 +121,7 @@ class TcpRestTransport final : public RestTransport {
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
+  std::string peer_;
 };
 
 }  // namespace
@@ -182,8 +184,8 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
 }
 
 RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
-                                     std::chrono::milliseconds timeout) {
-  return std::make_unique<TcpRestTransport>(std::move(host), port, timeout);
+                                     std::chrono::milliseconds timeout, std::string peer) {
+  return std::make_unique<TcpRestTransport>(std::move(host), port, timeout, std::move(peer));
 }
 
 Result<std::string> SlurmSignalName(int signal) {

@@ -57,9 +57,11 @@ class RestTransport {
 using RestTransportPtr = std::unique_ptr<RestTransport>;
 
 // HTTP/1.1 over TCP, one connection per request, each request bounded by `timeout` from
-// connect to the last byte. Thread-compatible: one call at a time per transport.
+// connect to the last byte. Thread-compatible: one call at a time per transport. `peer` names
+// the server in error messages (other plain HTTP servers bmas asks use it too).
 RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
-                                     std::chrono::milliseconds timeout);
+                                     std::chrono::milliseconds timeout,
+                                     std::string peer = "slurmrestd");
 
 // The API bmas uses. Every method blocks; not thread-safe (one call at a time).
 // Failures carry slurmrestd's errors[] in their message, with codes from ErrorFromResponse;

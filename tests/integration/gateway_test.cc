@@ -971,10 +971,10 @@ TEST_F(GatewayTest, BackendsAddedAndRemovedWhileRunning) {
   EXPECT_EQ(BackendHealthy(added), 1);
 
   Cli({"gateway", "backend", "remove", added});
-  EXPECT_THAT(Cli({"gateway", "backend", "list"}).out, ::testing::Not(HasSubstr(added)));
-  // Once drained, the gateway forgets the backend.
+  // Once drained, the gateway forgets the backend, and the list with it.
   EXPECT_TRUE(Eventually([&] { return !BackendHealthy(added).has_value(); }, 3s))
       << "the removed backend is still in the gateway's metrics";
+  EXPECT_THAT(Cli({"gateway", "backend", "list"}).out, ::testing::Not(HasSubstr(added)));
   const double removed_count = EngineRequests(1);
   const double kept_count = EngineRequests(0);
   for (int j = 0; j < 10; ++j) {
@@ -982,6 +982,62 @@ TEST_F(GatewayTest, BackendsAddedAndRemovedWhileRunning) {
   }
   EXPECT_EQ(EngineRequests(1), removed_count) << "requests still reach a removed backend";
   EXPECT_EQ(EngineRequests(0), kept_count + 10);
+}
+
+// `bmas gateway backend list` (issue 15) shows every backend the gateway uses, where it comes
+// from and the health the gateway sees; with no gateway running, each backend's own /health.
+TEST_F(GatewayTest, BackendListShowsEveryBackendWithItsOriginAndHealth) {
+  ClusterOptions o;
+  o.command_line_backends = 1;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  const std::string given = engines_[0]->url();
+  const std::string added = engines_[1]->url();
+  const std::string unused = "http://127.0.0.1:9";  // in the config only; nothing listens there
+  const std::string config =
+      dir_.WriteFile("bmas.toml", fmt::format("[gateway]\nbackends = [\"{}/\"]\n", unused));
+  Cli({"gateway", "backend", "add", added});
+
+  struct Row {
+    std::string origins, health;
+  };
+  std::string err;
+  auto list = [&] {
+    CliRun r = Cli({"--config", config, "gateway", "backend", "list", "--json"});
+    err = r.err;
+    std::map<std::string, Row> rows;
+    rapidjson::Document doc = ParseJson(r.out);
+    for (int i = 0; doc.IsArray() && i < static_cast<int>(doc.Size()); ++i) {
+      const auto& origins = At(At(doc, i), "origins");
+      Row& row = rows[Str(At(At(doc, i), "url"))];
+      for (int j = 0; origins.IsArray() && j < static_cast<int>(origins.Size()); ++j) {
+        row.origins += (j > 0 ? "," : "") + Str(At(origins, j));
+      }
+      row.health = Str(At(At(doc, i), "health"));
+    }
+    return rows;
+  };
+  std::map<std::string, Row> rows;
+  EXPECT_TRUE(Eventually([&] { return (rows = list())[added].health == "healthy"; }, 5s))
+      << rows[added].health;
+  EXPECT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[given].origins, "command line");
+  EXPECT_EQ(rows[given].health, "healthy");
+  EXPECT_EQ(rows[added].origins, "added");
+  EXPECT_EQ(rows[unused].origins, "config");
+  EXPECT_THAT(rows[unused].health, StartsWith("not used by the running gateway"));
+  EXPECT_EQ(err, "");
+  const std::string table = Cli({"--config", config, "gateway", "backend", "list"}).out;
+  EXPECT_THAT(table, StartsWith("URL"));
+  EXPECT_THAT(table, ::testing::ContainsRegex(added + " +added +healthy\n"));
+
+  // No gateway: each backend's own /health, and a line on stderr that says so.
+  ExitStatus stopped = gateway_->process().Stop(10s);
+  EXPECT_TRUE(stopped.Success()) << stopped.ToString();
+  rows = list();
+  EXPECT_EQ(rows.size(), 2u) << "the gateway's command line is gone with it";
+  EXPECT_EQ(rows[added].health, "up (its /health answers)");
+  EXPECT_THAT(rows[unused].health, StartsWith("down: connect to the backend at " + unused));
+  EXPECT_THAT(err, HasSubstr("no gateway runs on the state dir"));
 }
 
 TEST_F(InstantGatewayTest, NoHealthyBackendIs503) {

@@ -263,6 +263,30 @@ TEST_F(JobsTest, ARequestThatCannotFitSaysWhatWould) {
   EXPECT_EQ(Bmas({"jobs", "--json"}).out, "[]\n");  // nothing was submitted
 }
 
+// `bmas jobs` says why a job waits in plain words (issue 15); --json keeps Slurm's reason too.
+TEST_F(JobsTest, APendingJobsReasonIsInPlainWords) {
+  const std::string all = Trim(Bmas({"run", "--gpus", "12", "--", "sleep", "120"}).out);
+  ASSERT_TRUE(WaitForState(all, "RUNNING", std::chrono::seconds(20)));
+  const std::string waiting = Trim(Bmas({"run", "--gpus", "4", "--", "true"}).out);
+  ASSERT_FALSE(waiting.empty());
+  EXPECT_TRUE(Eventually([&] { return Str(At(Job(waiting), "reason")) == "Resources"; },
+                         std::chrono::seconds(15)))
+      << Str(At(Job(waiting), "reason"));
+  EXPECT_EQ(Str(At(Job(waiting), "reason_text")), "waiting for free GPUs");
+  EXPECT_EQ(Str(At(Job(all), "reason_text")), "");  // running: Slurm says None
+
+  CommandOutput table = Bmas({"jobs"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, ::testing::StartsWith("ID "));
+  EXPECT_THAT(table.out, HasSubstr(" REASON\n"));
+  EXPECT_THAT(table.out,
+              ::testing::ContainsRegex(waiting + " .* PENDING .* waiting for free GPUs\n"));
+  EXPECT_THAT(Bmas({"job", "show", waiting}).out,
+              HasSubstr("PENDING: waiting for free GPUs [Resources]"));
+  EXPECT_EQ(Bmas({"cancel", all}).exit_code, 0);
+  EXPECT_EQ(Bmas({"cancel", waiting}).exit_code, 0);
+}
+
 TEST_F(JobsTest, TrainingPreemptsInferenceWhichIsRequeuedAndCompletesLater) {
   // An inference replica holds every GPU until it is preempted; on its second run it ends.
   CommandOutput inference =

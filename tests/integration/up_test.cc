@@ -189,6 +189,21 @@ TEST(UpTest, AsRootTheEnginesAndTheGatewayRunAsTheServiceAccount) {
   ASSERT_EQ(stat((state + "/store").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, account->pw_uid);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // Root's `bmas gateway backend list` finds the gateway the account runs, and the engine
+  // `bmas up` gave it on its command line.
+  std::string listed;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto list = RunBmas({"gateway", "backend", "list", "--json"}, {{"BMAS_STATE_DIR", state}});
+        listed = list ? list->out + list->err : list.error().message;
+        rapidjson::Document rows;
+        rows.Parse(listed.c_str());
+        return !rows.HasParseError() && rows.IsArray() && rows.Size() == 1 &&
+               Str(At(At(rows, 0), "health")) == "healthy" &&
+               Str(At(At(At(rows, 0), "origins"), 0)) == "command line";
+      },
+      10s))
+      << listed;
   p.Signal(SIGINT);
   auto status = p.Wait(20s);
   ASSERT_TRUE(status.has_value());

@@ -135,6 +135,25 @@ TEST_F(UserCliTest, UsageErrorsAreShortAndExitTwo) {
   }
 }
 
+// `bmas run python train.py --epochs 3`: CLI11 would say only that --epochs was not expected;
+// bmas says to put `--` before the command, and shows the command line that would work. An
+// option unknown before the command is another mistake, and gets CLI11's message.
+TEST_F(UserCliTest, RunWithTheCommandsOptionsButNoDashDashSaysWhereToPutIt) {
+  CliRun r = Bmas({"run", "--gpus", "2", "--name", "my job", "python", "train.py", "--epochs",
+                   "3"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_EQ(r.err,
+            "bmas run: put `--` before the command (its options are not bmas run's): bmas run "
+            "--gpus 2 --name 'my job' -- python train.py --epochs 3\n");
+  CliRun short_option = Bmas({"run", "--wait", "python", "-c", "print(1)"});
+  EXPECT_EQ(short_option.status.code, 2);
+  EXPECT_THAT(short_option.err, HasSubstr("bmas run --wait -- python -c 'print(1)'"));
+  CliRun before = Bmas({"run", "--epochs", "3", "python"});
+  EXPECT_EQ(before.status.code, 2);
+  EXPECT_THAT(before.err, HasSubstr("not expected: --epochs"));
+  EXPECT_THAT(before.err, ::testing::Not(HasSubstr("put `--`")));
+}
+
 // Two commands that open a fresh state dir at once (`bmas up` starting a gateway while the user
 // runs `bmas user add`) must both succeed: creating and migrating the store is safe against a
 // concurrent first open.

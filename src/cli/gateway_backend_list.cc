@@ -1,0 +1,98 @@
+// `bmas gateway backend list`: the config's backends, the store's, and the running gateway's
+// view of them (its /metrics), or each backend's own /health when no gateway answers.
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/backend_list.h"
+#include "cli/commands.h"
+#include "daemon/gateway_main.h"
+#include "gateway/upstream.h"
+#include "slurm/rest_client.h"
+#include "store/store.h"
+
+namespace bmas {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{1000};
+
+// GET `path` below the base URL `url` (http://host:port[/prefix]); the body of a 200.
+Result<std::string> Get(const std::string& url, const std::string& path, const std::string& peer) {
+  auto parsed = gateway::ParseBackendUrl(url);
+  if (!parsed) return parsed.error();
+  std::string host = parsed->host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  const std::string& digits = parsed->port;
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), port).ec != std::errc() ||
+      port <= 0 || port > 65535) {
+    return InvalidArgument(fmt::format("{} {}: port {} is out of range", peer, url, digits));
+  }
+  auto transport = NewTcpRestTransport(host, static_cast<uint16_t>(port), kTimeout, peer);
+  auto response = transport->RoundTrip({"GET", parsed->base_path + path, {}, ""});
+  if (!response) return response.error();
+  if (response->status != 200) {
+    return Error{ErrorCode::kUnavailable, fmt::format("{} at {} answered {} with HTTP {}", peer,
+                                                      url, path, response->status)};
+  }
+  return std::move(response->body);
+}
+
+// The backends of the gateway running on `state_dir`, from its operator listener's /metrics;
+// an error saying why there is no answer.
+Result<std::vector<RunningBackend>> AskGateway(const std::string& state_dir) {
+  const std::string path = GatewayOperatorUrlPath(state_dir);
+  std::ifstream in(path);
+  std::string url;
+  if (!std::getline(in, url) || url.empty()) {
+    return NotFound(fmt::format("no gateway runs on the state dir {} (none left its address in {})",
+                                state_dir, path));
+  }
+  auto metrics = Get(url, "/metrics", "the gateway");
+  if (!metrics) {
+    return Error{metrics.error().code,
+                 fmt::format("the gateway that left {} does not answer (it may have been killed): "
+                             "{}",
+                             path, metrics.error().message)};
+  }
+  return ParseRunningBackends(*metrics);
+}
+
+}  // namespace
+
+int GatewayCommand::ListBackends(GlobalOptions& global, Store& store) {
+  const Config config = global.LoadConfigOrDefaults();
+  std::vector<std::string> configured;
+  for (const std::string& url : config.gateway.backends) {
+    auto parsed = gateway::ParseBackendUrl(url);
+    configured.push_back(parsed ? parsed->url : url);
+  }
+  auto added = store.ListBackends();
+  if (!added) return ReportFailure("gateway backend list", added.error());
+  auto running = AskGateway(ResolveStateDir(global.state_dir, config));
+  std::vector<BackendRow> rows = MergeBackends(
+      configured, *added, running ? std::optional(std::move(*running)) : std::nullopt);
+  if (!running) {
+    fmt::print(stderr,
+               "bmas gateway backend list: {}. HEALTH is each backend's own /health, and "
+               "backends given to a gateway on its command line are not listed\n",
+               running.error().message);
+    for (BackendRow& row : rows) {
+      auto health = Get(row.url, "/health", "the backend");
+      row.healthy = health.has_value();
+      row.health = health ? "up (its /health answers)" : "down: " + health.error().message;
+    }
+  }
+  fmt::print("{}", FormatBackends(rows, json_));
+  return 0;
+}
+
+}  // namespace bmas
