@@ -217,8 +217,12 @@ TEST(UserCliAsAStudentTest, TheClustersStoreIsRootsAndSaysSo) {
     return r ? *r : CommandOutput{};
   };
   // The state dir comes from the config (BMAS_CONFIG stands in for /etc/bmas/bmas.toml).
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"key", "create", "alice"}, {"user", "list"}, {"user", "add", "mallory"}}) {
+  // Another user's key: only root (a student's own keys go through the agent).
+  CommandOutput others_key = as_student({"BMAS_CONFIG=" + config}, {"key", "create", "alice"});
+  EXPECT_EQ(others_key.exit_code, 2);
+  EXPECT_THAT(others_key.err, HasSubstr("only root manages other users' keys (the store is root's)"));
+  for (const auto& args : std::vector<std::vector<std::string>>{{"user", "list"},
+                                                                {"user", "add", "mallory"}}) {
     CommandOutput r = as_student({"BMAS_CONFIG=" + config}, args);
     EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1];
     EXPECT_THAT(r.err, HasSubstr("needs root: the cluster's store in " + state + " is root's"));
