@@ -79,6 +79,8 @@ class UpCommand {
  private:
   CLI::App* cmd_ = nullptr;
   int engines_ = 0;
+  bool status_ = false;
+  bool json_ = false;
 };
 
 }  // namespace bmas

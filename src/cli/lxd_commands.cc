@@ -25,6 +25,7 @@
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_client.h"
 #include "lxd/lxd_tls.h"
+#include "daemon/up_record.h"
 #include "lxd/workspace.h"
 #include "store/store.h"
 
@@ -258,6 +259,11 @@ int LxdCommands::RunUp(GlobalOptions& global) {
 int LxdCommands::RunDown(GlobalOptions& global) {
   global.SetUpLogging();
   LxdContext c = Context(global);
+  if (std::string refusal = RefuseWhatUpOwns(c.state_dir, "lxd", "bmas lxd down");
+      !refusal.empty()) {
+    fmt::print(stderr, "{}\n", refusal);
+    return 1;
+  }
   auto stopped = lxd::StopLocalLxd(c.state_dir);
   if (!stopped) return ReportFailure("lxd down", stopped.error());
   if (stopped->empty()) fmt::print("bmas lxd: nothing that `bmas lxd up` started was running\n");

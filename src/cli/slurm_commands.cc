@@ -22,6 +22,7 @@
 #include "cli/slurm_hook.h"
 #include "cli/slurm_target.h"
 #include "daemon/slurm_monitor.h"
+#include "daemon/up_record.h"
 #include "store/store.h"
 #include "slurm/local_cluster.h"
 #include "slurm/slurm_config.h"
@@ -191,6 +192,11 @@ int SlurmCommands::RunDown(GlobalOptions& global) {
   auto c = slurm::ReadLocalCluster(state_dir);
   if (!c) {
     fmt::print(stderr, "bmas slurm down: {}\n", c.error().message);
+    return 1;
+  }
+  if (std::string refusal = RefuseWhatUpOwns(state_dir, "slurm", "bmas slurm down");
+      !refusal.empty()) {
+    fmt::print(stderr, "{}\n", refusal);
     return 1;
   }
   if (auto stopped = slurm::StopLocalCluster(state_dir); !stopped) {

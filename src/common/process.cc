@@ -43,7 +43,7 @@ std::vector<char*> Pointers(const std::vector<std::string>& strings) {
 
 // posix_spawnp with `out_fd` and `err_fd` as stdout and stderr and stdin from /dev/null.
 Result<pid_t> SpawnWith(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                        int out_fd, int err_fd, bool detach) {
+                        int out_fd, int err_fd, bool detach, bool own_process_group = false) {
   if (args.empty()) return InvalidArgument("no command to run");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -62,6 +62,10 @@ Result<pid_t> SpawnWith(const std::vector<std::string>& args, const std::vector<
   posix_spawnattr_setsigdefault(&attr, &all);
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
   if (detach) flags |= POSIX_SPAWN_SETSID;
+  if (own_process_group && !detach) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
   posix_spawnattr_setflags(&attr, flags);
   std::vector<std::string> merged = MergedEnvironment(env);
   std::vector<char*> argv = Pointers(args);
@@ -86,7 +90,8 @@ Result<pid_t> Spawn(const SpawnOptions& o) {
   const std::string path = o.output.empty() ? "/dev/null" : o.output;
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Internal(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  Result<pid_t> pid = SpawnWith(o.args, o.env, fd, fd, o.detach);
+  Result<pid_t> pid = SpawnWith(o.args, o.env, o.stdout_fd >= 0 ? o.stdout_fd : fd, fd, o.detach,
+                                o.own_process_group);
   close(fd);
   return pid;
 }

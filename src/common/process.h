@@ -18,6 +18,8 @@ struct SpawnOptions {
   std::string output;             // file that stdout and stderr are appended to; "" = /dev/null
   std::vector<std::string> env;   // NAME=VALUE added to (or replacing in) this environment
   bool detach = false;            // a new session: no terminal, survives this process
+  bool own_process_group = false; // a process group of its own: the terminal's ^C misses it
+  int stdout_fd = -1;             // when set, stdout goes here and `output` gets stderr alone
 };
 
 // Starts the child and returns its pid; it runs with no signal blocked.

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -13,165 +12,41 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "common/private_files.h"
+#include "common/restart_backoff.h"
+#include "daemon/up_children.h"
+#include "daemon/up_record.h"
 #include "daemon/service_account.h"
 #include "store/store.h"
 #include "common/result.h"
 #include "lxd/local_lxd.h"
 #include "slurm/local_cluster.h"
 
-extern char** environ;
-
 namespace bmas {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Child {
-  std::string name;
-  pid_t pid = -1;
-  std::string url;
-  std::string log;
-  bool exited = false;
-};
+// How soon a part that died is started again: 1 s, doubling to 30 s; reset after 60 s up.
+constexpr RestartBackoff kRestartBackoff{};
 
-// Starts `argv` with stdout on a pipe and stderr appended to `log`; returns the pid and the
-// read end of the pipe. Signals blocked in this process are unblocked in the child.
-Result<std::pair<pid_t, int>> Spawn(const std::vector<std::string>& args, const std::string& log,
-                                    const std::vector<std::string>& env = {}) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
-  int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (err < 0) {
-    close(out[0]);
-    close(out[1]);
-    return Internal(fmt::format("cannot open {}: {}", log, std::strerror(errno)));
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err, STDERR_FILENO);
-  // Nothing of this process's beyond stdin, stdout and stderr (close_range in the child).
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  // Own process group: a Ctrl-C at the terminal reaches only `bmas up`, which then stops the
-  // children in order.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid;
-  // `env` ("NAME=value", secrets among them: never on the command line) replaces variables of
-  // the same name.
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string_view var(*e);
-    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
-      return var.substr(0, var.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
-    });
-    if (!replaced) envp.push_back(*e);
-  }
-  for (const std::string& x : env) envp.push_back(const_cast<char*>(x.c_str()));
-  envp.push_back(nullptr);
-  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(out[1]);
-  close(err);
-  if (rc != 0) {
-    close(out[0]);
-    return Internal(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
-  }
-  return std::make_pair(pid, out[0]);
+std::string ClockTime() {
+  return fmt::format("{:%H:%M:%S}", fmt::localtime(std::time(nullptr)));
 }
 
-// What a child printed when ready: its "listening on URL" line, and the "metrics on URL" line
-// a gateway prints before it.
-struct Ready {
-  std::string url;
-  std::string metrics_url;  // "" when none
-};
-
-// Reads the child's stdout up to its "listening on URL" line, waiting up to `timeout`.
-Result<Ready> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
-  std::string text;
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (text.find("listening on") == std::string::npos ||
-         text.find('\n', text.find("listening on")) == std::string::npos) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Internal("did not report a listening address in time");
-    fd_set set;
-    FD_ZERO(&set);
-    FD_SET(fd, &set);
-    timeval tv{left.count() / 1000, static_cast<suseconds_t>((left.count() % 1000) * 1000)};
-    int rc = select(fd + 1, &set, nullptr, nullptr, &tv);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) continue;
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) return Internal("exited before it was ready");
-    text.append(buf, static_cast<size_t>(n));
-  }
-  // The URL a line ends with ("" when none).
-  auto url_of = [&text](std::string_view needle) {
-    const size_t at = text.find(needle);
-    if (at == std::string::npos) return std::string();
-    const std::string line = text.substr(at, text.find('\n', at) - at);
-    const size_t http = line.find("http://");
-    return http == std::string::npos ? std::string() : line.substr(http);
-  };
-  Ready ready{url_of("listening on"), url_of("metrics on")};
-  if (ready.url.empty()) return Internal("printed an unexpected line: " + text);
-  return ready;
-}
-
-std::string LogTail(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  std::string out;
-  for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) {
-    out += "    " + lines[i] + "\n";
-  }
-  return out;
-}
-
-void StopAll(std::vector<Child>& children, std::chrono::seconds grace) {
-  for (Child& c : children) {
-    if (!c.exited) kill(c.pid, SIGTERM);
-  }
-  auto until = std::chrono::steady_clock::now() + grace;
-  for (Child& c : children) {
-    while (!c.exited) {
-      int status;
-      pid_t r = waitpid(c.pid, &status, WNOHANG);
-      if (r == c.pid || (r < 0 && errno == ECHILD)) {
-        c.exited = true;
-        break;
-      }
-      if (std::chrono::steady_clock::now() > until) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, &status, 0);
-        c.exited = true;
-        break;
-      }
-      usleep(20000);
-    }
-  }
+long long SecondsUntil(std::chrono::steady_clock::time_point at,
+                       std::chrono::steady_clock::time_point now) {
+  return std::chrono::ceil<std::chrono::seconds>(at - now).count();
 }
 
 // `bmas --state-dir DIR [--config FILE]`: the start of a child's command line.
@@ -184,28 +59,22 @@ std::vector<std::string> SelfArgs(const UpOptions& options, const std::string& d
   return args;
 }
 
-// Starts `bmas ARGS...` beside the others: a helper that serves /metrics. Returns its summary
-// lines; one that fails to start is stopped and the line says why (it is not fatal).
+// Starts `bmas ARGS...` beside the others: a helper that serves /metrics on the port that
+// `port_flag` sets. Returns its summary lines; one that fails to start is stopped and the line
+// says why (it is not fatal).
 std::string StartHelper(const UpOptions& options, const std::string& dir, const std::string& name,
                         const std::string& log, const std::vector<std::string>& args,
-                        const std::string& what, std::vector<Child>& children) {
+                        const std::string& port_flag, const std::string& what,
+                        std::vector<Child>& children) {
   Child c;
   c.name = name;
   c.log = (fs::path(dir) / "logs" / log).string();
-  std::vector<std::string> argv = SelfArgs(options, dir);
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto spawned = Spawn(argv, c.log);
-  if (!spawned) return fmt::format("  {:<10} not started: {}\n", name, spawned.error().message);
-  c.pid = spawned->first;
-  auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
-  close(spawned->second);
-  if (!url) {
-    std::vector<Child> failed = {c};
-    StopAll(failed, std::chrono::seconds(2));
-    return fmt::format("  {:<10} not started: {}; its log {} ends with:\n{}", name,
-                       url.error().message, c.log, LogTail(c.log));
+  c.args = SelfArgs(options, dir);
+  c.args.insert(c.args.end(), args.begin(), args.end());
+  c.port_flag = port_flag;
+  if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
+    return fmt::format("  {:<10} not started: {}", name, started.error().message);
   }
-  c.url = url->url;
   children.push_back(c);
   return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
                      what, c.url, "", "", c.log);
@@ -287,6 +156,15 @@ int RunUp(const UpOptions& options) {
   const Config& config = options.config;
   const EngineSettings& e = config.engine;
   fmt::print("bmas up: state dir {}\n", dir);
+  // A bmas up that died (SIGKILL, a crash) left its parts running: stop them, so that this one
+  // does not start a second set beside them, and take over the Slurm and LXD it owned. The
+  // processes are not adopted: they are not this process's children (it could not wait for
+  // them), and the engines' key to the gateway died with their parent.
+  std::optional<UpRecord> previous;
+  if (auto stale = StopStaleRun(dir)) {
+    fmt::print("{}", stale->second);
+    previous = stale->first;
+  }
   // The engines and the gateway face the network: as root, they run as the service account,
   // which owns the store (the gateway meters into it).
   const ServiceAccount service =
@@ -308,11 +186,40 @@ int RunUp(const UpOptions& options) {
     return args;
   };
   std::vector<Child> children;
+  UpRecord record;
+  record.pid = getpid();
+  record.start_ticks = ProcessStartTicks(getpid());
+  record.since = std::time(nullptr);
+  record.state_dir = dir;
+  // run/up.json: what runs now, for `bmas up --status`, the downs and the next up.
+  auto save = [&] {
+    record.parts.clear();
+    const auto now = std::chrono::steady_clock::now();
+    for (const Child& c : children) {
+      UpRecord::Part part{c.name, c.pid, c.start_ticks, c.url, c.log, "running", 0,
+                          c.restarts, c.last_exit};
+      if (c.exited) {
+        part.state = c.restart_at ? "restarting" : "down";
+        if (c.restart_at) {
+          part.restart_at = std::time(nullptr) +
+                            std::chrono::duration_cast<std::chrono::seconds>(*c.restart_at - now)
+                                .count();
+        }
+      }
+      record.parts.push_back(std::move(part));
+    }
+    if (auto written = WriteUpRecord(dir, record); !written) {
+      fmt::print(stderr, "bmas up: {} (`bmas up --status` cannot see this run)\n",
+                 written.error().message);
+    }
+  };
   auto fail = [&](const std::string& message) {
     fmt::print(stderr, "bmas up: {}\n", message);
     StopAll(children, std::chrono::seconds(5));
+    RemoveUpRecord(dir);
     return 1;
   };
+  save();
   // One random key between this machine's engines and its gateway (vLLM's --api-key), handed
   // over in their environment, which only their owner can read.
   std::string backend_key;
@@ -330,19 +237,15 @@ int RunUp(const UpOptions& options) {
     c.name = fmt::format("engine-{}", i);
     c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
-    std::vector<std::string> args = service_args();
-    args.insert(args.end(), {"engine", "--port", std::to_string(port)});
-    auto spawned = Spawn(args, c.log, {"VLLM_API_KEY=" + backend_key});
-    if (!spawned) return fail(fmt::format("{}: {}", c.name, spawned.error().message));
-    c.pid = spawned->first;
-    children.push_back(c);
-    auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
-    close(spawned->second);
-    if (!url) {
-      return fail(fmt::format("{} {}; its log {} ends with:\n{}", c.name, url.error().message,
-                              c.log, LogTail(c.log)));
+    c.args = service_args();
+    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(port)});
+    c.env = {"VLLM_API_KEY=" + backend_key};
+    c.port_flag = "--port";
+    if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
+      return fail(fmt::format("{} {}", c.name, started.error().message));
     }
-    children.back().url = url->url;
+    children.push_back(c);
+    save();
   }
 
   const size_t num_engines = children.size();
@@ -351,24 +254,20 @@ int RunUp(const UpOptions& options) {
     Child g;
     g.name = "gateway";
     g.log = (fs::path(dir) / "logs" / "gateway.log").string();
-    std::vector<std::string> args = service_args();
-    args.push_back("gateway");
+    g.args = service_args();
+    g.args.push_back("gateway");
     for (size_t i = 0; i < num_engines; ++i) {
-      args.push_back("--backend");
-      args.push_back(children[i].url);
+      g.args.push_back("--backend");
+      g.args.push_back(children[i].url);
     }
-    auto spawned = Spawn(args, g.log, {"BMAS_BACKEND_API_KEY=" + backend_key});
-    if (!spawned) return fail(fmt::format("gateway: {}", spawned.error().message));
-    g.pid = spawned->first;
+    g.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
+    g.port_flag = "--port";
+    if (auto started = StartChild(g, std::chrono::seconds(15)); !started) {
+      return fail(fmt::format("gateway {}", started.error().message));
+    }
     children.push_back(g);
-    auto url = ReadListeningUrl(spawned->second, std::chrono::seconds(15));
-    close(spawned->second);
-    if (!url) {
-      return fail(fmt::format("gateway {}; its log {} ends with:\n{}", url.error().message, g.log,
-                              LogTail(g.log)));
-    }
-    children.back().url = url->url;
-    gateway_metrics_url = url->metrics_url;
+    gateway_metrics_url = g.metrics_url;
+    save();
   }
 
   // A local Slurm when this machine can run one; otherwise why not. Left alone when
@@ -378,7 +277,12 @@ int RunUp(const UpOptions& options) {
   if (config.up.slurm) {
     auto running = slurm::ReadLocalCluster(dir);
     std::string why = slurm::LocalClusterPrerequisites();
-    if (running) {
+    if (running && previous && previous->owns_slurm) {
+      slurm_started = true;
+      slurm_line = fmt::format("  {:<10} {:<28} local Slurm started by the last bmas up (pid {}), "
+                               "which died; adopted: this one stops it\n",
+                               "slurm", running->rest_url(), previous->pid);
+    } else if (running) {
       slurm_line = fmt::format("  {:<10} {:<28} local Slurm started by `bmas slurm up`; left "
                                "running\n",
                                "slurm", running->rest_url());
@@ -405,7 +309,7 @@ int RunUp(const UpOptions& options) {
   if (slurm::ReadLocalCluster(dir)) {
     monitor_line = StartHelper(
         options, dir, "slurm-mon", "slurm-monitor.log",
-        {"slurm", "monitor", "--port", std::to_string(config.up.slurm_monitor_port)},
+        {"slurm", "monitor", "--port", std::to_string(config.up.slurm_monitor_port)}, "--port",
         "Slurm jobs and GPUs per user and partition, mode", children);
   }
 
@@ -420,6 +324,8 @@ int RunUp(const UpOptions& options) {
                              : Result<lxd::LocalLxd>(Error{ErrorCode::kUnavailable, why});
     if (ready) {
       lxd_started = !ready->started.empty() && (!before || before->started.empty());
+      // The LXD a dead bmas up started is adopted, as its Slurm is.
+      if (previous && previous->owns_lxd && before && !before->started.empty()) lxd_started = true;
       lxd_line = fmt::format(
           "  {:<10} {:<28} LXD for workspaces (pool {}); `bmas workspace create USER`\n", "lxd",
           ready->socket, ready->pool_driver);
@@ -433,9 +339,13 @@ int RunUp(const UpOptions& options) {
   if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
       slurm::ReadLocalCluster(dir)) {
     agent_line = StartHelper(options, dir, "agent", "agent.log",
-                             {"agent", "--metrics-port", "0"},
+                             {"agent", "--metrics-port", "0"}, "--metrics-port",
                              "runs jobs in workspaces, unplugs stray GPUs", children);
   }
+
+  record.owns_slurm = slurm_started;
+  record.owns_lxd = lxd_started;
+  save();
 
   std::string summary;
   for (const Child& c : children) {
@@ -468,7 +378,6 @@ int RunUp(const UpOptions& options) {
   fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
   std::fflush(stdout);
 
-  int exit_code = 0;
   while (true) {
     siginfo_t info;
     timespec tick{1, 0};
@@ -489,23 +398,39 @@ int RunUp(const UpOptions& options) {
       fmt::print("bmas up: stopping{}...\n", sig == SIGHUP ? " (its terminal hung up)" : "");
       break;
     }
-    bool died = false;
+    // A part that died is started again after a backoff, on the same port (engines keep their
+    // URLs in the gateway's list). Up goes on running meanwhile: one engine's crash must not
+    // take the gateway and every user's stream with it.
+    bool changed = false;
     for (Child& c : children) {
-      int status;
-      if (!c.exited && waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        c.exited = true;
-        died = true;
-        fmt::print(stderr, "bmas up: {} exited unexpectedly ({}); its log {} ends with:\n{}",
-                   c.name,
-                   WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
-                                     : fmt::format("signal {}", WTERMSIG(status)),
-                   c.log, LogTail(c.log));
+      const auto now = std::chrono::steady_clock::now();
+      if (auto how = ReapChild(c)) {
+        c.last_exit = fmt::format("{} at {}", *how, ClockTime());
+        c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, now);
+        fmt::print(stderr, "bmas up: {} (pid {}) exited unexpectedly ({}); starting it again in {} "
+                   "s; its log {} ends with:\n{}",
+                   c.name, c.pid, *how, SecondsUntil(*c.restart_at, now), c.log, LogTail(c.log));
+        changed = true;
+      }
+      if (c.restart_at && now >= *c.restart_at) {
+        c.restart_at.reset();
+        ++c.restarts;
+        if (auto started = StartChild(c, std::chrono::seconds(15)); started) {
+          fmt::print(stderr, "bmas up: {} started again (pid {}, restart {}), {}\n", c.name, c.pid,
+                     c.restarts, c.url);
+        } else {
+          const std::string why = started.error().message.substr(
+              0, started.error().message.find(';'));
+          c.last_exit = fmt::format("did not start again ({}) at {}", why, ClockTime());
+          const auto after = std::chrono::steady_clock::now();
+          c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, after);
+          fmt::print(stderr, "bmas up: {} did not start again: {}\nbmas up: next try in {} s\n",
+                     c.name, started.error().message, SecondsUntil(*c.restart_at, after));
+        }
+        changed = true;
       }
     }
-    if (died) {
-      exit_code = 1;
-      break;
-    }
+    if (changed) save();
   }
   StopAll(children, std::chrono::seconds(e.shutdown_timeout_s + 5));
   if (slurm_started) {
@@ -519,8 +444,9 @@ int RunUp(const UpOptions& options) {
     }
   }
   fs::remove(fs::path(dir) / "run" / "up.txt", ec);
+  RemoveUpRecord(dir);
   fmt::print("bmas up: stopped.\n");
-  return exit_code;
+  return 0;
 }
 
 }  // namespace bmas

@@ -1,8 +1,10 @@
 #pragma once
 
 // `bmas up`: starts every bmas component this machine can run, prints what runs where, and
-// stops all of it on Ctrl-C (SIGINT) or SIGTERM. Today: simulated engines, the gateway in
-// front of them, and a local Slurm cluster when bmas runs as root with Slurm installed.
+// stops all of it on Ctrl-C (SIGINT), SIGTERM or SIGHUP: simulated engines and the gateway in
+// front of them, a local Slurm and its monitor, LXD, and the agent. A part that dies is started
+// again with backoff; what runs is recorded in run/up.json (daemon/up_record.h), where
+// `bmas up --status`, the downs and the next up read it.
 
 #include <string>
 

@@ -65,14 +65,7 @@ class LxdWorkspaceTest : public ::testing::Test {
     }
     if (dir_.empty()) return;
     // Nothing may stay mounted under the test's directory before it is removed.
-    std::ifstream mounts("/proc/self/mounts");
-    std::vector<std::string> left;
-    for (std::string line; std::getline(mounts, line);) {
-      std::istringstream words(line);
-      std::string device, point;
-      words >> device >> point;
-      if (point.rfind(dir_ + "/", 0) == 0) left.push_back(point);
-    }
+    const std::vector<std::string> left = MountsUnder(dir_);
     EXPECT_THAT(left, ::testing::IsEmpty()) << "bmas lxd down left mounts behind";
     for (auto it = left.rbegin(); it != left.rend(); ++it) umount2(it->c_str(), MNT_DETACH);
     std::error_code ec;

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace bmas::testing {
 namespace {
@@ -103,6 +105,18 @@ int FreeTcpPort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+std::vector<std::string> MountsUnder(const std::string& root) {
+  std::ifstream mounts("/proc/self/mounts");
+  std::vector<std::string> under;
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream words(line);
+    std::string device, point;
+    words >> device >> point;
+    if (point.rfind(root + "/", 0) == 0) under.push_back(point);
+  }
+  return under;
 }
 
 }  // namespace bmas::testing

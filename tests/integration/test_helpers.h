@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <thread>
 
@@ -52,6 +53,10 @@ std::optional<double> MetricValue(const std::string& text, std::string_view seri
 
 // A TCP port on 127.0.0.1 that nothing listens on now.
 int FreeTcpPort();
+
+// The mount points below `root` (/proc/self/mounts), parents before children: unmount them in
+// reverse.
+std::vector<std::string> MountsUnder(const std::string& root);
 
 // ---- Polling ----------------------------------------------------------------------------
 

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <pwd.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "engine_process.h"
 #include "http_client.h"
 #include "test_helpers.h"
@@ -238,6 +241,234 @@ TEST(UpTest, AHangupStopsEverythingUpStarted) {
   text << log.rdbuf();
   EXPECT_THAT(text.str(), HasSubstr("terminal hung up"));
   EXPECT_THAT(text.str(), HasSubstr("bmas up: stopped."));
+}
+
+// `bmas up --status --json` for `state`, parsed (an object, empty when it printed none).
+rapidjson::Document UpStatus(const std::string& state) {
+  auto r = RunBmas({"--state-dir", state, "up", "--status", "--json"});
+  rapidjson::Document d;
+  d.Parse(r ? r->out.c_str() : "{}");
+  if (d.HasParseError() || !d.IsObject()) d.Parse("{}");
+  return d;
+}
+
+// The part `name` in an `up --status --json` object (an empty object when there is none).
+const rapidjson::Value& Part(const rapidjson::Value& status, const std::string& name) {
+  static const rapidjson::Value kNone(rapidjson::kObjectType);
+  const auto parts = status.FindMember("parts");
+  if (parts == status.MemberEnd() || !parts->value.IsArray()) return kNone;
+  for (const rapidjson::Value& p : parts->value.GetArray()) {
+    if (p.IsObject() && Str(At(p, "name")) == name) return p;
+  }
+  return kNone;
+}
+
+constexpr std::string_view kNoSlurmNoLxd = "[up]\nslurm = false\nlxd = false\n";
+
+// An engine or the gateway that dies is started again on its own port, with backoff; up goes
+// on running, says so on stderr, and `bmas up --status` shows the restart and the exit (issue
+// 15).
+TEST(UpTest, APartThatDiesIsStartedAgainOnItsPortAndStatusSaysSo) {
+  TempDir dir;
+  const std::string state = dir.path() + "/state";
+  const std::string config =
+      dir.WriteFile("bmas.toml", std::string(kInstantConfig) + std::string(kNoSlurmNoLxd));
+  auto up =
+      Process::Start({"--config", config, "up", "--engines", "1"}, {{"BMAS_STATE_DIR", state}});
+  ASSERT_TRUE(up) << up.error().message;
+  Process& p = **up;
+  auto running = p.WaitForLine("bmas up: running", 30s);
+  ASSERT_TRUE(running) << running.error().message << p.StderrText();
+  const std::vector<std::string> engine = EngineUrls(p.stdout_text());
+  const std::vector<std::string> gateway = ComponentUrls(p.stdout_text(), "gateway");
+  ASSERT_EQ(engine.size(), 1u);
+  ASSERT_EQ(gateway.size(), 1u);
+
+  rapidjson::Document status = UpStatus(state);
+  ASSERT_TRUE(status.HasMember("running")) << "no status";
+  EXPECT_TRUE(At(status, "running").GetBool());
+  EXPECT_EQ(Int(At(status, "pid")), p.pid());
+  for (const char* name : {"engine-0", "gateway"}) {
+    SCOPED_TRACE(name);
+    const pid_t before = static_cast<pid_t>(Int(At(Part(status, name), "pid")));
+    ASSERT_GT(before, 0);
+    ASSERT_EQ(kill(before, SIGKILL), 0);
+    rapidjson::Document now;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          now = UpStatus(state);
+          const rapidjson::Value& part = Part(now, name);
+          return part.HasMember("restarts") && Int(At(part, "restarts")) == 1 &&
+                 Str(At(part, "state")) == "running";
+        },
+        20s))
+        << p.StderrText();
+    const rapidjson::Value& part = Part(now, name);
+    EXPECT_NE(Int(At(part, "pid")), before);
+    EXPECT_THAT(Str(At(part, "last_exit")), HasSubstr("signal 9"));
+    EXPECT_EQ(Str(At(part, "url")), std::string(name) == "gateway" ? gateway[0] : engine[0]);
+  }
+  EXPECT_THAT(p.StderrText(), HasSubstr("engine-0 ("));
+  EXPECT_THAT(p.StderrText(), HasSubstr("exited unexpectedly (signal 9); starting it again in 1 s"));
+  EXPECT_TRUE(p.running()) << "bmas up stopped when a part died";
+  // The engine answers on the port it had; the text status shows the restart.
+  HttpClient engine_client(PortOfUrl(engine[0]));
+  auto version = engine_client.Get("/version");
+  ASSERT_TRUE(version) << version.error().message;
+  EXPECT_EQ(version->status, 200);
+  auto text = RunBmas({"--state-dir", state, "up", "--status"});
+  ASSERT_TRUE(text);
+  EXPECT_TRUE(text->status.Success()) << text->err;
+  EXPECT_THAT(text->out, ::testing::ContainsRegex("engine-0 +[0-9]+ +running +1 "));
+  EXPECT_THAT(text->out, HasSubstr("signal 9 at "));
+
+  p.Signal(SIGINT);
+  auto stopped = p.Wait(20s);
+  ASSERT_TRUE(stopped.has_value());
+  EXPECT_TRUE(stopped->Success()) << stopped->ToString() << p.StderrText();
+  auto after = RunBmas({"--state-dir", state, "up", "--status"});
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status.code, 1);
+  EXPECT_THAT(after->out, HasSubstr("not running"));
+}
+
+// A bmas up killed outright (SIGKILL: no clean-up) leaves its parts running; `up --status` says
+// so, and the next `bmas up` stops them, says which, and starts its own set (issue 15).
+TEST(UpTest, ANewUpStopsThePartsADeadUpLeftRunning) {
+  TempDir dir;
+  const std::string state = dir.path() + "/state";
+  const std::string config =
+      dir.WriteFile("bmas.toml", std::string(kInstantConfig) + std::string(kNoSlurmNoLxd));
+  const EnvList env = {{"BMAS_STATE_DIR", state}};
+  auto first = Process::Start({"--config", config, "up", "--engines", "1"}, env);
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_TRUE((*first)->WaitForLine("bmas up: running", 30s));
+  rapidjson::Document status = UpStatus(state);
+  const pid_t engine = static_cast<pid_t>(Int(At(Part(status, "engine-0"), "pid")));
+  const pid_t gateway = static_cast<pid_t>(Int(At(Part(status, "gateway"), "pid")));
+  ASSERT_GT(engine, 0);
+  ASSERT_GT(gateway, 0);
+  const pid_t dead = (*first)->pid();
+  (*first)->Signal(SIGKILL);
+  ASSERT_TRUE((*first)->Wait(10s).has_value());
+  ASSERT_TRUE(ProcessRunning(engine) && ProcessRunning(gateway)) << "nothing was left running";
+
+  auto stale = RunBmas({"--state-dir", state, "up", "--status"});
+  ASSERT_TRUE(stale);
+  EXPECT_EQ(stale->status.code, 1);
+  EXPECT_THAT(stale->out, HasSubstr(fmt::format("the last one (pid {}) ended without stopping", dead)));
+  EXPECT_THAT(stale->out, ::testing::ContainsRegex("engine-0 +pid [0-9]+ +still running: the next "
+                                                   "`bmas up` stops it"));
+
+  auto second = Process::Start({"--config", config, "up", "--engines", "1"}, env);
+  ASSERT_TRUE(second) << second.error().message;
+  auto running = (*second)->WaitForLine("bmas up: running", 30s);
+  ASSERT_TRUE(running) << running.error().message << (*second)->StderrText();
+  EXPECT_THAT((*second)->stdout_text(),
+              HasSubstr(fmt::format("stopped engine-0 (pid {}), left running by the last bmas up "
+                                    "(pid {})",
+                                    engine, dead)));
+  EXPECT_THAT((*second)->stdout_text(), HasSubstr(fmt::format("stopped gateway (pid {})", gateway)));
+  EXPECT_FALSE(ProcessRunning(engine));
+  EXPECT_FALSE(ProcessRunning(gateway));
+  EXPECT_EQ(EngineUrls((*second)->stdout_text()).size(), 1u);
+  (*second)->Signal(SIGINT);
+  auto stopped = (*second)->Wait(20s);
+  ASSERT_TRUE(stopped.has_value());
+  EXPECT_TRUE(stopped->Success()) << stopped->ToString();
+}
+
+// As root with Slurm and LXD: a running `bmas up` owns the Slurm and the LXD it started, so
+// `bmas slurm down` and `bmas lxd down` refuse, naming it; a new up after a dead one adopts
+// them and stops them when it stops (issue 15).
+TEST(UpTest, SlurmAndLxdDownRefuseWhatARunningUpOwnsAndTheNextUpAdoptsThem) {
+  if (geteuid() != 0 || access("/usr/sbin/slurmctld", X_OK) != 0 ||
+      (access("/usr/bin/lxd", X_OK) != 0 && access("/usr/sbin/lxd", X_OK) != 0)) {
+    GTEST_SKIP() << "needs root, Slurm and LXD (bash scripts/install-deps.sh)";
+  }
+  // Under /tmp/bmas-lxd-test-* as the LXD tests are (their clean-up knows the name), open to
+  // Slurm's and LXD's daemons.
+  std::string root = "/tmp/bmas-lxd-test-XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  ASSERT_EQ(chmod(root.c_str(), 0755), 0);
+  const std::string state = root + "/state";
+  const std::string config = root + "/bmas.toml";
+  std::ofstream(config) << kInstantConfig
+                        << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", root);
+  auto bmas = [&](const std::vector<std::string>& args, std::chrono::seconds timeout = 60s) {
+    std::vector<std::string> argv = {"--config", config, "--state-dir", state};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunBmas(argv, {}, timeout);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CliRun{};
+  };
+  // Whatever happens, nothing is left running or mounted.
+  struct CleanUp {
+    std::function<void()> run;
+    ~CleanUp() { run(); }
+  } clean_up{[&] {
+    bmas({"slurm", "down"}, 120s);
+    bmas({"lxd", "down"}, 120s);
+    const std::vector<std::string> left = MountsUnder(root);
+    for (auto it = left.rbegin(); it != left.rend(); ++it) umount2(it->c_str(), MNT_DETACH);
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }};
+
+  auto first = Process::Start({"--config", config, "--state-dir", state, "up", "--engines", "0"});
+  ASSERT_TRUE(first) << first.error().message;
+  auto running = (*first)->WaitForLine("bmas up: running", 180s);
+  ASSERT_TRUE(running) << running.error().message << (*first)->StderrText();
+  const std::string summary = (*first)->stdout_text();
+  ASSERT_THAT(summary, ::testing::ContainsRegex("\n  slurm +http://")) << summary;
+  ASSERT_THAT(summary, ::testing::ContainsRegex("\n  lxd +/")) << summary;
+  const pid_t up_pid = (*first)->pid();
+
+  for (const std::string part : {"slurm", "lxd"}) {
+    SCOPED_TRACE(part);
+    CliRun down = bmas({part, "down"});
+    EXPECT_EQ(down.status.code, 1) << down.out << down.err;
+    EXPECT_THAT(down.err, HasSubstr(fmt::format("bmas {} down: the local {} belongs to the bmas "
+                                                "up running with state dir {} (pid {})",
+                                                part, part == "slurm" ? "Slurm" : "LXD", state,
+                                                up_pid)));
+    EXPECT_THAT(down.err, HasSubstr(fmt::format("kill -INT {}", up_pid)));
+  }
+  EXPECT_TRUE(std::filesystem::exists(state + "/slurm/local.json")) << "Slurm was stopped";
+  CliRun jobs = bmas({"jobs"});
+  EXPECT_TRUE(jobs.status.Success()) << jobs.err;
+  CliRun status = bmas({"up", "--status"});
+  EXPECT_TRUE(status.status.Success()) << status.err;
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("\n  slurm +started by this bmas up"));
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("\n  lxd +started by this bmas up"));
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("\n  agent +[0-9]+ +running"));
+
+  // Killed outright: the next up stops the parts it left and adopts its Slurm and LXD.
+  (*first)->Signal(SIGKILL);
+  ASSERT_TRUE((*first)->Wait(10s).has_value());
+  auto second = Process::Start({"--config", config, "--state-dir", state, "up", "--engines", "0"});
+  ASSERT_TRUE(second) << second.error().message;
+  running = (*second)->WaitForLine("bmas up: running", 180s);
+  ASSERT_TRUE(running) << running.error().message << (*second)->StderrText();
+  EXPECT_THAT((*second)->stdout_text(), ::testing::ContainsRegex("stopped agent \\(pid [0-9]+\\)"));
+  EXPECT_THAT((*second)->stdout_text(),
+              HasSubstr(fmt::format("local Slurm started by the last bmas up (pid {}), which "
+                                    "died; adopted",
+                                    up_pid)));
+  EXPECT_THAT(bmas({"slurm", "down"}).err, HasSubstr("belongs to the bmas up"));
+  (*second)->Signal(SIGINT);
+  auto stopped = (*second)->Wait(120s);
+  ASSERT_TRUE(stopped.has_value()) << "bmas up still running 120 s after SIGINT";
+  EXPECT_TRUE(stopped->Success()) << stopped->ToString() << (*second)->StderrText();
+  // It stopped what it adopted.
+  EXPECT_FALSE(std::filesystem::exists(state + "/slurm/local.json"));
+  std::ifstream lxd_json(state + "/lxd.json");
+  std::stringstream recorded;
+  recorded << lxd_json.rdbuf();
+  if (lxd_json.is_open()) {
+    rapidjson::Document d = ParseJson(recorded.str());
+    EXPECT_EQ(At(d, "started").Size(), 0u) << recorded.str();
+  }
 }
 
 TEST(UpTest, SecondUpOnTheSameStateDirRefuses) {
