@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <termios.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -69,15 +71,41 @@ std::vector<std::string> Candidates(const std::string& command,
 
 Result<WorkspaceTerminal> OpenWorkspaceTerminal(pid_t init, uid_t uid, int rows, int cols) {
   // Opened through the workspace's root, the multiplexer makes the terminal in the workspace's
-  // devpts; TIOCGPTPEER gives its slave without looking the name up.
+  // devpts; TIOCGPTPEER gives its slave without looking the name up. The workspace's root (the
+  // user, or whoever is root in there) owns its /dev: its /dev/ptmx may be a symlink out to a
+  // host file, a FIFO or any other node. So the path is resolved inside the workspace's root
+  // alone (openat2 RESOLVE_IN_ROOT, no magic links), opened without blocking, and only the
+  // multiplexer itself (character device 5:2) is taken.
+  const std::string root_path = fmt::format("/proc/{}/root", init);
+  const int root = open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("the workspace has no terminals ({}: {})", root_path,
+                             std::strerror(errno))};
+  }
   int master = -1;
   std::string tried;
   for (const char* inside : {"/dev/ptmx", "/dev/pts/ptmx"}) {
-    const std::string path = fmt::format("/proc/{}/root{}", init, inside);
-    master = open(path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (master >= 0) break;
-    tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", path, std::strerror(errno));
+    open_how how{};
+    how.flags = O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    const int fd = static_cast<int>(syscall(SYS_openat2, root, inside, &how, sizeof how));
+    if (fd < 0) {
+      tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", inside, std::strerror(errno));
+      continue;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 5 ||
+        minor(st.st_rdev) != 2) {
+      tried += fmt::format("{}{}: not the terminal multiplexer", tried.empty() ? "" : "; ", inside);
+      close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    master = fd;
+    break;
   }
+  close(root);
   if (master < 0) {
     return Error{ErrorCode::kUnavailable, "the workspace has no terminals (" + tried + ")"};
   }

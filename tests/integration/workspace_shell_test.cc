@@ -267,6 +267,39 @@ TEST_F(WorkspaceShellTest, AStudentsShellHasATerminalALoginEnvironmentAndJobCont
   EXPECT_EQ(t.Wait(), 6) << t.output();
 }
 
+// The workspace's /dev is its root's to change, and the agent (root) opens its /dev/ptmx. A
+// symlink there out to a host file is resolved inside the workspace, never on the host; a node
+// that is not the terminal multiplexer (a FIFO) is refused at once, with the reason.
+TEST_F(WorkspaceShellTest, AWorkspacesDevPtmxCannotLeadTheAgentOut) {
+  auto as_root_inside = [&](const std::string& script) {
+    auto r = RunCommand({"lxc", "exec", "ws-bmastest1", "--", "sh", "-c", script},
+                        {"LXD_DIR=" + dir_ + "/lxd"});
+    EXPECT_TRUE(r && r->exit_code == 0) << (r ? r->out + r->err : r.error().message);
+  };
+  // A host FIFO: had the agent followed the link on the host, it would have opened it and failed
+  // to make a terminal of it.
+  chmod(dir_.c_str(), 0755);
+  const std::string host_fifo = dir_ + "/host-fifo";
+  ASSERT_EQ(mkfifo(host_fifo.c_str(), 0666), 0);
+  as_root_inside("umount /dev/ptmx 2>/dev/null; rm -f /dev/ptmx && ln -s " + host_fifo +
+                 " /dev/ptmx");
+  {
+    Terminal t(ShellAs("bmastest1", Home("bmastest1")), 24, 80);
+    ASSERT_TRUE(t.started());
+    t.Type("echo \"tty=<$(tty)>\"; exit 3\n");
+    EXPECT_EQ(t.Wait(), 3) << t.output();
+    EXPECT_THAT(t.output(), HasSubstr("tty=</dev/pts/"));
+  }
+  // Both multiplexers replaced by FIFOs: no terminal, and a clear refusal, not a hang.
+  as_root_inside("rm -f /dev/ptmx && mkfifo /dev/ptmx && mount -t tmpfs none /dev/pts && "
+                 "mkfifo /dev/pts/ptmx");
+  Terminal t(ShellAs("bmastest1", Home("bmastest1")), 24, 80);
+  ASSERT_TRUE(t.started());
+  EXPECT_NE(t.Wait(std::chrono::seconds(20)), 0) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("the workspace has no terminals (/dev/ptmx: not the terminal "
+                                    "multiplexer; /dev/pts/ptmx: not the terminal multiplexer)"));
+}
+
 // From a directory the workspace also has (/tmp), the shell starts there; from one it lacks, in
 // the home. Never a working directory that does not exist.
 TEST_F(WorkspaceShellTest, TheWorkingDirectoryAlwaysExists) {
