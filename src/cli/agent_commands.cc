@@ -1,5 +1,7 @@
 #include "cli/agent_commands.h"
 
+#include <ctime>
+
 #include <fmt/format.h>
 
 #include "cli/slurm_target.h"
@@ -99,7 +101,7 @@ int AgentCommands::Serve(GlobalOptions& global) {
                            const std::string& key_id) -> Result<std::string> {
     auto store = OpenSqliteStore(StorePath(state_dir));
     if (!store) return store.error();
-    return AnswerOwnKeys(**store, user, action, key_id);
+    return AnswerOwnKeys(**store, user, action, key_id, std::time(nullptr));
   };
   return RunAgent(o);
 }

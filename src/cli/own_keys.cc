@@ -10,7 +10,8 @@
 
 namespace bmas {
 Result<std::string> AnswerOwnKeys(Store& store, const std::string& user,
-                                  const std::string& action, const std::string& key_id) {
+                                  const std::string& action, const std::string& key_id,
+                                  int64_t now) {
   auto keys = store.ListKeys(user);
   if (!keys) {
     if (keys.error().code != ErrorCode::kNotFound) return keys.error();
@@ -42,6 +43,14 @@ Result<std::string> AnswerOwnKeys(Store& store, const std::string& user,
                    fmt::format("you hold {} active keys, the most you may: revoke one first "
                                "(`bmas key list`, then `bmas key revoke ID`)",
                                kMaxOwnKeys)};
+    }
+    const auto today = [&](const KeyInfo& k) { return k.created_at > now - 24 * 3600; };
+    if (static_cast<size_t>(std::count_if(keys->begin(), keys->end(), today)) >=
+        kMaxOwnKeysPerDay) {
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("you created {} keys in the last 24 hours, the most you may: use "
+                               "one you hold (`bmas key list`), or ask your admin",
+                               kMaxOwnKeysPerDay)};
     }
     auto key = store.CreateKey(user);
     if (!key) return key.error();

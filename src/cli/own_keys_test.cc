@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 
 namespace bmas {
@@ -30,11 +31,12 @@ class OwnKeysTest : public ::testing::Test {
   }
   Result<std::string> Ask(const std::string& user, const std::string& action,
                           const std::string& id = "") {
-    return AnswerOwnKeys(*store_, user, action, id);
+    return AnswerOwnKeys(*store_, user, action, id, now_);
   }
 
   fs::path dir_;
   StorePtr store_;
+  int64_t now_ = std::time(nullptr);  // the store stamps keys with the real time
 };
 
 TEST_F(OwnKeysTest, AUserCreatesListsAndRevokesTheirOwnKeys) {
@@ -71,6 +73,35 @@ TEST_F(OwnKeysTest, ActiveKeysAreCappedAndStrangersAreSentToTheAdmin) {
   EXPECT_THAT(stranger.error().message, HasSubstr("bmas user add mallory"));
   EXPECT_FALSE(Ask("alice", "delete-all"));
   EXPECT_FALSE(ParseOwnKeys(R"({"keys":[{"id":1}]})"));
+}
+
+}  // namespace
+}  // namespace bmas
+
+namespace bmas {
+namespace {
+
+// The id of the key in a {"key": "sk-bmas-ID-SECRET"} reply.
+std::string ParseCreatedId(const std::string& reply) {
+  const size_t at = reply.find("sk-bmas-") + 8;
+  return reply.substr(at, reply.find('-', at) - at);
+}
+
+TEST_F(OwnKeysTest, CreatingAndRevokingInALoopStopsAtTheDailyCap) {
+  for (size_t i = 0; i < kMaxOwnKeysPerDay; ++i) {
+    auto created = Ask("alice", "create");
+    ASSERT_TRUE(created) << i << ": " << created.error().message;
+    const std::string id = ParseCreatedId(*created);
+    ASSERT_TRUE(Ask("alice", "revoke", id)) << id;
+  }
+  auto refused = Ask("alice", "create");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_THAT(refused.error().message, ::testing::HasSubstr("20 keys in the last 24 hours"));
+  // Bob is not held back by Alice's loop, and Alice may create again a day later.
+  EXPECT_TRUE(Ask("bob", "create"));
+  now_ += 24 * 3600 + 1;
+  EXPECT_TRUE(Ask("alice", "create"));
 }
 
 }  // namespace

@@ -407,10 +407,8 @@ class Agent {
     spawn.uid = pw->pw_uid;
     spawn.gid = pw->pw_gid;
     spawn.home = home;
+    // A job's request asks for neither a login nor a terminal (ParseAgentRequest refuses it).
     const bool terminal = request.rows > 0 && request.cols > 0;
-    if (job != 0 && (request.login || terminal)) {
-      return Refuse(fd, "a job's command gets no login shell or terminal of its own");
-    }
     if (request.login) {
       spawn.exec_paths = LoginShells(pw->pw_shell != nullptr ? pw->pw_shell : "");
       spawn.argv = {spawn.exec_paths.front(), "-l"};

@@ -138,6 +138,10 @@ Result<AgentRequest> ParseAgentRequest(std::string_view text) {
     }
   }
   if (!has_op || !has_job) return InvalidArgument("a request is a JSON object with op and job");
+  // A job's command runs as its batch script does: no login shell, no terminal of its own.
+  if (r.job != 0 && (r.login || r.rows > 0 || r.cols > 0)) {
+    return InvalidArgument("a job's command gets no login shell or terminal of its own");
+  }
   return r;
 }
 

@@ -49,6 +49,14 @@ TEST(AgentProtocolTest, ALoginShellRequestCarriesItsTerminalSize) {
                           R"({"op":"enter","job":0,"login":1})"}) {
     EXPECT_FALSE(ParseAgentRequest(bad)) << bad;
   }
+  // A job's command runs as its batch script does: no login shell, no terminal.
+  for (const char* job : {R"({"op":"exec","job":7,"login":true})",
+                          R"({"op":"exec","job":7,"rows":24,"cols":80})",
+                          R"({"op":"exec","job":7,"cols":80})"}) {
+    auto refused = ParseAgentRequest(job);
+    ASSERT_FALSE(refused) << job;
+    EXPECT_EQ(refused.error().message, "a job's command gets no login shell or terminal of its own");
+  }
 }
 
 TEST(AgentProtocolTest, AKeysRequestCarriesItsActionAndKey) {

@@ -356,6 +356,25 @@ TEST_F(AgentSecurityTest, AUserSeesTheirOwnUsageThroughTheAgentAndNoOneElses) {
   EXPECT_THAT(down.err, HasSubstr("no agent answers"));
 }
 
+// A job's request may not ask for a login shell or a terminal: its command runs as its batch
+// script does, whoever asks and whichever job they name.
+TEST_F(AgentSecurityTest, AJobRequestForALoginOrATerminalIsRefused) {
+  const std::string socket = Socket();
+  for (const std::string request : {R"({"op":"exec","job":4242,"login":true})",
+                                    R"({"op":"exec","job":4242,"rows":24,"cols":80})"}) {
+    const std::string reply = AsUser("bmastest1", [&](int out) {
+      const int fd = RawConnect(socket.c_str(), 30);
+      if (fd < 0 || send(fd, request.data(), request.size(), 0) < 0) return;
+      WriteReply(fd, out);
+    });
+    EXPECT_THAT(reply, HasSubstr("a job's command gets no login shell or terminal of its own"))
+        << request;
+  }
+  // The agent goes on serving the user.
+  CommandOutput session = InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "true"});
+  EXPECT_EQ(session.exit_code, 0) << session.err;
+}
+
 // A student's own API keys, through the agent (the store is root's): create, list and revoke
 // their own; never list or revoke another's.
 TEST_F(AgentSecurityTest, AUserManagesTheirOwnKeysThroughTheAgentAndNoOneElses) {
