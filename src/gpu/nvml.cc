@@ -1,0 +1,206 @@
+#include "gpu/nvml.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include <fmt/format.h>
+
+namespace bmas {
+namespace {
+
+// The few NVML types used, as the driver's ABI defines them (nvml.h is not needed).
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct nvmlDevice_st*;
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr unsigned kNvmlTemperatureGpu = 0;
+constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS (Hopper has 18)
+struct nvmlUtilization_t {
+  unsigned gpu;
+  unsigned memory;
+};
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct nvmlProcessInfo_t {  // nvmlProcessInfo_v2_t, what the _v2 and _v3 calls fill
+  unsigned pid;
+  unsigned long long usedGpuMemory;
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+
+class NvmlTelemetry : public GpuTelemetry {
+ public:
+  explicit NvmlTelemetry(std::string library)
+      : library_(library.empty() ? kNvmlLibrary : std::move(library)) {}
+
+  ~NvmlTelemetry() override {
+    if (initialized_ && shutdown_ != nullptr) shutdown_();
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+
+  Result<std::vector<GpuReading>> Read() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto ready = Load(); !ready) return ready.error();
+    unsigned count = 0;
+    if (nvmlReturn_t r = device_count_(&count); r != kNvmlSuccess) {
+      return Failed("nvmlDeviceGetCount", r);
+    }
+    std::vector<GpuReading> gpus;
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice_t device = nullptr;
+      if (nvmlReturn_t r = handle_by_index_(i, &device); r != kNvmlSuccess) {
+        return Failed(fmt::format("nvmlDeviceGetHandleByIndex({})", i), r);
+      }
+      gpus.push_back(ReadDevice(static_cast<int>(i), device));
+    }
+    return gpus;
+  }
+
+  std::string Describe() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto ready = Load(); !ready) return ready.error().message;
+    char nvml[96] = {}, driver[96] = {};
+    if (nvml_version_ != nullptr) nvml_version_(nvml, sizeof nvml);
+    if (driver_version_ != nullptr) driver_version_(driver, sizeof driver);
+    return fmt::format("NVML {} (driver {}) from {}", nvml[0] ? nvml : "?",
+                       driver[0] ? driver : "?", library_);
+  }
+
+ private:
+  template <typename F>
+  void Bind(F*& fn, const char* name) {
+    fn = reinterpret_cast<F*>(dlsym(handle_, name));
+  }
+
+  Result<void> Load() {
+    if (initialized_) return {};
+    if (!load_error_.empty()) return Error{ErrorCode::kUnavailable, load_error_};
+    handle_ = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      const char* why = dlerror();
+      load_error_ = fmt::format("no NVIDIA driver here: cannot load {} ({}); install the driver, "
+                                "or set [telemetry] nvml_library to where it is",
+                                library_, why != nullptr ? why : "unknown");
+      return Error{ErrorCode::kUnavailable, load_error_};
+    }
+    Bind(init_, "nvmlInit_v2");
+    Bind(shutdown_, "nvmlShutdown");
+    Bind(error_string_, "nvmlErrorString");
+    Bind(device_count_, "nvmlDeviceGetCount_v2");
+    Bind(handle_by_index_, "nvmlDeviceGetHandleByIndex_v2");
+    Bind(nvml_version_, "nvmlSystemGetNVMLVersion");
+    Bind(driver_version_, "nvmlSystemGetDriverVersion");
+    Bind(uuid_, "nvmlDeviceGetUUID");
+    Bind(name_, "nvmlDeviceGetName");
+    Bind(utilization_, "nvmlDeviceGetUtilizationRates");
+    Bind(memory_, "nvmlDeviceGetMemoryInfo");
+    Bind(power_, "nvmlDeviceGetPowerUsage");
+    Bind(temperature_, "nvmlDeviceGetTemperature");
+    Bind(mig_mode_, "nvmlDeviceGetMigMode");
+    Bind(nvlink_state_, "nvmlDeviceGetNvLinkState");
+    Bind(compute_capability_, "nvmlDeviceGetCudaComputeCapability");
+    Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (processes_ == nullptr) Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v2");
+    if (init_ == nullptr || device_count_ == nullptr || handle_by_index_ == nullptr) {
+      load_error_ = fmt::format("{} lacks nvmlInit_v2, nvmlDeviceGetCount_v2 or "
+                                "nvmlDeviceGetHandleByIndex_v2: a driver older than 2017?",
+                                library_);
+      return Error{ErrorCode::kUnavailable, load_error_};
+    }
+    if (nvmlReturn_t r = init_(); r != kNvmlSuccess) {
+      // Not remembered: a driver that is loading may answer on the next read.
+      return Failed("nvmlInit", r);
+    }
+    initialized_ = true;
+    return {};
+  }
+
+  Error Failed(const std::string& call, nvmlReturn_t r) const {
+    const char* text = error_string_ != nullptr ? error_string_(r) : nullptr;
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("{} failed: {} (NVML error {})", call,
+                             text != nullptr ? text : "unknown", r)};
+  }
+
+  GpuReading ReadDevice(int index, nvmlDevice_t device) {
+    GpuReading g;
+    g.index = index;
+    char text[96] = {};
+    if (uuid_ != nullptr && uuid_(device, text, sizeof text) == kNvmlSuccess) g.uuid = text;
+    text[0] = '\0';
+    if (name_ != nullptr && name_(device, text, sizeof text) == kNvmlSuccess) g.name = text;
+    nvmlUtilization_t util{};
+    if (utilization_ != nullptr && utilization_(device, &util) == kNvmlSuccess) {
+      g.util_pct = util.gpu;
+      g.mem_util_pct = util.memory;
+    }
+    nvmlMemory_t mem{};
+    if (memory_ != nullptr && memory_(device, &mem) == kNvmlSuccess) {
+      g.mem_used_bytes = mem.used;
+      g.mem_total_bytes = mem.total;
+    }
+    unsigned value = 0;
+    if (power_ != nullptr && power_(device, &value) == kNvmlSuccess) g.power_w = value / 1000.0;
+    if (temperature_ != nullptr &&
+        temperature_(device, kNvmlTemperatureGpu, &value) == kNvmlSuccess) {
+      g.temperature_c = value;
+    }
+    unsigned current = 0, pending = 0;
+    if (mig_mode_ != nullptr && mig_mode_(device, &current, &pending) == kNvmlSuccess) {
+      g.mig_capable = true;  // a GPU without MIG answers NOT_SUPPORTED
+      g.mig_enabled = current == 1;
+    }
+    if (nvlink_state_ != nullptr) {
+      for (unsigned link = 0; link < kNvmlMaxLinks; ++link) {
+        int active = 0;
+        if (nvlink_state_(device, link, &active) != kNvmlSuccess) break;
+        ++g.nvlinks_total;
+        if (active == 1) ++g.nvlinks_up;
+      }
+    }
+    if (compute_capability_ != nullptr) compute_capability_(device, &g.cuda_major, &g.cuda_minor);
+    if (processes_ != nullptr) {
+      nvmlProcessInfo_t infos[128];
+      unsigned n = 128;
+      if (processes_(device, &n, infos) == kNvmlSuccess) {
+        for (unsigned i = 0; i < n && i < 128; ++i) g.pids.push_back(static_cast<pid_t>(infos[i].pid));
+      }
+    }
+    return g;
+  }
+
+  const std::string library_;
+  std::mutex mu_;
+  void* handle_ = nullptr;
+  bool initialized_ = false;
+  std::string load_error_;  // a library that cannot be loaded is not tried again
+
+  nvmlReturn_t (*init_)() = nullptr;
+  nvmlReturn_t (*shutdown_)() = nullptr;
+  const char* (*error_string_)(nvmlReturn_t) = nullptr;
+  nvmlReturn_t (*device_count_)(unsigned*) = nullptr;
+  nvmlReturn_t (*handle_by_index_)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*nvml_version_)(char*, unsigned) = nullptr;
+  nvmlReturn_t (*driver_version_)(char*, unsigned) = nullptr;
+  nvmlReturn_t (*uuid_)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*name_)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*utilization_)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*temperature_)(nvmlDevice_t, unsigned, unsigned*) = nullptr;
+  nvmlReturn_t (*mig_mode_)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
+  nvmlReturn_t (*nvlink_state_)(nvmlDevice_t, unsigned, int*) = nullptr;
+  nvmlReturn_t (*compute_capability_)(nvmlDevice_t, int*, int*) = nullptr;
+  nvmlReturn_t (*processes_)(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuTelemetry> OpenNvml(const std::string& library) {
+  return std::make_unique<NvmlTelemetry>(library);
+}
+
+}  // namespace bmas
