@@ -1,9 +1,12 @@
 #include "cli/agent_commands.h"
 
+#include <unistd.h>
+
 #include <ctime>
 
 #include <fmt/format.h>
 
+#include "gpu/nvml.h"
 #include "cli/slurm_target.h"
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
@@ -33,6 +36,13 @@ void AgentCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->add_option("--max-connections-per-uid", max_per_uid_,
                    "Connections one user may hold open at once (default 64)")
       ->check(CLI::Range(1, 100000));
+  agent_->add_option("--nvml-library", nvml_library_,
+                     "The NVIDIA driver's libnvidia-ml to read GPUs with (default: [telemetry] "
+                     "nvml_library, else libnvidia-ml.so.1)");
+  agent_
+      ->add_option("--telemetry-interval", telemetry_s_,
+                   "Seconds between GPU samples (default: [telemetry] interval_s, 10)")
+      ->check(CLI::Range(0.1, 3600.0));
   agent_->require_subcommand(0, 1);
   agent_->callback([this, &global] {
     if (agent_->get_subcommands().empty()) global.exit_code = Serve(global);
@@ -61,6 +71,15 @@ int AgentCommands::Serve(GlobalOptions& global) {
   o.metrics_port = static_cast<uint16_t>(metrics_port_);
   o.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(io_timeout_s_ * 1000));
   o.max_connections_per_uid = max_per_uid_;
+  o.gpus = OpenNvml(nvml_library_.empty() ? config.telemetry.nvml_library : nvml_library_);
+  o.node = config.telemetry.node;
+  if (o.node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    o.node = host;
+  }
+  o.telemetry_interval = std::chrono::milliseconds(
+      static_cast<int64_t>((telemetry_s_ > 0 ? telemetry_s_ : config.telemetry.interval_s) * 1000));
   // What Slurm says of a job, as root.
   auto job = [&global](int64_t id) -> Result<JobInfo> {
     auto target = ResolveSlurm(global, "root");

@@ -24,6 +24,8 @@ class AgentCommands {
   int metrics_port_ = 0;
   double reconcile_s_ = 60;
   double io_timeout_s_ = 10;
+  std::string nvml_library_;  // "" = [telemetry] nvml_library
+  double telemetry_s_ = 0;     // 0 = [telemetry] interval_s
   int max_per_uid_ = 64;
   std::vector<std::string> command_;
 };

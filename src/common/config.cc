@@ -148,6 +148,13 @@ Config LoadConfig(const std::string& path) {
     w.disk = t->String("disk", w.disk);
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("telemetry")) {
+    TelemetrySettings& m = config.telemetry;
+    m.nvml_library = t->String("nvml_library", m.nvml_library);
+    m.interval_s = t->Double("interval_s", m.interval_s, 0.1, 3600);
+    m.node = t->String("node", m.node);
+    t->RejectUnknownKeys();
+  }
   // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.
   top.Table("cluster");
   top.RejectUnknownKeys();

@@ -96,6 +96,13 @@ struct WorkspaceSettings {
   std::string disk;    // "20GiB"; enforced on btrfs only
 };
 
+// Each agent's GPU telemetry (NVML, loaded at run time) and what it exports.
+struct TelemetrySettings {
+  std::string nvml_library;  // "" = libnvidia-ml.so.1 wherever the loader finds it
+  double interval_s = 10;    // between samples; the dcgm-exporter's default is 30 s
+  std::string node;          // the Hostname label; "" = this machine's host name
+};
+
 struct Config {
   std::string source;     // the file read, or "" for defaults only
   std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
@@ -104,6 +111,7 @@ struct Config {
   UpSettings up;
   LxdSettings lxd;
   WorkspaceSettings workspace;
+  TelemetrySettings telemetry;
 };
 
 // "AB:cd:..." or "abcd..." as 64 lowercase hex digits; "" when it is not a SHA-256 fingerprint.

@@ -29,6 +29,7 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "daemon/gpu_sampler.h"
 #include "daemon/agent_protocol.h"
 #include "daemon/agent_spawn.h"
 #include "daemon/agent_wire.h"
@@ -111,6 +112,10 @@ class Agent {
   void Start() {
     acceptor_ = std::thread([this] { AcceptLoop(); });
     reconciler_ = std::thread([this] { ReconcileLoop(); });
+    if (o_.gpus) {
+      sampler_ = std::make_unique<GpuSampler>(o_.gpus, o_.node, o_.telemetry_interval);
+      sampler_->Start();
+    }
   }
 
   // Returns when every connection is done: reads have deadlines, and a command's connection
@@ -125,6 +130,7 @@ class Agent {
     close(listen_fd_);
     unlink(o_.socket.c_str());
     if (reconciler_.joinable()) reconciler_.join();
+    if (sampler_) sampler_->Stop();
     for (auto& [id, t] : connections_) t.join();
     connections_.clear();
   }
@@ -163,7 +169,7 @@ class Agent {
     r.AddHistogram("bmas_agent_gpu_release_seconds",
                    "Job end (epilog) to GPUs gone from the workspace", "", kLatencyBounds) =
         release_seconds_;
-    return r.Render();
+    return r.Render() + (sampler_ ? sampler_->Metrics() : std::string());
   }
 
  private:
@@ -607,6 +613,7 @@ class Agent {
   const AgentOptions& o_;
   int listen_fd_ = -1;
   std::thread acceptor_, reconciler_;
+  std::unique_ptr<GpuSampler> sampler_;  // with o_.gpus
   std::map<int64_t, std::thread> connections_;  // the acceptor's, then Stop()'s
   int64_t next_connection_ = 0;
   RateLimitedLog accept_log_, cap_log_, refuse_log_;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "gpu/gpu_telemetry.h"
 
 namespace bmas {
 
@@ -52,6 +53,11 @@ struct AgentOptions {
   std::function<Result<std::string>(const std::string& user, const std::string& action,
                                     const std::string& key_id)>
       own_keys;
+  // This node's GPUs (NVML), read every `telemetry_interval` and served on /metrics as the
+  // DCGM exporter names them, with `node` as the Hostname label; unset: no GPU metrics.
+  std::shared_ptr<GpuTelemetry> gpus;
+  std::string node;
+  std::chrono::milliseconds telemetry_interval{10'000};
 };
 
 // The largest usage reply the agent sends (the client reads at most 64 KiB).

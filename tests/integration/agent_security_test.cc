@@ -31,20 +31,6 @@ using ::testing::Not;
 constexpr int kIoTimeoutSeconds = 3;
 constexpr int kCapPerUid = 4;
 
-// The pids of host processes whose command line starts with `needle` (so "sleep 3001" is the
-// sleep itself, not the shell whose script mentions it).
-std::vector<pid_t> HostProcesses(const std::string& needle) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.starts_with(needle)) out.push_back(std::stoi(name));
-  }
-  return out;
-}
 
 class AgentSecurityTest : public WorkspaceJobsTest {
  protected:

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <iterator>
+#include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -117,6 +120,19 @@ std::vector<std::string> MountsUnder(const std::string& root) {
     if (point.rfind(root + "/", 0) == 0) under.push_back(point);
   }
   return under;
+}
+
+std::vector<pid_t> HostProcesses(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.starts_with(needle)) out.push_back(std::stoi(name));
+  }
+  return out;
 }
 
 }  // namespace bmas::testing

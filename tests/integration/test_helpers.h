@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 #include <string_view>
@@ -57,6 +59,10 @@ int FreeTcpPort();
 // The mount points below `root` (/proc/self/mounts), parents before children: unmount them in
 // reverse.
 std::vector<std::string> MountsUnder(const std::string& root);
+
+// The pids of host processes whose command line starts with `needle` (so "sleep 3001" is the
+// sleep itself, not the shell whose script mentions it).
+std::vector<pid_t> HostProcesses(const std::string& needle);
 
 // ---- Polling ----------------------------------------------------------------------------
 
