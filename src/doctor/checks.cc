@@ -241,8 +241,9 @@ Check BareMetalCheck(const VirtFacts& v) {
     evidence.push_back("no CPUID here (not x86)");
   } else if (*v.cpuid_hypervisor) {
     const std::string sig = Trim(v.cpuid_signature.substr(0, v.cpuid_signature.find('\0')));
-    evidence.push_back(sig.empty() ? "CPUID hypervisor bit set"
-                                   : fmt::format("CPUID hypervisor bit set, signature \"{}\"", sig));
+    evidence.push_back(sig.empty()
+                           ? "CPUID hypervisor bit set"
+                           : fmt::format("CPUID hypervisor bit set, signature \"{}\"", sig));
   } else {
     evidence.push_back("CPUID hypervisor bit clear");
   }
@@ -360,7 +361,9 @@ Check VersionCheck(Check c, const std::string& label, const ToolRun& run, int ma
   } else {
     c.ok = AtLeast(version, major, minor);
     c.found = output.find(' ') == std::string::npos ? label + " " + output : output;
-    if (!c.ok) c.fix = fmt::format("upgrade to {} {}.{} or later: {}", label, major, minor, install);
+    if (!c.ok) {
+      c.fix = fmt::format("upgrade to {} {}.{} or later: {}", label, major, minor, install);
+    }
   }
   return c;
 }
@@ -388,6 +391,11 @@ Check MungeKeyCheck(const std::vector<KeyFile>& keys, std::optional<uid_t> munge
   std::vector<std::string> found, fixes, looked;
   for (const KeyFile& k : keys) {
     looked.push_back(k.path);
+    if (!k.error.empty()) {
+      found.push_back(fmt::format("{}: cannot be looked at ({})", k.path, k.error));
+      fixes.push_back("run `bmas doctor` as root to check " + k.path);
+      continue;
+    }
     if (!k.exists) continue;
     const bool owner_ok = munge_uid && k.owner == *munge_uid;
     const bool mode_ok = k.mode == 0400 || k.mode == 0600;
@@ -481,8 +489,9 @@ Check ClockCheck(const ClockFacts& clock) {
                                 ? kStates[clock.state]
                                 : fmt::format("state {}", clock.state);
   if (c.ok) {
-    c.found = fmt::format("synchronised (adjtimex {}; estimated error {:.1f} ms, at most {:.1f} ms)",
-                          state, clock.esterror_us / 1000.0, clock.maxerror_us / 1000.0);
+    c.found =
+        fmt::format("synchronised (adjtimex {}; estimated error {:.1f} ms, at most {:.1f} ms)",
+                    state, clock.esterror_us / 1000.0, clock.maxerror_us / 1000.0);
   } else {
     c.found = fmt::format("not synchronised (adjtimex {}): nothing disciplines this clock", state);
     c.fix = "run a time daemon on every node (apt-get install -y chrony)";

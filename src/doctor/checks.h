@@ -96,6 +96,7 @@ struct KeyFile {
   bool regular = false;
   uid_t owner = 0;
   mode_t mode = 0;  // permission bits
+  std::string error;  // why it could not be looked at (not "it does not exist")
 };
 
 // "munge-key": every key that exists (the system's, bmas's local cluster's) is owned by the

@@ -343,6 +343,12 @@ TEST_F(FakeTreeTest, AMungeKeyOthersCanReadFails) {
   EXPECT_EQ(c.fix, "chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key");
   // Owned by another account.
   EXPECT_FALSE(MungeKeyCheck(Read().munge_keys, getuid() + 1).ok);
+  // Behind a directory only munge may enter (/etc/munge is 0700), as a user sees it.
+  KeyFile hidden{"/etc/munge/munge.key", false, false, 0, 0, "Permission denied"};
+  const Check as_user = MungeKeyCheck({hidden}, 110);
+  EXPECT_FALSE(as_user.ok);
+  EXPECT_EQ(as_user.found, "/etc/munge/munge.key: cannot be looked at (Permission denied)");
+  EXPECT_EQ(as_user.fix, "run `bmas doctor` as root to check /etc/munge/munge.key");
 }
 
 TEST_F(FakeTreeTest, RdmaBelow400OrWithoutRoceV2Fails) {

@@ -10,7 +10,9 @@
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -96,7 +98,9 @@ std::optional<uid_t> AccountUid(const std::string& passwd, const std::string& na
     std::string user, password, uid;
     if (std::getline(fields, user, ':') && user == name && std::getline(fields, password, ':') &&
         std::getline(fields, uid, ':')) {
-      return static_cast<uid_t>(std::stoul(uid));
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(uid.c_str(), &end, 10);
+      if (!uid.empty() && *end == '\0') return static_cast<uid_t>(n);
     }
   }
   return std::nullopt;
@@ -111,6 +115,8 @@ KeyFile StatKey(const std::string& shown, const std::string& path) {
     k.regular = S_ISREG(st.st_mode);
     k.owner = st.st_uid;
     k.mode = st.st_mode & 07777;
+  } else if (errno != ENOENT && errno != ENOTDIR) {
+    k.error = std::strerror(errno);
   }
   return k;
 }
@@ -119,16 +125,22 @@ bool LxcfsProcess(const std::string& root) {
   std::error_code ec;
   for (const auto& p : fs::directory_iterator(Under(root, "/proc"), ec)) {
     const std::string pid = p.path().filename().string();
-    if (!pid.empty() && std::all_of(pid.begin(), pid.end(), ::isdigit) &&
-        FirstLine((p.path() / "comm").string()) == "lxcfs") {
-      return true;
-    }
+    const bool number = !pid.empty() && std::all_of(pid.begin(), pid.end(), [](char ch) {
+      return ch >= '0' && ch <= '9';
+    });
+    if (number && FirstLine((p.path() / "comm").string()) == "lxcfs") return true;
   }
   return false;
 }
 
-ToolRun RunVersion(const std::vector<std::string>& args) {
+// Runs `args`, taking /usr/sbin/NAME when there is one: Debian puts slurmctld there, and a
+// user's PATH often lacks /usr/sbin.
+ToolRun RunVersion(std::vector<std::string> args) {
   ToolRun t;
+  std::error_code ec;
+  if (args[0].find('/') == std::string::npos && fs::exists("/usr/sbin/" + args[0], ec)) {
+    args[0] = "/usr/sbin/" + args[0];
+  }
   auto r = RunCommand(args, {}, std::chrono::seconds(10));
   if (!r) {
     t.error = r.error().message;
