@@ -13,6 +13,7 @@
 
 #include "cli/agent_commands.h"
 #include "cli/commands.h"
+#include "cli/doctor_command.h"
 #include "cli/job_commands.h"
 #include "cli/lxd_commands.h"
 #include "cli/mode_commands.h"
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
   agent_cmds.Register(app, global);
   LxdCommands lxd_cmds;
   lxd_cmds.Register(app, global);
+  DoctorCommand doctor_cmd;
+  doctor_cmd.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,23 @@
+#pragma once
+
+// `bmas doctor [--json]`: this node against the cluster's hardware specification and against
+// what bmas needs here (src/doctor/).
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace bmas {
+
+class DoctorCommand {
+ public:
+  void Register(CLI::App& app, GlobalOptions& global);
+
+ private:
+  int Run(GlobalOptions& global);
+
+  CLI::App* cmd_ = nullptr;
+  bool json_ = false;
+};
+
+}  // namespace bmas

@@ -1,0 +1,120 @@
+// `bmas doctor` on this machine: the real binary, reading the real /sys, /proc and /etc. It
+// starts nothing. What it must say is worked out here independently of bmas's own code:
+// /proc/cpuinfo's "hypervisor" flag for a VM, /dev/nvidia0 for a GPU.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "engine_process.h"
+
+namespace bmas::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+bool CpuinfoSaysHypervisor() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) == 0) return line.find(" hypervisor") != std::string::npos;
+  }
+  return false;
+}
+
+class DoctorTest : public ::testing::Test {
+ protected:
+  CliRun Doctor(bool json) {
+    std::vector<std::string> args = {"doctor"};
+    if (json) args.push_back("--json");
+    auto r = RunBmas(args, {{"BMAS_STATE_DIR", dir_.path() + "/state"}},
+                     std::chrono::seconds(60));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CliRun{};
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(DoctorTest, JsonOnThisMachine) {
+  const CliRun run = Doctor(true);
+  ASSERT_TRUE(run.status.exited) << run.status.ToString();
+  rapidjson::Document d;
+  d.Parse(run.out.c_str());
+  ASSERT_FALSE(d.HasParseError()) << run.out;
+  ASSERT_TRUE(d.IsObject());
+  ASSERT_TRUE(d["ok"].IsBool());
+  ASSERT_TRUE(d["checks"].IsArray());
+  std::map<std::string, std::pair<bool, std::string>> checks;  // name -> ok, found
+  bool required_pass = true;
+  for (const auto& c : d["checks"].GetArray()) {
+    for (const char* key : {"name", "kind", "required", "found", "fix"}) {
+      ASSERT_TRUE(c.HasMember(key) && c[key].IsString()) << key << " in " << run.out;
+    }
+    ASSERT_TRUE(c["ok"].IsBool());
+    const std::string kind = c["kind"].GetString();
+    ASSERT_TRUE(kind == "spec" || kind == "bmas" || kind == "info") << kind;
+    EXPECT_NE(std::string(c["found"].GetString()), "");
+    if (!c["ok"].GetBool()) {
+      EXPECT_NE(std::string(c["fix"].GetString()), "") << c["name"].GetString();
+      if (kind != "info") required_pass = false;
+    }
+    checks[c["name"].GetString()] = {c["ok"].GetBool(), c["found"].GetString()};
+  }
+  for (const char* name : {"gpu-arch", "gpu-vram", "nvlink", "rdma", "roce-v2", "ram",
+                           "bare-metal", "cgroups", "kernel", "lxd", "slurm", "munge-key",
+                           "lxcfs", "subids", "clock"}) {
+    EXPECT_TRUE(checks.count(name)) << name;
+  }
+  EXPECT_EQ(d["ok"].GetBool(), required_pass);
+  EXPECT_EQ(run.status.code, required_pass ? 0 : 1);
+
+  if (CpuinfoSaysHypervisor()) {
+    EXPECT_FALSE(checks["bare-metal"].first);
+    EXPECT_THAT(checks["bare-metal"].second, StartsWith("a virtual machine: "));
+  } else {
+    EXPECT_TRUE(checks["bare-metal"].first) << checks["bare-metal"].second;
+  }
+  if (!std::filesystem::exists("/dev/nvidia0")) {
+    for (const char* name : {"gpu-arch", "gpu-vram", "nvlink"}) {
+      EXPECT_FALSE(checks[name].first);
+      EXPECT_THAT(checks[name].second, StartsWith("no GPU/driver")) << name;
+    }
+    EXPECT_FALSE(d["ok"].GetBool());
+    EXPECT_EQ(run.status.code, 1);
+  }
+  if (!std::filesystem::exists("/sys/class/infiniband")) {
+    EXPECT_THAT(checks["rdma"].second, StartsWith("no RDMA device"));
+  }
+  ASSERT_TRUE(d["can_run"].IsArray());
+  std::string can;
+  for (const auto& p : d["can_run"].GetArray()) can += std::string(p.GetString()) + ",";
+  EXPECT_THAT(can, StartsWith("simulated engines,gateway,"));
+  ASSERT_TRUE(d["cannot_run"].IsArray());
+}
+
+TEST_F(DoctorTest, TextSaysTheSameAsJson) {
+  const CliRun json = Doctor(true);
+  const CliRun text = Doctor(false);
+  EXPECT_EQ(text.status.code, json.status.code);
+  rapidjson::Document d;
+  d.Parse(json.out.c_str());
+  ASSERT_FALSE(d.HasParseError());
+  // The hardware's lines only: lxcfs, the clock and the like can change between the two runs.
+  for (const auto& c : d["checks"].GetArray()) {
+    if (std::string(c["kind"].GetString()) != "spec") continue;
+    const std::string line = std::string(c["ok"].GetBool() ? "  ✓ " : "  ✗ ") +
+                             c["name"].GetString() + ": " + c["found"].GetString();
+    EXPECT_THAT(text.out, HasSubstr(line));
+  }
+  EXPECT_THAT(text.out, HasSubstr("\ncan run here: simulated engines, gateway"));
+}
+
+}  // namespace
+}  // namespace bmas::testing
