@@ -81,9 +81,9 @@ class NvmlTelemetry : public GpuTelemetry {
     handle_ = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) {
       const char* why = dlerror();
-      load_error_ = fmt::format("no NVIDIA driver here: cannot load {} ({}); install the driver, "
-                                "or set [telemetry] nvml_library to where it is",
-                                library_, why != nullptr ? why : "unknown");
+      // dlerror names the library: "libnvidia-ml.so.1: cannot open shared object file: ...".
+      load_error_ = fmt::format("no NVIDIA driver here: {}",
+                                why != nullptr ? why : library_ + ": cannot be loaded");
       return Error{ErrorCode::kUnavailable, load_error_};
     }
     Bind(init_, "nvmlInit_v2");

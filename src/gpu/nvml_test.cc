@@ -77,8 +77,8 @@ TEST_F(NvmlTest, NoLibraryOrNoDriverIsUnavailableAndSaysWhy) {
   auto none = missing->Read();
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, ErrorCode::kUnavailable);
-  EXPECT_THAT(none.error().message, HasSubstr("no NVIDIA driver here: cannot load "
-                                              "/nonexistent/libnvidia-ml.so.1"));
+  EXPECT_THAT(none.error().message, HasSubstr("no NVIDIA driver here: "
+                                              "/nonexistent/libnvidia-ml.so.1: cannot open"));
   EXPECT_THAT(missing->Describe(), HasSubstr("no NVIDIA driver here"));
   // The library is there but the driver is not loaded (here: no values file).
   unsetenv("BMAS_FAKE_NVML");

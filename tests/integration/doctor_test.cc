@@ -2,6 +2,7 @@
 // starts nothing. What it must say is worked out here independently of bmas's own code:
 // /proc/cpuinfo's "hypervisor" flag for a VM, /dev/nvidia0 for a GPU.
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "engine_process.h"
+#include "test_helpers.h"
 
 namespace bmas::testing {
 namespace {
@@ -114,6 +116,46 @@ TEST_F(DoctorTest, TextSaysTheSameAsJson) {
     EXPECT_THAT(text.out, HasSubstr(line));
   }
   EXPECT_THAT(text.out, HasSubstr("\ncan run here: simulated engines, gateway"));
+}
+
+// The GPU checks read NVML through the same code as the agent: here the fake libnvidia-ml
+// (tests/fake_nvml), named by [telemetry] nvml_library, with the GPUs a test describes.
+TEST_F(DoctorTest, TheGpuChecksReadNvml) {
+  const std::string values = dir_.WriteFile("gpus.txt", "");
+  const std::string config = dir_.WriteFile(
+      "bmas.toml", std::string("[telemetry]\nnvml_library = \"") + BMAS_FAKE_NVML_LIBRARY + "\"\n");
+  auto gpu_checks = [&](const std::string& gpus) {
+    std::ofstream(values) << gpus;
+    auto r = RunBmas({"--config", config, "doctor", "--json"},
+                     {{"BMAS_STATE_DIR", dir_.path() + "/state"}, {"BMAS_FAKE_NVML", values}},
+                     std::chrono::seconds(60));
+    std::map<std::string, std::pair<bool, std::string>> checks;
+    rapidjson::Document d;
+    d.Parse(r ? r->out.c_str() : "{}");
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("checks")) return checks;
+    for (const auto& c : d["checks"].GetArray()) {
+      checks[c["name"].GetString()] = {c["ok"].GetBool(), c["found"].GetString()};
+    }
+    return checks;
+  };
+  std::string h100s;
+  for (int i = 0; i < 4; ++i) {
+    h100s += fmt::format("uuid=GPU-{} name=NVIDIA_H100_80GB_HBM3 util=0 mem_total_mib=81559 "
+                         "mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
+                         i);
+  }
+  auto good = gpu_checks(h100s);
+  for (const char* name : {"gpu-arch", "gpu-vram", "nvlink"}) {
+    EXPECT_TRUE(good[name].first) << name << ": " << good[name].second;
+  }
+  EXPECT_THAT(good["gpu-arch"].second, HasSubstr("H100"));
+  // A 24 GB Ampere card without MIG or NVLink fails all three, saying what was found.
+  auto poor = gpu_checks("uuid=GPU-a name=NVIDIA_GeForce_RTX_3090 util=0 mem_total_mib=24576 "
+                         "cc=8.6\n");
+  for (const char* name : {"gpu-arch", "gpu-vram", "nvlink"}) {
+    EXPECT_FALSE(poor[name].first) << name << ": " << poor[name].second;
+  }
+  EXPECT_THAT(poor["gpu-arch"].second, HasSubstr("RTX 3090"));
 }
 
 }  // namespace
