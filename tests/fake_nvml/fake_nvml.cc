@@ -8,7 +8,8 @@
 //
 // (`_` in a name reads as a space; a key left out is a reading the GPU does not support, which
 // the call answers with NVML_ERROR_NOT_SUPPORTED, as the driver does.) No file: nvmlInit fails
-// with NVML_ERROR_DRIVER_NOT_LOADED. Return codes are NVML's.
+// with NVML_ERROR_DRIVER_NOT_LOADED, and so does a read after the file is removed. Return codes
+// are NVML's.
 
 #include <cstdio>
 #include <cstdlib>
@@ -126,7 +127,8 @@ int nvmlSystemGetDriverVersion(char* out, unsigned size) {
 }
 int nvmlDeviceGetCount_v2(unsigned* count) {
   if (!initialized) return kUninitialized;
-  Load();  /* the test may have rewritten the file */
+  // The test may have rewritten the file, or removed it: the driver went away.
+  if (Load() != kSuccess) return kDriverNotLoaded;
   *count = (unsigned)ngpus;
   return kSuccess;
 }
