@@ -73,7 +73,9 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
   c.args.insert(c.args.end(), args.begin(), args.end());
   c.port_flag = port_flag;
   if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
-    return fmt::format("  {:<10} not started: {}", name, started.error().message);
+    std::string why = started.error().message;
+    if (!why.ends_with('\n')) why += '\n';
+    return fmt::format("  {:<10} not started: {}", name, why);
   }
   children.push_back(c);
   return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
