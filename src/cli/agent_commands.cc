@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "gpu/nvml.h"
 #include "cli/slurm_target.h"
@@ -12,6 +14,7 @@
 #include "cli/usage_view.h"
 #include "common/config.h"
 #include "daemon/agent.h"
+#include "daemon/idle_police.h"
 #include "lxd/local_lxd.h"
 #include "slurm/slurm_json.h"
 #include "store/store.h"
@@ -122,6 +125,50 @@ int AgentCommands::Serve(GlobalOptions& global) {
     if (!store) return store.error();
     return AnswerOwnKeys(**store, user, action, key_id, std::time(nullptr));
   };
+  // Idle-GPU policing on each GPU sample: warnings into the job's output, cancellations
+  // through Slurm, both into the store.
+  if (config.idle.enabled) {
+    IdleSettings idle;
+    idle.threshold_pct = config.idle.threshold_pct;
+    idle.warn_after_s = static_cast<int64_t>(config.idle.warn_after_min * 60);
+    idle.cancel_after_s = static_cast<int64_t>(config.idle.cancel_after_min * 60);
+    idle.partitions = {config.idle.partitions.begin(), config.idle.partitions.end()};
+    // Samples are `interval` apart: a gap is three missed samples, and never under 5 min.
+    idle.max_sample_gap_s = std::max<int64_t>(
+        idle.max_sample_gap_s, static_cast<int64_t>(3 * o.telemetry_interval.count() / 1000));
+    IdlePoliceHooks hooks;
+    hooks.job = job;
+    hooks.act = [state_dir, &global](const IdleAction& a, const JobInfo& info) {
+      const bool cancel = a.kind == IdleAction::Kind::kCancel;
+      spdlog::warn("bmas agent: idle GPUs: job {} of {}: {}", a.job_id, a.user, a.reason);
+      if (auto w = AppendToJobOutput(info, "bmas: job " + std::to_string(a.job_id) + " " +
+                                               a.reason);
+          !w) {
+        spdlog::warn("bmas agent: idle GPUs: job {}: {}", a.job_id, w.error().message);
+      }
+      if (auto store = OpenSqliteStore(StorePath(state_dir))) {
+        auto recorded = (*store)->RecordIdle(
+            {a.job_id, a.user, info.partition, cancel ? "cancel" : "warn", std::time(nullptr),
+             a.idle_since, a.gpus, static_cast<int64_t>(a.wasted_gpu_hours * 3600), a.reason});
+        if (!recorded) spdlog::warn("bmas agent: idle GPUs: {}", recorded.error().message);
+      }
+      if (cancel) {
+        auto target = ResolveSlurm(global, "root");
+        auto cancelled = target ? SlurmRestClient(target->endpoint, std::chrono::seconds(10))
+                                      .Cancel(a.job_id)
+                                : Result<void>(target.error());
+        if (!cancelled) {
+          spdlog::error("bmas agent: idle GPUs: cannot cancel job {}: {}", a.job_id,
+                        cancelled.error().message);
+        }
+      }
+    };
+    auto police = std::make_shared<IdlePolice>(idle, hooks);
+    o.on_gpu_sample = [police](const std::vector<GpuReading>& gpus,
+                               const std::map<int, GpuHolder>& holders) {
+      police->OnSample(gpus, holders, std::time(nullptr));
+    };
+  }
   return RunAgent(o);
 }
 

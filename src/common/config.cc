@@ -155,6 +155,18 @@ Config LoadConfig(const std::string& path) {
     m.node = t->String("node", m.node);
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("idle")) {
+    IdleGpuSettings& i = config.idle;
+    i.enabled = t->Bool("enabled", i.enabled);
+    i.threshold_pct = t->Double("threshold_pct", i.threshold_pct, 0, 100);
+    i.warn_after_min = t->Double("warn_after_min", i.warn_after_min, 0.01, 7 * 24 * 60);
+    i.cancel_after_min = t->Double("cancel_after_min", i.cancel_after_min, 0.01, 7 * 24 * 60);
+    if (i.cancel_after_min < i.warn_after_min) {
+      t->Invalid("cancel_after_min", "must be at least warn_after_min (a job is warned first)");
+    }
+    if (t->Has("partitions")) i.partitions = t->StringArray("partitions");
+    t->RejectUnknownKeys();
+  }
   // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.
   top.Table("cluster");
   top.RejectUnknownKeys();

@@ -103,6 +103,16 @@ struct TelemetrySettings {
   std::string node;          // the Hostname label; "" = this machine's host name
 };
 
+// Idle-GPU policing by each agent (core/idle_policy.h): a job whose GPUs all stay under
+// `threshold_pct` is warned after `warn_after_min`, cancelled after `cancel_after_min`.
+struct IdleGpuSettings {
+  bool enabled = true;
+  double threshold_pct = 1.0;
+  double warn_after_min = 60;
+  double cancel_after_min = 120;
+  std::vector<std::string> partitions = {"lab"};  // where it applies
+};
+
 struct Config {
   std::string source;     // the file read, or "" for defaults only
   std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
@@ -112,6 +122,7 @@ struct Config {
   LxdSettings lxd;
   WorkspaceSettings workspace;
   TelemetrySettings telemetry;
+  IdleGpuSettings idle;
 };
 
 // "AB:cd:..." or "abcd..." as 64 lowercase hex digits; "" when it is not a SHA-256 fingerprint.

@@ -45,6 +45,7 @@ std::vector<IdleAction> DecideIdle(const IdleSettings& settings, bool research_m
       a.user = job.user;
       a.idle_since = s.idle_since;
       a.cancel_at = s.idle_since + settings.cancel_after_s;
+      a.gpus = static_cast<int>(job.util_pct.size());
       a.wasted_gpu_hours = static_cast<double>(job.util_pct.size()) * idle_for / 3600.0;
       if (idle_for >= settings.cancel_after_s) {
         a.kind = IdleAction::Kind::kCancel;

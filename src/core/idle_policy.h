@@ -52,6 +52,7 @@ struct IdleAction {
   std::string user;
   int64_t idle_since = 0;
   int64_t cancel_at = 0;       // for a warning: when it will be cancelled if still idle
+  int gpus = 0;                // its GPUs here
   double wasted_gpu_hours = 0;  // GPUs x idle time so far
   std::string reason;          // for the job's output, `bmas jobs` and the store
 };

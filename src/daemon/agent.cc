@@ -113,7 +113,8 @@ class Agent {
     acceptor_ = std::thread([this] { AcceptLoop(); });
     reconciler_ = std::thread([this] { ReconcileLoop(); });
     if (o_.gpus) {
-      sampler_ = std::make_unique<GpuSampler>(o_.gpus, o_.node, o_.telemetry_interval);
+      sampler_ = std::make_unique<GpuSampler>(o_.gpus, o_.node, o_.telemetry_interval,
+                                              o_.on_gpu_sample);
       sampler_->Start();
     }
   }

@@ -22,11 +22,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
 
 namespace bmas {
@@ -58,6 +60,9 @@ struct AgentOptions {
   std::shared_ptr<GpuTelemetry> gpus;
   std::string node;
   std::chrono::milliseconds telemetry_interval{10'000};
+  // Called with each good sample and who holds each GPU (idle-GPU policing); may be unset.
+  std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>
+      on_gpu_sample;
 };
 
 // The largest usage reply the agent sends (the client reads at most 64 KiB).

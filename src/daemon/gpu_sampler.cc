@@ -37,8 +37,11 @@ std::optional<GpuHolder> HolderOfProcess(pid_t pid) {
 }  // namespace
 
 GpuSampler::GpuSampler(std::shared_ptr<GpuTelemetry> gpus, std::string node,
-                       std::chrono::milliseconds interval)
-    : gpus_(std::move(gpus)), node_(std::move(node)), interval_(interval) {}
+                       std::chrono::milliseconds interval, SampleHook on_sample)
+    : gpus_(std::move(gpus)),
+      node_(std::move(node)),
+      on_sample_(std::move(on_sample)),
+      interval_(interval) {}
 
 GpuSampler::~GpuSampler() { Stop(); }
 
@@ -77,9 +80,14 @@ void GpuSampler::SampleOnce() {
   const auto start = std::chrono::steady_clock::now();
   auto gpus = gpus_->Read();
   std::string text;
-  if (gpus) text = RenderDcgmMetrics(*gpus, node_, HoldersOf(*gpus, HolderOfProcess));
+  std::map<int, GpuHolder> holders;
+  if (gpus) {
+    holders = HoldersOf(*gpus, HolderOfProcess);
+    text = RenderDcgmMetrics(*gpus, node_, holders);
+  }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (gpus && on_sample_) on_sample_(*gpus, holders);
   std::lock_guard lock(mu_);
   sample_seconds_ = took;
   up_ = gpus.has_value();

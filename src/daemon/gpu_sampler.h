@@ -7,19 +7,27 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
 
 namespace bmas {
 
 class GpuSampler {
  public:
+  // Called after each good sample, with who holds each GPU, outside the sampler's lock.
+  using SampleHook =
+      std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>;
+
   GpuSampler(std::shared_ptr<GpuTelemetry> gpus, std::string node,
-             std::chrono::milliseconds interval);
+             std::chrono::milliseconds interval, SampleHook on_sample = {});
   ~GpuSampler();  // stops
 
   void Start();
@@ -34,6 +42,7 @@ class GpuSampler {
 
   std::shared_ptr<GpuTelemetry> gpus_;
   const std::string node_;
+  const SampleHook on_sample_;
   const std::chrono::milliseconds interval_;
   std::thread thread_;
   std::mutex mu_;

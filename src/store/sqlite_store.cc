@@ -83,6 +83,21 @@ constexpr const char* kMigrations[] = {
     ALTER TABLE users ADD COLUMN ws_processes INTEGER;
     ALTER TABLE users ADD COLUMN ws_disk TEXT;
     )sql",
+    R"sql(
+    CREATE TABLE idle_actions (
+      job INTEGER NOT NULL,
+      user TEXT NOT NULL,
+      partition TEXT NOT NULL,
+      kind TEXT NOT NULL,
+      at INTEGER NOT NULL,
+      idle_since INTEGER NOT NULL,
+      gpus INTEGER NOT NULL,
+      wasted_gpu_seconds INTEGER NOT NULL,
+      reason TEXT NOT NULL,
+      PRIMARY KEY (job, kind, idle_since)
+    );
+    CREATE INDEX idle_actions_by_user ON idle_actions(user, at);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -483,6 +498,35 @@ class SqliteStore final : public Store {
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) rows.push_back({s.Text(0), s.Int(1), s.Int(2)});
     if (rc != SQLITE_DONE) return Fail("reading job usage");
+    return rows;
+  }
+
+  Result<void> RecordIdle(const IdleRecord& r) override {
+    Statement s(db_,
+                "INSERT OR IGNORE INTO idle_actions (job, user, partition, kind, at, idle_since, "
+                "gpus, wasted_gpu_seconds, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    s.Bind(1, r.job).Bind(2, r.user).Bind(3, r.partition).Bind(4, r.kind).Bind(5, r.at);
+    s.Bind(6, r.idle_since).Bind(7, int64_t{r.gpus}).Bind(8, r.wasted_gpu_seconds);
+    s.Bind(9, r.reason);
+    if (s.Step() != SQLITE_DONE) return Fail("recording an idle-GPU action");
+    return {};
+  }
+
+  Result<std::vector<IdleRecord>> QueryIdle(const std::optional<std::string>& user,
+                                            int64_t since_unix) override {
+    Statement s(db_,
+                "SELECT job, user, partition, kind, at, idle_since, gpus, wasted_gpu_seconds, "
+                "reason FROM idle_actions WHERE at >= ? AND (? IS NULL OR user = ?) "
+                "ORDER BY at DESC, job DESC");
+    s.Bind(1, since_unix);
+    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
+    std::vector<IdleRecord> rows;
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      rows.push_back({s.Int(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5),
+                      static_cast<int>(s.Int(6)), s.Int(7), s.Text(8)});
+    }
+    if (rc != SQLITE_DONE) return Fail("reading idle-GPU actions");
     return rows;
   }
 

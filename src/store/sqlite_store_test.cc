@@ -42,7 +42,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -286,7 +286,7 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);
@@ -370,6 +370,29 @@ TEST_F(SqliteStoreTest, AnUnopenablePathIsAClearError) {
   auto s = OpenSqliteStore("/nonexistent-dir/for/bmas.db");
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("/nonexistent-dir/for/bmas.db"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bmas
+
+namespace bmas {
+namespace {
+
+TEST_F(SqliteStoreTest, IdleActionsAreRecordedOnceAndQueriedPerUser) {
+  const IdleRecord warn{7, "alice", "lab", "warn", 1000, 100, 2, 1800, "warning: ..."};
+  const IdleRecord cancel{7, "alice", "lab", "cancel", 2000, 100, 2, 3800, "cancelled: ..."};
+  const IdleRecord bobs{9, "bob", "lab", "warn", 1500, 500, 1, 1000, "warning: ..."};
+  for (const IdleRecord& r : {warn, cancel, bobs, warn}) ASSERT_TRUE(store_->RecordIdle(r));
+  auto all = store_->QueryIdle(std::nullopt, 0);
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 3u);  // the repeated warning is kept once
+  EXPECT_EQ((*all)[0].kind, "cancel");  // newest first
+  EXPECT_EQ((*all)[0].wasted_gpu_seconds, 3800);
+  auto alices = store_->QueryIdle(std::string("alice"), 1500);
+  ASSERT_TRUE(alices);
+  ASSERT_EQ(alices->size(), 1u);
+  EXPECT_EQ((*alices)[0].reason, "cancelled: ...");
+  EXPECT_EQ((*alices)[0].gpus, 2);
 }
 
 }  // namespace

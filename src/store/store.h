@@ -93,6 +93,18 @@ struct JobRecord {
   int exit_code = 0;
 };
 
+// What idle-GPU policing did to a job (core/idle_policy.h): a warning or a cancellation.
+struct IdleRecord {
+  int64_t job = 0;
+  std::string user, partition;
+  std::string kind;  // "warn" or "cancel"
+  int64_t at = 0;          // unix seconds
+  int64_t idle_since = 0;  // unix seconds
+  int gpus = 0;
+  int64_t wasted_gpu_seconds = 0;  // GPUs x idle time when it was done
+  std::string reason;
+};
+
 // GPU time summed over finished jobs, one row per user.
 struct JobUsageRow {
   std::string user;
@@ -136,6 +148,11 @@ class Store {
 
   // The gateway's backends (base URLs), so that a running gateway and `bmas gateway backend`
   // share them.
+  // Idle-GPU policing's actions: each (job, kind, idle stretch) once; newest first.
+  virtual Result<void> RecordIdle(const IdleRecord& record) = 0;
+  virtual Result<std::vector<IdleRecord>> QueryIdle(const std::optional<std::string>& user,
+                                                    int64_t since_unix) = 0;
+
   virtual Result<void> AddBackend(const std::string& url) = 0;  // kAlreadyExists
   virtual Result<void> RemoveBackend(const std::string& url) = 0;  // kNotFound
   virtual Result<std::vector<std::string>> ListBackends() = 0;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "lxd_workspace_fixture.h"
+#include "store/store.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -78,6 +79,58 @@ TEST_F(GpuTelemetryTest, AJobsGpuMetricsCarryItsJobAndUser) {
                                       std::string::npos; },
                          std::chrono::seconds(20)));
   EXPECT_THAT(agent_->StderrText(), HasSubstr("GPU telemetry"));
+}
+
+// Idle-GPU policing with its intervals shortened by config: a lab job whose GPU stays idle is
+// warned in its output, then cancelled, and both go into the store; a busy job is left alone.
+class IdleGpuTest : public GpuTelemetryTest {
+ protected:
+  void SetUp() override {
+    config_extra_ = "[idle]\nwarn_after_min = 0.05\ncancel_after_min = 0.12\n";
+    GpuTelemetryTest::SetUp();
+  }
+  std::string State(const std::string& job) {
+    rapidjson::Document d = ParseJson(Bmas({"job", "show", job, "--json"}).out);
+    return d.IsObject() && d.HasMember("state") ? Str(d["state"]) : "?";
+  }
+};
+
+TEST_F(IdleGpuTest, AnIdleJobIsWarnedThenCancelledAndABusyOneIsLeftAlone) {
+  CommandOutput idle = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "3011"});
+  CommandOutput busy = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "3012"});
+  ASSERT_EQ(idle.exit_code, 0) << idle.err;
+  ASSERT_EQ(busy.exit_code, 0) << busy.err;
+  const std::string idle_job = idle.out.substr(0, idle.out.find('\n'));
+  const std::string busy_job = busy.out.substr(0, busy.out.find('\n'));
+  ASSERT_TRUE(Eventually(
+      [] { return !HostProcesses("sleep 3011").empty() && !HostProcesses("sleep 3012").empty(); },
+      std::chrono::seconds(30)));
+  Write("uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 util=0 mem_total_mib=81559 pids=" +
+        std::to_string(HostProcesses("sleep 3011").front()) +
+        "\nuuid=GPU-1 name=NVIDIA_H100_80GB_HBM3 util=57 mem_total_mib=81559 pids=" +
+        std::to_string(HostProcesses("sleep 3012").front()) + "\n");
+  ASSERT_TRUE(Eventually([&] { return State(idle_job) == "CANCELLED"; }, std::chrono::seconds(60)))
+      << State(idle_job) << agent_->StderrText();
+  const std::string output = Bmas({"logs", idle_job}).out;
+  EXPECT_THAT(output, HasSubstr("bmas: job " + idle_job + " warning: its 1 GPU(s) have been under "
+                                "1% utilisation"));
+  EXPECT_THAT(output, HasSubstr("bmas: job " + idle_job + " cancelled: its 1 GPU(s) stayed under "
+                                "1% utilisation"));
+  EXPECT_EQ(State(busy_job), "RUNNING");
+  {
+    auto store = OpenSqliteStore(StorePath(state_));
+    ASSERT_TRUE(store) << store.error().message;
+    auto actions = (*store)->QueryIdle(std::string("bmastest1"), 0);
+    ASSERT_TRUE(actions) << actions.error().message;
+    ASSERT_EQ(actions->size(), 2u);
+    EXPECT_EQ((*actions)[0].kind, "cancel");
+    EXPECT_EQ((*actions)[1].kind, "warn");
+    EXPECT_EQ(std::to_string((*actions)[0].job), idle_job);
+    EXPECT_EQ((*actions)[0].partition, "lab");
+    EXPECT_EQ((*actions)[0].gpus, 1);
+    EXPECT_GE((*actions)[0].wasted_gpu_seconds, 7);
+  }
+  ASSERT_EQ(InHome("bmastest1", {"cancel", busy_job}).exit_code, 0);
 }
 
 }  // namespace

@@ -42,7 +42,8 @@ class LxdWorkspaceTest : public ::testing::Test {
     ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
     state_ = dir_ + "/state";
     config_ = dir_ + "/bmas.toml";
-    std::ofstream(config_) << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", dir_);
+    std::ofstream(config_) << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", dir_)
+                           << config_extra_;
     chmod(config_.c_str(), 0644);
     CommandOutput up = Bmas({"lxd", "up"}, "", std::chrono::seconds(120));
     ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
@@ -133,6 +134,7 @@ class LxdWorkspaceTest : public ::testing::Test {
   }
 
   std::string dir_, state_, config_;
+  std::string config_extra_;  // more of the config file (TOML tables), set before SetUp
   bool up_ = false;
 };
 
