@@ -18,17 +18,18 @@ namespace bmas {
 
 void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
                           const std::map<int, GpuHolder>& holders, int64_t now) {
-  // Each job's GPUs on this node, by their utilisation.
-  std::map<int64_t, std::vector<double>> util;
+  // Each job's GPUs on this node, by their utilisation, with the user of the process that
+  // named the job (a cgroup name inside a workspace is its root's to choose).
+  std::map<int64_t, std::vector<std::pair<std::string, double>>> util;
   for (const GpuReading& g : gpus) {
     const auto held = holders.find(g.index);
     if (held != holders.end() && held->second.job > 0) {
-      util[held->second.job].push_back(static_cast<double>(g.util_pct));
+      util[held->second.job].emplace_back(held->second.user, static_cast<double>(g.util_pct));
     }
   }
   std::map<int64_t, JobInfo> seen;
   std::vector<JobGpuSample> samples;
-  for (const auto& [id, utils] : util) {
+  for (const auto& [id, held] : util) {
     auto known = jobs_.find(id);
     if (known == jobs_.end()) {
       auto info = hooks_.job(id);
@@ -41,6 +42,13 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
     }
     const JobInfo& job = known->second;
     seen.emplace(id, job);
+    // Only GPUs whose process is the job's own user's count for it: another user's process in
+    // a cgroup named after this job neither makes it look idle nor hides its own GPUs.
+    std::vector<double> utils;
+    for (const auto& [user, u] : held) {
+      if (user == job.user) utils.push_back(u);
+    }
+    if (utils.empty()) continue;
     const bool replica = job.name.rfind(kReplicaJobPrefix, 0) == 0;
     // A job in the research reservation is in research mode: left alone.
     const std::string partition =
