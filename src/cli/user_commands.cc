@@ -59,6 +59,8 @@ std::string UsersJson(const std::vector<User>& users) {
     w.EndObject();
     w.Key("created_at");
     w.String(UtcTime(u.created_at).c_str());
+    w.Key("admin");
+    w.Bool(u.admin);
     w.EndObject();
   }
   w.EndArray();
@@ -130,11 +132,14 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   user_add_ = user->add_subcommand("add", "Add a user (a Unix account name)");
   user_add_->add_option("name", name_, "User name")->required();
   AddLimitOptions(user_add_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_, workspace_);
+  user_add_->add_flag("--admin", admin_flag_, "An admin: sees every user's details on the dashboard");
   user_list_ = user->add_subcommand("list", "List users and their limits");
   user_list_->add_flag("--json", json_, "Print a JSON array");
   user_set_ = user->add_subcommand("set", "Change a user's share or limits");
   user_set_->add_option("name", name_, "User name")->required();
   AddLimitOptions(user_set_, weight_, rpm_, tpm_, tokens_per_day_, max_concurrent_, workspace_);
+  user_set_->add_flag_function("--admin,!--no-admin", [this](int64_t n) { admin_ = n > 0; },
+                      "Make the user an admin of the dashboard (sees every user), or not");
   user_set_
       ->add_option("--unset", unset_,
                    "Make a limit unlimited again (rpm, tpm, tokens_per_day, max_concurrent), or "
@@ -327,7 +332,12 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     limits.max_concurrent = max_concurrent_;
     limits.workspace = workspace_;
     if (auto r = store.AddUser(name_, limits); !r) return fail(r.error());
-    fmt::print("added user {}\n", name_);
+    if (admin_flag_) {
+      UserChange change;
+      change.admin = true;
+      if (auto r = store.ChangeUser(name_, change); !r) return fail(r.error());
+    }
+    fmt::print("added {}user {}\n", admin_flag_ ? "admin " : "", name_);
   } else if (which == user_list_) {
     auto users = store.ListUsers();
     if (!users) return fail(users.error());
@@ -337,7 +347,8 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
       fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {:<27} {}\n", "NAME", "WEIGHT", "RPM",
                  "TPM", "TOKENS/DAY", "CONCURRENT", "WORKSPACE CPU/MEM/PROC/DISK", "CREATED");
       for (const User& u : *users) {
-        fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {:<27} {}\n", u.name,
+        fmt::print("{:<20} {:>7} {:>10} {:>12} {:>15} {:>10}  {:<27} {}\n",
+                   u.admin ? u.name + " (admin)" : u.name,
                    u.limits.weight, Limit(u.limits.rpm), Limit(u.limits.tpm),
                    Limit(u.limits.tokens_per_day), Limit(u.limits.max_concurrent),
                    WorkspaceColumn(u.limits.workspace), UtcTime(u.created_at));
@@ -352,6 +363,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     change.max_concurrent = max_concurrent_;
     change.workspace = workspace_;
     change.clear = unset_;
+    change.admin = admin_;
     if (auto r = store.ChangeUser(name_, change); !r) return fail(r.error());
     fmt::print("changed user {}\n", name_);
     const WorkspaceLimits& w = workspace_;

@@ -56,6 +56,8 @@ class UserCommands {
   std::optional<double> weight_;
   std::optional<int64_t> rpm_, tpm_, tokens_per_day_, max_concurrent_;
   WorkspaceLimits workspace_;
+  bool admin_flag_ = false;     // user add --admin
+  std::optional<bool> admin_;  // user set --admin / --no-admin
   std::vector<std::string> unset_;
   bool json_ = false;
   bool usage_jobs_ = false;

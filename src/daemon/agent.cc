@@ -136,6 +136,12 @@ class Agent {
     connections_.clear();
   }
 
+  // This node's GPUs as JSON for the dashboard; "sample": null without telemetry.
+  std::string GpusJson() {
+    if (!sampler_) return R"({"up":false,"error":"no GPU telemetry on this agent","sample":null})";
+    return sampler_->Json();
+  }
+
   std::string Metrics() {
     std::lock_guard lock(mu_);
     MetricsRegistry r;
@@ -676,10 +682,12 @@ int RunAgent(const AgentOptions& options) {
   HttpServer server(io, http, [&](HttpRequest& req, ResponseWriter& w) -> awaitable<void> {
     if (req.target() == "/metrics") {
       co_await w.Send(http::status::ok, "text/plain; version=0.0.4", agent.Metrics());
+    } else if (req.target() == "/gpus") {
+      co_await w.Send(http::status::ok, "application/json", agent.GpusJson());
     } else if (req.target() == "/health") {
       co_await w.Send(http::status::ok, "application/json", "{\"status\":\"ok\"}");
     } else {
-      co_await w.SendError(http::status::not_found, "no such path: try /metrics or /health");
+      co_await w.SendError(http::status::not_found, "no such path: try /metrics, /gpus or /health");
     }
   });
   auto port = server.Listen();

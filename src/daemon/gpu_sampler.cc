@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/json_object.h"
 #include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_holders.h"
 
@@ -68,6 +69,22 @@ std::string GpuSampler::Metrics() {
       up_ ? 1 : 0, sample_seconds_, up_ ? text_ : "");
 }
 
+std::string GpuSampler::Json() {
+  std::lock_guard lock(mu_);
+  return JsonObject([&](JsonWriter& w) {
+    w.Key("up");
+    w.Bool(up_);
+    w.Key("error");
+    w.String(last_error_.c_str());
+    w.Key("sample");
+    if (up_) {
+      w.RawValue(json_.data(), json_.size(), rapidjson::kObjectType);
+    } else {
+      w.Null();
+    }
+  });
+}
+
 void GpuSampler::Loop() {
   while (true) {
     SampleOnce();
@@ -79,11 +96,12 @@ void GpuSampler::Loop() {
 void GpuSampler::SampleOnce() {
   const auto start = std::chrono::steady_clock::now();
   auto gpus = gpus_->Read();
-  std::string text;
+  std::string text, json;
   std::map<int, GpuHolder> holders;
   if (gpus) {
     holders = HoldersOf(*gpus, HolderOfProcess);
     text = RenderDcgmMetrics(*gpus, node_, holders);
+    json = RenderGpuJson(*gpus, node_, holders);
   }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -93,6 +111,7 @@ void GpuSampler::SampleOnce() {
   up_ = gpus.has_value();
   if (up_) {
     text_ = std::move(text);
+    json_ = std::move(json);
     if (!last_error_.empty()) spdlog::info("bmas agent: GPU telemetry is back");
     last_error_.clear();
   } else if (gpus.error().message != last_error_) {

@@ -35,6 +35,8 @@ class GpuSampler {
 
   // The exposition text of the last sample (and whether there was one).
   std::string Metrics();
+  // The last good sample as JSON (gpu/dcgm_metrics.h RenderGpuJson), with "up" and "error".
+  std::string Json();
 
  private:
   void Loop();
@@ -49,6 +51,7 @@ class GpuSampler {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::string text_;        // DCGM metrics of the last good sample
+  std::string json_ = "{\"gpus\":[]}";  // the same as JSON
   bool up_ = false;         // the last sample succeeded
   std::string last_error_;  // logged when it changes
   double sample_seconds_ = 0;  // how long the last sample took (its cost)

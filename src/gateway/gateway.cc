@@ -1,4 +1,5 @@
 #include "gateway/gateway.h"
+#include "gateway/gateway_internal.h"
 
 #include "gateway/request.h"
 #include "gateway/sse.h"
@@ -66,29 +67,6 @@ constexpr double kReserveWindowS = 30;
 
 }  // namespace
 
-struct Gateway::Backend {
-  Backend(const std::vector<net::io_context*>& workers, BackendUrl u, bool from_store)
-      : url(std::move(u)), from_store(from_store) {
-    for (net::io_context* io : workers) pools.push_back(std::make_unique<ConnectionPool>(*io, url));
-    state.id = url.url;  // never changes: read without the lock
-    state.healthy = false;  // until the first check passes
-  }
-  const BackendUrl url;
-  std::vector<std::unique_ptr<ConnectionPool>> pools;  // per worker, used on its thread only
-  BackendState state;
-  bool from_store;
-  bool checked = false;
-  int checks = 0;
-  std::vector<std::string> models;       // ids
-  std::vector<std::string> model_cards;  // their /v1/models entries, as JSON
-  std::unordered_map<std::string, int> user_in_flight;
-
-  int capacity(int fallback) const { return state.capacity > 0 ? state.capacity : fallback; }
-  bool Serves(const std::string& model) const {
-    return std::find(models.begin(), models.end(), model) != models.end();
-  }
-};
-
 struct Gateway::Request {
   size_t worker = 0;  // the worker the client's connection runs on
   std::string user;
@@ -113,26 +91,6 @@ struct Gateway::Waiter {
   std::optional<net::steady_timer> wake;
   Request* request;
   std::shared_ptr<Backend> backend;  // set under mu_
-};
-
-struct Gateway::ModelQueue {
-  explicit ModelQueue(bool fair) : queue(fair) {}
-  FairQueue queue;
-  std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters;
-  // When each user last sent a request for this model (seconds on the gateway's clock).
-  std::unordered_map<std::string, double> last_request;
-
-  // Forgets users whose last request is older than `window` s.
-  void ForgetIdle(double now, double window) {
-    std::erase_if(last_request, [&](const auto& e) { return now - e.second > window; });
-  }
-  // Whether someone other than `user` is waiting, or sent a request within the window (after
-  // ForgetIdle): then `user` must leave the reserve free, so that users who come and go (think
-  // time between requests) never wait for a whole wave of one user's long requests.
-  bool OthersActive(const std::string& user) const {
-    return queue.size() > queue.queued(user) ||
-           last_request.size() > (last_request.contains(user) ? 1u : 0u);
-  }
 };
 
 Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
@@ -286,6 +244,8 @@ awaitable<void> Gateway::HandleMetrics(HttpRequest& request, ResponseWriter& wri
     std::string text = RenderMetrics();
     co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                          std::move(text));
+  } else if (target == "/load" && request.method() == http::verb::get) {
+    co_await writer.Send(http::status::ok, "application/json", LoadJson());
   } else {
     co_await writer.SendError(http::status::not_found, "no such path: " + target);
   }
@@ -1125,50 +1085,6 @@ awaitable<void> Gateway::FlushLoop() {
     co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
     co_await Flush();
   }
-}
-
-// ---- Views ----------------------------------------------------------------------------------
-
-std::string Gateway::ModelsJson() const {
-  std::lock_guard lock(mu_);
-  std::string out = R"({"object":"list","data":[)";
-  std::vector<std::string> seen;
-  for (const auto& b : backends_) {
-    if (!b->state.healthy || b->state.draining) continue;
-    for (size_t i = 0; i < b->models.size(); ++i) {
-      if (std::find(seen.begin(), seen.end(), b->models[i]) != seen.end()) continue;
-      if (!seen.empty()) out += ',';
-      seen.push_back(b->models[i]);
-      out += b->model_cards[i];
-    }
-  }
-  out += "]}";
-  return out;
-}
-
-std::string Gateway::RenderMetrics() {
-  std::lock_guard lock(mu_);
-  std::string text = metrics_.Render();
-  auto per_backend = [&](std::string_view name, std::string_view help, auto value) {
-    text += fmt::format(
-        "# HELP bmas_gateway_backend_{0} {1}\n# TYPE bmas_gateway_backend_{0} gauge\n", name, help);
-    for (const auto& b : backends_) {
-      text += fmt::format("bmas_gateway_backend_{}{{backend=\"{}\"}} {}\n", name,
-                          EscapeLabelValue(b->state.id), value(*b));
-    }
-  };
-  per_backend("in_flight", "Requests in flight per backend.",
-              [](const Backend& b) { return b.state.in_flight; });
-  per_backend("healthy", "1 when the backend passes its health checks.",
-              [](const Backend& b) { return b.state.healthy ? 1 : 0; });
-  per_backend("added",
-              "1 when the backend came from the store (`bmas gateway backend add`), 0 when the "
-              "gateway started with it.",
-              [](const Backend& b) { return b.from_store ? 1 : 0; });
-  per_backend("draining",
-              "1 when the backend was removed from the store and its requests in flight finish.",
-              [](const Backend& b) { return b.state.draining ? 1 : 0; });
-  return text;
 }
 
 }  // namespace bmas::gateway

@@ -131,6 +131,7 @@ class Gateway {
              int64_t completion_tokens, int64_t already_charged = 0);
   std::string ModelsJson() const;      // takes mu_
   std::string RenderMetrics();         // takes mu_
+  std::string LoadJson();              // takes mu_
   double Now() const;
 
   std::vector<net::io_context*> workers_;

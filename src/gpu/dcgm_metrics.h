@@ -24,4 +24,10 @@ struct GpuHolder {
 std::string RenderDcgmMetrics(const std::vector<GpuReading>& gpus, const std::string& node,
                               const std::map<int, GpuHolder>& holders);
 
+// The same readings as JSON for the dashboard (the agent's /gpus): {"node", "gpus": [{"index",
+// "uuid", "name", "util", "mem_used_mb", "mem_total_mb", "power_w", "temperature_c", "job_id",
+// "user"}]}; job_id 0 and user "" for a GPU no job holds.
+std::string RenderGpuJson(const std::vector<GpuReading>& gpus, const std::string& node,
+                          const std::map<int, GpuHolder>& holders);
+
 }  // namespace bmas

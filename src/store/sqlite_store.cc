@@ -98,6 +98,9 @@ constexpr const char* kMigrations[] = {
     );
     CREATE INDEX idle_actions_by_user ON idle_actions(user, at);
     )sql",
+    R"sql(
+    ALTER TABLE users ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -313,6 +316,11 @@ class SqliteStore final : public Store {
     s.Bind(5, l.max_concurrent).Bind(6, w.cpus).BindOptText(7, w.memory).Bind(8, w.processes);
     s.BindOptText(9, w.disk).Bind(10, name);
     if (s.Step() != SQLITE_DONE) return Fail("changing a user");
+    if (c.admin) {
+      Statement a(db_, "UPDATE users SET admin = ? WHERE name = ?");
+      a.Bind(1, static_cast<int64_t>(*c.admin ? 1 : 0)).Bind(2, name);
+      if (a.Step() != SQLITE_DONE) return Fail("changing a user's admin flag");
+    }
     return {};
   }
 
@@ -565,7 +573,7 @@ class SqliteStore final : public Store {
  private:
   static constexpr const char* kSelectUsers =
       "SELECT name, weight, rpm, tpm, tokens_per_day, max_concurrent, created_at, ws_cpus, "
-      "ws_memory, ws_processes, ws_disk FROM users";
+      "ws_memory, ws_processes, ws_disk, admin FROM users";
 
   static User ReadUser(const Statement& s) {
     User u;
@@ -578,6 +586,7 @@ class SqliteStore final : public Store {
     u.created_at = s.Int(6);
     u.limits.workspace.cpus = s.OptInt(7);
     u.limits.workspace.memory = s.OptText(8);
+    u.admin = s.Int(11) != 0;
     u.limits.workspace.processes = s.OptInt(9);
     u.limits.workspace.disk = s.OptText(10);
     return u;

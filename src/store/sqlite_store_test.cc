@@ -42,7 +42,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 5);
+  EXPECT_EQ(store_->schema_version(), 6);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -115,6 +115,16 @@ TEST_F(SqliteStoreTest, ChangeUserSetsAndClearsLimits) {
   UserChange bad;
   bad.clear = {"weight"};
   EXPECT_FALSE(store_->ChangeUser("bob", bad));
+  // Admin is off until set, and a change of limits leaves it as it is.
+  EXPECT_FALSE((*store_->FindUser("bob"))->admin);
+  UserChange admin;
+  admin.admin = true;
+  ASSERT_TRUE(store_->ChangeUser("bob", admin));
+  ASSERT_TRUE(store_->ChangeUser("bob", change));
+  EXPECT_TRUE((*store_->FindUser("bob"))->admin);
+  admin.admin = false;
+  ASSERT_TRUE(store_->ChangeUser("bob", admin));
+  EXPECT_FALSE((*store_->ListUsers())[0].admin);
 }
 
 TEST_F(SqliteStoreTest, KeysAuthenticateUntilRevoked) {
@@ -286,7 +296,7 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 5);
+  EXPECT_EQ(store_->schema_version(), 6);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);

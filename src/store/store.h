@@ -41,6 +41,7 @@ struct User {
   std::string name;
   UserLimits limits;
   int64_t created_at = 0;  // unix seconds
+  bool admin = false;      // sees every user's details on the dashboard
 };
 
 // Changes to a user: only the fields that are set change. `clear` lists limits to unset.
@@ -48,6 +49,7 @@ struct UserChange {
   std::optional<double> weight;
   std::optional<int64_t> rpm, tpm, tokens_per_day, max_concurrent;
   WorkspaceLimits workspace;
+  std::optional<bool> admin;
   // Of "rpm", "tpm", "tokens_per_day", "max_concurrent", "cpus", "memory", "processes", "disk".
   std::vector<std::string> clear;
 };

@@ -1,0 +1,116 @@
+// The gateway's views for operators and the dashboard: /v1/models, /metrics and /load.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/json_object.h"
+#include "gateway/gateway.h"
+#include "gateway/gateway_internal.h"
+
+namespace bmas::gateway {
+
+std::string Gateway::ModelsJson() const {
+  std::lock_guard lock(mu_);
+  std::string out = R"({"object":"list","data":[)";
+  std::vector<std::string> seen;
+  for (const auto& b : backends_) {
+    if (!b->state.healthy || b->state.draining) continue;
+    for (size_t i = 0; i < b->models.size(); ++i) {
+      if (std::find(seen.begin(), seen.end(), b->models[i]) != seen.end()) continue;
+      if (!seen.empty()) out += ',';
+      seen.push_back(b->models[i]);
+      out += b->model_cards[i];
+    }
+  }
+  out += "]}";
+  return out;
+}
+
+std::string Gateway::RenderMetrics() {
+  std::lock_guard lock(mu_);
+  std::string text = metrics_.Render();
+  auto per_backend = [&](std::string_view name, std::string_view help, auto value) {
+    text += fmt::format(
+        "# HELP bmas_gateway_backend_{0} {1}\n# TYPE bmas_gateway_backend_{0} gauge\n", name, help);
+    for (const auto& b : backends_) {
+      text += fmt::format("bmas_gateway_backend_{}{{backend=\"{}\"}} {}\n", name,
+                          EscapeLabelValue(b->state.id), value(*b));
+    }
+  };
+  per_backend("in_flight", "Requests in flight per backend.",
+              [](const Backend& b) { return b.state.in_flight; });
+  per_backend("healthy", "1 when the backend passes its health checks.",
+              [](const Backend& b) { return b.state.healthy ? 1 : 0; });
+  per_backend("added",
+              "1 when the backend came from the store (`bmas gateway backend add`), 0 when the "
+              "gateway started with it.",
+              [](const Backend& b) { return b.from_store ? 1 : 0; });
+  per_backend("draining",
+              "1 when the backend was removed from the store and its requests in flight finish.",
+              [](const Backend& b) { return b.state.draining ? 1 : 0; });
+  return text;
+}
+
+
+// The load the dashboard and a controller read (the operator listener's /load): the fair
+// queue's depth per model, each backend's counts, and the latency histograms as cumulative
+// counts, so a reader takes quantiles over its own intervals from two readings.
+std::string Gateway::LoadJson() {
+  std::lock_guard lock(mu_);
+  auto histogram = [](JsonWriter& w, const char* name, const Histogram& h) {
+    w.Key(name);
+    w.StartObject();
+    w.Key("count");
+    w.Uint64(h.count());
+    w.Key("sum");
+    w.Double(h.sum());
+    w.Key("bounds");
+    w.StartArray();
+    for (double b : h.bounds()) w.Double(b);
+    w.EndArray();
+    w.Key("counts");  // per bucket, not cumulative; one more than bounds (+Inf)
+    w.StartArray();
+    for (uint64_t c : h.bucket_counts()) w.Uint64(c);
+    w.EndArray();
+    w.EndObject();
+  };
+  return JsonObject([&](JsonWriter& w) {
+    w.Key("queued");
+    w.StartObject();
+    for (const auto& [model, q] : queues_) {
+      w.Key(model.c_str());
+      w.Uint64(q->queue.size());
+    }
+    w.EndObject();
+    w.Key("backends");
+    w.StartArray();
+    for (const auto& b : backends_) {
+      w.StartObject();
+      w.Key("url");
+      w.String(b->state.id.c_str());
+      w.Key("models");
+      w.StartArray();
+      for (const std::string& m : b->models) w.String(m.c_str());
+      w.EndArray();
+      w.Key("healthy");
+      w.Bool(b->state.healthy);
+      w.Key("draining");
+      w.Bool(b->state.draining);
+      w.Key("in_flight");
+      w.Int(b->state.in_flight);
+      w.Key("capacity");
+      w.Int(b->state.capacity);
+      w.Key("kv_usage");
+      w.Double(b->state.kv_usage);
+      w.EndObject();
+    }
+    w.EndArray();
+    histogram(w, "ttft_s", ttft_);
+    histogram(w, "queue_wait_s", queue_wait_);
+  });
+}
+
+}  // namespace bmas::gateway
