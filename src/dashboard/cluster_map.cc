@@ -1,0 +1,121 @@
+#include "dashboard/cluster_map.h"
+
+#include <algorithm>
+
+namespace bmas::dashboard {
+namespace {
+
+bool Drained(const NodeInfo& n) {
+  static const char* kUnusable[] = {"down", "drain", "drained", "draining", "fail", "failing",
+                                    "future", "unknown", "not_responding", "reboot"};
+  for (const char* s : kUnusable) {
+    if (n.state == s) return true;
+  }
+  return std::any_of(n.state_flags.begin(), n.state_flags.end(), [](const std::string& f) {
+    return f == "DRAIN" || f == "DRAINED" || f == "DRAINING" || f == "NOT_RESPONDING" ||
+           f == "FAIL";
+  });
+}
+
+bool Holds(const JobInfo& j) { return j.state == "RUNNING" || j.state == "COMPLETING"; }
+
+const NodeTelemetry* TelemetryOf(const ClusterState& s, const std::string& name,
+                                 const std::string& hostname) {
+  for (const NodeTelemetry& t : s.telemetry) {
+    if (t.node == name || (!hostname.empty() && t.node == hostname)) return &t;
+  }
+  return nullptr;
+}
+
+void ApplyTelemetry(const NodeTelemetry* t, NodeCell& cell) {
+  if (t == nullptr || !t->up) return;
+  cell.telemetry = true;
+  for (const GpuTelemetryRow& r : t->gpus) {
+    for (GpuCell& g : cell.gpus) {
+      if (g.index != r.index) continue;
+      g.util = static_cast<int>(r.util);
+      g.mem_used_mb = r.mem_used_mb;
+      g.mem_total_mb = r.mem_total_mb;
+    }
+  }
+}
+
+void Hold(GpuCell& g, const JobInfo& j) {
+  g.state = IsInferenceJob(j) ? "inference" : "training";
+  g.job_id = j.id;
+  g.user = j.user;
+  g.job_name = j.name;
+  g.partition = j.partition;
+}
+
+}  // namespace
+
+bool IsInferenceJob(const JobInfo& job) {
+  return job.partition == "inference" || job.name.rfind("bmas-inference", 0) == 0;
+}
+
+std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
+  std::vector<NodeCell> map;
+  if (s.nodes.empty()) {
+    // No Slurm: the agents' nodes, each GPU held by the job its processes belong to.
+    for (const NodeTelemetry& t : s.telemetry) {
+      NodeCell cell;
+      cell.name = t.node;
+      for (const GpuTelemetryRow& r : t.gpus) {
+        GpuCell g;
+        g.index = r.index;
+        g.state = r.job_id != 0 ? "training" : "idle";
+        g.job_id = r.job_id;
+        g.user = r.user;
+        cell.gpus.push_back(std::move(g));
+      }
+      ApplyTelemetry(&t, cell);
+      map.push_back(std::move(cell));
+    }
+    return map;
+  }
+  for (const NodeInfo& n : s.nodes) {
+    NodeCell cell;
+    cell.name = n.name;
+    cell.state = n.state;
+    cell.reason = n.reason;
+    const bool reserved = s.mode.research && std::find(s.mode.nodes.begin(), s.mode.nodes.end(),
+                                                       n.name) != s.mode.nodes.end();
+    for (int i = 0; i < n.gpus; ++i) {
+      GpuCell g;
+      g.index = i;
+      g.state = Drained(n) ? "drained" : reserved ? "reserved" : "idle";
+      cell.gpus.push_back(std::move(g));
+    }
+    // Jobs with GPU indexes from Slurm first; then jobs Slurm gave no indexes for take the
+    // first free GPUs (their count shared out over their nodes).
+    std::vector<const JobInfo*> unindexed;
+    for (const JobInfo& j : s.jobs) {
+      if (!Holds(j) || j.gpus <= 0) continue;
+      if (std::find(j.nodes.begin(), j.nodes.end(), n.name) == j.nodes.end()) continue;
+      bool indexed = false;
+      for (const NodeGpus& a : j.gpu_alloc) {
+        if (a.node != n.name) continue;
+        indexed = true;
+        for (int i : a.indexes) {
+          if (i >= 0 && i < static_cast<int>(cell.gpus.size())) Hold(cell.gpus[i], j);
+        }
+      }
+      if (!indexed) unindexed.push_back(&j);
+    }
+    for (const JobInfo* j : unindexed) {
+      int want = j->gpus / std::max<int>(1, static_cast<int>(j->nodes.size()));
+      for (GpuCell& g : cell.gpus) {
+        if (want == 0) break;
+        if (g.job_id != 0) continue;
+        Hold(g, *j);
+        --want;
+      }
+    }
+    ApplyTelemetry(TelemetryOf(s, n.name, n.hostname), cell);
+    map.push_back(std::move(cell));
+  }
+  return map;
+}
+
+}  // namespace bmas::dashboard

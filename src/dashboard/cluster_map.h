@@ -1,0 +1,43 @@
+#pragma once
+
+// Who holds each GPU of the cluster, from Slurm's allocations (which GPU indexes each running
+// job holds on each node), the mode (research reservations), the nodes' states, and the
+// agents' telemetry for utilisation. Pure.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dashboard/state.h"
+
+namespace bmas::dashboard {
+
+struct GpuCell {
+  int index = 0;
+  // "training" (a Slurm job), "inference" (a replica job), "idle", "reserved" (research mode)
+  // or "drained" (the node is drained or down).
+  std::string state;
+  int64_t job_id = 0;
+  std::string user;
+  std::string job_name;
+  std::string partition;
+  int util = -1;  // percent from the agent; -1 = no telemetry for this GPU
+  uint64_t mem_used_mb = 0;
+  uint64_t mem_total_mb = 0;
+};
+
+struct NodeCell {
+  std::string name;
+  std::string state;   // Slurm's, lower case: idle, mixed, allocated, down, ...; "" without Slurm
+  std::string reason;  // why drained or down, as Slurm has it
+  bool telemetry = false;  // an agent reported this node's GPUs
+  std::vector<GpuCell> gpus;
+};
+
+// A replica of the inference path: a job in the inference partition or named bmas-inference*.
+bool IsInferenceJob(const JobInfo& job);
+
+// Every node, in Slurm's order (the agents' when there is no Slurm), each GPU by index.
+std::vector<NodeCell> BuildClusterMap(const ClusterState& s);
+
+}  // namespace bmas::dashboard

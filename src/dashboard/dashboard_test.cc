@@ -1,0 +1,262 @@
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <string>
+
+#include "dashboard/cluster_map.h"
+#include "dashboard/history.h"
+#include "dashboard/queue_reason.h"
+#include "dashboard/sessions.h"
+#include "dashboard/sources.h"
+#include "dashboard/views.h"
+
+namespace bmas::dashboard {
+namespace {
+
+constexpr int64_t kNow = 1'800'000'000;
+
+NodeInfo Node(const std::string& name, int gpus, std::string state = "idle") {
+  NodeInfo n;
+  n.name = name;
+  n.gpus = gpus;
+  n.state = std::move(state);
+  return n;
+}
+
+JobInfo Running(int64_t id, const std::string& user, const std::string& node,
+                std::vector<int> gpus, int limit_min = 60, int64_t started = kNow - 600) {
+  JobInfo j;
+  j.id = id;
+  j.user = user;
+  j.name = "train";
+  j.partition = "lab";
+  j.state = "RUNNING";
+  j.reason = "None";
+  j.nodes = {node};
+  j.gpus = static_cast<int>(gpus.size());
+  j.gpu_alloc = {NodeGpus{node, "", std::move(gpus)}};
+  j.start_time = started;
+  j.submit_time = started;
+  j.time_limit_minutes = limit_min;
+  return j;
+}
+
+JobInfo Pending(int64_t id, const std::string& user, int gpus, int64_t submitted = kNow - 60) {
+  JobInfo j;
+  j.id = id;
+  j.user = user;
+  j.name = "wait";
+  j.partition = "lab";
+  j.state = "PENDING";
+  j.reason = "Resources";
+  j.gpus = gpus;
+  j.submit_time = submitted;
+  return j;
+}
+
+// Three nodes of four GPUs: alice trains on two of oss01's, a replica holds one of oss02's,
+// oss03 is drained.
+ClusterState ThreeNodes() {
+  ClusterState s;
+  s.now = kNow;
+  s.slurm_reachable = true;
+  s.nodes = {Node("oss01", 4, "mixed"), Node("oss02", 4, "mixed"), Node("oss03", 4, "idle")};
+  s.nodes[2].state_flags = {"DRAIN"};
+  s.jobs.push_back(Running(10, "alice", "oss01", {1, 2}));
+  JobInfo replica = Running(11, "bmas", "oss02", {0});
+  replica.partition = "inference";
+  replica.name = "bmas-inference-sim";
+  s.jobs.push_back(replica);
+  s.users = {User{"alice", {}, 0, false}, User{"bob", {}, 0, false}, User{"root", {}, 0, true}};
+  return s;
+}
+
+rapidjson::Document Json(const std::string& text) {
+  rapidjson::Document d;
+  d.Parse(text.c_str());
+  EXPECT_FALSE(d.HasParseError()) << text;
+  return d;
+}
+
+TEST(ClusterMapTest, EachGpuIsHeldByItsJobReplicaDrainOrNoOne) {
+  ClusterState s = ThreeNodes();
+  s.telemetry = {NodeTelemetry{"oss01", true, "", {{1, 97, 1000, 80000, 10, "alice"}}}};
+  auto map = BuildClusterMap(s);
+  ASSERT_EQ(map.size(), 3u);
+  EXPECT_EQ(map[0].gpus[0].state, "idle");
+  EXPECT_EQ(map[0].gpus[1].state, "training");
+  EXPECT_EQ(map[0].gpus[1].job_id, 10);
+  EXPECT_EQ(map[0].gpus[1].user, "alice");
+  EXPECT_EQ(map[0].gpus[1].util, 97);
+  EXPECT_EQ(map[0].gpus[2].util, -1);  // the agent did not report it
+  EXPECT_TRUE(map[0].telemetry);
+  EXPECT_EQ(map[1].gpus[0].state, "inference");
+  EXPECT_EQ(map[2].gpus[3].state, "drained");
+}
+
+TEST(ClusterMapTest, ResearchNodesAreReservedAndAJobWithoutIndexesTakesFreeGpus) {
+  ClusterState s = ThreeNodes();
+  s.mode = slurm::Mode{true, {"bob"}, {"oss02"}, "2026-11-24T14:00:00"};
+  JobInfo j = Running(12, "bob", "oss02", {});
+  j.gpu_alloc.clear();
+  j.gpus = 2;
+  s.jobs.push_back(j);
+  auto map = BuildClusterMap(s);
+  EXPECT_EQ(map[1].gpus[0].state, "inference");
+  EXPECT_EQ(map[1].gpus[1].job_id, 12);
+  EXPECT_EQ(map[1].gpus[2].job_id, 12);
+  EXPECT_EQ(map[1].gpus[3].state, "reserved");
+}
+
+TEST(ViewsTest, AUserSeesOthersGpusButNotWhoseAndAnAdminSeesAll) {
+  const ClusterState s = ThreeNodes();
+  auto bob = Json(ClusterJson(s, Viewer{"bob", false}));
+  const auto& held = bob["nodes"][0]["gpus"][1];
+  EXPECT_STREQ(held["state"].GetString(), "training");
+  EXPECT_STREQ(held["user"].GetString(), "");
+  EXPECT_EQ(held["job_id"].GetInt64(), 0);
+  EXPECT_EQ(bob["totals"]["training"].GetInt(), 2);
+  EXPECT_EQ(bob["totals"]["drained"].GetInt(), 4);
+  auto alice = Json(ClusterJson(s, Viewer{"alice", false}));
+  EXPECT_STREQ(alice["nodes"][0]["gpus"][1]["user"].GetString(), "alice");
+  EXPECT_TRUE(alice["nodes"][0]["gpus"][1]["mine"].GetBool());
+  auto root = Json(ClusterJson(s, Viewer{"root", true}));
+  EXPECT_EQ(root["nodes"][0]["gpus"][2]["job_id"].GetInt64(), 10);
+}
+
+TEST(ViewsTest, AnotherUsersDetailsAreRefusedUnlessAdmin) {
+  const ClusterState s = ThreeNodes();
+  auto refused = UserJson(s, Viewer{"bob", false}, "alice");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(refused.error().message.find("only an admin"), std::string::npos);
+  EXPECT_TRUE(UserJson(s, Viewer{"bob", false}, "bob"));
+  auto alice = UserJson(s, Viewer{"root", true}, "alice");
+  ASSERT_TRUE(alice);
+  EXPECT_EQ(Json(*alice)["jobs"].Size(), 1u);
+  auto missing = UserJson(s, Viewer{"root", true}, "nobody");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  // Users: one row for a user, every row for an admin; totals for both.
+  EXPECT_EQ(Json(UsersJson(s, Viewer{"bob", false}))["users"].Size(), 1u);
+  EXPECT_EQ(Json(UsersJson(s, Viewer{"root", true}))["users"].Size(), 4u);  // + the replica's
+}
+
+TEST(ViewsTest, WastedGpuHoursCountEachJobOnce) {
+  ClusterState s = ThreeNodes();
+  s.idle = {IdleRecord{10, "alice", "lab", "warn", kNow - 3600, kNow - 7200, 2, 7200, "idle"},
+            IdleRecord{10, "alice", "lab", "cancel", kNow, kNow - 7200, 2, 14400, "idle"}};
+  auto users = Json(UsersJson(s, Viewer{"alice", false}));
+  EXPECT_DOUBLE_EQ(users["users"][0]["wasted_gpu_hours_30d"].GetDouble(), 4.0);
+  auto queue = Json(QueueJson(s, Viewer{"alice", false}));
+  EXPECT_STREQ(queue["running"][0]["idle"]["kind"].GetString(), "cancel");
+}
+
+TEST(QueueReasonTest, SaysWhatItWaitsForAndWhenItCouldStart) {
+  ClusterState s = ThreeNodes();
+  // 5 free GPUs (oss01: 0 and 3; oss02: 1-3); alice's 2 end in 50 min.
+  JobInfo big = Pending(20, "bob", 8);
+  EXPECT_EQ(PendingExplanation(big, s, kNow), "waiting for 8 GPUs on whole nodes; no estimate: "
+                                              "the GPUs it needs are held by jobs without a time "
+                                              "limit, or reserved or drained");
+  JobInfo six = Pending(21, "bob", 6);
+  s.jobs.push_back(six);
+  EXPECT_EQ(EstimateStartSeconds(six, s, kNow), 50 * 60);
+  EXPECT_EQ(PendingExplanation(six, s, kNow),
+            "waiting for 6 GPUs on whole nodes; about 50 min (when running jobs reach their time "
+            "limits)");
+  // A job submitted after it waits for it too.
+  JobInfo one = Pending(22, "carol", 1, kNow - 30);
+  EXPECT_EQ(EstimateStartSeconds(one, s, kNow), 50 * 60);
+  JobInfo early = Pending(23, "carol", 1, kNow - 3600);
+  EXPECT_EQ(EstimateStartSeconds(early, s, kNow), 0);
+  s.mode = slurm::Mode{true, {"alice"}, {"oss01", "oss02"}, "2026-11-24T14:00:00"};
+  EXPECT_EQ(PendingExplanation(Pending(24, "bob", 1), s, kNow).rfind(
+                "waiting for 1 GPU; nodes oss[01-02] are reserved for research by alice since "
+                "2026-11-24T14:00:00 (until lab mode); ",
+                0),
+            0u);
+  JobInfo held = Pending(25, "bob", 1);
+  held.reason = "QOSMaxGRESPerUser";
+  EXPECT_EQ(EstimateStartSeconds(held, s, kNow), std::nullopt);
+}
+
+TEST(SessionsTest, ExpireAreBoundedAndEndWithTheirUser) {
+  Sessions sessions(3600, 2);
+  sessions.Create("t1", "alice", 100);
+  EXPECT_EQ(sessions.Find("t1", 100 + 3599), "alice");
+  EXPECT_EQ(sessions.Find("t1", 100 + 3600), std::nullopt);
+  EXPECT_EQ(sessions.size(), 0u);
+  sessions.Create("a", "alice", 0);
+  sessions.Create("b", "bob", 10);
+  sessions.Create("c", "carol", 20);  // the first to expire goes
+  EXPECT_EQ(sessions.Find("a", 30), std::nullopt);
+  EXPECT_EQ(sessions.Find("c", 30), "carol");
+  sessions.RemoveUser("bob");
+  EXPECT_EQ(sessions.Find("b", 30), std::nullopt);
+  sessions.Remove("c");
+  EXPECT_EQ(sessions.size(), 0u);
+  EXPECT_EQ(CookieValue("a=1; bmas_session=xyz; c=3", "bmas_session"), "xyz");
+  EXPECT_EQ(CookieValue("xbmas_session=1", "bmas_session"), "");
+  EXPECT_EQ(CookieValue("", "bmas_session"), "");
+}
+
+TEST(HistoryTest, TtftP95IsTakenOverTheIntervalOnly) {
+  LatencyHistogram before{{0.1, 0.5, 1.0}, {100, 0, 0, 0}, 100, 5};
+  LatencyHistogram after{{0.1, 0.5, 1.0}, {100, 0, 10, 0}, 110, 12};
+  EXPECT_NEAR(QuantileBetween(before, after, 0.95), 0.975, 1e-9);  // all 10 new in (0.5, 1]
+  EXPECT_EQ(QuantileBetween(after, after, 0.95), -1);
+  LatencyHistogram restarted{{0.1, 0.5, 1.0}, {0, 2, 0, 0}, 2, 0.4};
+  EXPECT_NEAR(QuantileBetween(after, restarted, 0.5), 0.3, 1e-9);
+  LatencyHistogram slow{{0.1, 0.5, 1.0}, {0, 0, 0, 4}, 4, 20};
+  EXPECT_EQ(QuantileBetween({}, slow, 0.95), 1.0);
+
+  ClusterState s = ThreeNodes();
+  s.jobs.push_back(Pending(30, "bob", 1));
+  s.gateway.queued = {{"sim", 3}};
+  s.gateway.ttft = after;
+  HistoryPoint p = MakeHistoryPoint(s, before);
+  EXPECT_EQ(p.gpus_training, 2);
+  EXPECT_EQ(p.gpus_inference, 1);
+  EXPECT_EQ(p.gpus_idle, 5);
+  EXPECT_EQ(p.queue, 4);
+  std::vector<HistoryPoint> h;
+  for (int i = 0; i < 5; ++i) AppendHistory(h, HistoryPoint{i}, 3);
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h.front().t, 2);
+}
+
+TEST(SourcesTest, ReadTheGatewaysLoadAndAnAgentsGpus) {
+  auto load = ParseGatewayLoad(
+      R"({"queued":{"sim":2},"backends":[{"url":"http://a","models":["sim"],"healthy":true,)"
+      R"("draining":false,"in_flight":3,"capacity":8,"kv_usage":0.5}],)"
+      R"("ttft_s":{"count":1,"sum":0.2,"bounds":[0.1,0.5],"counts":[0,1,0]}})");
+  ASSERT_TRUE(load);
+  EXPECT_EQ(load->queued.at("sim"), 2);
+  ASSERT_EQ(load->backends.size(), 1u);
+  EXPECT_EQ(load->backends[0].in_flight, 3);
+  EXPECT_EQ(load->ttft.counts.size(), 3u);
+  EXPECT_FALSE(ParseGatewayLoad("<html>"));
+  // A histogram whose counts do not match its bounds is dropped, not misread.
+  auto odd = ParseGatewayLoad(R"({"ttft_s":{"bounds":[1],"counts":[1]},"backends":7})");
+  ASSERT_TRUE(odd);
+  EXPECT_TRUE(odd->ttft.counts.empty());
+  EXPECT_TRUE(odd->backends.empty());
+
+  auto gpus = ParseAgentGpus(
+      R"({"up":true,"error":"","sample":{"node":"oss01","gpus":[{"index":2,"util":55,)"
+      R"("mem_used_mb":10,"mem_total_mb":80,"job_id":7,"user":"alice"}]}})",
+      "http://127.0.0.1:1");
+  ASSERT_TRUE(gpus);
+  EXPECT_EQ(gpus->node, "oss01");
+  ASSERT_EQ(gpus->gpus.size(), 1u);
+  EXPECT_EQ(gpus->gpus[0].util, 55u);
+  EXPECT_EQ(gpus->gpus[0].job_id, 7);
+  auto none = ParseAgentGpus(R"({"up":false,"error":"no driver","sample":null})", "n1");
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->up);
+  EXPECT_EQ(none->error, "no driver");
+}
+
+}  // namespace
+}  // namespace bmas::dashboard

@@ -1,0 +1,52 @@
+#include "dashboard/sessions.h"
+
+#include <algorithm>
+
+namespace bmas::dashboard {
+
+void Sessions::Create(const std::string& token, const std::string& user, int64_t now) {
+  std::erase_if(by_token_, [&](const auto& e) { return e.second.expires <= now; });
+  while (by_token_.size() >= max_sessions_ && !by_token_.empty()) {
+    auto first = std::min_element(by_token_.begin(), by_token_.end(), [](const auto& a, const auto& b) {
+      return a.second.expires < b.second.expires;
+    });
+    by_token_.erase(first);
+  }
+  by_token_[token] = Session{user, now + lifetime_s_};
+}
+
+std::optional<std::string> Sessions::Find(std::string_view token, int64_t now) {
+  auto it = by_token_.find(token);
+  if (it == by_token_.end()) return std::nullopt;
+  if (it->second.expires <= now) {
+    by_token_.erase(it);
+    return std::nullopt;
+  }
+  return it->second.user;
+}
+
+void Sessions::Remove(std::string_view token) {
+  auto it = by_token_.find(token);
+  if (it != by_token_.end()) by_token_.erase(it);
+}
+
+void Sessions::RemoveUser(const std::string& user) {
+  std::erase_if(by_token_, [&](const auto& e) { return e.second.user == user; });
+}
+
+std::string CookieValue(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const size_t end = header.find(';');
+    std::string_view pair = header.substr(0, end);
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    const size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) {
+      return std::string(pair.substr(eq + 1));
+    }
+    if (end == std::string_view::npos) break;
+    header.remove_prefix(end + 1);
+  }
+  return "";
+}
+
+}  // namespace bmas::dashboard

@@ -1,0 +1,45 @@
+#pragma once
+
+// Dashboard sessions: a random token in an HttpOnly, SameSite=Strict cookie names a user until
+// it expires. The table is bounded: past `max_sessions` the session that expires first goes.
+// Pure: the time is an argument and the token comes from the caller. Not thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace bmas::dashboard {
+
+class Sessions {
+ public:
+  Sessions(int64_t lifetime_s, size_t max_sessions)
+      : lifetime_s_(lifetime_s), max_sessions_(max_sessions) {}
+
+  // Starts a session for `user` with `token` (random, from the caller) at `now`.
+  void Create(const std::string& token, const std::string& user, int64_t now);
+  // The user of a live session; nullopt for an unknown or expired token (which is forgotten).
+  std::optional<std::string> Find(std::string_view token, int64_t now);
+  void Remove(std::string_view token);
+  // Ends every session of `user` (removed from the store, say).
+  void RemoveUser(const std::string& user);
+
+  size_t size() const { return by_token_.size(); }
+  int64_t lifetime_s() const { return lifetime_s_; }
+
+ private:
+  struct Session {
+    std::string user;
+    int64_t expires = 0;
+  };
+  const int64_t lifetime_s_;
+  const size_t max_sessions_;
+  std::map<std::string, Session, std::less<>> by_token_;
+};
+
+// The value of cookie `name` in a Cookie header ("a=1; b=2"); "" when absent.
+std::string CookieValue(std::string_view header, std::string_view name);
+
+}  // namespace bmas::dashboard

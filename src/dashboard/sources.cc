@@ -1,0 +1,109 @@
+#include "dashboard/sources.h"
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+
+#include "common/json_read.h"
+
+namespace bmas::dashboard {
+namespace {
+
+Result<rapidjson::Document> Parse(std::string_view body, std::string_view what) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject()) {
+    return Error{ErrorCode::kUnavailable, fmt::format("{} did not answer with a JSON object", what)};
+  }
+  return d;
+}
+
+int64_t Int(const rapidjson::Value& v, const char* key) {
+  const rapidjson::Value* m = JsonMember(v, key);
+  return m != nullptr && m->IsInt64() ? m->GetInt64() : 0;
+}
+
+double Double(const rapidjson::Value& v, const char* key) {
+  const rapidjson::Value* m = JsonMember(v, key);
+  return m != nullptr && m->IsNumber() ? m->GetDouble() : 0;
+}
+
+bool Bool(const rapidjson::Value& v, const char* key) {
+  const rapidjson::Value* m = JsonMember(v, key);
+  return m != nullptr && m->IsBool() && m->GetBool();
+}
+
+template <typename F>
+void EachOf(const rapidjson::Value& v, const char* key, F f) {
+  const rapidjson::Value* m = JsonMember(v, key);
+  if (m == nullptr || !m->IsArray()) return;
+  for (const rapidjson::Value& e : m->GetArray()) f(e);
+}
+
+LatencyHistogram ReadHistogram(const rapidjson::Value& v) {
+  LatencyHistogram h;
+  if (!v.IsObject()) return h;
+  h.count = static_cast<uint64_t>(Int(v, "count"));
+  h.sum = Double(v, "sum");
+  EachOf(v, "bounds", [&](const rapidjson::Value& b) { h.bounds.push_back(b.IsNumber() ? b.GetDouble() : 0); });
+  EachOf(v, "counts", [&](const rapidjson::Value& c) {
+    h.counts.push_back(c.IsUint64() ? c.GetUint64() : 0);
+  });
+  if (h.counts.size() != h.bounds.size() + 1) h = LatencyHistogram{};  // not one we can read
+  return h;
+}
+
+}  // namespace
+
+Result<GatewayLoad> ParseGatewayLoad(std::string_view body) {
+  auto d = Parse(body, "the gateway's /load");
+  if (!d) return d.error();
+  GatewayLoad load;
+  load.reachable = true;
+  if (const rapidjson::Value* q = JsonMember(*d, "queued"); q != nullptr && q->IsObject()) {
+    for (const auto& m : q->GetObject()) {
+      load.queued[std::string(m.name.GetString(), m.name.GetStringLength())] =
+          m.value.IsInt() ? m.value.GetInt() : 0;
+    }
+  }
+  EachOf(*d, "backends", [&](const rapidjson::Value& b) {
+    BackendLoad bl;
+    bl.url = JsonString(b, "url");
+    EachOf(b, "models", [&](const rapidjson::Value& m) {
+      if (m.IsString()) bl.models.emplace_back(m.GetString(), m.GetStringLength());
+    });
+    bl.healthy = Bool(b, "healthy");
+    bl.draining = Bool(b, "draining");
+    bl.in_flight = static_cast<int>(Int(b, "in_flight"));
+    bl.capacity = static_cast<int>(Int(b, "capacity"));
+    bl.kv_usage = Double(b, "kv_usage");
+    load.backends.push_back(std::move(bl));
+  });
+  if (const rapidjson::Value* h = JsonMember(*d, "ttft_s")) load.ttft = ReadHistogram(*h);
+  if (const rapidjson::Value* h = JsonMember(*d, "queue_wait_s")) load.queue_wait = ReadHistogram(*h);
+  return load;
+}
+
+Result<NodeTelemetry> ParseAgentGpus(std::string_view body, const std::string& node) {
+  auto d = Parse(body, fmt::format("the agent on {}'s /gpus", node));
+  if (!d) return d.error();
+  NodeTelemetry t;
+  t.node = node;
+  t.up = Bool(*d, "up");
+  t.error = JsonString(*d, "error");
+  const rapidjson::Value* sample = JsonMember(*d, "sample");
+  if (sample == nullptr || !sample->IsObject()) return t;
+  if (std::string n = JsonString(*sample, "node"); !n.empty()) t.node = n;
+  EachOf(*sample, "gpus", [&](const rapidjson::Value& g) {
+    GpuTelemetryRow r;
+    r.index = static_cast<int>(Int(g, "index"));
+    r.util = static_cast<unsigned>(Int(g, "util"));
+    r.mem_used_mb = static_cast<uint64_t>(Int(g, "mem_used_mb"));
+    r.mem_total_mb = static_cast<uint64_t>(Int(g, "mem_total_mb"));
+    r.job_id = Int(g, "job_id");
+    r.user = JsonString(g, "user");
+    t.gpus.push_back(std::move(r));
+  });
+  return t;
+}
+
+}  // namespace bmas::dashboard

@@ -1,0 +1,487 @@
+#include "dashboard/views.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/json_object.h"
+#include "dashboard/cluster_map.h"
+#include "dashboard/queue_reason.h"
+
+namespace bmas::dashboard {
+namespace {
+
+bool Sees(const Viewer& v, const std::string& user) { return v.admin || user == v.user; }
+
+void Str(JsonWriter& w, const char* key, std::string_view value) {
+  w.Key(key);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+void Num(JsonWriter& w, const char* key, int64_t value) {
+  w.Key(key);
+  w.Int64(value);
+}
+
+void Real(JsonWriter& w, const char* key, double value) {
+  w.Key(key);
+  w.Double(value);
+}
+
+void OptNum(JsonWriter& w, const char* key, const std::optional<int64_t>& value) {
+  w.Key(key);
+  if (value) w.Int64(*value); else w.Null();
+}
+
+void Source(JsonWriter& w, const char* key, bool ok, const std::string& error) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("ok");
+  w.Bool(ok);
+  Str(w, "error", error);
+  w.EndObject();
+}
+
+// Per job, the largest waste any of its records says (a warning, then the cancellation).
+std::map<int64_t, const IdleRecord*> LatestIdlePerJob(const ClusterState& s) {
+  std::map<int64_t, const IdleRecord*> latest;
+  for (const IdleRecord& r : s.idle) {
+    auto& slot = latest[r.job];
+    if (slot == nullptr || r.at >= slot->at) slot = &r;
+  }
+  return latest;
+}
+
+std::map<std::string, double> WastedGpuHoursPerUser(const ClusterState& s) {
+  std::map<int64_t, const IdleRecord*> worst;
+  for (const IdleRecord& r : s.idle) {
+    auto& slot = worst[r.job];
+    if (slot == nullptr || r.wasted_gpu_seconds > slot->wasted_gpu_seconds) slot = &r;
+  }
+  std::map<std::string, double> hours;
+  for (const auto& [job, r] : worst) hours[r->user] += static_cast<double>(r->wasted_gpu_seconds) / 3600;
+  return hours;
+}
+
+void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s,
+         const std::map<int64_t, const IdleRecord*>& idle) {
+  const bool seen = Sees(v, j.user);
+  w.StartObject();
+  Num(w, "id", seen ? j.id : 0);
+  Str(w, "user", seen ? j.user : "");
+  Str(w, "name", seen ? j.name : "");
+  w.Key("mine");
+  w.Bool(j.user == v.user);
+  Str(w, "partition", j.partition);
+  Str(w, "state", j.state);
+  Num(w, "gpus", j.gpus);
+  Num(w, "submitted", j.submit_time);
+  Num(w, "started", j.start_time);
+  Num(w, "ended", j.end_time);
+  Num(w, "time_limit_min", j.time_limit_minutes);
+  w.Key("nodes");
+  w.StartArray();
+  for (const std::string& n : j.nodes) w.String(n.c_str());
+  w.EndArray();
+  Str(w, "reason", j.reason);
+  if (j.state == "PENDING") {
+    Str(w, "reason_text", PendingExplanation(j, s, s.now));
+    OptNum(w, "eta_s", EstimateStartSeconds(j, s, s.now));
+    Num(w, "waiting_s", std::max<int64_t>(0, s.now - j.submit_time));
+  }
+  w.Key("idle");
+  auto it = idle.find(j.id);
+  if (seen && it != idle.end()) {
+    const IdleRecord& r = *it->second;
+    w.StartObject();
+    Str(w, "kind", r.kind);
+    Num(w, "since", r.idle_since);
+    Num(w, "at", r.at);
+    Real(w, "wasted_gpu_hours", static_cast<double>(r.wasted_gpu_seconds) / 3600);
+    Str(w, "reason", r.reason);
+    w.EndObject();
+  } else {
+    w.Null();
+  }
+  w.EndObject();
+}
+
+struct UserTotals {
+  int64_t jobs = 0;
+  double gpu_hours = 0;
+  int64_t tokens_today = 0;
+  int64_t requests_today = 0;
+  double wasted = 0;
+  int running = 0;
+  int gpus_held = 0;
+  int pending = 0;
+};
+
+std::map<std::string, UserTotals> TotalsPerUser(const ClusterState& s) {
+  std::map<std::string, UserTotals> t;
+  for (const User& u : s.users) t[u.name];
+  for (const JobUsageRow& r : s.gpu_usage) {
+    t[r.user].jobs += r.jobs;
+    t[r.user].gpu_hours += static_cast<double>(r.gpu_seconds) / 3600;
+  }
+  for (const UsageRow& r : s.tokens_day) {
+    t[r.user].tokens_today += r.prompt_tokens + r.completion_tokens;
+    t[r.user].requests_today += r.requests;
+  }
+  for (const auto& [user, hours] : WastedGpuHoursPerUser(s)) t[user].wasted += hours;
+  for (const JobInfo& j : s.jobs) {
+    if (j.state == "RUNNING") {
+      ++t[j.user].running;
+      t[j.user].gpus_held += j.gpus;
+    } else if (j.state == "PENDING") {
+      ++t[j.user].pending;
+    }
+  }
+  return t;
+}
+
+void UserRow(JsonWriter& w, const std::string& name, const User* u, const UserTotals& t) {
+  Str(w, "user", name);
+  w.Key("admin");
+  w.Bool(u != nullptr && u->admin);
+  w.Key("in_store");
+  w.Bool(u != nullptr);
+  Num(w, "jobs_30d", t.jobs);
+  Real(w, "gpu_hours_30d", t.gpu_hours);
+  Real(w, "wasted_gpu_hours_30d", t.wasted);
+  Num(w, "tokens_today", t.tokens_today);
+  Num(w, "requests_today", t.requests_today);
+  Num(w, "running_jobs", t.running);
+  Num(w, "pending_jobs", t.pending);
+  Num(w, "gpus_held", t.gpus_held);
+  w.Key("limits");
+  if (u == nullptr) {
+    w.Null();
+    return;
+  }
+  w.StartObject();
+  Real(w, "weight", u->limits.weight);
+  OptNum(w, "rpm", u->limits.rpm);
+  OptNum(w, "tpm", u->limits.tpm);
+  OptNum(w, "tokens_per_day", u->limits.tokens_per_day);
+  OptNum(w, "max_concurrent", u->limits.max_concurrent);
+  OptNum(w, "workspace_cpus", u->limits.workspace.cpus);
+  Str(w, "workspace_memory", u->limits.workspace.memory.value_or(""));
+  w.EndObject();
+}
+
+const User* FindUser(const ClusterState& s, std::string_view name) {
+  for (const User& u : s.users) {
+    if (u.name == name) return &u;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string MeJson(const ClusterState& s, const Viewer& v) {
+  return JsonObject([&](JsonWriter& w) {
+    Str(w, "user", v.user);
+    w.Key("admin");
+    w.Bool(v.admin);
+    Num(w, "now", s.now);
+    w.Key("sources");
+    w.StartObject();
+    Source(w, "slurm", s.slurm_reachable, s.slurm_error);
+    Source(w, "gateway", s.gateway.reachable, s.gateway.error);
+    Source(w, "store", s.store_ok, s.store_error);
+    int up = 0;
+    for (const NodeTelemetry& t : s.telemetry) up += t.up ? 1 : 0;
+    Num(w, "agents", static_cast<int64_t>(s.telemetry.size()));
+    Num(w, "agents_with_telemetry", up);
+    w.EndObject();
+  });
+}
+
+std::string ClusterJson(const ClusterState& s, const Viewer& v) {
+  return JsonObject([&](JsonWriter& w) {
+    std::map<std::string, int64_t> totals = {{"gpus", 0},     {"training", 0}, {"inference", 0},
+                                             {"idle", 0},     {"reserved", 0}, {"drained", 0}};
+    w.Key("nodes");
+    w.StartArray();
+    for (const NodeCell& n : BuildClusterMap(s)) {
+      w.StartObject();
+      Str(w, "name", n.name);
+      Str(w, "state", n.state);
+      Str(w, "reason", n.reason);
+      w.Key("telemetry");
+      w.Bool(n.telemetry);
+      w.Key("gpus");
+      w.StartArray();
+      for (const GpuCell& g : n.gpus) {
+        ++totals["gpus"];
+        ++totals[g.state];
+        const bool seen = Sees(v, g.user);
+        w.StartObject();
+        Num(w, "index", g.index);
+        Str(w, "state", g.state);
+        Num(w, "job_id", seen ? g.job_id : 0);
+        Str(w, "user", seen ? g.user : "");
+        Str(w, "job_name", seen ? g.job_name : "");
+        Str(w, "partition", g.partition);
+        w.Key("mine");
+        w.Bool(!g.user.empty() && g.user == v.user);
+        w.Key("util");
+        if (g.util >= 0) w.Int(g.util); else w.Null();
+        Num(w, "mem_used_mb", static_cast<int64_t>(g.mem_used_mb));
+        Num(w, "mem_total_mb", static_cast<int64_t>(g.mem_total_mb));
+        w.EndObject();
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("totals");
+    w.StartObject();
+    for (const auto& [k, n] : totals) Num(w, k.c_str(), n);
+    w.EndObject();
+    Str(w, "mode", s.mode.research ? "research" : "lab");
+  });
+}
+
+std::string QueueJson(const ClusterState& s, const Viewer& v) {
+  const auto idle = LatestIdlePerJob(s);
+  std::vector<const JobInfo*> pending, running, recent;
+  for (const JobInfo& j : s.jobs) {
+    if (j.state == "PENDING") pending.push_back(&j);
+    else if (j.state == "RUNNING" || j.state == "COMPLETING") running.push_back(&j);
+    else if (Sees(v, j.user)) recent.push_back(&j);
+  }
+  std::sort(pending.begin(), pending.end(), [](const JobInfo* a, const JobInfo* b) {
+    return std::tie(a->submit_time, a->id) < std::tie(b->submit_time, b->id);
+  });
+  std::sort(running.begin(), running.end(), [](const JobInfo* a, const JobInfo* b) {
+    return std::tie(a->start_time, a->id) < std::tie(b->start_time, b->id);
+  });
+  std::sort(recent.begin(), recent.end(), [](const JobInfo* a, const JobInfo* b) {
+    return std::tie(a->end_time, a->id) > std::tie(b->end_time, b->id);
+  });
+  return JsonObject([&](JsonWriter& w) {
+    int64_t pending_gpus = 0;
+    for (const JobInfo* j : pending) pending_gpus += j->gpus;
+    for (auto [key, list] : {std::pair{"pending", &pending}, std::pair{"running", &running},
+                             std::pair{"recent", &recent}}) {
+      w.Key(key);
+      w.StartArray();
+      for (const JobInfo* j : *list) Job(w, *j, v, s, idle);
+      w.EndArray();
+    }
+    w.Key("totals");
+    w.StartObject();
+    Num(w, "pending", static_cast<int64_t>(pending.size()));
+    Num(w, "pending_gpus", pending_gpus);
+    Num(w, "running", static_cast<int64_t>(running.size()));
+    w.EndObject();
+  });
+}
+
+std::string InferenceJson(const ClusterState& s, const Viewer& v) {
+  std::set<std::string> models;
+  for (const BackendLoad& b : s.gateway.backends) models.insert(b.models.begin(), b.models.end());
+  for (const auto& [m, q] : s.gateway.queued) models.insert(m);
+  for (const UsageRow& r : s.tokens_hour) models.insert(r.model);
+  return JsonObject([&](JsonWriter& w) {
+    w.Key("gateway");
+    w.StartObject();
+    w.Key("reachable");
+    w.Bool(s.gateway.reachable);
+    Str(w, "error", s.gateway.error);
+    w.EndObject();
+    w.Key("models");
+    w.StartArray();
+    for (const std::string& m : models) {
+      w.StartObject();
+      Str(w, "model", m);
+      int ready = 0;
+      w.Key("replicas");
+      w.StartArray();
+      for (const BackendLoad& b : s.gateway.backends) {
+        if (std::find(b.models.begin(), b.models.end(), m) == b.models.end()) continue;
+        ready += b.healthy && !b.draining ? 1 : 0;
+        w.StartObject();
+        Str(w, "url", b.url);
+        Str(w, "state", b.draining ? "draining" : b.healthy ? "ready" : "unhealthy");
+        Num(w, "in_flight", b.in_flight);
+        Num(w, "capacity", b.capacity);
+        Real(w, "kv_usage", b.kv_usage);
+        w.EndObject();
+      }
+      w.EndArray();
+      Num(w, "ready", ready);
+      auto q = s.gateway.queued.find(m);
+      Num(w, "queued", q == s.gateway.queued.end() ? 0 : q->second);
+      int64_t tokens = 0, requests = 0;
+      for (const UsageRow& r : s.tokens_hour) {
+        if (r.model != m) continue;
+        tokens += r.prompt_tokens + r.completion_tokens;
+        requests += r.requests;
+      }
+      Num(w, "tokens_last_hour", tokens);
+      Num(w, "requests_last_hour", requests);
+      w.EndObject();
+    }
+    w.EndArray();
+    std::map<std::string, UsageRow> per_user;
+    for (const UsageRow& r : s.tokens_hour) {
+      UsageRow& u = per_user[r.user];
+      u.user = r.user;
+      u.requests += r.requests;
+      u.prompt_tokens += r.prompt_tokens;
+      u.completion_tokens += r.completion_tokens;
+    }
+    int64_t total = 0;
+    w.Key("users");
+    w.StartArray();
+    for (const auto& [name, u] : per_user) {
+      total += u.prompt_tokens + u.completion_tokens;
+      if (!Sees(v, name)) continue;
+      w.StartObject();
+      Str(w, "user", name);
+      Num(w, "requests", u.requests);
+      Num(w, "prompt_tokens", u.prompt_tokens);
+      Num(w, "completion_tokens", u.completion_tokens);
+      w.EndObject();
+    }
+    w.EndArray();
+    Num(w, "tokens_last_hour", total);
+    w.Key("ttft_p95_s");
+    if (!s.history.empty() && s.history.back().ttft_p95_s >= 0) {
+      w.Double(s.history.back().ttft_p95_s);
+    } else {
+      w.Null();
+    }
+  });
+}
+
+std::string UsersJson(const ClusterState& s, const Viewer& v) {
+  const auto per_user = TotalsPerUser(s);
+  return JsonObject([&](JsonWriter& w) {
+    UserTotals all;
+    w.Key("users");
+    w.StartArray();
+    for (const auto& [name, t] : per_user) {
+      all.gpu_hours += t.gpu_hours;
+      all.tokens_today += t.tokens_today;
+      all.wasted += t.wasted;
+      all.jobs += t.jobs;
+      if (!Sees(v, name)) continue;
+      w.StartObject();
+      UserRow(w, name, FindUser(s, name), t);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("totals");
+    w.StartObject();
+    Num(w, "users", static_cast<int64_t>(s.users.size()));
+    Num(w, "jobs_30d", all.jobs);
+    Real(w, "gpu_hours_30d", all.gpu_hours);
+    Real(w, "wasted_gpu_hours_30d", all.wasted);
+    Num(w, "tokens_today", all.tokens_today);
+    w.EndObject();
+  });
+}
+
+Result<std::string> UserJson(const ClusterState& s, const Viewer& v, std::string_view name) {
+  if (!v.admin && name != v.user) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("you are signed in as {}: only an admin sees another user's details",
+                             v.user)};
+  }
+  const User* u = FindUser(s, name);
+  const auto per_user = TotalsPerUser(s);
+  auto t = per_user.find(std::string(name));
+  if (u == nullptr && t == per_user.end()) {
+    return Error{ErrorCode::kNotFound, fmt::format("no user {} in bmas's store", name)};
+  }
+  const auto idle = LatestIdlePerJob(s);
+  return JsonObject([&](JsonWriter& w) {
+    UserRow(w, std::string(name), u, t == per_user.end() ? UserTotals{} : t->second);
+    w.Key("jobs");
+    w.StartArray();
+    for (const JobInfo& j : s.jobs) {
+      if (j.user == name) Job(w, j, v, s, idle);
+    }
+    w.EndArray();
+    w.Key("idle_actions");
+    w.StartArray();
+    for (const IdleRecord& r : s.idle) {
+      if (r.user != name) continue;
+      w.StartObject();
+      Num(w, "job", r.job);
+      Str(w, "kind", r.kind);
+      Num(w, "at", r.at);
+      Real(w, "wasted_gpu_hours", static_cast<double>(r.wasted_gpu_seconds) / 3600);
+      Str(w, "reason", r.reason);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("tokens_today");
+    w.StartArray();
+    for (const UsageRow& r : s.tokens_day) {
+      if (r.user != name) continue;
+      w.StartObject();
+      Str(w, "model", r.model);
+      Num(w, "requests", r.requests);
+      Num(w, "prompt_tokens", r.prompt_tokens);
+      Num(w, "completion_tokens", r.completion_tokens);
+      w.EndObject();
+    }
+    w.EndArray();
+  });
+}
+
+std::string ModeJson(const ClusterState& s, const Viewer& v) {
+  (void)v;  // the mode and its owners are public: the reservation is Slurm's, seen by all
+  return JsonObject([&](JsonWriter& w) {
+    Str(w, "mode", s.mode.research ? "research" : "lab");
+    w.Key("users");
+    w.StartArray();
+    for (const std::string& u : s.mode.users) w.String(u.c_str());
+    w.EndArray();
+    w.Key("nodes");
+    w.StartArray();
+    for (const std::string& n : s.mode.nodes) w.String(n.c_str());
+    w.EndArray();
+    Str(w, "since", s.mode.start_time);
+    w.Key("owners");
+    w.StartArray();
+    for (const NodeInfo& n : s.nodes) {
+      const bool reserved = s.mode.research && std::find(s.mode.nodes.begin(), s.mode.nodes.end(),
+                                                         n.name) != s.mode.nodes.end();
+      w.StartObject();
+      Str(w, "node", n.name);
+      Str(w, "owner", reserved ? fmt::format("research: {}", fmt::join(s.mode.users, ", "))
+                               : "lab: everyone");
+      w.EndObject();
+    }
+    w.EndArray();
+  });
+}
+
+std::string HistoryJson(const ClusterState& s) {
+  return JsonObject([&](JsonWriter& w) {
+    w.Key("points");
+    w.StartArray();
+    for (const HistoryPoint& p : s.history) {
+      w.StartObject();
+      Num(w, "t", p.t);
+      Num(w, "training", p.gpus_training);
+      Num(w, "inference", p.gpus_inference);
+      Num(w, "idle", p.gpus_idle);
+      Num(w, "queue", p.queue);
+      w.Key("ttft_p95_s");
+      if (p.ttft_p95_s >= 0) w.Double(p.ttft_p95_s); else w.Null();
+      w.EndObject();
+    }
+    w.EndArray();
+  });
+}
+
+}  // namespace bmas::dashboard
