@@ -155,8 +155,8 @@ TEST(ViewsTest, WastedGpuHoursCountEachJobOnce) {
 TEST(QueueReasonTest, SaysWhatItWaitsForAndWhenItCouldStart) {
   ClusterState s = ThreeNodes();
   // 5 free GPUs (oss01: 0 and 3; oss02: 1-3); alice's 2 end in 50 min.
-  JobInfo big = Pending(20, "bob", 8);
-  EXPECT_EQ(PendingExplanation(big, s, kNow), "waiting for 8 GPUs on whole nodes; no estimate: "
+  JobInfo big = Pending(20, "bob", 9);  // more than the 8 GPUs that are not drained
+  EXPECT_EQ(PendingExplanation(big, s, kNow), "waiting for 9 GPUs on whole nodes; no estimate: "
                                               "the GPUs it needs are held by jobs without a time "
                                               "limit, or reserved or drained");
   JobInfo six = Pending(21, "bob", 6);
