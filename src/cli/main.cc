@@ -13,6 +13,7 @@
 
 #include "cli/agent_commands.h"
 #include "cli/commands.h"
+#include "cli/dashboard_command.h"
 #include "cli/doctor_command.h"
 #include "cli/job_commands.h"
 #include "cli/lxd_commands.h"
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
   lxd_cmds.Register(app, global);
   DoctorCommand doctor_cmd;
   doctor_cmd.Register(app, global);
+  DashboardCommand dashboard_cmd;
+  dashboard_cmd.Register(app, global);
 
   try {
     app.parse(argc, argv);

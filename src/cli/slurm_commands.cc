@@ -108,28 +108,20 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
   hook->callback([this, &global] { global.exit_code = RunSlurmHook(global, hook_phase_); });
 }
 
-int SlurmCommands::RunMonitor(GlobalOptions& global) {
-  global.SetUpLogging();
-  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
-  passwd* pw = getpwuid(geteuid());
-  const std::string user = pw != nullptr ? pw->pw_name : "root";
-  SlurmMonitorOptions o;
-  o.host = monitor_host_;
-  o.port = static_cast<uint16_t>(monitor_port_);
-  o.interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s_ * 1000));
-  o.store_path = StorePath(state_dir);
+std::function<Result<SlurmSnapshot>()> SlurmPoller(GlobalOptions& global, std::string user,
+                                                   bool with_accounting) {
   // Resolved on every poll: a local cluster may come up after the monitor, and tokens expire.
   // With slurmdbd, its finished jobs too: all it has at start (30 days back), then every
   // minute the last ten. Jobs seen before are recorded once.
   auto last_accounted = std::make_shared<std::chrono::steady_clock::time_point>();
-  o.poll = [&global, user, last_accounted]() -> Result<SlurmSnapshot> {
+  return [&global, user, with_accounting, last_accounted]() -> Result<SlurmSnapshot> {
     auto target = ResolveSlurm(global, user);
     if (!target) return target.error();
     SlurmRestClient client(target->endpoint, std::chrono::seconds(10));
     SlurmSnapshot s;
     s.cluster = target->inventory.slurm.cluster_name;
     const auto now = std::chrono::steady_clock::now();
-    if (target->inventory.slurm.accounting && now - *last_accounted >= std::chrono::minutes(1)) {
+    if (with_accounting && target->inventory.slurm.accounting && now - *last_accounted >= std::chrono::minutes(1)) {
       const bool first = *last_accounted == std::chrono::steady_clock::time_point();
       auto accounted = client.AccountedJobs(first ? 30 * 86400 : 600);
       if (accounted) {
@@ -150,6 +142,19 @@ int SlurmCommands::RunMonitor(GlobalOptions& global) {
     s.mode = std::move(*mode);
     return s;
   };
+}
+
+int SlurmCommands::RunMonitor(GlobalOptions& global) {
+  global.SetUpLogging();
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  passwd* pw = getpwuid(geteuid());
+  const std::string user = pw != nullptr ? pw->pw_name : "root";
+  SlurmMonitorOptions o;
+  o.host = monitor_host_;
+  o.port = static_cast<uint16_t>(monitor_port_);
+  o.interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_interval_s_ * 1000));
+  o.store_path = StorePath(state_dir);
+  o.poll = SlurmPoller(global, user, true);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   return RunSlurmMonitor(o);

@@ -3,13 +3,22 @@
 // `bmas slurm ...`: Slurm as bmas drives it. `bmas slurm config` renders Slurm's files from
 // the cluster inventory; `up`, `down` and `status` for a local cluster join this group.
 
+#include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "daemon/slurm_monitor.h"
 
 namespace bmas {
+
+// One poll of the cluster this bmas finds (cli/slurm_target.h), acting as Unix user `user`:
+// slurmrestd's jobs and nodes and the mode, and with `with_accounting` slurmdbd's finished
+// jobs too (all of the last 30 days at first, then every minute the last ten). The endpoint
+// is resolved on every poll: a local cluster may come up later, and tokens expire.
+std::function<Result<SlurmSnapshot>()> SlurmPoller(GlobalOptions& global, std::string user,
+                                                   bool with_accounting);
 
 class SlurmCommands {
  public:

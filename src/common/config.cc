@@ -122,6 +122,7 @@ Config LoadConfig(const std::string& path) {
     config.up.lxd = t->Bool("lxd", config.up.lxd);
     config.up.slurm_monitor_port =
         static_cast<int>(t->Int("slurm_monitor_port", 0, 0, 65535));
+    config.up.dashboard = t->Bool("dashboard", config.up.dashboard);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("lxd")) {
@@ -153,6 +154,18 @@ Config LoadConfig(const std::string& path) {
     m.nvml_library = t->String("nvml_library", m.nvml_library);
     m.interval_s = t->Double("interval_s", m.interval_s, 0.1, 3600);
     m.node = t->String("node", m.node);
+    t->RejectUnknownKeys();
+  }
+  if (auto t = top.Table("dashboard")) {
+    DashboardSettings& d = config.dashboard;
+    d.listen = t->String("listen", d.listen);
+    if (d.listen.find(':') == std::string::npos) {
+      throw ConfigError(fmt::format("{}: dashboard.listen = \"{}\" needs a port: "
+                                    "\"127.0.0.1:8080\" (0 = any free port)",
+                                    path, d.listen));
+    }
+    d.refresh_s = t->Double("refresh_s", d.refresh_s, 0.1, 3600);
+    d.session_hours = static_cast<int>(t->Int("session_hours", d.session_hours, 1, 24 * 30));
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("idle")) {

@@ -61,6 +61,14 @@ struct UpSettings {
   bool slurm = true;         // start a local Slurm (root, Slurm installed)
   int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
   bool lxd = true;             // start and prepare LXD for workspaces (root, LXD installed)
+  bool dashboard = true;       // start the web dashboard (bmas dashboard)
+};
+
+// The web dashboard (`bmas dashboard`).
+struct DashboardSettings {
+  std::string listen = "127.0.0.1:0";  // "host:port"; 0 = any free port
+  double refresh_s = 2;                 // how often it reads Slurm, the store, gateway, agents
+  int session_hours = 8;                // a sign-in lasts this long
 };
 
 // LXD as `bmas lxd up` runs it, and the defaults of `bmas workspace create`.
@@ -123,6 +131,7 @@ struct Config {
   WorkspaceSettings workspace;
   TelemetrySettings telemetry;
   IdleGpuSettings idle;
+  DashboardSettings dashboard;
 };
 
 // "AB:cd:..." or "abcd..." as 64 lowercase hex digits; "" when it is not a SHA-256 fingerprint.

@@ -104,9 +104,10 @@ awaitable<bool> ResponseWriter::Send(http::status status, std::string_view conte
   // One buffer, written by one async_write: Beast's serializer costs several times more CPU
   // than the syscall for the small responses of an API.
   std::string out;
-  out.reserve(160 + content_type.size() + body.size());
+  out.reserve(160 + extra_headers_.size() + content_type.size() + body.size());
   AppendHead(out, version_, status, keep_alive_);
   AppendField(out, "Server", "bmas");
+  out += extra_headers_;
   for (const auto& [field, value] : headers) AppendField(out, http::to_string(field), value);
   AppendField(out, "Content-Type", content_type);
   const unsigned code = static_cast<unsigned>(status);

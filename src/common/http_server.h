@@ -56,6 +56,12 @@ class ResponseWriter {
   void WatchForDisconnect(std::function<void()> on_gone);
   void StopWatching();
 
+  // A header for the whole response this writer sends (Send, SendError), named by its text:
+  // for the fields Beast has no name for (Content-Security-Policy, ...).
+  void AddHeader(std::string_view name, std::string_view value) {
+    extra_headers_.append(name).append(": ").append(value).append("\r\n");
+  }
+
   bool ok() const { return ok_; }
   bool keep_alive() const { return keep_alive_; }
   bool sent() const { return sent_; }
@@ -74,6 +80,7 @@ class ResponseWriter {
   std::chrono::steady_clock::duration write_timeout_;
   bool ok_ = true;
   bool sent_ = false;
+  std::string extra_headers_;  // "Name: value\r\n" lines from AddHeader
 };
 
 // Handles one request; must send exactly one response through the writer.

@@ -345,13 +345,48 @@ int RunUp(const UpOptions& options) {
                              "runs jobs in workspaces, unplugs stray GPUs", children);
   }
 
+  // The web dashboard, as the service account (it faces the network): it reads Slurm, the
+  // store, the gateway's /load and the agent's /gpus.
+  std::string dashboard_line;
+  if (config.up.dashboard) {
+    Child d;
+    d.name = "dashboard";
+    d.log = (fs::path(dir) / "logs" / "dashboard.log").string();
+    d.args = service_args();
+    d.args.insert(d.args.end(), {"dashboard", "--port", "0"});
+    auto host_port = [](std::string url) {
+      if (url.starts_with("http://")) url = url.substr(7);
+      return url.substr(0, url.find('/'));
+    };
+    if (!gateway_metrics_url.empty()) {
+      d.args.insert(d.args.end(), {"--gateway", host_port(gateway_metrics_url)});
+    }
+    for (const Child& c : children) {
+      if (c.name == "agent") d.args.insert(d.args.end(), {"--agent", host_port(c.url)});
+    }
+    if (!slurm::ReadLocalCluster(dir)) d.args.push_back("--no-slurm");
+    d.port_flag = "--port";
+    if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
+      dashboard_line = fmt::format(
+          "  {:<10} {:<28} web dashboard: sign in with a bmas API key (bmas key create NAME)\n"
+          "  {:<10} {:<28} log {}\n",
+          d.name, d.url, "", "", d.log);
+      children.push_back(d);
+    } else {
+      std::string why = started.error().message;
+      if (!why.ends_with('\n')) why += '\n';
+      dashboard_line = fmt::format("  {:<10} not started: {}", "dashboard", why);
+    }
+  }
+
   record.owns_slurm = slurm_started;
   record.owns_lxd = lxd_started;
   save();
 
   std::string summary;
   for (const Child& c : children) {
-    if (c.name == "slurm-mon" || c.name == "agent") continue;  // after Slurm's and LXD's lines
+    // After Slurm's and LXD's lines.
+    if (c.name == "slurm-mon" || c.name == "agent" || c.name == "dashboard") continue;
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
                              "over the engines{}\n",
@@ -370,7 +405,7 @@ int RunUp(const UpOptions& options) {
   }
   if (num_engines > 0) summary += fmt::format("  engines and gateway run {}\n", runs_as);
   summary += WriteSystemConfig(config, dir);
-  summary += slurm_line + monitor_line + lxd_line + agent_line;
+  summary += slurm_line + monitor_line + lxd_line + agent_line + dashboard_line;
   fmt::print("{}", summary);
   if (num_engines > 0 && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "

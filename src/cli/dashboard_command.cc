@@ -1,0 +1,76 @@
+#include "cli/dashboard_command.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/slurm_commands.h"
+#include "daemon/dashboard_main.h"
+#include "slurm/rest_client.h"
+
+namespace bmas {
+
+void DashboardCommand::Register(CLI::App& app, GlobalOptions& global) {
+  CLI::App* cmd = app.add_subcommand(
+      "dashboard", "Serve the web dashboard: cluster map, queue, inference, users, mode (bmas up "
+                   "starts it)");
+  cmd->add_option("--listen", listen_, "host:port to listen on (default: [dashboard] listen)");
+  cmd->add_option("--port", port_, "Port to listen on, over --listen's (0 picks a free one)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--refresh", refresh_s_, "Seconds between reads of the cluster's state")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--gateway", gateway_, "host:port of the gateway's operator listener (/load)");
+  cmd->add_option("--agent", agents_, "host:port of an agent's metrics listener (/gpus); repeat");
+  cmd->add_flag("--slurm,!--no-slurm", slurm_, "Watch the Slurm this bmas finds (default on)");
+  cmd->callback([this, &global] { global.exit_code = Run(global); });
+}
+
+int DashboardCommand::Run(GlobalOptions& global) {
+  global.SetUpLogging();
+  const Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  DashboardOptions o;
+  // "host:port" where port 0 picks a free one.
+  const std::string listen = listen_.empty() ? config.dashboard.listen : listen_;
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    const char* first = listen.data() + colon + 1;
+    const char* last = listen.data() + listen.size();
+    auto [end, ec] = std::from_chars(first, last, port);
+    if (ec != std::errc() || end != last || port > 65535) port = -1;
+  }
+  if (colon == std::string::npos || colon == 0 || port < 0) {
+    fmt::print(stderr, "bmas dashboard: listen address \"{}\" is not host:port (e.g. "
+                       "127.0.0.1:8080; port 0 picks a free one)\n", listen);
+    return 2;
+  }
+  o.host = listen.substr(0, colon);
+  if (o.host.size() > 2 && o.host.front() == '[' && o.host.back() == ']') {
+    o.host = o.host.substr(1, o.host.size() - 2);
+  }
+  o.port = static_cast<uint16_t>(port_ >= 0 ? port_ : port);
+  const double refresh = refresh_s_ > 0 ? refresh_s_ : config.dashboard.refresh_s;
+  o.interval = std::chrono::milliseconds(static_cast<int64_t>(refresh * 1000));
+  o.session_s = int64_t{config.dashboard.session_hours} * 3600;
+  o.store_path = StorePath(state_dir);
+  o.gateway = gateway_;
+  o.agents = agents_;
+  for (const std::string& a : o.agents) {
+    if (auto parsed = ParseRestAddress(a); !parsed) {
+      fmt::print(stderr, "bmas dashboard: --agent {}: {}\n", a, parsed.error().message);
+      return 2;
+    }
+  }
+  if (slurm_) {
+    passwd* pw = getpwuid(geteuid());
+    o.poll_slurm = SlurmPoller(global, pw != nullptr ? pw->pw_name : "root", false);
+  }
+  return RunDashboard(o);
+}
+
+}  // namespace bmas
