@@ -11,6 +11,7 @@
 #include "gpu/nvml.h"
 #include "cli/slurm_target.h"
 #include "cli/own_keys.h"
+#include "cli/idle_view.h"
 #include "cli/usage_view.h"
 #include "common/config.h"
 #include "daemon/agent.h"
@@ -110,14 +111,17 @@ int AgentCommands::Serve(GlobalOptions& global) {
   o.usage = [state_dir](const std::string& user, int64_t since) -> Result<std::string> {
     auto store = OpenSqliteStore(StorePath(state_dir));
     if (!store) return store.error();
-    UsageView view;
-    auto rows = (*store)->QueryUsage(user, since);
-    if (!rows) return rows.error();
-    auto jobs = (*store)->QueryJobUsage(user, since);
-    if (!jobs) return jobs.error();
-    view.tokens = std::move(*rows);
-    view.jobs = std::move(*jobs);
-    return UsageReplyJson(view);
+    auto view = ReadUsageView(**store, user, since);
+    if (!view) return view.error();
+    return UsageReplyJson(*view);
+  };
+  // A user's own idle-GPU records (`bmas jobs` shows their warnings), likewise.
+  o.idle = [state_dir](const std::string& user, int64_t since) -> Result<std::string> {
+    auto store = OpenSqliteStore(StorePath(state_dir));
+    if (!store) return store.error();
+    auto records = (*store)->QueryIdle(user, since);
+    if (!records) return records.error();
+    return IdleReplyJson(*records);
   };
   o.own_keys = [state_dir](const std::string& user, const std::string& action,
                            const std::string& key_id) -> Result<std::string> {

@@ -16,11 +16,14 @@
 #include <cstring>
 #include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
+#include "cli/idle_view.h"
 #include "cli/job_reason.h"
 #include "cli/slurm_target.h"
 #include "common/config.h"
@@ -31,6 +34,7 @@
 #include "slurm/jwt.h"
 #include "slurm/local_cluster.h"
 #include "slurm/rest_client.h"
+#include "store/store.h"
 
 namespace bmas {
 namespace {
@@ -107,7 +111,9 @@ Result<JobInfo> Follow(SlurmRestClient& client, int64_t id,
   }
 }
 
-void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& j) {
+// Job `j` as one JSON object; `idle` is its "idle" member's JSON (IdleStatusJson).
+void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& j,
+                  const std::string& idle) {
   auto str = [&](const char* key, const std::string& v) {
     w.Key(key);
     w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
@@ -135,8 +141,72 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   num("start_time", j.start_time);
   num("end_time", j.end_time);
   str("stdout", j.stdout_path);
+  w.Key("idle");
+  w.RawValue(idle.c_str(), idle.size(),
+             idle == "null" ? rapidjson::kNullType : rapidjson::kObjectType);
   w.EndObject();
 }
+
+// Idle-GPU policing's records of `user`'s jobs (everyone's: nullopt) made since `since`.
+// The store is root's (its directory is 0700): root, or an account that can read it, reads it
+// here; any other user asks the agent, which answers with the caller's own records only, as it
+// does for `bmas usage`, so a student sees the warnings on their own jobs and no one else's.
+// When neither works (no store yet, no agent on this node, an agent that refuses), this gives
+// no records and says nothing: the warning is extra to `bmas jobs`, which works without it.
+std::vector<IdleRecord> ReadIdleRecords(const std::string& state_dir,
+                                        const std::optional<std::string>& user, int64_t since) {
+  const std::string path = StorePath(state_dir);
+  if (access(path.c_str(), R_OK) == 0) {
+    auto store = OpenSqliteStore(path);
+    if (store) {
+      auto records = (*store)->QueryIdle(user, since);
+      if (records) return std::move(*records);
+    }
+  }
+  if (geteuid() == 0) return {};
+  auto reply = AgentIdle(AgentSocketPath(state_dir), since);
+  if (!reply) return {};
+  auto records = ParseIdleReply(*reply);
+  return records ? std::move(*records) : std::vector<IdleRecord>{};
+}
+
+// What idle-GPU policing says of each of `jobs`, for `bmas jobs` and `bmas job show`.
+class IdleNotes {
+ public:
+  IdleNotes(GlobalOptions& global, const std::vector<JobInfo>& jobs,
+            const std::optional<std::string>& user) {
+    const Config config = global.LoadConfigOrDefaults();
+    cancel_after_s_ = static_cast<int64_t>(config.idle.cancel_after_min * 60);
+    now_ = std::time(nullptr);
+    std::tm local{};
+    const std::time_t t = now_;
+    localtime_r(&t, &local);
+    utc_offset_s_ = local.tm_gmtoff;
+    // Records of these jobs' runs: none before the earliest start. A job not started yet has
+    // none.
+    int64_t since = 0;
+    for (const JobInfo& j : jobs) {
+      if (j.start_time > 0 && (since == 0 || j.start_time < since)) since = j.start_time;
+    }
+    if (since > 0) {
+      records_ = ReadIdleRecords(ResolveStateDir(global.state_dir, config), user, since);
+    }
+  }
+
+  std::optional<JobIdleStatus> Of(const JobInfo& j) const {
+    return IdleStatusOf(records_, j.id, j.start_time, IsJobStateFinal(j.state), cancel_after_s_,
+                        now_);
+  }
+  std::string Note(const JobInfo& j) const {
+    auto status = Of(j);
+    return status ? IdleNote(*status, now_, utc_offset_s_) : "";
+  }
+  std::string Json(const JobInfo& j) const { return IdleStatusJson(Of(j), now_, utc_offset_s_); }
+
+ private:
+  std::vector<IdleRecord> records_;
+  int64_t cancel_after_s_ = 0, now_ = 0, utc_offset_s_ = 0;
+};
 
 // "PENDING: waiting for free GPUs [Resources]"; "RUNNING" when Slurm gives no reason; a
 // reason PlainJobReason does not know as Slurm spells it: "PENDING (BurstBufferStageIn)".
@@ -456,11 +526,13 @@ int JobCommands::Jobs(GlobalOptions& global) {
   for (JobInfo& j : *jobs) {
     if (only.empty() || j.user == only) shown.push_back(std::move(j));
   }
+  const IdleNotes idle(global, shown,
+                       only.empty() ? std::nullopt : std::optional<std::string>(only));
   if (json_) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
     w.StartArray();
-    for (const JobInfo& j : shown) WriteJobJson(w, j);
+    for (const JobInfo& j : shown) WriteJobJson(w, j, idle.Json(j));
     w.EndArray();
     fmt::print("{}\n", buf.GetString());
     return 0;
@@ -469,9 +541,11 @@ int JobCommands::Jobs(GlobalOptions& global) {
   fmt::print(kRow, "ID", "NAME", "USER", "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES",
              "REASON");
   for (const JobInfo& j : shown) {
+    std::string reason = PlainJobReason(j.reason);
+    const std::string note = idle.Note(j);
+    if (!note.empty()) reason = reason.empty() ? note : reason + "; " + note;
     fmt::print(kRow, j.id, j.name.substr(0, 16), j.user, j.partition, j.state, j.gpus,
-               j.restart_count, fmt::format("{}", fmt::join(j.nodes, ",")),
-               PlainJobReason(j.reason));
+               j.restart_count, fmt::format("{}", fmt::join(j.nodes, ",")), reason);
   }
   return 0;
 }
@@ -514,10 +588,11 @@ int JobCommands::Show(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
   if (!owned) return ReportFailure("job show", owned.error());
   const JobInfo* job = &owned->job;
+  const IdleNotes idle(global, {*job}, job->user);
   if (json_) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    WriteJobJson(w, *job);
+    WriteJobJson(w, *job, idle.Json(*job));
     fmt::print("{}\n", buf.GetString());
     return 0;
   }
@@ -528,6 +603,9 @@ int JobCommands::Show(GlobalOptions& global) {
              job->restart_count, job->exit_code);
   fmt::print("  submitted {}\n  started   {}\n  ended     {}\n  output    {}\n",
              When(job->submit_time), When(job->start_time), When(job->end_time), job->stdout_path);
+  if (const std::string note = idle.Note(*job); !note.empty()) {
+    fmt::print("  idle      {}\n", note);
+  }
   return 0;
 }
 

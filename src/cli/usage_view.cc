@@ -5,29 +5,40 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <map>
+#include <utility>
+
+#include "cli/reply_read.h"
 
 namespace bmas {
 namespace {
 
+using reply::Int;
+using reply::Text;
+
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
-// Per user: finished jobs and their GPU-hours beside the gateway's tokens, for users with
-// either. A table, or a JSON array of {user, jobs, gpu_hours, gpu_seconds, prompt_tokens,
+// Per user: finished jobs, their GPU-hours and the GPU-hours idle-GPU policing saw wasted,
+// beside the gateway's tokens, for users with any. A table, or a JSON array of {user, jobs,
+// gpu_hours, gpu_seconds, wasted_gpu_hours, wasted_gpu_seconds, prompt_tokens,
 // completion_tokens}.
-std::string PerUserUsage(const std::vector<UsageRow>& tokens, const std::vector<JobUsageRow>& jobs,
-                         bool json) {
+std::string PerUserUsage(const UsageView& v, bool json) {
   struct Row {
-    int64_t jobs = 0, gpu_seconds = 0, prompt_tokens = 0, completion_tokens = 0;
+    int64_t jobs = 0, gpu_seconds = 0, wasted_gpu_seconds = 0, prompt_tokens = 0,
+            completion_tokens = 0;
   };
   std::map<std::string, Row> by_user;
-  for (const UsageRow& u : tokens) {
+  for (const UsageRow& u : v.tokens) {
     by_user[u.user].prompt_tokens += u.prompt_tokens;
     by_user[u.user].completion_tokens += u.completion_tokens;
   }
-  for (const JobUsageRow& j : jobs) {
+  for (const JobUsageRow& j : v.jobs) {
     by_user[j.user].jobs += j.jobs;
     by_user[j.user].gpu_seconds += j.gpu_seconds;
+  }
+  for (const auto& [user, seconds] : v.wasted_gpu_seconds) {
+    by_user[user].wasted_gpu_seconds += seconds;
   }
   if (json) {
     rapidjson::StringBuffer buf;
@@ -43,6 +54,10 @@ std::string PerUserUsage(const std::vector<UsageRow>& tokens, const std::vector<
       w.Double(static_cast<double>(r.gpu_seconds) / 3600.0);
       w.Key("gpu_seconds");
       w.Int64(r.gpu_seconds);
+      w.Key("wasted_gpu_hours");
+      w.Double(static_cast<double>(r.wasted_gpu_seconds) / 3600.0);
+      w.Key("wasted_gpu_seconds");
+      w.Int64(r.wasted_gpu_seconds);
       w.Key("prompt_tokens");
       w.Int64(r.prompt_tokens);
       w.Key("completion_tokens");
@@ -52,11 +67,13 @@ std::string PerUserUsage(const std::vector<UsageRow>& tokens, const std::vector<
     w.EndArray();
     return std::string(buf.GetString()) + "\n";
   }
-  std::string out = fmt::format("{:<16} {:>6} {:>10} {:>14} {:>17}\n", "USER", "JOBS",
-                                "GPU_HOURS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
+  std::string out = fmt::format("{:<16} {:>6} {:>10} {:>17} {:>14} {:>17}\n", "USER", "JOBS",
+                                "GPU_HOURS", "WASTED_GPU_HOURS", "PROMPT_TOKENS",
+                                "COMPLETION_TOKENS");
   for (const auto& [user, r] : by_user) {
-    out += fmt::format("{:<16} {:>6} {:>10.3f} {:>14} {:>17}\n", user, r.jobs,
-                       static_cast<double>(r.gpu_seconds) / 3600.0, r.prompt_tokens,
+    out += fmt::format("{:<16} {:>6} {:>10.3f} {:>17.3f} {:>14} {:>17}\n", user, r.jobs,
+                       static_cast<double>(r.gpu_seconds) / 3600.0,
+                       static_cast<double>(r.wasted_gpu_seconds) / 3600.0, r.prompt_tokens,
                        r.completion_tokens);
   }
   return out;
@@ -79,22 +96,36 @@ void TokenRowJson(Writer& w, const UsageRow& u) {
   w.EndObject();
 }
 
-bool Int(const rapidjson::Value& o, const char* key, int64_t* out) {
-  if (!o.HasMember(key) || !o[key].IsInt64()) return false;
-  *out = o[key].GetInt64();
-  return true;
-}
-
-bool Text(const rapidjson::Value& o, const char* key, std::string* out) {
-  if (!o.HasMember(key) || !o[key].IsString()) return false;
-  *out = std::string(o[key].GetString(), o[key].GetStringLength());
-  return true;
-}
-
 }  // namespace
 
+std::map<std::string, int64_t> WastedGpuSecondsByUser(const std::vector<IdleRecord>& records) {
+  std::map<std::pair<std::string, int64_t>, int64_t> by_job;  // (user, job): the largest
+  for (const IdleRecord& r : records) {
+    int64_t& most = by_job[{r.user, r.job}];
+    most = std::max(most, r.wasted_gpu_seconds);
+  }
+  std::map<std::string, int64_t> by_user;
+  for (const auto& [key, seconds] : by_job) by_user[key.first] += seconds;
+  return by_user;
+}
+
+Result<UsageView> ReadUsageView(Store& store, const std::optional<std::string>& user,
+                                int64_t since) {
+  UsageView view;
+  auto rows = store.QueryUsage(user, since);
+  if (!rows) return rows.error();
+  auto jobs = store.QueryJobUsage(user, since);
+  if (!jobs) return jobs.error();
+  auto idle = store.QueryIdle(user, since);
+  if (!idle) return idle.error();
+  view.tokens = std::move(*rows);
+  view.jobs = std::move(*jobs);
+  view.wasted_gpu_seconds = WastedGpuSecondsByUser(*idle);
+  return view;
+}
+
 std::string FormatUsage(const UsageView& v, bool json, bool per_user) {
-  if (per_user) return PerUserUsage(v.tokens, v.jobs, json);
+  if (per_user) return PerUserUsage(v, json);
   if (json) {
     rapidjson::StringBuffer buf;
     Writer w(buf);
@@ -109,7 +140,7 @@ std::string FormatUsage(const UsageView& v, bool json, bool per_user) {
     out += fmt::format("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", u.user, u.model, u.backend,
                        u.requests, u.prompt_tokens, u.completion_tokens);
   }
-  if (!v.jobs.empty()) out += "\n" + PerUserUsage(v.tokens, v.jobs, false);
+  if (!v.jobs.empty() || !v.wasted_gpu_seconds.empty()) out += "\n" + PerUserUsage(v, false);
   return out;
 }
 
@@ -131,6 +162,17 @@ std::string UsageReplyJson(const UsageView& v) {
     w.Int64(j.jobs);
     w.Key("gpu_seconds");
     w.Int64(j.gpu_seconds);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("wasted");
+  w.StartArray();
+  for (const auto& [user, seconds] : v.wasted_gpu_seconds) {
+    w.StartObject();
+    w.Key("user");
+    w.String(user.c_str());
+    w.Key("wasted_gpu_seconds");
+    w.Int64(seconds);
     w.EndObject();
   }
   w.EndArray();
@@ -165,6 +207,18 @@ Result<UsageView> ParseUsageReply(std::string_view text) {
       return bad;
     }
     v.jobs.push_back(std::move(j));
+  }
+  // An agent older than wasted GPU-hours sends none.
+  if (d.HasMember("wasted")) {
+    if (!d["wasted"].IsArray()) return bad;
+    for (const auto& o : d["wasted"].GetArray()) {
+      std::string user;
+      int64_t seconds = 0;
+      if (!o.IsObject() || !Text(o, "user", &user) || !Int(o, "wasted_gpu_seconds", &seconds)) {
+        return bad;
+      }
+      v.wasted_gpu_seconds[user] += seconds;
+    }
   }
   return v;
 }

@@ -163,7 +163,8 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
   key_list_->add_flag("--json", json_, "Print a JSON array");
 
   usage_ = app.add_subcommand("usage", "Metered tokens per (user, model, backend), then GPU-hours "
-                                       "of finished Slurm jobs and tokens per user");
+                                       "of finished Slurm jobs, GPU-hours left idle, and tokens "
+                                       "per user");
   usage_->add_option_function<std::string>("--user", [this](const std::string& u) { usage_user_ = u; },
                                            "Only this user");
   usage_->add_option("--since", since_,
@@ -171,8 +172,8 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
                      "such as 30m, 12h, 7d (default: all)");
   usage_->add_flag("--json", json_, "Print a JSON array, one object per (user, model, backend)");
   usage_->add_flag("--jobs", usage_jobs_,
-                   "Per user only: finished Slurm jobs, their GPU-hours, and tokens (with --json, "
-                   "one object per user)");
+                   "Per user only: finished Slurm jobs, their GPU-hours, the GPU-hours idle-GPU "
+                   "policing saw wasted, and tokens (with --json, one object per user)");
 
   for (CLI::App* c : {user_add_, user_list_, user_set_, user_remove_, key_create_, key_revoke_, key_list_, usage_}) {
     c->callback([this, &global, c] { global.exit_code = Run(global, c); });
@@ -386,14 +387,9 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   } else if (which == usage_) {
     auto since = UsageSince();
     if (!since) return fail(since.error());
-    UsageView view;
-    auto rows = store.QueryUsage(usage_user_, *since);
-    if (!rows) return fail(rows.error());
-    auto jobs = store.QueryJobUsage(usage_user_, *since);
-    if (!jobs) return fail(jobs.error());
-    view.tokens = std::move(*rows);
-    view.jobs = std::move(*jobs);
-    fmt::print("{}", FormatUsage(view, json_, usage_jobs_));
+    auto view = ReadUsageView(store, usage_user_, *since);
+    if (!view) return fail(view.error());
+    fmt::print("{}", FormatUsage(*view, json_, usage_jobs_));
   } else if (which == key_list_) {
     auto keys = store.ListKeys(name_);
     if (!keys) return fail(keys.error());

@@ -309,7 +309,7 @@ class Agent {
     if (op == "exec" || op == "enter") {
       return Exec(fd, cred, op == "exec" ? request->job : 0, *request, fds);
     }
-    if (op == "usage") return Usage(fd, cred, request->since);
+    if (op == "usage" || op == "idle") return Own(fd, cred, op, request->since);
     if (op == "keys") return OwnKeys(fd, cred, request->action, request->key_id);
     if (cred.uid != 0) return Refuse(fd, fmt::format("only root may ask to {}", op));
     if (op == "kill") return Kill(fd, request->job);
@@ -324,20 +324,22 @@ class Agent {
     Refuse(fd, fmt::format("unknown op {}", op));
   }
 
-  // The caller's own usage from `since`, as the JSON object `usage` gives: the store is
-  // root's, and the socket's peer credentials say who asks.
-  void Usage(int fd, const ucred& cred, int64_t since) {
-    if (!o_.usage) return Refuse(fd, "this agent keeps no usage (it has no store)");
+  // The caller's own usage or idle-GPU records from `since`, as the JSON object `usage` or
+  // `idle` gives: the store is root's, and the socket's peer credentials say who asks.
+  void Own(int fd, const ucred& cred, const std::string& op, int64_t since) {
+    const auto& answer = op == "usage" ? o_.usage : o_.idle;
+    if (!answer) return Refuse(fd, fmt::format("this agent keeps no {} (it has no store)", op));
     passwd pwd{}, *pw = nullptr;
     std::vector<char> pwbuf(16384);
     if (getpwuid_r(cred.uid, &pwd, pwbuf.data(), pwbuf.size(), &pw) != 0 || pw == nullptr) {
       return Refuse(fd, fmt::format("uid {} has no account", cred.uid));
     }
-    auto reply = o_.usage(pw->pw_name, since);
+    auto reply = answer(pw->pw_name, since);
     if (!reply) return Refuse(fd, reply.error().message);
     if (reply->size() > kMaxUsageReply) {
-      return Refuse(fd, fmt::format("your usage is over {} bytes; ask root for `bmas usage --user {}`",
-                                    kMaxUsageReply, pw->pw_name));
+      return Refuse(fd, fmt::format("your {} is over {} bytes; ask root for `bmas {} --user {}`",
+                                    op == "usage" ? "usage" : "idle-GPU record", kMaxUsageReply,
+                                    op == "usage" ? "usage" : "jobs", pw->pw_name));
     }
     SendMessage(fd, *reply);
   }

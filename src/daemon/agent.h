@@ -51,6 +51,9 @@ struct AgentOptions {
   // A user's own usage from a unix time, as a JSON object (what `bmas usage` prints for them);
   // unset: the agent answers that it keeps none.
   std::function<Result<std::string>(const std::string& user, int64_t since)> usage;
+  // A user's own idle-GPU records (warnings, cancellations) from a unix time, as a JSON object
+  // (what `bmas jobs` shows them); unset: the agent answers that it keeps none.
+  std::function<Result<std::string>(const std::string& user, int64_t since)> idle;
   // A user's own API keys: `action` list, create or revoke (`key_id`), answered as JSON.
   std::function<Result<std::string>(const std::string& user, const std::string& action,
                                     const std::string& key_id)>
@@ -65,7 +68,7 @@ struct AgentOptions {
       on_gpu_sample;
 };
 
-// The largest usage reply the agent sends (the client reads at most 64 KiB).
+// The largest usage or idle-record reply the agent sends (the client reads at most 64 KiB).
 constexpr size_t kMaxUsageReply = 60 * 1024;
 
 // Serves until SIGINT or SIGTERM; prints "bmas agent: listening on URL" (the metrics URL) once
@@ -97,6 +100,10 @@ Result<int> AgentKillJob(const std::string& socket, int64_t job);
 // usage from `since` (the JSON object AgentOptions::usage gives). NotFound when no agent
 // answers; PermissionDenied with the agent's reason when it refuses.
 Result<std::string> AgentUsage(const std::string& socket, int64_t since);
+
+// `bmas jobs` for a user who cannot read the store: the agent answers with the caller's own
+// idle-GPU records from `since` (AgentOptions::idle's JSON). Errors as AgentUsage's.
+Result<std::string> AgentIdle(const std::string& socket, int64_t since);
 
 // `bmas key list|create|revoke` for a user who cannot open the store: the agent answers for
 // the caller's own keys (AgentOptions::own_keys' JSON). Errors as AgentUsage's.

@@ -176,6 +176,13 @@ Result<std::string> AgentUsage(const std::string& socket, int64_t since) {
   return AskForOwn(socket, request);
 }
 
+Result<std::string> AgentIdle(const std::string& socket, int64_t since) {
+  AgentRequest request;
+  request.op = "idle";
+  request.since = since;
+  return AskForOwn(socket, request);
+}
+
 Result<std::string> AgentOwnKeys(const std::string& socket, const std::string& action,
                                  const std::string& key_id) {
   AgentRequest request;

@@ -189,7 +189,7 @@ std::string RenderAgentRequest(const AgentRequest& r) {
     w.Key("key_id");
     w.String(r.key_id.c_str(), static_cast<unsigned>(r.key_id.size()));
   }
-  if (r.op == "usage") {
+  if (r.op == "usage" || r.op == "idle") {
     w.Key("since");
     w.Int64(r.since);
   }

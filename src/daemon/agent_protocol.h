@@ -21,13 +21,13 @@ constexpr int kMaxAgentDepth = 2;
 constexpr size_t kMaxAgentListItems = 4096;
 
 struct AgentRequest {
-  std::string op;  // exec, enter, kill, bound, released, usage, keys
+  std::string op;  // exec, enter, kill, bound, released, usage, idle, keys
   int64_t job = 0;
   std::string cwd;
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=VALUE, as the client had them
   double seconds = 0;            // bound, released
-  int64_t since = 0;             // usage: from this unix time (0: all)
+  int64_t since = 0;             // usage, idle: from this unix time (0: all)
   // enter: a login shell (the user's, with a login environment) instead of argv.
   bool login = false;
   // enter: the caller's terminal size; both above 0 ask for a terminal of the workspace's own,

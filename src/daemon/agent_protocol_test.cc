@@ -22,13 +22,15 @@ TEST(AgentProtocolTest, ARenderedRequestParsesBack) {
 }
 
 TEST(AgentProtocolTest, AUsageRequestCarriesItsStart) {
-  AgentRequest r;
-  r.op = "usage";
-  r.since = 1'790'000'000;
-  auto back = ParseAgentRequest(RenderAgentRequest(r));
-  ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(back->op, "usage");
-  EXPECT_EQ(back->since, 1'790'000'000);
+  for (const char* op : {"usage", "idle"}) {
+    AgentRequest r;
+    r.op = op;
+    r.since = 1'790'000'000;
+    auto back = ParseAgentRequest(RenderAgentRequest(r));
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(back->op, op);
+    EXPECT_EQ(back->since, 1'790'000'000) << op;
+  }
   EXPECT_FALSE(ParseAgentRequest(R"({"op":"usage","job":0,"since":"yesterday"})"));
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <utility>
@@ -481,7 +482,8 @@ Check SubIdsCheck(const std::string& subuid, const std::string& subgid, int user
 Check ClockCheck(const ClockFacts& clock) {
   Check c{"clock", CheckKind::kInfo, clock.state != TIME_ERROR,
           "clocks in sync between nodes (munge refuses credentials 5 minutes off, and Slurm's "
-          "times are per node); checked: this node's clock only",
+          "times are per node); checked here: a time daemon disciplines this node's clock "
+          "(clock-skew compares it with slurmctld's)",
           "", ""};
   static const char* kStates[] = {"TIME_OK",  "TIME_INS",  "TIME_DEL",
                                   "TIME_OOP", "TIME_WAIT", "TIME_ERROR"};
@@ -495,6 +497,45 @@ Check ClockCheck(const ClockFacts& clock) {
   } else {
     c.found = fmt::format("not synchronised (adjtimex {}): nothing disciplines this clock", state);
     c.fix = "run a time daemon on every node (apt-get install -y chrony)";
+  }
+  return c;
+}
+
+ClockOffset EstimateClockOffset(double asked_at, double answered_at, int64_t controller_time) {
+  const double controller = static_cast<double>(controller_time);
+  // Earliest: it read the time's last instant (x.999) as the answer left; latest: its first
+  // instant as the question arrived.
+  return {controller - std::max(asked_at, answered_at), controller + 1 - asked_at};
+}
+
+Check ClockSkewCheck(const SlurmClockFacts& slurm) {
+  Check c{"clock-skew", CheckKind::kBmas, true,
+          fmt::format("this node's clock within {:.0f} s of slurmctld's (munge refuses "
+                      "credentials about 5 minutes off; Slurm's job times come from each node's "
+                      "clock)",
+                      kMaxClockSkewS),
+          "", ""};
+  if (!slurm.reached) {
+    c.kind = CheckKind::kInfo;
+    c.found = fmt::format("{}: skipped", slurm.why_not.empty() ? "no Slurm reachable"
+                                                               : slurm.why_not);
+    return c;
+  }
+  const ClockOffset o = EstimateClockOffset(slurm.asked_at, slurm.answered_at,
+                                            slurm.controller_time);
+  const double middle = (o.low + o.high) / 2, margin = (o.high - o.low) / 2;
+  // The skew it surely has: 0 when the range holds 0.
+  const double sure = o.low > 0 ? o.low : o.high < 0 ? -o.high : 0;
+  c.ok = sure <= kMaxClockSkewS;
+  c.found = fmt::format("{} ({:+.1f} s, ± {:.1f} s: slurmctld's time from slurmrestd at {})",
+                        std::abs(middle) <= margin
+                            ? std::string("in step with slurmctld's clock")
+                            : fmt::format("{:.1f} s {} slurmctld's clock", std::abs(middle),
+                                          middle > 0 ? "behind" : "ahead of"),
+                        middle, margin, slurm.controller);
+  if (!c.ok) {
+    c.fix = "run a time daemon on every node, slurmctld's too, against the same servers "
+            "(apt-get install -y chrony), then `chronyc makestep`";
   }
   return c;
 }

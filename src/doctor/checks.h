@@ -123,6 +123,32 @@ struct ClockFacts {
 };
 Check ClockCheck(const ClockFacts& clock);
 
+// What Slurm's controller said its clock read, and this node's clock around the question.
+struct SlurmClockFacts {
+  bool reached = false;
+  std::string why_not;     // not reached: "no Slurm reachable (...)" or what slurmrestd said
+  std::string controller;  // where it was asked: "127.0.0.1:6820"
+  double asked_at = 0;     // this node's clock (unix seconds) when the question left
+  double answered_at = 0;  // ... and when the answer came back
+  int64_t controller_time = 0;  // slurmctld's clock, whole unix seconds (GET /diag's req_time)
+};
+
+// Where slurmctld's clock stands against this node's (slurmctld's minus this node's, seconds):
+// it read `controller_time` (truncated to the second) at some instant between `asked_at` and
+// `answered_at` of this node's clock, so the offset lies in [low, high].
+struct ClockOffset {
+  double low = 0, high = 0;
+};
+ClockOffset EstimateClockOffset(double asked_at, double answered_at, int64_t controller_time);
+
+// The largest skew "clock-skew" lets pass, in seconds: munge refuses credentials about 5
+// minutes off, but Slurm's start, end and limit times are read on different nodes' clocks.
+constexpr double kMaxClockSkewS = 5;
+
+// "clock-skew": this node's clock against slurmctld's, as Slurm tells it. Required (kBmas):
+// fails when the skew is surely over kMaxClockSkewS. With no Slurm reachable: skipped, kInfo.
+Check ClockSkewCheck(const SlurmClockFacts& slurm);
+
 // What a node's checks say about it: every spec and bmas check passed.
 bool AllRequiredPass(const std::vector<Check>& checks);
 

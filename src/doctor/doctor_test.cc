@@ -229,6 +229,53 @@ TEST(ClockCheck, UnsynchronisedIsInformational) {
   EXPECT_FALSE(AllRequiredPass({c, spec}));
 }
 
+TEST(ClockOffsetTest, TheControllersSecondWasReadDuringTheRoundTrip) {
+  // Asked at 100.2, answered at 100.4; slurmctld said 100: it read 100.0 to 100.999 at some
+  // instant from 100.2 to 100.4, so its clock is 0.4 s behind to 0.8 s ahead.
+  const ClockOffset o = EstimateClockOffset(100.2, 100.4, 100);
+  EXPECT_NEAR(o.low, -0.4, 1e-9);
+  EXPECT_NEAR(o.high, 0.8, 1e-9);
+  const ClockOffset ahead = EstimateClockOffset(100.2, 100.4, 130);
+  EXPECT_NEAR(ahead.low, 29.6, 1e-9);
+  EXPECT_NEAR(ahead.high, 30.8, 1e-9);
+}
+
+SlurmClockFacts SlurmSaid(double asked_at, double answered_at, int64_t controller_time) {
+  return {true, "", "127.0.0.1:6820", asked_at, answered_at, controller_time};
+}
+
+TEST(ClockSkewCheck, InStepPasses) {
+  const Check c = ClockSkewCheck(SlurmSaid(1000.30, 1000.32, 1000));
+  EXPECT_TRUE(c.ok) << c.found;
+  EXPECT_EQ(c.kind, CheckKind::kBmas);
+  EXPECT_THAT(c.found, StartsWith("in step with slurmctld's clock (+0.2 s, ± 0.5 s"));
+  EXPECT_THAT(c.found, HasSubstr("127.0.0.1:6820"));
+}
+
+TEST(ClockSkewCheck, SkewOverTheLimitFailsEitherWay) {
+  const Check behind = ClockSkewCheck(SlurmSaid(1000.0, 1000.2, 1030));
+  EXPECT_FALSE(behind.ok);
+  EXPECT_THAT(behind.found, StartsWith("30.4 s behind slurmctld's clock (+30.4 s, ± 0.6 s"));
+  EXPECT_THAT(behind.fix, HasSubstr("chrony"));
+  EXPECT_FALSE(AllRequiredPass({behind}));
+  const Check ahead = ClockSkewCheck(SlurmSaid(1000.0, 1000.2, 990));
+  EXPECT_FALSE(ahead.ok);
+  EXPECT_THAT(ahead.found, StartsWith("9.6 s ahead of slurmctld's clock (-9.6 s"));
+  // Within the limit, or not surely over it (a slow answer widens the range): passes.
+  EXPECT_TRUE(ClockSkewCheck(SlurmSaid(1000.1, 1000.2, 1004)).ok);
+  EXPECT_TRUE(ClockSkewCheck(SlurmSaid(1000.0, 1008.0, 1010)).ok);
+}
+
+TEST(ClockSkewCheck, NoSlurmIsSkipped) {
+  SlurmClockFacts none;
+  none.why_not = "no Slurm reachable (no Slurm to talk to)";
+  const Check c = ClockSkewCheck(none);
+  EXPECT_TRUE(c.ok);
+  EXPECT_EQ(c.kind, CheckKind::kInfo);
+  EXPECT_EQ(c.found, "no Slurm reachable (no Slurm to talk to): skipped");
+  EXPECT_EQ(ClockSkewCheck({}).found, "no Slurm reachable: skipped");
+}
+
 // A node's files written under a temporary root.
 class FakeTreeTest : public ::testing::Test {
  protected:
@@ -398,8 +445,9 @@ TEST_F(FakeTreeTest, ReportShapes) {
     ASSERT_TRUE(c["ok"].IsBool());
     kinds += c["kind"].GetString()[0];
   }
-  // Spec checks first, then bmas's, then the informational clock.
-  EXPECT_EQ(kinds, "sssssssbbbbbbbi");
+  // Spec checks first, then bmas's, then the informational clock and, with no Slurm
+  // reachable, the skipped clock-skew.
+  EXPECT_EQ(kinds, "sssssssbbbbbbbii");
   EXPECT_EQ(d["can_run"].Size(), 2u);
   EXPECT_STREQ(d["cannot_run"][0]["part"].GetString(), "local Slurm (fake GPUs)");
   EXPECT_THAT(d["cannot_run"][0]["why"].GetString(), HasSubstr("needs root"));

@@ -27,6 +27,8 @@ struct NodeFacts {
   LxcfsFacts lxcfs;
   std::string subuid, subgid;
   ClockFacts clock;
+  // Filled by the caller that can reach Slurm (ReadNodeFacts leaves it not reached).
+  SlurmClockFacts slurm_clock;
   bool is_root = false;  // effective uid 0
 };
 

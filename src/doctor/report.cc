@@ -69,7 +69,8 @@ Report Diagnose(const NodeFacts& f, const Result<std::vector<GpuReading>>& gpus,
                   BareMetalCheck(f.virt), CgroupCheck(f.mounts, f.cgroup_controllers),
                   KernelCheck(f.kernel_release), LxdCheck(f.lxd), SlurmCheck(f.slurm),
                   MungeKeyCheck(f.munge_keys, f.munge_uid), LxcfsCheck(f.lxcfs),
-                  SubIdsCheck(f.subuid, f.subgid, users), ClockCheck(f.clock)}) {
+                  SubIdsCheck(f.subuid, f.subgid, users), ClockCheck(f.clock),
+                  ClockSkewCheck(f.slurm_clock)}) {
     r.checks.push_back(std::move(c));
   }
   std::stable_sort(r.checks.begin(), r.checks.end(), [](const Check& a, const Check& b) {

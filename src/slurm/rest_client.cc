@@ -260,6 +260,12 @@ Result<std::string> SlurmRestClient::Ping() {
   return ParsePingResponse(r->body);
 }
 
+Result<int64_t> SlurmRestClient::ControllerTime() {
+  auto r = Call("GET", fmt::format("{}/diag", kApiPrefix), {}, "ask slurmctld's diag");
+  if (!r) return r.error();
+  return ParseDiagResponse(r->body);
+}
+
 Result<int64_t> SlurmRestClient::Submit(const JobSpec& spec) {
   auto body = RenderJobSubmit(spec);
   if (!body) return body.error();

@@ -77,6 +77,9 @@ class SlurmRestClient {
   // The Slurm release ("22.05.8") when slurmctld answers UP.
   Result<std::string> Ping();
 
+  // slurmctld's clock when it answered (unix seconds, whole), from GET /diag.
+  Result<int64_t> ControllerTime();
+
   // Submits a batch job as endpoint().user; returns its id. InvalidArgument for a spec that
   // RenderJobSubmit refuses or that Slurm cannot satisfy (bad partition, too many GPUs, ...).
   // Slurm may still list a request it refused as a FAILED job (Reason=BadConstraints) whose

@@ -561,6 +561,15 @@ Result<std::string> ParsePingResponse(std::string_view body) {
   return release.empty() ? std::string("unknown") : release;
 }
 
+Result<int64_t> ParseDiagResponse(std::string_view body) {
+  auto doc = ParseDocument(body, "diag");
+  if (!doc) return doc.error();
+  const Value* stats = JsonMember(*doc, "statistics");
+  const int64_t req_time = stats == nullptr ? 0 : Int(*stats, "req_time");
+  if (req_time <= 0) return Internal("slurmrestd's diag response has no statistics.req_time");
+  return req_time;
+}
+
 bool IsJobStateFinal(std::string_view state) {
   static constexpr std::array<std::string_view, 10> kFinal = {
       "COMPLETED", "FAILED",    "CANCELLED", "TIMEOUT",       "NODE_FAIL",

@@ -145,6 +145,9 @@ Result<std::vector<NodeInfo>> ParseNodesResponse(std::string_view body);
 // The Slurm release ("22.05.8") from GET /ping; an error when a controller is not UP.
 Result<std::string> ParsePingResponse(std::string_view body);
 
+// slurmctld's clock (unix seconds) when it answered GET /diag: statistics.req_time.
+Result<int64_t> ParseDiagResponse(std::string_view body);
+
 // ---- Pieces, exposed for tests and callers ----
 
 // True for states a job never leaves: COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,

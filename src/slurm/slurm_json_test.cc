@@ -234,6 +234,17 @@ TEST(ParsePingTest, ControllerDownIsUnavailable) {
   EXPECT_NE(r.error().message.find("mgs1"), std::string::npos);
 }
 
+TEST(ParseDiagTest, TheControllersClock) {
+  // As slurmrestd 22.05.8 answers GET /slurm/v0.0.38/diag (abridged).
+  auto t = ParseDiagResponse(
+      R"({"meta":{},"errors":[],"statistics":{"parts_packed":1,"req_time":1741096920,)"
+      R"("req_time_start":1741090000,"server_thread_count":3}})");
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_EQ(*t, 1741096920);
+  EXPECT_FALSE(ParseDiagResponse(R"({"errors":[]})"));
+  EXPECT_FALSE(ParseDiagResponse(R"({"statistics":{"req_time":null}})"));
+}
+
 TEST(ParseSubmitTest, JobId) {
   auto id = ParseSubmitResponse(Fixture("submit.json"));
   ASSERT_TRUE(id) << id.error().message;
