@@ -31,8 +31,11 @@ packages=(
   lxd lxcfs uidmap btrfs-progs squashfs-tools xz-utils busybox-static debootstrap
   # The login test: a student's `ssh -tt` into their workspace (sshd's ForceCommand).
   openssh-server openssh-client
+  # The dashboard's browser test: headless Chromium, driven by puppeteer-core from npm.
+  chromium
 )
-# The integration test with the real OpenAI client needs node and npm. A machine that already
+# The integration tests with the real OpenAI client and the dashboard's browser test, and the
+# dashboard's assets (uPlot, embedded at build time), need node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 $bench && packages+=(wrk nginx)
