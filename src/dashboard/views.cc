@@ -351,12 +351,12 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
     }
     w.EndArray();
     Num(w, "tokens_last_hour", total);
+    // The latest interval of the last hour that had streamed requests.
     w.Key("ttft_p95_s");
-    if (!s.history.empty() && s.history.back().ttft_p95_s >= 0) {
-      w.Double(s.history.back().ttft_p95_s);
-    } else {
-      w.Null();
-    }
+    auto latest = std::find_if(s.history.rbegin(), s.history.rend(), [&](const HistoryPoint& p) {
+      return p.ttft_p95_s >= 0 && p.t >= s.now - 3600;
+    });
+    if (latest != s.history.rend()) w.Double(latest->ttft_p95_s); else w.Null();
   });
 }
 

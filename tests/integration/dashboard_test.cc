@@ -50,6 +50,9 @@ class DashboardTest : public ::testing::Test {
     ASSERT_TRUE(std::regex_search(summary, m, std::regex(R"(\n  dashboard +(http://[0-9.:]+) )")))
         << summary;
     url_ = m[1];
+    ASSERT_TRUE(std::regex_search(summary, m, std::regex(R"(\n  gateway +(http://[0-9.:]+) )")))
+        << summary;
+    gateway_ = m[1];
   }
 
   void TearDown() override {
@@ -104,6 +107,7 @@ class DashboardTest : public ::testing::Test {
   std::string state_;
   std::unique_ptr<Process> up_;
   std::string url_;
+  std::string gateway_;
 };
 
 TEST_F(DashboardTest, AStudentSeesTheirJobsOnTheMapAndInTheQueueButNotOthersDetails) {
@@ -187,6 +191,24 @@ TEST_F(DashboardTest, AStudentSeesTheirJobsOnTheMapAndInTheQueueButNotOthersDeta
                            RequestOptions{"application/json", false, {{"Authorization", "Bearer sk-bmas-0-x"}}});
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 401);
+
+  // Requests through the gateway show on the inference page as the student's tokens (streamed,
+  // so that they have a time to first token).
+  HttpClient gateway(PortOfUrl(gateway_));
+  gateway.SetDefaultHeader("Authorization", "Bearer " + key);
+  for (int i = 0; i < 5; ++i) {
+    auto r = gateway.Post("/v1/completions",
+                          R"({"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"Hello from the )"
+                          R"(lab","max_tokens":16,"stream":true})");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto r = http.Get("/api/inference");
+        return r && r->status == 200 && Int(At(ParseJson(r->body), "tokens_last_hour")) > 0;
+      },
+      std::chrono::seconds(30)));
 
   // The same in a browser: sign-in, map, reason, refusal, live refresh; screenshots kept.
   const std::string shots = std::string(BMAS_DASHBOARD_WORK_DIR) + "/shots";

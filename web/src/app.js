@@ -225,7 +225,7 @@ async function refresh() {
     else if (page === "users") content = usersPage(await api("/api/users"), me);
     else if (page === "mode") content = modePage(await api("/api/mode"));
     else content = [el("p", { class: "error" }, `no page ${path}`)];
-    main.replaceChildren(...content);
+    main.replaceChildren(...content.filter((c) => c !== null && c !== undefined));
     drawPlots(await api("/api/history"));
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
