@@ -196,6 +196,15 @@ TEST(SessionsTest, ExpireAreBoundedAndEndWithTheirUser) {
   EXPECT_EQ(sessions.Find("b", 30), std::nullopt);
   sessions.Remove("c");
   EXPECT_EQ(sessions.size(), 0u);
+  // One user signing in again and again pushes out only their own oldest sessions.
+  Sessions capped(3600, 100, 2);
+  capped.Create("bob1", "bob", 0);
+  capped.Create("m1", "mallory", 1);
+  capped.Create("m2", "mallory", 2);
+  capped.Create("m3", "mallory", 3);
+  EXPECT_EQ(capped.Find("m1", 4), std::nullopt);
+  EXPECT_EQ(capped.Find("m3", 4), "mallory");
+  EXPECT_EQ(capped.Find("bob1", 4), "bob");
   EXPECT_EQ(CookieValue("a=1; bmas_session=xyz; c=3", "bmas_session"), "xyz");
   EXPECT_EQ(CookieValue("xbmas_session=1", "bmas_session"), "");
   EXPECT_EQ(CookieValue("", "bmas_session"), "");

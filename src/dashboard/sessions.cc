@@ -6,11 +6,20 @@ namespace bmas::dashboard {
 
 void Sessions::Create(const std::string& token, const std::string& user, int64_t now) {
   std::erase_if(by_token_, [&](const auto& e) { return e.second.expires <= now; });
+  auto earlier = [](const auto& a, const auto& b) { return a.second.expires < b.second.expires; };
+  while (true) {
+    size_t theirs = 0;
+    auto oldest = by_token_.end();
+    for (auto it = by_token_.begin(); it != by_token_.end(); ++it) {
+      if (it->second.user != user) continue;
+      ++theirs;
+      if (oldest == by_token_.end() || earlier(*it, *oldest)) oldest = it;
+    }
+    if (theirs < per_user_) break;
+    by_token_.erase(oldest);
+  }
   while (by_token_.size() >= max_sessions_ && !by_token_.empty()) {
-    auto first = std::min_element(by_token_.begin(), by_token_.end(), [](const auto& a, const auto& b) {
-      return a.second.expires < b.second.expires;
-    });
-    by_token_.erase(first);
+    by_token_.erase(std::min_element(by_token_.begin(), by_token_.end(), earlier));
   }
   by_token_[token] = Session{user, now + lifetime_s_};
 }

@@ -1,8 +1,10 @@
 #pragma once
 
 // Dashboard sessions: a random token in an HttpOnly, SameSite=Strict cookie names a user until
-// it expires. The table is bounded: past `max_sessions` the session that expires first goes.
-// Pure: the time is an argument and the token comes from the caller. Not thread-safe.
+// it expires. The table is bounded: a user holds at most `per_user` sessions (their oldest
+// goes), so one key signing in over and over cannot push other users out; past `max_sessions`
+// in all, the session that expires first goes. Pure: the time is an argument and the token
+// comes from the caller. Not thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,8 +17,8 @@ namespace bmas::dashboard {
 
 class Sessions {
  public:
-  Sessions(int64_t lifetime_s, size_t max_sessions)
-      : lifetime_s_(lifetime_s), max_sessions_(max_sessions) {}
+  Sessions(int64_t lifetime_s, size_t max_sessions, size_t per_user = 16)
+      : lifetime_s_(lifetime_s), max_sessions_(max_sessions), per_user_(per_user) {}
 
   // Starts a session for `user` with `token` (random, from the caller) at `now`.
   void Create(const std::string& token, const std::string& user, int64_t now);
@@ -36,6 +38,7 @@ class Sessions {
   };
   const int64_t lifetime_s_;
   const size_t max_sessions_;
+  const size_t per_user_;
   std::map<std::string, Session, std::less<>> by_token_;
 };
 
