@@ -62,33 +62,9 @@ class DashboardTest : public ::testing::Test {
 
   // `bmas --state-dir STATE ARGS...` in the test's directory, as `user` ("" = root).
   CommandOutput Bmas(const std::vector<std::string>& args, const std::string& user = "") {
-    std::vector<std::string> argv;
-    if (!user.empty()) argv = {"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups"};
-    argv.insert(argv.end(), {"sh", "-c", "cd \"$0\" && exec \"$@\"", dir_.path()});
-    argv.push_back(user.empty() ? std::string(std::getenv("BMAS_BINARY")) : SharedBinary());
-    argv.insert(argv.end(), {"--state-dir", state_});
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunCommand(argv, {}, std::chrono::seconds(60));
+    auto r = RunBmasIn(dir_.path(), state_, args, user);
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
-  }
-
-  std::string SharedBinary() {
-    const std::string copy = dir_.path() + "/bmas";
-    if (!fs::exists(copy)) {
-      fs::copy_file(std::getenv("BMAS_BINARY"), copy);
-      fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                fs::perms::others_read | fs::perms::others_exec);
-    }
-    return copy;
-  }
-
-  static std::string User(const std::string& name) {
-    if (getpwnam(name.c_str()) == nullptr) {
-      auto r = RunCommand({"useradd", "--create-home", name});
-      EXPECT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
-    }
-    return name;
   }
 
   std::string Key(const std::string& user) {
@@ -111,7 +87,7 @@ class DashboardTest : public ::testing::Test {
 };
 
 TEST_F(DashboardTest, AStudentSeesTheirJobsOnTheMapAndInTheQueueButNotOthersDetails) {
-  const std::string student = User("bmastest1");
+  const std::string student = EnsureUnixUser("bmastest1");
   ASSERT_EQ(Bmas({"user", "add", student}).exit_code, 0);
   ASSERT_EQ(Bmas({"user", "add", "root", "--admin"}).exit_code, 0);
   EXPECT_THAT(Bmas({"user", "list", "--json"}).out, HasSubstr(R"("name":"root")"));

@@ -7,6 +7,7 @@
 #include <rapidjson/writer.h>
 
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -120,6 +121,37 @@ std::vector<std::string> MountsUnder(const std::string& root) {
     if (point.rfind(root + "/", 0) == 0) under.push_back(point);
   }
   return under;
+}
+
+std::string EnsureUnixUser(const std::string& name) {
+  if (getpwnam(name.c_str()) == nullptr) {
+    auto r = RunCommand({"useradd", "--create-home", name});
+    EXPECT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
+  }
+  return name;
+}
+
+std::string SharedBinaryIn(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string copy = dir + "/bmas";
+  if (!fs::exists(copy)) {
+    fs::copy_file(std::getenv("BMAS_BINARY"), copy);
+    fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  }
+  return copy;
+}
+
+Result<CommandOutput> RunBmasIn(const std::string& dir, const std::string& state,
+                                const std::vector<std::string>& args, const std::string& user,
+                                std::chrono::seconds timeout) {
+  std::vector<std::string> argv;
+  if (!user.empty()) argv = {"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups"};
+  argv.insert(argv.end(), {"sh", "-c", "cd \"$0\" && exec \"$@\"", dir});
+  argv.push_back(user.empty() ? std::string(std::getenv("BMAS_BINARY")) : SharedBinaryIn(dir));
+  argv.insert(argv.end(), {"--state-dir", state});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, {}, timeout);
 }
 
 std::vector<pid_t> HostProcesses(const std::string& needle) {

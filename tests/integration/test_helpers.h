@@ -17,6 +17,8 @@
 #include <string_view>
 #include <thread>
 
+#include "common/process.h"
+
 #include "http_client.h"
 
 namespace bmas::testing {
@@ -63,6 +65,19 @@ std::vector<std::string> MountsUnder(const std::string& root);
 // The pids of host processes whose command line starts with `needle` (so "sleep 3001" is the
 // sleep itself, not the shell whose script mentions it).
 std::vector<pid_t> HostProcesses(const std::string& needle);
+
+// A Unix account `name` for tests that act as a student; made once per machine. Returns name.
+std::string EnsureUnixUser(const std::string& name);
+
+// A copy of $BMAS_BINARY in `dir` that every user can run (the build tree may sit in a
+// private directory, such as a fresh clone under mktemp's 0700 one); made once.
+std::string SharedBinaryIn(const std::string& dir);
+
+// `bmas --state-dir STATE ARGS...` run in `dir`, as `user` ("" = root, through
+// $BMAS_BINARY; a user runs SharedBinaryIn(dir)).
+Result<CommandOutput> RunBmasIn(const std::string& dir, const std::string& state,
+                                const std::vector<std::string>& args, const std::string& user,
+                                std::chrono::seconds timeout = std::chrono::seconds(60));
 
 // ---- Polling ----------------------------------------------------------------------------
 
