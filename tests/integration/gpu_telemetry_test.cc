@@ -71,6 +71,14 @@ TEST_F(GpuTelemetryTest, AJobsGpuMetricsCarryItsJobAndUser) {
   EXPECT_THAT(metrics, HasSubstr("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-fake-1\""));
   EXPECT_THAT(metrics, HasSubstr("hpc_job=\"\",user=\"\"} 0\n"));
   EXPECT_THAT(metrics, HasSubstr(fmt::format("hpc_job=\"{}\",user=\"bmastest1\"}} 72\n", job)));
+  // The same sample as JSON for the dashboard (/gpus).
+  const rapidjson::Document gpus = ParseJson(AgentMetrics("/gpus"));
+  EXPECT_TRUE(At(gpus, "up").IsBool() && At(gpus, "up").GetBool());
+  const auto& gpu0 = At(At(At(gpus, "sample"), "gpus"), 0);
+  EXPECT_EQ(std::to_string(Int(At(gpu0, "job_id"))), job);
+  EXPECT_EQ(Str(At(gpu0, "user")), "bmastest1");
+  EXPECT_EQ(Int(At(gpu0, "mem_total_mb")), 81559);
+  EXPECT_EQ(Int(At(At(At(At(gpus, "sample"), "gpus"), 1), "job_id")), 0);
   ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
 
   // The driver goes away: the agent says so, and serves on.

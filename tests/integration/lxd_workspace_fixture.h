@@ -178,14 +178,15 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
   }
 
   // The agent's /metrics, "" when it cannot be read.
-  std::string AgentMetrics() {
+  // GET `target` from the agent's metrics listener ("" when it does not answer).
+  std::string AgentMetrics(const std::string& target = "/metrics") {
     std::smatch m;
     const std::string out = agent_->stdout_text();
     if (!std::regex_search(out, m, std::regex("metrics listening on http://[^:]+:([0-9]+)"))) {
       return "";
     }
     HttpClient client(static_cast<uint16_t>(std::stoi(m[1].str())));
-    auto r = client.Get("/metrics");
+    auto r = client.Get(target);
     return r ? r->body : "";
   }
 
