@@ -3,8 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <utility>
-#include <vector>
+#include <climits>
 
 #include "cli/job_reason.h"
 #include "core/hostlist.h"
@@ -19,12 +18,6 @@ bool WaitsForGpus(const std::string& reason) {
          reason == "ReqNodeNotAvail";
 }
 
-int MaxGpusPerNode(const ClusterState& s) {
-  int most = 0;
-  for (const NodeInfo& n : s.nodes) most = std::max(most, n.gpus);
-  return most;
-}
-
 std::string Minutes(int64_t seconds) {
   if (seconds < 60) return "less than a minute";
   const int64_t min = (seconds + 59) / 60;
@@ -34,35 +27,45 @@ std::string Minutes(int64_t seconds) {
 
 }  // namespace
 
-std::optional<int64_t> EstimateStartSeconds(const JobInfo& job, const ClusterState& s,
-                                            int64_t now) {
-  if (!WaitsForGpus(job.reason)) return std::nullopt;
-  int free = 0;
+QueueOutlook::QueueOutlook(const ClusterState& s) : s_(s) {
   for (const NodeCell& n : BuildClusterMap(s)) {
-    for (const GpuCell& g : n.gpus) free += g.state == "idle" ? 1 : 0;
+    for (const GpuCell& g : n.gpus) free_ += g.state == "idle" ? 1 : 0;
   }
-  int need = job.gpus;
-  for (const JobInfo& other : s.jobs) {
-    if (other.id == job.id || other.state != "PENDING" || other.partition != job.partition) {
-      continue;
-    }
-    if (other.submit_time < job.submit_time ||
-        (other.submit_time == job.submit_time && other.id < job.id)) {
-      if (WaitsForGpus(other.reason)) need += other.gpus;
+  for (const NodeInfo& n : s.nodes) max_gpus_per_node_ = std::max(max_gpus_per_node_, n.gpus);
+  for (const JobInfo& j : s.jobs) {
+    if (j.state == "RUNNING" && j.gpus > 0) {
+      ends_.emplace_back(j.time_limit_minutes <= 0
+                             ? INT64_MAX
+                             : j.start_time + int64_t{j.time_limit_minutes} * 60,
+                         j.gpus);
+    } else if (j.state == "PENDING" && WaitsForGpus(j.reason)) {
+      pending_[j.partition].push_back({{j.submit_time, j.id}, j.gpus});
     }
   }
+  std::sort(ends_.begin(), ends_.end());
+  for (auto& [partition, jobs] : pending_) {
+    std::sort(jobs.begin(), jobs.end());
+    int sum = 0;
+    for (auto& [key, gpus] : jobs) gpus = sum += gpus;  // now: GPUs up to and with this job
+  }
+}
+
+int QueueOutlook::GpusAhead(const JobInfo& job) const {
+  auto it = pending_.find(job.partition);
+  if (it == pending_.end()) return 0;
+  const auto& jobs = it->second;
+  // The first entry at or after the job: everything before it was submitted earlier.
+  auto at = std::lower_bound(jobs.begin(), jobs.end(), std::pair{job.submit_time, job.id},
+                             [](const auto& e, const auto& key) { return e.first < key; });
+  return at == jobs.begin() ? 0 : std::prev(at)->second;
+}
+
+std::optional<int64_t> QueueOutlook::EstimateStartSeconds(const JobInfo& job, int64_t now) const {
+  if (!WaitsForGpus(job.reason)) return std::nullopt;
+  const int need = job.gpus + GpusAhead(job);
+  int free = free_;
   if (free >= need) return 0;
-  std::vector<std::pair<int64_t, int>> ends;  // (expected end, GPUs freed)
-  for (const JobInfo& r : s.jobs) {
-    if (r.state != "RUNNING" || r.gpus <= 0) continue;
-    if (r.time_limit_minutes <= 0) {
-      ends.emplace_back(INT64_MAX, r.gpus);
-    } else {
-      ends.emplace_back(r.start_time + int64_t{r.time_limit_minutes} * 60, r.gpus);
-    }
-  }
-  std::sort(ends.begin(), ends.end());
-  for (const auto& [end, gpus] : ends) {
+  for (const auto& [end, gpus] : ends_) {
     if (end == INT64_MAX) return std::nullopt;
     free += gpus;
     if (free >= need) return std::max<int64_t>(0, end - now);
@@ -70,30 +73,39 @@ std::optional<int64_t> EstimateStartSeconds(const JobInfo& job, const ClusterSta
   return std::nullopt;  // more than the cluster frees: waits on research nodes or drains
 }
 
-std::string PendingExplanation(const JobInfo& job, const ClusterState& s, int64_t now) {
+std::string QueueOutlook::Explain(const JobInfo& job, int64_t now) const {
   std::string text = fmt::format("waiting for {} GPU{}", job.gpus, job.gpus == 1 ? "" : "s");
-  const int per_node = MaxGpusPerNode(s);
-  if (per_node > 0 && job.gpus > per_node) text += " on whole nodes";
+  if (max_gpus_per_node_ > 0 && job.gpus > max_gpus_per_node_) text += " on whole nodes";
   const std::string plain = PlainJobReason(job.reason);
   if (!plain.empty() && plain != "waiting for free GPUs") text += "; " + plain;
-  if (s.mode.research && std::find(s.mode.users.begin(), s.mode.users.end(), job.user) ==
-                             s.mode.users.end()) {
-    text += fmt::format("; node{} {} {} reserved for research by {}",
-                        s.mode.nodes.size() == 1 ? "" : "s", CompressHostlist(s.mode.nodes),
-                        s.mode.nodes.size() == 1 ? "is" : "are", fmt::join(s.mode.users, ", "));
-    if (!s.mode.start_time.empty()) text += " since " + s.mode.start_time;
+  const slurm::Mode& mode = s_.mode;
+  if (mode.research && std::find(mode.users.begin(), mode.users.end(), job.user) == mode.users.end()) {
+    text += fmt::format("; node{} {} {} reserved for research by {}", mode.nodes.size() == 1 ? "" : "s",
+                        CompressHostlist(mode.nodes), mode.nodes.size() == 1 ? "is" : "are",
+                        fmt::join(mode.users, ", "));
+    if (!mode.start_time.empty()) text += " since " + mode.start_time;
     text += " (until lab mode)";
   }
   if (!WaitsForGpus(job.reason)) return text;
-  const auto eta = EstimateStartSeconds(job, s, now);
+  const auto eta = EstimateStartSeconds(job, now);
   if (!eta) {
-    text += "; no estimate: the GPUs it needs are held by jobs without a time limit, or reserved or drained";
+    text += "; no estimate: the GPUs it needs are held by jobs without a time limit, or reserved "
+            "or drained";
   } else if (*eta == 0) {
     text += "; GPUs are free for it: it should start at the scheduler's next pass";
   } else {
     text += fmt::format("; {} (when running jobs reach their time limits)", Minutes(*eta));
   }
   return text;
+}
+
+std::optional<int64_t> EstimateStartSeconds(const JobInfo& job, const ClusterState& s,
+                                            int64_t now) {
+  return QueueOutlook(s).EstimateStartSeconds(job, now);
+}
+
+std::string PendingExplanation(const JobInfo& job, const ClusterState& s, int64_t now) {
+  return QueueOutlook(s).Explain(job, now);
 }
 
 }  // namespace bmas::dashboard

@@ -66,7 +66,7 @@ std::map<std::string, double> WastedGpuHoursPerUser(const ClusterState& s) {
 }
 
 void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s,
-         const std::map<int64_t, const IdleRecord*>& idle) {
+         const QueueOutlook& outlook, const std::map<int64_t, const IdleRecord*>& idle) {
   const bool seen = Sees(v, j.user);
   w.StartObject();
   Num(w, "id", seen ? j.id : 0);
@@ -87,8 +87,8 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   w.EndArray();
   Str(w, "reason", j.reason);
   if (j.state == "PENDING") {
-    Str(w, "reason_text", PendingExplanation(j, s, s.now));
-    OptNum(w, "eta_s", EstimateStartSeconds(j, s, s.now));
+    Str(w, "reason_text", outlook.Explain(j, s.now));
+    OptNum(w, "eta_s", outlook.EstimateStartSeconds(j, s.now));
     Num(w, "waiting_s", std::max<int64_t>(0, s.now - j.submit_time));
   }
   w.Key("idle");
@@ -248,6 +248,7 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
 
 std::string QueueJson(const ClusterState& s, const Viewer& v) {
   const auto idle = LatestIdlePerJob(s);
+  const QueueOutlook outlook(s);
   std::vector<const JobInfo*> pending, running, recent;
   for (const JobInfo& j : s.jobs) {
     if (j.state == "PENDING") pending.push_back(&j);
@@ -270,7 +271,7 @@ std::string QueueJson(const ClusterState& s, const Viewer& v) {
                              std::pair{"recent", &recent}}) {
       w.Key(key);
       w.StartArray();
-      for (const JobInfo* j : *list) Job(w, *j, v, s, idle);
+      for (const JobInfo* j : *list) Job(w, *j, v, s, outlook, idle);
       w.EndArray();
     }
     w.Key("totals");
@@ -401,12 +402,13 @@ Result<std::string> UserJson(const ClusterState& s, const Viewer& v, std::string
     return Error{ErrorCode::kNotFound, fmt::format("no user {} in bmas's store", name)};
   }
   const auto idle = LatestIdlePerJob(s);
+  const QueueOutlook outlook(s);
   return JsonObject([&](JsonWriter& w) {
     UserRow(w, std::string(name), u, t == per_user.end() ? UserTotals{} : t->second);
     w.Key("jobs");
     w.StartArray();
     for (const JobInfo& j : s.jobs) {
-      if (j.user == name) Job(w, j, v, s, idle);
+      if (j.user == name) Job(w, j, v, s, outlook, idle);
     }
     w.EndArray();
     w.Key("idle_actions");
