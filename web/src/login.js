@@ -11,8 +11,10 @@ document.getElementById("signin").addEventListener("submit", async (event) => {
     body: JSON.stringify({ key }),
   });
   if (r.ok) {
-    const next = new URLSearchParams(location.search).get("next") || "/cluster";
-    location.assign(next.startsWith("/") && !next.startsWith("//") ? next : "/cluster");
+    // Only one of the dashboard's own pages: a second slash or a backslash would leave it.
+    const next = new URLSearchParams(location.search).get("next") || "";
+    const page = /^\/(cluster|queue|inference|users|mode)(\/[a-z_][a-z0-9_-]*)?$/;
+    location.assign(page.test(next) ? next : "/cluster");
     return;
   }
   const body = await r.json().catch(() => ({}));

@@ -129,6 +129,16 @@ try {
     const status = await page.evaluate(async () => (await fetch("/api/cluster")).status);
     assert.equal(status, 401);
   });
+  await check("signing in never sends the browser off the dashboard", async () => {
+    const context = await browser.createBrowserContext();
+    const p = await context.newPage();
+    await p.goto(`${url}/login?next=${encodeURIComponent("/\\example.org/x")}`, { waitUntil: "networkidle0" });
+    await p.type("#key", userKey);
+    await Promise.all([p.waitForNavigation({ waitUntil: "networkidle0" }), p.click("button[type=submit]")]);
+    assert.equal(new URL(p.url()).origin, new URL(url).origin);
+    assert.match(p.url(), /\/cluster$/);
+    await context.close();
+  });
   await check("an admin sees that user's details", async () => {
     const adminContext = await browser.createBrowserContext();
     const admin = await signIn(adminContext, adminKey);
