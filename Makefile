@@ -62,6 +62,7 @@ bench: build
 	python3 bench/run.py $(BUILD)
 	python3 bench/gateway_bench.py $(BUILD)
 	python3 bench/slurm_bench.py $(BUILD)
+	python3 bench/dashboard_bench.py $(BUILD)
 	python3 bench/lxd_bench.py $(BUILD)
 	python3 bench/workspace_copy_bench.py $(BUILD)
 

@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import run  # noqa: E402  bench/run.py: ROOT, BMAS, write_section
@@ -500,6 +501,44 @@ def refresh_costs(c, process_start):
     return first, parts
 
 
+def profile(dash, cookie, path, seconds=4):
+    """Where the dashboard's time goes while it answers `path` in a loop: `perf record` with
+    DWARF call graphs, then each bmas::dashboard function's share of the samples, its callees
+    included. [] without perf (linux-perf) or when it fails."""
+    if shutil.which("perf") is None:
+        return []
+    out = tempfile.mktemp(prefix="bmas-dashboard-bench-perf-")
+    stop_at = time.time() + seconds + 1
+
+    def load():
+        conn = Conn(dash.port, {"Cookie": cookie})
+        while time.time() < stop_at:
+            conn.get(path)
+        conn.close()
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        r = subprocess.run(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p", str(dash.proc.pid),
+                            "-o", out, "--", "sleep", str(seconds)], capture_output=True, text=True)
+        if r.returncode != 0:
+            return []
+        rep = subprocess.run(["perf", "report", "-i", out, "--children", "--sort", "symbol", "--stdio", "-g", "none"],
+                             capture_output=True, text=True).stdout
+    finally:
+        worker.join()
+        if os.path.exists(out):
+            os.remove(out)
+    shares = []
+    for line in rep.splitlines():
+        # perf pads its lines with thousands of blanks: strip them before matching.
+        m = re.match(r"\s*([\d.]+)%\s+([\d.]+)%\s+\[\.\]\s+(bmas::dashboard::.*)", line.strip())
+        name = m and (m.group(3).split("  ")[0].removesuffix("(inlined)").strip().replace("[abi:cxx11]", "")
+                      .replace("(anonymous namespace)::", ""))
+        if m and name not in (n for _, _, n in shares):
+            shares.append((float(m.group(1)), float(m.group(2)), name))
+    return shares[:6]
+
+
 def idle_cpu(c, dash, seconds):
     """Cores kept busy while nobody asks anything: the dashboard (its refreshes), slurmrestd
     (answering them) and slurmctld (scheduling 1,000 jobs, refreshes or not)."""
@@ -580,6 +619,9 @@ def main():
         api, sizes, pages, page_sizes = measure(dash, ngx, cookies)
         log("API and page loads")
         bearer, cookie = bearer_vs_cookie(dash, keys, cookies)
+        slowest = max(((a, v) for a in APIS for v in (ADMIN, PLAIN)), key=lambda k: percentile(api[(k[0], k[1], "bmas")], .5))
+        shares = profile(dash, cookies[slowest[1]], f"/api/{slowest[0]}")
+        log("profile")
         conn = Conn(dash.port, {"Cookie": cookies[ADMIN]})
         history_body = conn.get("/api/history")[1]
         conn.close()
@@ -646,10 +688,7 @@ def main():
             else:
                 row += " | | | |"
             rows.append(row)
-    rows.append(f"| `/api/me`, `Authorization: Bearer KEY` instead of the cookie | {viewer_name[ADMIN]} |  | "
-                f"{ms(bearer, .5):.2f} | {ms(bearer, .99):.2f} |  |  | {percentile(bearer, .5) / percentile(cookie, .5):.2f}x "
-                f"the cookie's p50 | {percentile(bearer, .99) / percentile(cookie, .99):.2f}x the cookie's p99 |")
-    slow = max(((a, v) for a in APIS for v in (ADMIN, PLAIN)), key=lambda k: percentile(api[(k[0], k[1], "bmas")], .5))
+    slow = slowest
     d1 = (f"{SAMPLES} samples of each, after 3 warm-up rounds, round-robin over every row and both servers (which "
           "goes first alternates), so that each row sees the dashboard's refreshes (every 2 s) alike. One keep-alive "
           "connection per server and viewer; the clock runs from sending the request to the last byte of the answer. "
@@ -658,9 +697,23 @@ def main():
     if ngx:
         worst = max(((a, v) for a in APIS for v in (ADMIN, PLAIN)),
                     key=lambda k: percentile(api[(k[0], k[1], "bmas")], .5) / percentile(api[(k[0], k[1], "nginx")], .5))
-        d1 += (f" Largest bmas/nginx p50 ratio: `/api/{worst[0]}` ({viewer_name[worst[1]]}), "
+        d1 += (f" Largest bmas/nginx p50 ratio: `/api/{worst[0]}` as the {viewer_name[worst[1]]}, "
                f"{percentile(api[(worst[0], worst[1], 'bmas')], .5) / percentile(api[(worst[0], worst[1], 'nginx')], .5):.1f}x: "
                "nginx sends a file it has; bmas builds the JSON from the last refresh's state for each request.")
+    if shares:
+        d1 += (f" Where `/api/{slow[0]}`'s time goes (`perf record --call-graph dwarf` on the dashboard while it "
+               "answers that request in a loop for 4 s; share of the samples in each function with what it calls, "
+               "self in brackets): " + "; ".join(f"`{name}` {total:.0f}% ({own:.0f}%)" for total, own, name in shares)
+               + ".")
+        share = {name: total for total, _, name in shares}
+        if share.get("bmas::dashboard::EstimateStartSeconds", 0) > 50 and share.get("bmas::dashboard::BuildClusterMap", 0) > 50:
+            d1 += (" The pending jobs' `reason_text` and `eta_s` each call `EstimateStartSeconds`, which rebuilds "
+                   "the whole cluster map (`BuildClusterMap`: every node against every job, comparing strings) and "
+                   "walks every job again: twice per pending job, so the work grows as pending jobs x (nodes x jobs).")
+    d1 += (f" `/api/me` with `Authorization: Bearer KEY` (a SHA-256 of the key and an SQLite lookup on every "
+           f"request) against the session cookie, alternating on two connections, {SAMPLES} each: p50 "
+           f"{ms(bearer, .5):.2f} ms against {ms(cookie, .5):.2f} ms, p99 {ms(bearer, .99):.2f} ms against "
+           f"{ms(cookie, .99):.2f} ms.")
     d1 += (f" `/api/history` grows by a point every 10 s up to 8,640 (a day); in this run it had {len(history)} "
            f"({history_bytes:,} bytes, {history_bytes / max(len(history), 1):.0f} per point), so a dashboard up for a "
            f"day answers about **{history_bytes / max(len(history), 1) * 8640 / 1024:.0f} KiB** to every page load and "
@@ -690,7 +743,16 @@ def main():
     cl = pages[("cluster", ADMIN, "bmas")]
     worst_page = max(pages, key=lambda k: percentile(pages[k], .99) if k[2] == "bmas" else -1)
     wp99 = ms(pages[worst_page], .99)
-    verdict = ("met" if ms(cl, .99) < 200 and wp99 < 200 else "not met")
+    over = [(p, v) for p, _ in PAGES for v in (ADMIN, PLAIN) if ms(pages[(p, v, "bmas")], .99) >= 200]
+    under = [p for p, _ in PAGES if not any(o[0] == p for o in over)]
+    if not over:
+        verdict = "met: every page, both viewers, p99 under 200 ms"
+    else:
+        verdict = ("not met for every page: " + ", ".join(f"`/{p}`" for p in under) + " load in under 200 ms at p99 "
+                   "for both viewers, but " + ", ".join(f"`/{p}` as the {viewer_name[v]} (p50 "
+                                                        f"{ms(pages[(p, v, 'bmas')], .5):.0f} ms, p99 "
+                                                        f"{ms(pages[(p, v, 'bmas')], .99):.0f} ms)" for p, v in over)
+                   + " do not")
     d2 = (f"A page load as a cold browser makes it at worst: a new connection, then the page's HTML, its 4 assets "
           f"({', '.join(f'`{a}`' for a in ASSETS)}), then `/api/me`, the page's API and `/api/history`, each sent "
           f"after the previous answer (a browser overlaps some of them on up to 6 connections). {SAMPLES} loads of "
@@ -699,9 +761,10 @@ def main():
           f"**Verdict on the target \"one page load under 200 ms with that much state\": {verdict}.** The cluster page "
           f"as the admin: p50 {ms(cl, .5):.1f} ms, p99 {ms(cl, .99):.1f} ms; the slowest page here, `/{worst_page[0]}` "
           f"as the {viewer_name[worst_page[1]]}: p99 {wp99:.1f} ms.")
-    sections.append(("D2. Page load: HTML, assets and API calls, one connection", commands.split("\n", 2)[2] +
-                     "\nGET URL/PAGE, the 4 assets, URL/api/me, URL/api/PAGE, URL/api/history   # one connection, in turn",
-                     d2, rows))
+    sections.append(("D2. Page load: HTML, assets and API calls, one connection",
+                     "GET URL/PAGE URL/assets/{uPlot.min.css,app.css,uPlot.iife.min.js,app.js} URL/api/me URL/api/PAGE "
+                     "URL/api/history   # a new connection, one request after another; Cookie: bmas_session=...\n"
+                     "nginx -c DIR/nginx.conf -g 'daemon off;'   # the same bytes, as files", d2, rows))
 
     # D3. Refresh.
     start = statistics.median(process_start)
@@ -722,8 +785,9 @@ def main():
           f"(`build/bmas --state-dir STATE dashboard --port 0 --refresh 3600`, started {len(first)} times beside the "
           "one under test). The parts are timed alone: slurmrestd with a JWT minted as bmas mints it (user root), "
           f"on a keep-alive connection. Cores kept busy over {idle_s:.0f} s with no requests: {cores}; that is about "
-          f"**{per_refresh * 1e3:.0f} ms of CPU per refresh** in the dashboard (slurmctld's share is mostly its own "
-          f"scheduling of {pending} pending jobs, with `bf_interval=1`).")
+          f"**{per_refresh * 1e3:.0f} ms of CPU per refresh** in the dashboard. slurmctld's share includes its own "
+          f"scheduling passes over the {pending} pending jobs (this cluster's `bf_interval=1`, `sched_interval=2`), "
+          "refreshes or not.")
     sections.append(("D3. Refresh: what reading that much state costs", "build/bmas --state-dir STATE dashboard --port 0 "
                      "--refresh 3600   # time to its `listening` line\nGET REST/slurm/v0.0.38/jobs   # "
                      "X-SLURM-USER-NAME: root, X-SLURM-USER-TOKEN: JWT\nGET REST/slurm/v0.0.38/nodes\n"

@@ -430,13 +430,20 @@ int RunDashboard(const DashboardOptions& options) {
   refresher.RefreshOnce();
   Dashboard dashboard(options, refresher, std::move(*store));
 
-  net::io_context io(1);
+  // Two workers, so that one slow page (a queue of a thousand jobs) does not hold up the others;
+  // the first also accepts. The Dashboard's state is shared under its own locks.
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  std::vector<net::io_context*> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(contexts.emplace_back(std::make_unique<net::io_context>(1)).get());
+  }
+  net::io_context& io = *workers[0];
   HttpServerOptions http;
   http.host = options.host;
   http.port = options.port;
   http.server_name = "bmas-dashboard";
   http.max_body_bytes = 16 << 10;
-  HttpServer server(io, http, [&](HttpRequest& req, ResponseWriter& w) {
+  HttpServer server(workers, http, [&](HttpRequest& req, ResponseWriter& w) {
     return dashboard.Handle(req, w);
   });
   auto port = server.Listen();
@@ -446,9 +453,17 @@ int RunDashboard(const DashboardOptions& options) {
   }
   refresher.Start();
   server.Start();
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < workers.size(); ++i) {
+    guards.push_back(net::make_work_guard(*workers[i]));
+    threads.emplace_back([w = workers[i]] { w->run(); });
+  }
   fmt::print("bmas dashboard: listening on http://{}:{}\n", options.host, *port);
   std::fflush(stdout);
   ServeUntilSignalled(io, server, std::chrono::seconds(2), "bmas dashboard");
+  guards.clear();
+  for (std::thread& t : threads) t.join();
   refresher.Stop();
   return 0;
 }

@@ -28,7 +28,7 @@ struct DashboardOptions {
   std::vector<std::string> agents;  // "host:port" of each agent's metrics listener
   int64_t session_s = 8 * 3600;
   int64_t history_step_s = 10;      // one plot point per step
-  size_t history_points = 8640;     // a day of points at 10 s
+  size_t history_points = 360;      // an hour of points at 10 s (what every page load fetches)
 };
 
 // Serves until SIGINT or SIGTERM; prints "bmas dashboard: listening on URL" once ready.
