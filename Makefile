@@ -55,8 +55,9 @@ fuzz-regression: deps
 
 # Runs the benchmarks and rewrites bench/RESULTS.md: the engine's, then the gateway's (which
 # compare it with nginx and use wrk, installed by install-deps.sh --bench), then Slurm's and the
-# workspaces', then the copy of a workspace between nodes (as root: they start their own local
-# cluster and LXDs; otherwise they say why they skipped).
+# workspaces', then the copy of a workspace between nodes, then the dashboard's pages against
+# nginx serving the same bytes (as root: they start their own local clusters and LXDs;
+# otherwise they say why they skipped).
 bench: build
 	@bash scripts/install-deps.sh --bench
 	python3 bench/run.py $(BUILD)
