@@ -84,6 +84,9 @@ void EngineCommand::ApplyFlags(EngineSettings& s) const {
   if (given("--shutdown-timeout")) s.shutdown_timeout_s = flags_.shutdown_timeout_s;
   if (given("--default-chat-max-tokens")) s.default_chat_max_tokens = flags_.default_chat_max_tokens;
   if (given("--api-key")) s.api_key = flags_.api_key;
+  if (given("--startup-s")) {
+    s.startup_s = startup_ == "profile" ? std::nullopt : std::optional<double>(std::stod(startup_));
+  }
 }
 
 void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
@@ -130,6 +133,11 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
   c.add_option("--api-key", flags_.api_key,
                "As vLLM's: /v1/* then requires Authorization: Bearer KEY. Visible in ps: prefer "
                "$VLLM_API_KEY or [engine] api_key_file");
+  c.add_option("--startup-s", startup_,
+               "Seconds before it listens, as vLLM loading a model (the port is held and "
+               "connections are refused until then); 'profile': the profile's startup_s")
+      ->check(CLI::IsMember({"profile"}) | CLI::Range(0.0, 86400.0))
+      ->default_str("0");
   c.require_subcommand(0, 1);
 
   calibrate_ = c.add_subcommand(

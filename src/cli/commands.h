@@ -51,6 +51,7 @@ class EngineCommand {
   CLI::App* calibrate_ = nullptr;
   EngineSettings flags_;
   bool no_prefix_caching_ = false;
+  std::string startup_;  // --startup-s: SECONDS or "profile"
   bool json_ = false;
   bool fit_ = false;
   engine::ClosedLoopOptions scenario_;

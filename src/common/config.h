@@ -4,6 +4,7 @@
 // key with its default. Command-line flags override the file.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,9 @@ struct EngineSettings {
   // the config file itself.
   std::string api_key_file;
   std::string api_key;  // `--api-key` only, never read from the file
+  // Seconds the engine waits before it listens, as vLLM does while it loads: 0 starts at once;
+  // nullopt takes the profile's startup_s (`--startup-s profile`).
+  std::optional<double> startup_s = 0.0;
 };
 
 struct GatewaySettings {

@@ -213,7 +213,7 @@ HttpServer::HttpServer(std::vector<net::io_context*> workers, HttpServerOptions 
       acceptor_(io_),
       connections_(workers_.size()) {}
 
-Result<uint16_t> HttpServer::Listen() {
+Result<uint16_t> HttpServer::Bind() {
   beast::error_code ec;
   auto address = net::ip::make_address(options_.host, ec);
   if (ec) {
@@ -224,15 +224,27 @@ Result<uint16_t> HttpServer::Listen() {
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Error{ErrorCode::kUnavailable,
-                 "cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                     ": " + ec.message() + " (pick another port, or 0 for any free one)",
-                 "port"};
-  }
+  if (ec) return CannotListen(ec);
   port_ = acceptor_.local_endpoint().port();
   return port_;
+}
+
+Result<uint16_t> HttpServer::Listen() {
+  if (!acceptor_.is_open()) {
+    auto bound = Bind();
+    if (!bound) return bound;
+  }
+  beast::error_code ec;
+  acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return CannotListen(ec);
+  return port_;
+}
+
+Error HttpServer::CannotListen(const beast::error_code& ec) const {
+  return Error{ErrorCode::kUnavailable,
+               "cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                   ec.message() + " (pick another port, or 0 for any free one)",
+               "port"};
 }
 
 void HttpServer::Start() { net::co_spawn(io_, AcceptLoop(), LogFailure("http accept loop")); }

@@ -106,7 +106,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens; returns the port (useful with port 0).
+  // Opens and binds the address without listening: the port is held (useful with port 0) and
+  // connections to it are refused until Listen(). Returns the port.
+  Result<uint16_t> Bind();
+  // Listens, binding first when Bind() was not called; returns the port.
   Result<uint16_t> Listen();
   // Starts accepting. REQUIRES: Listen() succeeded.
   void Start();
@@ -122,6 +125,7 @@ class HttpServer {
     TcpStream* stream;
     bool idle;
   };
+  Error CannotListen(const beast::error_code& ec) const;
   awaitable<void> AcceptLoop();
   awaitable<void> Session(TcpStream::socket_type socket, size_t worker);
   awaitable<void> LingeringClose(TcpStream& stream);

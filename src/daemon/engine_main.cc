@@ -1,5 +1,7 @@
 #include "daemon/engine_main.h"
 
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 
@@ -12,6 +14,28 @@
 #include "engine/timing.h"
 
 namespace bmas {
+namespace {
+
+// Waits out the simulated start-up on `io`; false when one of `signals` (SIGINT, SIGTERM) came
+// first: vLLM, too, can be stopped while it loads.
+bool WaitOutStartup(net::io_context& io, net::signal_set& signals, double seconds) {
+  bool signalled = false;
+  net::steady_timer timer(io, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(seconds)));
+  timer.async_wait([&](const beast::error_code& ec) {
+    if (!ec) signals.cancel();
+  });
+  signals.async_wait([&](const beast::error_code& ec, int) {
+    if (ec) return;
+    signalled = true;
+    timer.cancel();
+  });
+  io.run();
+  io.restart();
+  return !signalled;
+}
+
+}  // namespace
 
 Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   engine::ProfileMap profiles;
@@ -34,6 +58,12 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   o.profile_name = p.name;
   o.time = p.time;
   o.default_chat_max_tokens = s.default_chat_max_tokens;
+  o.startup_s = s.startup_s.value_or(p.startup_s);
+  if (!std::isfinite(o.startup_s) || o.startup_s < 0 || o.startup_s > 86400) {
+    return InvalidArgument(
+        fmt::format("startup_s {} is not a number of seconds from 0 to 86400", o.startup_s),
+        "startup_s");
+  }
   engine::SchedulerConfig& c = o.scheduler;
   c.max_num_seqs = s.max_num_seqs > 0 ? s.max_num_seqs : p.max_num_seqs;
   c.max_num_batched_tokens =
@@ -84,7 +114,12 @@ int RunEngine(const EngineSettings& settings) {
   std::signal(SIGPIPE, SIG_IGN);
   net::io_context io(1);
   engine::EngineServer server(io, *options);
-  auto port = server.Listen();
+  // Caught from before the first line is printed: whoever reads it may stop the engine at once.
+  net::signal_set signals(io, SIGINT, SIGTERM);
+  // With a start-up time the port is bound at once and listened on only when "loaded", as
+  // vLLM's API server does: until then connections are refused and /health does not answer.
+  const bool loading = options->startup_s > 0;
+  auto port = loading ? server.Bind() : server.Listen();
   if (!port) {
     fmt::print(stderr, "bmas engine: {}\n", port.error().message);
     return 1;
@@ -98,11 +133,26 @@ int RunEngine(const EngineSettings& settings) {
       c.num_kv_blocks, c.block_size, c.max_model_len, settings.scheduling_policy,
       c.enable_prefix_caching);
   if (!options->api_key.empty()) spdlog::info("bmas engine: /v1/* requires the API key");
+  if (loading) {
+    fmt::print("bmas engine: loading on http://{}:{} for {:g} s (simulated start-up); "
+               "connections are refused until then\n",
+               settings.host, *port, options->startup_s);
+    std::fflush(stdout);
+    if (!WaitOutStartup(io, signals, options->startup_s)) {
+      spdlog::info("bmas engine: stopped while loading");
+      return 0;
+    }
+    auto listening = server.Listen();
+    if (!listening) {
+      fmt::print(stderr, "bmas engine: {}\n", listening.error().message);
+      return 1;
+    }
+  }
   server.Start();
   fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
   std::fflush(stdout);
 
-  ServeUntilSignalled(io, server, std::chrono::seconds(settings.shutdown_timeout_s),
+  ServeUntilSignalled(io, signals, server, std::chrono::seconds(settings.shutdown_timeout_s),
                       "bmas engine");
   return 0;
 }

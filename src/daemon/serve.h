@@ -14,11 +14,13 @@
 namespace bmas {
 
 // `Server` has `awaitable<void> Stop(std::chrono::steady_clock::duration)`. `name` is used in
-// the log ("bmas engine"); `after` says what stopping also does (may be empty).
+// the log ("bmas engine"); `after` says what stopping also does (may be empty). `signals` (on
+// `io`, for SIGINT and SIGTERM) may have been made earlier, so that a signal that came before
+// this call is not lost.
 template <typename Server>
-void ServeUntilSignalled(net::io_context& io, Server& server, std::chrono::seconds deadline,
-                         const std::string& name, const std::string& after = {}) {
-  net::signal_set signals(io, SIGINT, SIGTERM);
+void ServeUntilSignalled(net::io_context& io, net::signal_set& signals, Server& server,
+                         std::chrono::seconds deadline, const std::string& name,
+                         const std::string& after = {}) {
   signals.async_wait([&](const beast::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("{}: signal {}: not accepting; finishing in-flight requests (up to {}s){}", name,
@@ -33,6 +35,13 @@ void ServeUntilSignalled(net::io_context& io, Server& server, std::chrono::secon
   });
   io.run();
   spdlog::info("{}: stopped", name);
+}
+
+template <typename Server>
+void ServeUntilSignalled(net::io_context& io, Server& server, std::chrono::seconds deadline,
+                         const std::string& name, const std::string& after = {}) {
+  net::signal_set signals(io, SIGINT, SIGTERM);
+  ServeUntilSignalled(io, signals, server, deadline, name, after);
 }
 
 }  // namespace bmas

@@ -108,6 +108,8 @@ double EngineServer::ToVirtual(Clock::time_point t) const {
 
 double EngineServer::Now() const { return ToVirtual(Clock::now()); }
 
+Result<uint16_t> EngineServer::Bind() { return http_.Bind(); }
+
 Result<uint16_t> EngineServer::Listen() { return http_.Listen(); }
 
 void EngineServer::Start() {

@@ -36,6 +36,8 @@ struct EngineServerOptions {
   // vLLM's --api-key: when set, /v1/* answers 401 without `Authorization: Bearer <api_key>`;
   // /health, /version and /metrics stay open, as in vLLM. A secret: never logged.
   std::string api_key;
+  // Seconds between Bind() and Listen() that RunEngine waits (the simulated start-up).
+  double startup_s = 0;
 };
 
 class EngineServer {
@@ -46,6 +48,10 @@ class EngineServer {
   EngineServer(const EngineServer&) = delete;
   EngineServer& operator=(const EngineServer&) = delete;
 
+  // Binds the address without listening, as vLLM's API server does before it loads the model:
+  // the port is held and connections to it are refused. Returns the port.
+  Result<uint16_t> Bind();
+  // Listens (binding first when Bind() was not called); returns the port.
   Result<uint16_t> Listen();
   void Start();
   // Stops accepting, lets in-flight requests finish up to `deadline`, then stops the loop.

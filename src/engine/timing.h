@@ -43,6 +43,10 @@ struct Profile {
   double weights_gib = 15;
   double activation_peak_gib = 2;
   int64_t kv_bytes_per_token = 131072;
+  // Seconds a real vLLM server of this profile takes from launch to answering /health (weights
+  // loaded, torch.compile, CUDA graphs captured). Used only with `bmas engine --startup-s
+  // profile`.
+  double startup_s = 0;
 
   // Blocks that fit: (utilization x memory - weights - activations) / bytes per block.
   int DerivedKvBlocks(int block_size_tokens) const;

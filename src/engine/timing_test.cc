@@ -73,6 +73,9 @@ TEST(BuiltinProfilesTest, HasLlamaOnH100) {
   EXPECT_GT(p.time.per_prefill_token_s, 0);
   EXPECT_GT(p.time.per_context_token_s, 0);
   EXPECT_FALSE(p.description.empty());
+  // vLLM takes tens of seconds to start an 8B model (the figures are in profiles.toml).
+  EXPECT_GE(p.startup_s, 20);
+  EXPECT_LE(p.startup_s, 180);
 }
 
 TEST(BuiltinProfilesTest, InstantHasAnAllZeroTimeModel) {
@@ -85,6 +88,7 @@ TEST(BuiltinProfilesTest, InstantHasAnAllZeroTimeModel) {
   EXPECT_EQ(t.per_prefill_token_s, 0);
   EXPECT_EQ(t.per_context_token_s, 0);
   EXPECT_EQ(it->second.max_model_len, 131072);
+  EXPECT_EQ(it->second.startup_s, 0);
 }
 
 TEST(BuiltinProfilesTest, TextIsTheProfilesFile) {
@@ -122,6 +126,7 @@ TEST(ParseProfilesTest, MissingKeysTakeDefaults) {
   EXPECT_EQ(p.block_size, 16);
   EXPECT_EQ(p.num_kv_blocks, 0);
   EXPECT_EQ(p.kv_bytes_per_token, 131072);
+  EXPECT_EQ(p.startup_s, 0);
 }
 
 TEST(ParseProfilesTest, ReadsEveryKey) {
@@ -142,7 +147,8 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
       "gpu_memory_utilization = 0.5\n"
       "weights_gib = 4\n"
       "activation_peak_gib = 1\n"
-      "kv_bytes_per_token = 1024\n",
+      "kv_bytes_per_token = 1024\n"
+      "startup_s = 42.5\n",
       "x.toml");
   const Profile& p = m.at("small");
   EXPECT_EQ(p.description, "a test GPU");
@@ -161,6 +167,7 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
   EXPECT_DOUBLE_EQ(p.weights_gib, 4);
   EXPECT_DOUBLE_EQ(p.activation_peak_gib, 1);
   EXPECT_EQ(p.kv_bytes_per_token, 1024);
+  EXPECT_DOUBLE_EQ(p.startup_s, 42.5);
 }
 
 struct BadProfileCase {
@@ -186,6 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
                                    "x.toml:2: profile.p.step_base_s: expected a number"},
                     BadProfileCase{"OutOfRange", "[profile.p]\n\nmax_num_seqs = 0\n",
                                    "x.toml:3: profile.p.max_num_seqs: 0 is out of range"},
+                    BadProfileCase{"NegativeStartup", "[profile.p]\nstartup_s = -1\n",
+                                   "x.toml:2: profile.p.startup_s: -1 is out of range"},
                     BadProfileCase{"ProfileNotATable", "[profile]\np = 3\n",
                                    "x.toml:2: profile.p: "},
                     BadProfileCase{"SyntaxError", "[profile.p]\nstep_base_s = = 1\n", "x.toml:2: "},
