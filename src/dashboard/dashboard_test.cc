@@ -251,6 +251,14 @@ TEST(SourcesTest, ReadTheGatewaysLoadAndAnAgentsGpus) {
   ASSERT_TRUE(odd);
   EXPECT_TRUE(odd->ttft.counts.empty());
   EXPECT_TRUE(odd->backends.empty());
+  // Counts that would overflow a sum are clamped (the fuzzer found the overflow).
+  auto huge = ParseGatewayLoad(R"({"queued":{"a":2000000000,"b":2000000000,"c":-5}})");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->queued.at("a"), 1 << 24);
+  EXPECT_EQ(huge->queued.at("c"), 0);
+  ClusterState s;
+  s.gateway = *huge;
+  EXPECT_EQ(MakeHistoryPoint(s, {}).queue, 2 << 24);
 
   auto gpus = ParseAgentGpus(
       R"({"up":true,"error":"","sample":{"node":"oss01","gpus":[{"index":2,"util":55,)"

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <rapidjson/document.h>
 
+#include <algorithm>
+
 #include "common/json_read.h"
 
 namespace bmas::dashboard {
@@ -26,6 +28,9 @@ double Double(const rapidjson::Value& v, const char* key) {
   const rapidjson::Value* m = JsonMember(v, key);
   return m != nullptr && m->IsNumber() ? m->GetDouble() : 0;
 }
+
+// A count from another daemon, kept in a range that sums of many cannot overflow.
+int Count(int64_t n) { return static_cast<int>(std::clamp<int64_t>(n, 0, 1 << 24)); }
 
 bool Bool(const rapidjson::Value& v, const char* key) {
   const rapidjson::Value* m = JsonMember(v, key);
@@ -62,7 +67,7 @@ Result<GatewayLoad> ParseGatewayLoad(std::string_view body) {
   if (const rapidjson::Value* q = JsonMember(*d, "queued"); q != nullptr && q->IsObject()) {
     for (const auto& m : q->GetObject()) {
       load.queued[std::string(m.name.GetString(), m.name.GetStringLength())] =
-          m.value.IsInt() ? m.value.GetInt() : 0;
+          m.value.IsInt() ? Count(m.value.GetInt()) : 0;
     }
   }
   EachOf(*d, "backends", [&](const rapidjson::Value& b) {
@@ -73,8 +78,8 @@ Result<GatewayLoad> ParseGatewayLoad(std::string_view body) {
     });
     bl.healthy = Bool(b, "healthy");
     bl.draining = Bool(b, "draining");
-    bl.in_flight = static_cast<int>(Int(b, "in_flight"));
-    bl.capacity = static_cast<int>(Int(b, "capacity"));
+    bl.in_flight = Count(Int(b, "in_flight"));
+    bl.capacity = Count(Int(b, "capacity"));
     bl.kv_usage = Double(b, "kv_usage");
     load.backends.push_back(std::move(bl));
   });

@@ -56,7 +56,7 @@ struct BackendLoad {
 struct GatewayLoad {
   bool reachable = false;
   std::string error;
-  std::map<std::string, int> queued;  // per model
+  std::map<std::string, int> queued;  // per model; each in [0, 2^24] (sources.h)
   std::vector<BackendLoad> backends;
   LatencyHistogram ttft;
   LatencyHistogram queue_wait;
@@ -68,7 +68,7 @@ struct HistoryPoint {
   int gpus_training = 0;
   int gpus_inference = 0;
   int gpus_idle = 0;  // free and usable (neither drained nor reserved)
-  int queue = 0;      // pending Slurm jobs plus requests queued at the gateway
+  int64_t queue = 0;  // pending Slurm jobs plus requests queued at the gateway
   double ttft_p95_s = -1;  // over the interval since the previous point; -1 = no requests
 };
 
