@@ -17,6 +17,7 @@
 #include "cli/doctor_command.h"
 #include "cli/job_commands.h"
 #include "cli/lxd_commands.h"
+#include "cli/inference_commands.h"
 #include "cli/mode_commands.h"
 #include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
   doctor_cmd.Register(app, global);
   DashboardCommand dashboard_cmd;
   dashboard_cmd.Register(app, global);
+  InferenceCommands inference_cmds;
+  inference_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -15,10 +15,14 @@
 
 #include <fmt/format.h>
 
+#include "store/sqlite_statement.h"
 #include "store/store.h"
 
 namespace bmas {
 namespace {
+
+using sqlite_internal::Statement;
+using sqlite_internal::UnixNow;
 
 // Forward migrations: schema version i+1 is kMigrations[0..i] applied in order. Append only;
 // never edit a migration that has shipped.
@@ -101,6 +105,29 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE users ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
     )sql",
+    R"sql(
+    CREATE TABLE deployments (
+      model TEXT PRIMARY KEY,
+      min_replicas INTEGER NOT NULL,
+      max_replicas INTEGER NOT NULL,
+      gpus_per_replica INTEGER NOT NULL,
+      profile TEXT NOT NULL,
+      ttft_slo_ms INTEGER NOT NULL,
+      command TEXT NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE replicas (
+      job_id INTEGER PRIMARY KEY,
+      model TEXT NOT NULL,
+      state TEXT NOT NULL,
+      node TEXT NOT NULL,
+      port INTEGER NOT NULL,
+      url TEXT NOT NULL,
+      gpus INTEGER NOT NULL,
+      floor INTEGER NOT NULL,
+      since INTEGER NOT NULL
+    );
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -108,11 +135,6 @@ constexpr std::string_view kKeyPrefix = "sk-bmas-";
 constexpr size_t kKeyIdHex = 12;
 constexpr size_t kSecretHex = 48;
 
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string RandomHex(size_t hex_chars) {
   std::string bytes((hex_chars + 1) / 2, '\0');
@@ -133,79 +155,6 @@ std::array<unsigned char, 32> Sha256(std::string_view data) {
   EVP_Digest(data.data(), data.size(), digest.data(), &len, EVP_sha256(), nullptr);
   return digest;
 }
-
-// One prepared statement; finalized on destruction.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Statement& Bind(int i, std::string_view v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, const std::optional<int64_t>& v) {
-    if (v) sqlite3_bind_int64(stmt_, i, *v); else sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  Statement& BindOptText(int i, const std::optional<std::string>& v) {
-    if (v) return Bind(i, std::string_view(*v));
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  Statement& BindBlob(int i, const void* data, int size) {
-    sqlite3_bind_blob(stmt_, i, data, size, SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& BindNull(int i) {
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int Step() { return sqlite3_step(stmt_); }
-  // Ready to bind and run again.
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-
-  std::string Text(int col) const {
-    auto p = sqlite3_column_text(stmt_, col);
-    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p));
-  }
-  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
-  std::optional<int64_t> OptInt(int col) const {
-    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_int64(stmt_, col);
-  }
-  std::optional<std::string> OptText(int col) const {
-    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
-    return Text(col);
-  }
-  std::string_view Blob(int col) const {
-    auto p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
-    return {p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))};
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
 
 class SqliteStore final : public Store {
  public:
@@ -569,6 +518,48 @@ class SqliteStore final : public Store {
   }
 
   int schema_version() const override { return version_; }
+
+  Result<void> PutDeployment(const Deployment& d) override {
+    if (!sqlite_internal::PutDeployment(db_, d)) return Fail("saving a deployment");
+    return {};
+  }
+
+  Result<void> RemoveDeployment(const std::string& model) override {
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
+    auto removed = sqlite_internal::RemoveDeployment(db_, model);
+    if (!removed) {
+      Exec("ROLLBACK;");
+      return Fail("removing a deployment");
+    }
+    if (auto r = Exec("COMMIT;"); !r) return r;
+    if (!*removed) {
+      return Error{ErrorCode::kNotFound,
+                   fmt::format("no deployment of model '{}' (see `bmas inference list`)", model),
+                   "model"};
+    }
+    return {};
+  }
+
+  Result<std::vector<Deployment>> ListDeployments() override {
+    auto rows = sqlite_internal::ListDeployments(db_);
+    if (!rows) return Fail("listing deployments");
+    return std::move(*rows);
+  }
+
+  Result<void> ReplaceReplicas(const std::vector<ReplicaRecord>& replicas) override {
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
+    if (!sqlite_internal::ReplaceReplicas(db_, replicas)) {
+      Exec("ROLLBACK;");
+      return Fail("recording replicas");
+    }
+    return Exec("COMMIT;");
+  }
+
+  Result<std::vector<ReplicaRecord>> ListReplicas() override {
+    auto rows = sqlite_internal::ListReplicas(db_);
+    if (!rows) return Fail("listing replicas");
+    return std::move(*rows);
+  }
 
  private:
   static constexpr const char* kSelectUsers =

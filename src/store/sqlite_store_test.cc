@@ -42,7 +42,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 6);
+  EXPECT_EQ(store_->schema_version(), 7);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -296,7 +296,7 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 6);
+  EXPECT_EQ(store_->schema_version(), 7);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);
@@ -403,6 +403,42 @@ TEST_F(SqliteStoreTest, IdleActionsAreRecordedOnceAndQueriedPerUser) {
   ASSERT_EQ(alices->size(), 1u);
   EXPECT_EQ((*alices)[0].reason, "cancelled: ...");
   EXPECT_EQ((*alices)[0].gpus, 2);
+}
+
+
+TEST_F(SqliteStoreTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithTheirReplicas) {
+  Deployment d{.model = "m1", .min_replicas = 0, .max_replicas = 3, .gpus_per_replica = 2,
+               .profile = "llama-3.1-8b-h100", .ttft_slo_ms = 500, .command = ""};
+  ASSERT_TRUE(store_->PutDeployment(d));
+  d.max_replicas = 4;
+  ASSERT_TRUE(store_->PutDeployment(d));  // an update, not a second row
+  ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m0"}));
+  auto all = store_->ListDeployments();
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].model, "m0");
+  EXPECT_EQ((*all)[1].max_replicas, 4);
+  EXPECT_EQ((*all)[1].min_replicas, 0);
+  EXPECT_EQ((*all)[1].profile, "llama-3.1-8b-h100");
+  EXPECT_GT((*all)[1].updated_at, 0);
+
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "ready", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 5},
+                                       {12, "m0", "pending", "", 18101, "", 1, false, 6}}));
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "draining", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 7},
+                                       {13, "m1", "starting", "oss02", 18102, "http://127.0.0.1:18102", 2, false, 8}}));
+  auto replicas = store_->ListReplicas();
+  ASSERT_TRUE(replicas);
+  ASSERT_EQ(replicas->size(), 2u);  // replaced whole: job 12 is gone
+  EXPECT_EQ((*replicas)[0].state, "draining");
+  EXPECT_TRUE((*replicas)[0].floor);
+  EXPECT_EQ((*replicas)[1].port, 18102);
+
+  ASSERT_TRUE(store_->RemoveDeployment("m1"));
+  EXPECT_TRUE(store_->ListReplicas()->empty());
+  auto missing = store_->RemoveDeployment("m1");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(missing.error().message.find("bmas inference list"), std::string::npos);
 }
 
 }  // namespace

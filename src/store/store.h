@@ -58,6 +58,32 @@ struct UserChange {
 // not take.
 std::string CheckWorkspaceLimits(const WorkspaceLimits& limits);
 
+// An inference deployment: one model served by replicas that run as Slurm jobs
+// (`bmas inference deploy`). The controller in `bmas up` keeps between min and max replicas.
+struct Deployment {
+  std::string model;
+  int min_replicas = 1;       // a floor that training never preempts; may be 0
+  int max_replicas = 1;
+  int gpus_per_replica = 1;
+  std::string profile;        // the engine's GPU profile; "" = its default
+  int ttft_slo_ms = 0;        // time to first token the autoscaler keeps p95 under; 0 = none
+  std::string command;        // the replica's command template; "" = `bmas engine`
+  int64_t updated_at = 0;     // unix seconds
+};
+
+// A replica as the controller last saw it: a Slurm job and where it listens.
+struct ReplicaRecord {
+  int64_t job_id = 0;
+  std::string model;
+  std::string state;  // "pending", "starting", "ready" or "draining"
+  std::string node;   // "" while pending
+  int port = 0;
+  std::string url;    // "http://ADDR:PORT"; "" while pending
+  int gpus = 0;
+  bool floor = false;  // one of the deployment's min replicas (not preemptible)
+  int64_t since = 0;   // when it entered `state`, unix seconds
+};
+
 // An API key as listed: never the key itself.
 struct KeyInfo {
   std::string id;
@@ -158,6 +184,15 @@ class Store {
   virtual Result<void> AddBackend(const std::string& url) = 0;  // kAlreadyExists
   virtual Result<void> RemoveBackend(const std::string& url) = 0;  // kNotFound
   virtual Result<std::vector<std::string>> ListBackends() = 0;
+
+  // Inference deployments. PutDeployment creates or replaces the one for its model.
+  virtual Result<void> PutDeployment(const Deployment& deployment) = 0;
+  virtual Result<void> RemoveDeployment(const std::string& model) = 0;  // kNotFound
+  virtual Result<std::vector<Deployment>> ListDeployments() = 0;
+  // The controller's view of every replica, replaced whole (in one transaction) on each pass,
+  // and what the gateway routes to.
+  virtual Result<void> ReplaceReplicas(const std::vector<ReplicaRecord>& replicas) = 0;
+  virtual Result<std::vector<ReplicaRecord>> ListReplicas() = 0;
 
   virtual int schema_version() const = 0;
 };

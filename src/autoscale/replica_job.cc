@@ -1,0 +1,113 @@
+#include "autoscale/replica_job.h"
+
+#include <fmt/format.h>
+
+namespace bmas::autoscale {
+namespace {
+
+std::string ShellQuote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+Result<void> ValidateDeployment(const Deployment& d) {
+  if (d.model.empty() || d.model.size() > 200) {
+    return InvalidArgument("the model name must be 1 to 200 characters", "model");
+  }
+  for (unsigned char c : d.model) {
+    if (c <= ' ' || c >= 0x7f) {
+      return InvalidArgument(
+          fmt::format("the model name '{}' may hold only printable ASCII without spaces", d.model),
+          "model");
+    }
+  }
+  if (d.min_replicas < 0) return InvalidArgument("--min must be 0 or more", "min");
+  if (d.max_replicas < 1) return InvalidArgument("--max must be at least 1", "max");
+  if (d.min_replicas > d.max_replicas) {
+    return InvalidArgument(fmt::format("--min {} is above --max {}: raise --max or lower --min",
+                                       d.min_replicas, d.max_replicas),
+                           "min");
+  }
+  if (d.gpus_per_replica < 1) {
+    return InvalidArgument("--gpus-per-replica must be at least 1", "gpus_per_replica");
+  }
+  if (d.ttft_slo_ms < 0) return InvalidArgument("--ttft-slo-ms must be 0 (none) or more", "ttft_slo_ms");
+  const std::map<std::string, std::string> probe = {{"model", "m"}, {"port", "1"},
+                                                    {"gpus", "1"},  {"profile", "p"},
+                                                    {"host", "h"},  {"bmas", "b"}};
+  auto expanded = ExpandReplicaCommand(d.command.empty() ? kDefaultReplicaCommand : d.command, probe);
+  if (!expanded) return expanded.error();
+  return {};
+}
+
+Result<std::string> ExpandReplicaCommand(std::string_view t,
+                                         const std::map<std::string, std::string>& values) {
+  std::string out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '{') {
+      out += t[i];
+      continue;
+    }
+    const size_t close = t.find('}', i);
+    if (close == std::string_view::npos) {
+      return InvalidArgument(
+          fmt::format("the command template has an unclosed '{{' at offset {}", i), "command");
+    }
+    const std::string name(t.substr(i + 1, close - i - 1));
+    auto it = values.find(name);
+    if (it == values.end()) {
+      return InvalidArgument(
+          fmt::format("the command template has an unknown placeholder {{{}}}; known: {{model}} "
+                      "{{port}} {{gpus}} {{profile}} {{host}} {{bmas}}",
+                      name),
+          "command");
+    }
+    out += ShellQuote(it->second);
+    i = close;
+  }
+  return out;
+}
+
+Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) {
+  const std::map<std::string, std::string> values = {
+      {"model", d.model},
+      {"port", std::to_string(c.port)},
+      {"gpus", std::to_string(d.gpus_per_replica)},
+      {"profile", d.profile.empty() ? std::string("llama-3.1-8b-h100") : d.profile},
+      {"host", c.host},
+      {"bmas", c.bmas}};
+  auto command = ExpandReplicaCommand(d.command.empty() ? kDefaultReplicaCommand : d.command,
+                                      values);
+  if (!command) return command.error();
+  JobSpec spec;
+  spec.name = std::string(kReplicaJobPrefix) + d.model;
+  spec.partition = c.partition;
+  spec.nodes = 1;
+  spec.tasks = 1;
+  spec.gpus_per_node = d.gpus_per_replica;
+  spec.cwd = c.cwd;
+  spec.stdout_path = c.cwd + "/replica-%j.log";
+  spec.environment = c.environment;
+  spec.environment.emplace("PATH", "/usr/local/bin:/usr/bin:/bin");
+  spec.environment.emplace("BMAS_REPLICA_PORT", std::to_string(c.port));
+  spec.requeue = true;
+  spec.script = "#!/bin/sh\n# A bmas inference replica. exec: Slurm's SIGTERM reaches it.\nexec " +
+                *command + "\n";
+  return spec;
+}
+
+std::string ReplicaModel(std::string_view job_name) {
+  if (job_name.substr(0, kReplicaJobPrefix.size()) != kReplicaJobPrefix) return "";
+  return std::string(job_name.substr(kReplicaJobPrefix.size()));
+}
+
+}  // namespace bmas::autoscale

@@ -1,0 +1,51 @@
+#include "autoscale/replica_job.h"
+
+#include <gtest/gtest.h>
+
+namespace bmas::autoscale {
+namespace {
+
+TEST(ReplicaJobTest, DeploymentsAreCheckedWithTheFieldAndTheFix) {
+  EXPECT_TRUE(ValidateDeployment(Deployment{.model = "meta-llama/Llama-3.1-8B-Instruct",
+                                            .min_replicas = 0, .max_replicas = 2}));
+  auto bad_range = ValidateDeployment(Deployment{.model = "m", .min_replicas = 3, .max_replicas = 2});
+  ASSERT_FALSE(bad_range);
+  EXPECT_EQ(bad_range.error().param, "min");
+  EXPECT_NE(bad_range.error().message.find("raise --max"), std::string::npos);
+  EXPECT_FALSE(ValidateDeployment(Deployment{.model = "a b"}));
+  EXPECT_FALSE(ValidateDeployment(Deployment{.model = ""}));
+  EXPECT_FALSE(ValidateDeployment(Deployment{.model = "m", .gpus_per_replica = 0}));
+  auto unknown = ValidateDeployment(Deployment{.model = "m", .command = "vllm serve {modle}"});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("{modle}"), std::string::npos);
+  EXPECT_FALSE(ValidateDeployment(Deployment{.model = "m", .command = "vllm serve {model"}));
+}
+
+TEST(ReplicaJobTest, TheCommandIsExpandedQuotedAndExecedOnOneNode) {
+  Deployment d{.model = "it's/m", .min_replicas = 1, .max_replicas = 2, .gpus_per_replica = 2,
+               .command = "vllm serve {model} --port {port} --tensor-parallel-size {gpus}"};
+  ReplicaJobContext c{.bmas = "/usr/bin/bmas", .host = "127.0.0.1", .port = 18100,
+                      .partition = "inference", .cwd = "/var/lib/bmas/replicas",
+                      .environment = {{"VLLM_API_KEY", "k"}}};
+  auto spec = ReplicaJobSpec(d, c);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->name, "bmas-replica:it's/m");
+  EXPECT_EQ(ReplicaModel(spec->name), "it's/m");
+  EXPECT_EQ(ReplicaModel("train"), "");
+  EXPECT_EQ(spec->partition, "inference");
+  EXPECT_EQ(spec->nodes, 1);
+  EXPECT_EQ(spec->gpus_per_node, 2);
+  EXPECT_EQ(spec->requeue, true);
+  EXPECT_EQ(spec->environment.at("VLLM_API_KEY"), "k");
+  EXPECT_NE(spec->script.find("exec vllm serve 'it'\\''s/m' --port '18100' --tensor-parallel-size '2'"),
+            std::string::npos)
+      << spec->script;
+  auto engine = ReplicaJobSpec(Deployment{.model = "m"}, c);
+  ASSERT_TRUE(engine);
+  EXPECT_NE(engine->script.find("exec '/usr/bin/bmas' engine --host '127.0.0.1' --port '18100'"),
+            std::string::npos)
+      << engine->script;
+}
+
+}  // namespace
+}  // namespace bmas::autoscale

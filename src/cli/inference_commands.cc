@@ -1,0 +1,164 @@
+#include "cli/inference_commands.h"
+
+#include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "autoscale/replica_job.h"
+#include "cli/user_commands.h"
+
+namespace bmas {
+
+void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
+  CLI::App* inference = app.add_subcommand(
+      "inference", "Inference deployments: models served by replicas that run as Slurm jobs in "
+                   "the inference partition, grown and shrunk with load by `bmas up`");
+  inference->require_subcommand(1);
+  deploy_ = inference->add_subcommand(
+      "deploy", "Create or update the deployment of MODEL (the controller in `bmas up` follows "
+                "within seconds)");
+  deploy_->add_option("model", flags_.model, "Model name, as clients ask for it")->required();
+  deploy_->add_option("--min", flags_.min_replicas,
+                      "Replicas always kept, never preempted by training (0: started by the "
+                      "first request)")
+      ->check(kNonNegative)
+      ->default_str("1");
+  deploy_->add_option("--max", flags_.max_replicas, "Most replicas under load")
+      ->check(kPositive)
+      ->default_str("1");
+  deploy_->add_option("--gpus-per-replica", flags_.gpus_per_replica,
+                      "GPUs of one replica, on one node (vLLM's --tensor-parallel-size)")
+      ->check(kPositive)
+      ->default_str("1");
+  deploy_->add_option("--profile", flags_.profile,
+                      "The engine's GPU profile (bmas engine --profile), {profile} in the command")
+      ->default_str("llama-3.1-8b-h100");
+  deploy_->add_option("--ttft-slo-ms", flags_.ttft_slo_ms,
+                      "Time to first token whose p95 the autoscaler keeps under (0: none; it "
+                      "then scales on queueing and load)")
+      ->check(kNonNegative)
+      ->default_str("0");
+  deploy_->add_option(
+      "--command", flags_.command,
+      "The replica's command; {model} {port} {gpus} {profile} {host} {bmas} are replaced. "
+      "Default: bmas engine (simulated); for vLLM see the README");
+  deploy_->callback([this, &global] { global.exit_code = Deploy(global); });
+
+  CLI::App* list = inference->add_subcommand("list", "Deployments and their replicas");
+  list->add_flag("--json", json_, "A JSON array, one object per deployment");
+  list->callback([this, &global] { global.exit_code = List(global); });
+
+  CLI::App* remove = inference->add_subcommand(
+      "remove", "Remove MODEL's deployment; the controller cancels its replicas");
+  remove->add_option("model", flags_.model, "Model name")->required();
+  remove->callback([this, &global] { global.exit_code = Remove(global); });
+}
+
+int InferenceCommands::Deploy(GlobalOptions& global) {
+  if (deploy_->count("--profile") == 0) flags_.profile = "llama-3.1-8b-h100";
+  if (auto valid = autoscale::ValidateDeployment(flags_); !valid) {
+    return ReportFailure("inference deploy", valid.error());
+  }
+  auto store = OpenStateStore(global);
+  if (!store) return ReportFailure("inference deploy", store.error());
+  if (auto put = (*store)->PutDeployment(flags_); !put) {
+    return ReportFailure("inference deploy", put.error());
+  }
+  fmt::print("deployed {}: {} to {} replicas of {} GPU{}{}; `bmas up` runs them as Slurm jobs "
+             "in the inference partition (see `bmas inference list`)\n",
+             flags_.model, flags_.min_replicas, flags_.max_replicas, flags_.gpus_per_replica,
+             flags_.gpus_per_replica == 1 ? "" : "s",
+             flags_.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 under {} ms", flags_.ttft_slo_ms)
+                                    : std::string());
+  return 0;
+}
+
+std::string DeploymentsJson(const std::vector<Deployment>& deployments,
+                            const std::vector<ReplicaRecord>& replicas) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartArray();
+  for (const Deployment& d : deployments) {
+    w.StartObject();
+    w.Key("model");
+    w.String(d.model.c_str(), static_cast<rapidjson::SizeType>(d.model.size()));
+    w.Key("min");
+    w.Int(d.min_replicas);
+    w.Key("max");
+    w.Int(d.max_replicas);
+    w.Key("gpus_per_replica");
+    w.Int(d.gpus_per_replica);
+    w.Key("profile");
+    w.String(d.profile.c_str());
+    w.Key("ttft_slo_ms");
+    w.Int(d.ttft_slo_ms);
+    w.Key("replicas");
+    w.StartArray();
+    for (const ReplicaRecord& r : replicas) {
+      if (r.model != d.model) continue;
+      w.StartObject();
+      w.Key("job_id");
+      w.Int64(r.job_id);
+      w.Key("state");
+      w.String(r.state.c_str());
+      w.Key("node");
+      w.String(r.node.c_str());
+      w.Key("url");
+      w.String(r.url.c_str());
+      w.Key("gpus");
+      w.Int(r.gpus);
+      w.Key("floor");
+      w.Bool(r.floor);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+int InferenceCommands::List(GlobalOptions& global) {
+  auto store = OpenStateStore(global);
+  if (!store) return ReportFailure("inference list", store.error());
+  auto deployments = (*store)->ListDeployments();
+  if (!deployments) return ReportFailure("inference list", deployments.error());
+  auto replicas = (*store)->ListReplicas();
+  if (!replicas) return ReportFailure("inference list", replicas.error());
+  if (json_) {
+    fmt::print("{}\n", DeploymentsJson(*deployments, *replicas));
+    return 0;
+  }
+  if (deployments->empty()) {
+    fmt::print("no deployments (add one with `bmas inference deploy MODEL`)\n");
+    return 0;
+  }
+  for (const Deployment& d : *deployments) {
+    fmt::print("{}: min {} max {}, {} GPU(s) per replica, profile {}{}\n", d.model,
+               d.min_replicas, d.max_replicas, d.gpus_per_replica, d.profile,
+               d.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 SLO {} ms", d.ttft_slo_ms) : "");
+    bool any = false;
+    for (const ReplicaRecord& r : *replicas) {
+      if (r.model != d.model) continue;
+      any = true;
+      fmt::print("  job {:<8} {:<9} {:<8} {:<26} {} GPU(s){}\n", r.job_id, r.state,
+                 r.node.empty() ? "-" : r.node, r.url.empty() ? "-" : r.url, r.gpus,
+                 r.floor ? ", floor" : "");
+    }
+    if (!any) fmt::print("  no replicas (the controller in `bmas up` starts them)\n");
+  }
+  return 0;
+}
+
+int InferenceCommands::Remove(GlobalOptions& global) {
+  auto store = OpenStateStore(global);
+  if (!store) return ReportFailure("inference remove", store.error());
+  if (auto r = (*store)->RemoveDeployment(flags_.model); !r) {
+    return ReportFailure("inference remove", r.error());
+  }
+  fmt::print("removed {}; its replicas are cancelled at the controller's next pass\n",
+             flags_.model);
+  return 0;
+}
+
+}  // namespace bmas

@@ -1,0 +1,107 @@
+#pragma once
+
+// What the SQLite store's files share: a prepared statement, and the clock rows are stamped
+// with. Internal to src/store.
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/store.h"
+
+namespace bmas::sqlite_internal {
+
+inline int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One prepared statement; finalized on destruction.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Statement& Bind(int i, std::string_view v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, const std::optional<int64_t>& v) {
+    if (v) sqlite3_bind_int64(stmt_, i, *v); else sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  Statement& BindOptText(int i, const std::optional<std::string>& v) {
+    if (v) return Bind(i, std::string_view(*v));
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  Statement& BindBlob(int i, const void* data, int size) {
+    sqlite3_bind_blob(stmt_, i, data, size, SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& BindNull(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  // Ready to bind and run again.
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+
+  std::string Text(int col) const {
+    auto p = sqlite3_column_text(stmt_, col);
+    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p));
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::optional<int64_t> OptInt(int col) const {
+    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_int64(stmt_, col);
+  }
+  std::optional<std::string> OptText(int col) const {
+    if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) return std::nullopt;
+    return Text(col);
+  }
+  std::string_view Blob(int col) const {
+    auto p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
+    return {p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))};
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+// Deployments and replicas (sqlite_deployments.cc). Each returns false / nullopt on a SQLite
+// error, which the caller reports with sqlite3_errmsg.
+bool PutDeployment(sqlite3* db, const Deployment& d);
+// Whether a row was removed; the deployment's replica rows go with it.
+std::optional<bool> RemoveDeployment(sqlite3* db, const std::string& model);
+std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db);
+bool ReplaceReplicas(sqlite3* db, const std::vector<ReplicaRecord>& replicas);
+std::optional<std::vector<ReplicaRecord>> ListReplicas(sqlite3* db);
+
+}  // namespace bmas::sqlite_internal
