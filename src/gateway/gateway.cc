@@ -80,6 +80,9 @@ struct Gateway::Request {
   int64_t prompt_estimate = 0;  // tokens, from prompt_chars, until the backend reports usage
   std::optional<uint64_t> prefix_key;
   Clock::time_point start;
+  // A stream that reached the client: what it was sent, to resume it on another backend.
+  std::optional<StreamResume> resume;
+  std::string cut_reason;  // set by RelayOnce when the stream was cut and may be resumed
 };
 
 // A request waiting for admission. Dispatch() (on any worker, under mu_) picks its backend and
@@ -106,6 +109,9 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       epoch_(Clock::now()),
       router_(options_.routing),
       keys_(options_.key_cache_size),
+      resumed_streams_(metrics_.AddCounter(
+          "bmas_gateway_resumed_streams_total",
+          "Streams whose backend went away mid-answer, continued on another backend.", "")),
       queue_wait_(metrics_.AddHistogram("bmas_gateway_queue_wait_seconds",
                                         "Time requests waited in the fair queue.", "",
                                         LatencyBuckets())),
@@ -373,6 +379,11 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
         healthy = healthy || (b->state.healthy && !b->state.draining);
       }
     }
+    // A deployed model queues while its replicas start (scale from zero): the controller
+    // sees the queue in /load and starts one.
+    const bool deployed = deployed_.contains(r.model);
+    known = known || deployed;
+    healthy = healthy || deployed;
     if (known && healthy) {
       decision = limiter_.Check(r.user, limits, UnixNowSeconds());
       if (decision.allowed) {
@@ -412,12 +423,39 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   } end_guard{mu_, limiter_, r.user};
 
   // A first attempt that fails before anything reached the client is retried once elsewhere.
-  bool retry = co_await Attempt(r, *mq, writer, /*may_retry=*/true);
-  if (retry) co_await Attempt(r, *mq, writer, /*may_retry=*/false);
+  // A stream cut by its backend (preempted, dead) is resumed on another, a few times at most.
+  Outcome outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/true);
+  if (outcome == Outcome::kRetry) outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/false);
+  while (outcome == Outcome::kResume) {
+    Result<std::string> body = r.resume->resumptions() < kMaxResumptions
+                                   ? r.resume->NextBody()
+                                   : Result<std::string>(InvalidArgument(fmt::format(
+                                         "resumed {} times already", kMaxResumptions)));
+    if (!body) {
+      co_await EndStreamWithError(writer, fmt::format("the backend's stream ended early ({}); it "
+                                                      "cannot be resumed: {}",
+                                                      r.cut_reason, body.error().message));
+      break;
+    }
+    spdlog::info("gateway: resuming a stream of {} for {} after {} tokens ({})", r.model, r.user,
+                 r.resume->tokens(), r.cut_reason);
+    resumed_streams_.Inc();
+    r.upstream_body = std::move(*body);
+    r.cut_reason.clear();
+    outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/false);
+  }
 }
 
-awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer,
-                                 bool may_retry) {
+awaitable<void> Gateway::EndStreamWithError(ResponseWriter& writer, std::string message) {
+  if (!writer.ok()) co_return;
+  std::string event =
+      "data: " + ErrorJson(http::status::bad_gateway, std::move(message), "") + "\n\n";
+  co_await writer.SendChunk(event);
+  co_await writer.EndStream();
+}
+
+awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
+                                             ResponseWriter& writer, bool may_retry) {
   const net::any_io_executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
   const Clock::time_point queued = Clock::now();
@@ -460,6 +498,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     }
   }
   bool retry = false;
+  const bool resuming = r.resume.has_value() && r.resume->resumptions() > 0;
   if (client_gone) {
     CountStatus(499);  // nginx's "client closed request"
   } else if (backend == nullptr) {
@@ -467,9 +506,18 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     std::string message = fmt::format(
         "no backend for model `{}` became free within {} s; try again later", r.model,
         options_.queue_timeout.count() / 1000.0);
-    co_await writer.SendError(http::status::service_unavailable, std::move(message));
+    if (resuming) {
+      co_await EndStreamWithError(writer, "the stream's backend went away and " + message);
+    } else {
+      co_await writer.SendError(http::status::service_unavailable, std::move(message));
+    }
   } else {
     Result<void> relayed = co_await Relay(*backend, r, writer);
+    if (!relayed && resuming && r.cut_reason.empty() &&
+        relayed.error().code == ErrorCode::kUnavailable) {
+      r.cut_reason = relayed.error().message;  // failed before its replica sent anything
+    }
+    const bool cut = !relayed && !r.cut_reason.empty();
     bool other = false;
     {
       std::lock_guard lock(mu_);
@@ -477,6 +525,8 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
       if (relayed) {
         CountStatusLocked(200);
         e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+      } else if (cut) {
+        backend->state.healthy = false;  // until its health check passes
       } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
         backend->state.healthy = false;  // until its health check passes
         other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
@@ -486,6 +536,9 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
     }
     if (relayed) {
       // Counted above, under the lock.
+    } else if (cut) {
+      ClearPools(backend);
+      co_return Outcome::kResume;
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
       // Nothing reached the client: the backend is out until its health check passes.
       spdlog::warn("gateway: backend {} is down: {}", backend->state.id, relayed.error().message);
@@ -505,7 +558,7 @@ awaitable<bool> Gateway::Attempt(Request& r, ModelQueue& mq, ResponseWriter& wri
       }
     }
   }
-  co_return retry;
+  co_return retry ? Outcome::kRetry : Outcome::kDone;
 }
 
 int64_t Gateway::EstimatePromptTokensLocked(const std::string& model, int64_t chars) const {
@@ -696,6 +749,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   std::array<char, 16384> chunk;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Result<void> result;
+  // A resumed stream: the client's stream is open already; this backend continues it.
+  const bool resuming = r.resume.has_value() && r.resume->resumptions() > 0;
 
   if (sse) watch();
   if (!sse) {
@@ -730,9 +785,19 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       // The view is made outside the co_await: GCC 12 destroys temporaries in it twice.
       const std::string_view type =
           content_type.empty() ? std::string_view("application/json") : content_type;
-      co_await writer.Send(status, type, std::move(body));
+      if (resuming) {
+        std::string message = fmt::format(
+            "the stream's backend went away and {} refused to continue it: HTTP {}: {}",
+            b.state.id, static_cast<int>(status), body.substr(0, 512));
+        result = Error{ErrorCode::kInternal, message};
+        co_await EndStreamWithError(writer, std::move(message));
+      } else {
+        co_await writer.Send(status, type, std::move(body));
+      }
     }
-  } else if (co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
+  } else if (resuming ||
+             co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
+    if (!r.resume) r.resume.emplace(r.upstream_body, r.target == "/v1/chat/completions");
     FairQueue* mq_charge = nullptr;
     {
       std::lock_guard lock(mu_);
@@ -740,8 +805,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       if (queue != queues_.end()) mq_charge = &queue->second->queue;  // never removed
     }
     SseSplitter events;
-    std::string out;
-    bool done = false, usage_seen = false, first = true, client_gone = false;
+    std::string out, token, rewritten;
+    bool done = false, usage_seen = false, first = !resuming, client_gone = false;
     int64_t content_events = 0;
     relaying_[r.worker].insert(upstream);
     struct Unlist {
@@ -758,7 +823,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       int64_t streamed = 0;
       for (std::string_view e = events.Next(); !e.empty(); e = events.Next()) {
         bool forward = true;
-        switch (ClassifySseEvent(Reusable(json_[r.worker]), e)) {
+        token.clear();
+        switch (ClassifySseEvent(Reusable(json_[r.worker]), e, &token)) {
           case SseEventKind::kDone:
             done = true;
             break;
@@ -772,11 +838,18 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
             break;
           case SseEventKind::kContent:
             ++streamed;
+            if (r.resume->tokens() == 0) r.resume->LearnIdentity(e);
+            r.resume->OnToken(token);
             break;
           case SseEventKind::kOther:
             break;
         }
-        if (forward) out.append(e);
+        if (forward && resuming) {
+          rewritten = r.resume->Rewrite(e);
+          out.append(rewritten);
+        } else if (forward) {
+          out.append(e);
+        }
       }
       content_events += streamed;
       if (streamed > 0 || (first && !out.empty())) {
@@ -793,10 +866,18 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       }
     }
     const bool hung = ec == beast::error::timeout;
-    if (usage_seen) {
+    // Cut by the backend (not by the client, the gateway's own stop, or an event too large):
+    // resumed on another backend by Attempt's caller.
+    const bool cut = !done && !client_gone && !cutting_ && writer.ok() && !events.overflowed();
+    if (usage_seen && !resuming) {
       LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
+    } else if (usage_seen) {  // the replica's prompt held the text resumed from
+      prompt_tokens = std::max<int64_t>(0, prompt_tokens - r.resume->tokens_before());
+    } else if (cut) {  // the prompt is metered by the attempt that finishes
+      prompt_tokens = 0;
+      completion_tokens = content_events;
     } else {  // cut short: meter what was streamed
-      prompt_tokens = r.prompt_estimate;
+      prompt_tokens = resuming ? 0 : r.prompt_estimate;
       completion_tokens = content_events;
     }
     Meter(r, b, prompt_tokens, completion_tokens, /*already_charged=*/content_events);
@@ -809,19 +890,19 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       spdlog::warn("gateway: backend {} is down: its stream sent nothing for {} ms", b.state.id,
                    idle.count());
     }
-    if (!done && writer.ok()) {
-      std::string reason = cutting_ ? std::string("the gateway is shutting down")
-                           : hung          ? fmt::format("no data for {} ms", idle.count())
-                           : ec            ? ec.message()
-                                           : std::string("no [DONE]");
-      std::string error =
-          "data: " +
-          ErrorJson(http::status::bad_gateway,
-                    fmt::format("the backend's stream ended early: {}", reason), "") +
-          "\n\n";
-      co_await writer.SendChunk(error);
+    std::string reason = cutting_ ? std::string("the gateway is shutting down")
+                         : hung          ? fmt::format("no data for {} ms", idle.count())
+                         : ec            ? ec.message()
+                                         : std::string("no [DONE]");
+    if (cut) {
+      r.cut_reason = fmt::format("{}: {}", b.state.id, reason);
+      result = Error{ErrorCode::kUnavailable, r.cut_reason};
+    } else if (!done && writer.ok()) {
+      co_await EndStreamWithError(writer,
+                                  fmt::format("the backend's stream ended early: {}", reason));
+    } else if (writer.ok()) {
+      co_await writer.EndStream();
     }
-    if (writer.ok()) co_await writer.EndStream();
     if (parser.is_done() && parser.keep_alive() && !ec && !client_gone) {
       writer.StopWatching();  // as above: before the pool owns `up`
       pool.Release(std::move(up));
@@ -1025,6 +1106,7 @@ awaitable<void> Gateway::RefreshLoop() {
       std::unordered_map<std::string, std::optional<std::string>> keys;
       std::unordered_map<std::string, UserLimits> users;
       std::vector<std::string> backends;
+      std::unordered_set<std::string> deployed;
       bool ok = true;
     };
     auto read = [keys = std::move(keys)](Store& store) {
@@ -1039,12 +1121,22 @@ awaitable<void> Gateway::RefreshLoop() {
       }
       auto users = store.ListUsers();
       auto backends = store.ListBackends();
-      if (!users || !backends) {
+      auto deployments = store.ListDeployments();
+      auto replicas = store.ListReplicas();
+      if (!users || !backends || !deployments || !replicas) {
         s.ok = false;
         return s;
       }
       for (User& u : *users) s.users[u.name] = u.limits;
       s.backends = std::move(*backends);
+      // The controller's replicas: starting and ready ones are backends (routed to once their
+      // health check passes); a draining one is left out, so it drains here too.
+      for (const ReplicaRecord& r : *replicas) {
+        if (!r.url.empty() && (r.state == "starting" || r.state == "ready")) {
+          s.backends.push_back(r.url);
+        }
+      }
+      for (const Deployment& d : *deployments) s.deployed.insert(d.model);
       return s;
     };
     Snapshot snapshot = co_await store_.Run(std::move(read));
@@ -1054,6 +1146,7 @@ awaitable<void> Gateway::RefreshLoop() {
       for (auto& [k, u] : snapshot.keys) keys_.Update(k, std::move(u));
       users_ = std::move(snapshot.users);
       SyncBackends(snapshot.backends);
+      deployed_ = std::move(snapshot.deployed);
       if (++refreshes_ % 60 == 0) limiter_.Prune(UnixNowSeconds());
     } else {
       spdlog::warn("gateway: cannot read the store; keeping the last users and keys");

@@ -29,6 +29,7 @@
 #include "gateway/key_cache.h"
 #include "gateway/rate_limiter.h"
 #include "gateway/request.h"
+#include "gateway/resume.h"
 #include "gateway/router.h"
 #include "gateway/store_worker.h"
 #include "gateway/upstream.h"
@@ -95,9 +96,15 @@ class Gateway {
                                    std::string target);
   awaitable<std::optional<std::string>> Authenticate(const HttpRequest& request);
 
-  // Queues, relays and answers once; returns true when it failed before anything reached the
-  // client and another backend could take the request.
-  awaitable<bool> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
+  // How one attempt ended: answered (or failed for good); failed before anything reached the
+  // client while another backend could take the request; or a stream its backend cut, to
+  // resume on another (Request::resume, Request::cut_reason).
+  enum class Outcome { kDone, kRetry, kResume };
+  static constexpr int kMaxResumptions = 3;
+  // Queues, relays and answers once.
+  awaitable<Outcome> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
+  // Sends an SSE error event with `message` and ends the stream.
+  static awaitable<void> EndStreamWithError(ResponseWriter& writer, std::string message);
   void CountStatus(int status);
   void CountStatusLocked(int status);  // REQUIRES: mu_ held
   size_t WorkerOf(const net::any_io_executor& executor) const;
@@ -160,6 +167,9 @@ class Gateway {
   // Store snapshots, refreshed every second.
   KeyCache keys_;  // key -> user (or none); well-formed keys only
   std::unordered_map<std::string, UserLimits> users_;
+  // Models with an inference deployment in the store: their requests queue even while no
+  // replica is up.
+  std::unordered_set<std::string> deployed_;
 
   // Metered usage not yet in the store: (minute, user, model, backend) -> delta. Transparent
   // comparison: a request finds its entry with a tuple of views, allocating nothing.
@@ -183,6 +193,7 @@ class Gateway {
   std::map<int, Counter*> requests_by_status_;
   std::map<std::tuple<std::string, std::string, std::string>, Counter*, std::less<>>
       tokens_;  // user, model, kind
+  Counter& resumed_streams_;
   Histogram& queue_wait_;
   Histogram& ttft_;
   Histogram& e2e_;

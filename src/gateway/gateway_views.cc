@@ -1,6 +1,8 @@
 // The gateway's views for operators and the dashboard: /v1/models, /metrics and /load.
 
 #include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <algorithm>
 #include <string>
@@ -24,6 +26,17 @@ std::string Gateway::ModelsJson() const {
       seen.push_back(b->models[i]);
       out += b->model_cards[i];
     }
+  }
+  // Deployed models with no replica up yet are served too (their first request starts one).
+  for (const std::string& model : deployed_) {
+    if (std::find(seen.begin(), seen.end(), model) != seen.end()) continue;
+    if (!seen.empty()) out += ',';
+    seen.push_back(model);
+    rapidjson::StringBuffer id;
+    rapidjson::Writer<rapidjson::StringBuffer> w(id);
+    w.String(model.c_str(), static_cast<rapidjson::SizeType>(model.size()));
+    out += fmt::format(R"({{"id":{},"object":"model","created":0,"owned_by":"bmas"}})",
+                       id.GetString());
   }
   out += "]}";
   return out;

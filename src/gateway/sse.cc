@@ -44,7 +44,8 @@ std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_v
   return u;
 }
 
-SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event) {
+SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event,
+                              std::string* text_out) {
   constexpr std::string_view kData = "data: ";
   if (event.substr(0, kData.size()) != kData) return SseEventKind::kOther;
   std::string_view data = event.substr(kData.size());
@@ -67,10 +68,14 @@ SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view ev
     const bool has_role = !delta["role"].get_string().get(role);
     const bool has_content = !delta["content"].get_string().get(content) && !content.empty();
     if (has_role && !has_content) return SseEventKind::kOther;
+    if (text_out != nullptr && has_content) text_out->append(content);
     return SseEventKind::kContent;
   }
   std::string_view text;
-  if (!first["text"].get_string().get(text)) return SseEventKind::kContent;
+  if (!first["text"].get_string().get(text)) {
+    if (text_out != nullptr) text_out->append(text);
+    return SseEventKind::kContent;
+  }
   return SseEventKind::kOther;
 }
 

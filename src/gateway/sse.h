@@ -52,6 +52,8 @@ struct TokenUsage {
 std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json);
 
 // What one complete event (as SseSplitter::Next returns it) is. `parser` is reused scratch.
-SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event);
+// For a kContent event, its generated text is appended to `text_out` when given.
+SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event,
+                              std::string* text_out = nullptr);
 
 }  // namespace bmas::gateway

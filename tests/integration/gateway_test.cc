@@ -915,36 +915,151 @@ TEST_F(GatewayTest, RequestsFailOverWhenABackendDies) {
   EXPECT_GE(EngineRequests(1), survivor_before + 40);
 }
 
-TEST_F(GatewayTest, StreamCutByADyingBackendEndsWithAnErrorEvent) {
+// A stream read to its end: every event's data, the text its chunks carried, their ids.
+struct ReadBack {
+  std::vector<std::string> events;
+  std::string text;
+  std::set<std::string> ids;
+  int tokens = 0;  // chunks that carried text
+};
+
+ReadBack ReadToEnd(SseStream& s, ReadBack so_far = {}) {
+  while (true) {
+    auto e = s.Next();
+    EXPECT_TRUE(e) << "the stream did not end cleanly: " << e.error().message;
+    if (!e || !e->has_value()) break;
+    so_far.events.push_back(**e);
+    if (**e == "[DONE]") continue;
+    rapidjson::Document d;
+    d.Parse((*e)->c_str());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("choices")) continue;
+    if (d.HasMember("id") && d["id"].IsString()) so_far.ids.insert(d["id"].GetString());
+    const auto& choices = d["choices"];
+    if (!choices.IsArray() || choices.Empty()) continue;
+    const auto& c = choices[0];
+    const rapidjson::Value* text = nullptr;
+    if (c.HasMember("text")) text = &c["text"];
+    if (c.HasMember("delta") && c["delta"].HasMember("content")) text = &c["delta"]["content"];
+    if (text != nullptr && text->IsString() && text->GetStringLength() > 0) {
+      so_far.text += text->GetString();
+      ++so_far.tokens;
+    }
+  }
+  return so_far;
+}
+
+class ResumeTest : public GatewayTest {
+ protected:
+  // Streams `body` on `target`, stops the engine serving it after `before` tokens with
+  // `signal`, and reads the rest.
+  ReadBack CutAndRead(std::string_view target, const std::string& body, int before, int signal) {
+    auto s = OpenStream(key_, target, body);
+    if (s == nullptr) return {};
+    ReadBack got;
+    while (got.tokens < before) {
+      auto e = s->Next();
+      if (!e || !e->has_value()) {
+        ADD_FAILURE() << "the stream ended before the cut";
+        return got;
+      }
+      rapidjson::Document d;
+      d.Parse((*e)->c_str());
+      got.events.push_back(**e);
+      if (d.HasParseError() || !d.IsObject() || !d.HasMember("choices") ||
+          !d["choices"].IsArray() || d["choices"].Empty()) {
+        continue;
+      }
+      if (d.HasMember("id")) got.ids.insert(d["id"].GetString());
+      const auto& c = d["choices"][0];
+      const rapidjson::Value* text = c.HasMember("text") ? &c["text"]
+                                     : c.HasMember("delta") && c["delta"].HasMember("content")
+                                         ? &c["delta"]["content"]
+                                         : nullptr;
+      if (text != nullptr && text->IsString() && text->GetStringLength() > 0) {
+        got.text += text->GetString();
+        ++got.tokens;
+      }
+    }
+    std::optional<size_t> serving;
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      if (EngineMetric(i, "vllm:num_requests_running") == 1) serving = i;
+    }
+    EXPECT_TRUE(serving.has_value()) << "no engine runs the stream";
+    if (!serving) return got;
+    engines_[*serving]->process().Signal(signal);
+    EXPECT_TRUE(engines_[*serving]->process().Wait(10s).has_value());
+    return ReadToEnd(*s, std::move(got));
+  }
+
+  // The usage chunk's (prompt, completion) tokens.
+  static std::pair<int64_t, int64_t> Usage(const ReadBack& r) {
+    for (const std::string& e : r.events) {
+      rapidjson::Document d;
+      d.Parse(e.c_str());
+      if (!d.HasParseError() && d.IsObject() && d.HasMember("usage") && d["usage"].IsObject()) {
+        return {d["usage"]["prompt_tokens"].GetInt64(), d["usage"]["completion_tokens"].GetInt64()};
+      }
+    }
+    ADD_FAILURE() << "no usage chunk";
+    return {-1, -1};
+  }
+};
+
+TEST_F(ResumeTest, AStreamWhoseBackendIsKilledIsResumedOnAnotherAsOneStream) {
   ClusterOptions o;
   o.engines = {kLlama, kLlama};
   ASSERT_NO_FATAL_FAILURE(StartCluster(o));
-  auto s = OpenStream(key_, "/v1/completions", CompletionBody(PromptOfTokens(8), 2000, kStream));
-  ASSERT_NE(s, nullptr);
-  for (int i = 0; i < 3; ++i) {
-    auto e = s->Next();
-    ASSERT_TRUE(e && e->has_value()) << "event " << i;
-  }
-  std::optional<size_t> serving;
-  for (size_t i = 0; i < engines_.size(); ++i) {
-    if (EngineMetric(i, "vllm:num_requests_running") == 1) serving = i;
-  }
-  ASSERT_TRUE(serving.has_value()) << "no engine runs the stream";
-  ASSERT_NO_FATAL_FAILURE(Kill(*serving));
+  constexpr std::string_view kOptions = R"("stream":true,"stream_options":{"include_usage":true})";
+  const std::string body = CompletionBody(PromptOfTokens(8), 60, kOptions);
+  const ReadBack whole = ReadToEnd(*OpenStream(key_, "/v1/completions", body));
+  ASSERT_EQ(whole.tokens, 60);
+  const auto [whole_prompt, whole_completion] = Usage(whole);
 
-  std::string last;
-  while (true) {
-    auto e = s->Next();
-    ASSERT_TRUE(e) << "the stream did not end cleanly: " << e.error().message;
-    if (!e->has_value()) break;
-    last = **e;
-  }
-  EXPECT_NE(last, "[DONE]");
-  auto error = ParseJson(last);
-  EXPECT_TRUE(IsErrorEvent(last)) << last;
-  EXPECT_EQ(Int(At(At(error, "error"), "code")), 502) << last;
+  const ReadBack got = CutAndRead("/v1/completions", body, 5, SIGKILL);
+  ASSERT_FALSE(got.events.empty());
+  EXPECT_EQ(got.events.back(), "[DONE]");
+  for (const std::string& e : got.events) EXPECT_FALSE(IsErrorEvent(e)) << e;
+  EXPECT_EQ(got.tokens, 60) << "the resumed stream carries every token asked for";
+  EXPECT_EQ(got.ids.size(), 1u) << "one stream id: " << ::testing::PrintToString(got.ids);
+  const auto [prompt, completion] = Usage(got);
+  EXPECT_EQ(completion, got.tokens) << "usage counts the tokens the client received";
+  EXPECT_NEAR(prompt, whole_prompt, 2) << "and the prompt the client sent";
+  EXPECT_EQ(MetricValue(MetricsOf(gateway_->metrics_port()), "bmas_gateway_resumed_streams_total"), 1);
   // The other backend serves what comes next.
   EXPECT_EQ(Post("/v1/completions", CompletionBody("after the crash", 3)).status, 200);
+}
+
+TEST_F(ResumeTest, AChatStreamWhoseReplicaIsToldToGoIsContinuedWithContinueFinalMessage) {
+  ClusterOptions o;
+  // As a replica runs: SIGTERM stops it at once (Slurm's preemption).
+  const std::vector<std::string> replica = {"--profile", "llama-3.1-8b-h100", "--shutdown-timeout", "0"};
+  o.engines = {replica, replica};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  constexpr std::string_view kOptions = R"("stream":true,"stream_options":{"include_usage":true})";
+  const ReadBack got = CutAndRead("/v1/chat/completions", ChatBody("tell me a story", 40, kOptions),
+                                  7, SIGTERM);
+  ASSERT_FALSE(got.events.empty());
+  EXPECT_EQ(got.events.back(), "[DONE]");
+  for (const std::string& e : got.events) EXPECT_FALSE(IsErrorEvent(e)) << e;
+  EXPECT_EQ(got.tokens, 40);
+  EXPECT_EQ(got.ids.size(), 1u);
+  int roles = 0;
+  for (const std::string& e : got.events) roles += e.find(R"("role":"assistant")") != std::string::npos;
+  EXPECT_EQ(roles, 1) << "one opening chunk naming the role";
+  EXPECT_EQ(Usage(got).second, 40);
+}
+
+TEST_F(ResumeTest, AStreamWithNoOtherBackendEndsWithAnErrorEventThatSaysWhy) {
+  ClusterOptions o;
+  o.engines = {kLlama};
+  o.gateway_args = {"--queue-timeout", "2"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  const ReadBack got = CutAndRead(
+      "/v1/completions", CompletionBody(PromptOfTokens(8), 2000, kStream), 3, SIGKILL);
+  ASSERT_FALSE(got.events.empty());
+  EXPECT_NE(got.events.back(), "[DONE]");
+  EXPECT_TRUE(IsErrorEvent(got.events.back())) << got.events.back();
+  EXPECT_THAT(got.events.back(), HasSubstr("went away"));
 }
 
 TEST_F(GatewayTest, BackendsAddedAndRemovedWhileRunning) {
