@@ -201,6 +201,7 @@ Partition ReadPartition(ConfigTable& t, const std::vector<Node>& nodes) {
   if (!p.qos.empty() && !IsSlurmName(p.qos)) t.Invalid("qos", "not a QOS name");
   p.max_nodes = Int32(t, "max_nodes", 0, 0, 1 << 20);
   p.max_gpus_per_user = Int32(t, "max_gpus_per_user", 0, 0, 1 << 20);
+  p.grace_time_s = Int32(t, "grace_time_s", 0, 0, 3600);
   t.RejectUnknownKeys();
   return p;
 }
@@ -214,7 +215,8 @@ std::string Partition::EffectiveQos() const {
 
 namespace {
 
-// Without [[cluster.partitions]]: lab for everyone, training above the preemptible inference.
+// Without [[cluster.partitions]]: lab for everyone, training above the preemptible inference,
+// and the inference floor: replicas (a deployment's --min) that nothing preempts.
 std::vector<Partition> DefaultPartitions(const std::vector<Node>& nodes) {
   std::vector<std::string> all;
   for (const Node& n : nodes) all.push_back(n.name);
@@ -230,6 +232,11 @@ std::vector<Partition> DefaultPartitions(const std::vector<Node>& nodes) {
                 .default_time_min = kUnlimitedMinutes,
                 .priority_tier = 1,
                 .preempt_mode = PreemptMode::kRequeue},
+      Partition{.name = "inference_floor",
+                .nodes = all,
+                .default_time_min = kUnlimitedMinutes,
+                .priority_tier = 1,
+                .preempt_mode = PreemptMode::kOff},
   };
 }
 

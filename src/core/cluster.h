@@ -94,6 +94,9 @@ struct Partition {
   // GPUs one user may hold at once in this partition; 0 = no cap. Slurm enforces it through
   // the partition's QOS (MaxTRESPerUser=gres/gpu=N), which needs accounting (slurmdbd).
   int max_gpus_per_user = 0;
+  // Seconds a preempted job of this partition may run on after its SIGTERM (GraceTime); 0:
+  // SIGTERM at once, SIGKILL KillWait later.
+  int grace_time_s = 0;
   int line = 0;
 
   // The partition's QOS: `qos`, else "bmas_<name>" when it has a GPU cap, else "".

@@ -57,9 +57,11 @@ TEST(ClusterTest, ReferenceExampleLoads) {
   EXPECT_EQ(n.nics[0].hca, "mlx5_0");
   ASSERT_EQ(c.switches.size(), 3u);
   EXPECT_THAT(c.switches[2].switches, ElementsAre("leaf1", "leaf2"));
-  ASSERT_EQ(c.partitions.size(), 3u);
+  ASSERT_EQ(c.partitions.size(), 4u);
   EXPECT_TRUE(c.partitions[0].is_default);
   EXPECT_EQ(c.partitions[1].max_time_min, 7 * 24 * 60);
+  EXPECT_EQ(c.partitions[3].name, "inference_floor");
+  EXPECT_EQ(c.partitions[3].preempt_mode, PreemptMode::kOff);
   EXPECT_EQ(c.partitions[2].preempt_mode, PreemptMode::kRequeue);
   EXPECT_LT(c.partitions[2].priority_tier, c.partitions[1].priority_tier);
   EXPECT_EQ(SlurmdPortOf(c, 3), 6818);
@@ -72,7 +74,9 @@ TEST(ClusterTest, LocalExampleLoadsWithDefaultPartitionsAndPortsPerNode) {
   for (const Node& n : c.nodes) EXPECT_EQ(n.address, "127.0.0.1");
   EXPECT_EQ(SlurmdPortOf(c, 0), 17818);
   EXPECT_EQ(SlurmdPortOf(c, 2), 17820);
-  ASSERT_EQ(c.partitions.size(), 3u);
+  ASSERT_EQ(c.partitions.size(), 4u);
+  EXPECT_EQ(c.partitions[3].name, "inference_floor");
+  EXPECT_EQ(c.partitions[3].preempt_mode, PreemptMode::kOff);
   EXPECT_EQ(c.partitions[0].name, "lab");
   EXPECT_TRUE(c.partitions[0].is_default);
   EXPECT_EQ(c.partitions[2].name, "inference");

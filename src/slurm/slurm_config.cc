@@ -163,6 +163,7 @@ void Partitions(Out out, const Cluster& c) {
     if (std::string qos = p.EffectiveQos(); !qos.empty() && c.slurm.accounting) {
       fmt::format_to(out, " QOS={}", qos);
     }
+    if (p.preempt_mode != PreemptMode::kOff) fmt::format_to(out, " GraceTime={}", p.grace_time_s);
     fmt::format_to(out, " PriorityTier={} PreemptMode={} State=UP\n", p.priority_tier,
                    PreemptModeName(p.preempt_mode));
   }

@@ -133,8 +133,11 @@ TEST_F(SlurmConfigTest, PartitionsAndPreemption) {
   EXPECT_THAT(conf, HasSubstr("PartitionName=lab Nodes=oss[01-12] Default=YES DefaultTime=01:00:00 "
                               "MaxTime=1-00:00:00 PriorityTier=10 PreemptMode=OFF State=UP\n"));
   EXPECT_THAT(conf, HasSubstr("PartitionName=inference Nodes=oss[01-12] Default=NO "
-                              "DefaultTime=UNLIMITED MaxTime=UNLIMITED PriorityTier=1 "
+                              "DefaultTime=UNLIMITED MaxTime=UNLIMITED GraceTime=0 PriorityTier=1 "
                               "PreemptMode=REQUEUE State=UP\n"));
+  EXPECT_THAT(conf, HasSubstr("PartitionName=inference_floor Nodes=oss[01-12] Default=NO "
+                              "DefaultTime=UNLIMITED MaxTime=UNLIMITED PriorityTier=1 "
+                              "PreemptMode=OFF State=UP\n"));
   EXPECT_THAT(conf, HasSubstr("PreemptType=preempt/partition_prio\n"));
   EXPECT_THAT(conf, HasSubstr("Prolog=/usr/local/sbin/bmas-slurm-prolog\nPrologFlags=Alloc\n"));
 }
