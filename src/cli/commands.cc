@@ -249,8 +249,8 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
   c.add_option("--backend", flags_.backends,
                "Backend base URL (http://host:port), repeatable; more can be added while it runs "
                "with `bmas gateway backend add`");
-  c.add_option("--routing", flags_.routing, "prefix_affinity, least_load or round_robin")
-      ->check(CLI::IsMember({"prefix_affinity", "least_load", "round_robin"}))
+  c.add_option("--routing", flags_.routing, "cache_aware, prefix_affinity, least_load or round_robin")
+      ->check(CLI::IsMember({"cache_aware", "prefix_affinity", "least_load", "round_robin"}))
       ->default_str(flags_.routing);
   c.add_option("--fairness", flags_.fairness, "vtc (token-fair) or none (FCFS)")
       ->check(CLI::IsMember({"vtc", "none"}))

@@ -41,7 +41,7 @@ struct GatewaySettings {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = any free port
   std::vector<std::string> backends;  // base URLs; more can be added with `bmas gateway backend`
-  std::string routing = "prefix_affinity";  // prefix_affinity, least_load, round_robin
+  std::string routing = "cache_aware";  // cache_aware, prefix_affinity, least_load, round_robin
   std::string fairness = "vtc";             // vtc or none (FCFS)
   double reserve_fraction = 0.25;
   int default_capacity = 64;

@@ -5,6 +5,8 @@
 #include <rapidjson/writer.h>
 #include <simdjson.h>
 
+#include "engine/kv_cache.h"
+
 namespace bmas::engine {
 
 namespace dom = simdjson::dom;
@@ -74,7 +76,29 @@ Result<std::string> MessageContent(const dom::element& e, std::string_view key) 
 
 }  // namespace
 
-std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages) {
+namespace {
+
+// The seed output tokens are sampled from. A continued message that is exactly what the
+// engine generated for the prompt before it (the chat up to the open assistant header) resumes
+// that generation at the next position, so an interrupted request resent with its partial
+// answer produces what the uninterrupted one would have; any other prompt seeds from its tokens.
+uint64_t SampleSeed(const CompletionRequest& req, const std::optional<std::string>& continued) {
+  if (continued) {
+    // The prompt ends "\n" CONTENT, and a newline is a piece of its own, so the tokens before
+    // the content are the tokens of the text before it.
+    std::string_view before(req.prompt_text.data(), req.prompt_text.size() - continued->size());
+    const std::vector<TokenId> prefix(req.prompt_tokens.begin(),
+                                      req.prompt_tokens.begin() + CountTokens(before));
+    const uint64_t base = req.seed.value_or(HashBlock(0, prefix));
+    if (auto generated = CountSampledTokens(base, *continued)) return AdvanceSeed(base, *generated);
+  }
+  return req.seed.value_or(HashBlock(0, req.prompt_tokens));
+}
+
+}  // namespace
+
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages,
+                              ChatEnding ending) {
   std::string out;
   for (const auto& [role, content] : messages) {
     out += "<|";
@@ -83,13 +107,15 @@ std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::stri
     out += content;
     out += '\n';
   }
-  out += "<|assistant|>\n";
+  if (ending == ChatEnding::kContinueFinal && !messages.empty()) out.pop_back();
+  if (ending == ChatEnding::kGenerationPrompt) out += "<|assistant|>\n";
   return out;
 }
 
 Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint endpoint) {
   CompletionRequest req;
   req.endpoint = endpoint;
+  std::optional<std::string> continued_text;  // the open final message of a continued chat
   dom::element doc;
   if (auto err = impl_->parser.parse(body.data(), body.size()).get(doc)) {
     return InvalidArgument(fmt::format("the request body is not valid JSON: {}",
@@ -145,6 +171,21 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
       return TypeError("messages", "an array of messages");
     }
     if (arr.size() == 0) return InvalidArgument("'messages' must not be empty", "messages");
+    // vLLM refuses the pair only when both are given as true; its default for
+    // add_generation_prompt (true) gives way to continue_final_message.
+    std::optional<bool> add_generation_prompt, continue_final_message;
+    for (auto [key, flag] : {std::pair{"add_generation_prompt", &add_generation_prompt},
+                             std::pair{"continue_final_message", &continue_final_message}}) {
+      if (auto e = Field(obj, key)) {
+        auto v = BoolField(*e, key);
+        if (!v) return v.error();
+        *flag = *v;
+      }
+    }
+    if (continue_final_message.value_or(false) && add_generation_prompt.value_or(false)) {
+      return InvalidArgument(
+          "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+    }
     std::vector<std::pair<std::string, std::string>> parsed;
     size_t index = 0;
     for (dom::element m : arr) {
@@ -163,7 +204,20 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
       }
       parsed.emplace_back(std::string(*role_name), std::move(content));
     }
-    req.prompt_text = ApplyChatTemplate(parsed);
+    ChatEnding ending = ChatEnding::kGenerationPrompt;
+    if (continue_final_message.value_or(false)) {
+      if (parsed.back().first != "assistant") {
+        return InvalidArgument(
+            "Cannot set `continue_final_message` to True when the last message is not from the "
+            "assistant.",
+            "messages");
+      }
+      ending = ChatEnding::kContinueFinal;
+      continued_text = parsed.back().second;
+    } else if (!add_generation_prompt.value_or(true)) {
+      ending = ChatEnding::kNone;
+    }
+    req.prompt_text = ApplyChatTemplate(parsed, ending);
     req.prompt_tokens = Tokenize(req.prompt_text);
   }
 
@@ -242,6 +296,7 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
   for (std::string_view key : {"temperature", "top_p", "frequency_penalty", "presence_penalty"}) {
     if (auto e = Field(obj, key); e && !e->is_number()) return TypeError(key, "a number");
   }
+  req.sample_seed = SampleSeed(req, continued_text);
   return req;
 }
 

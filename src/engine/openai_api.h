@@ -29,6 +29,10 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   int priority = 0;
   std::optional<uint64_t> seed;
+  // Output token i is SampleToken(sample_seed, i). From `seed`, else from the prompt's tokens;
+  // a continued chat message the engine itself generated resumes where it stopped (see
+  // ApplyChatTemplate).
+  uint64_t sample_seed = 0;
   bool echo = false;                // completions: the prompt is prepended to the text
 };
 
@@ -48,9 +52,18 @@ class RequestParser {
   std::unique_ptr<Impl> impl_;
 };
 
+// How a rendered chat ends, from vLLM's `add_generation_prompt` and `continue_final_message`.
+enum class ChatEnding {
+  kGenerationPrompt,  // a new assistant header follows the last message (the default)
+  kNone,              // add_generation_prompt: false
+  kContinueFinal,     // continue_final_message: the last message is left open
+};
+
 // The chat template: each message becomes "<|ROLE|>\n" CONTENT "\n", and the prompt ends
-// with "<|assistant|>\n" (each marker is one token).
-std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages);
+// with "<|assistant|>\n" (each marker is one token). With kContinueFinal the last message has
+// no "\n" after its content, so the prompt ends with the text the model is to continue.
+std::string ApplyChatTemplate(const std::vector<std::pair<std::string, std::string>>& messages,
+                              ChatEnding ending = ChatEnding::kGenerationPrompt);
 
 struct Usage {
   int prompt_tokens = 0;

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "engine/kv_cache.h"
+
 namespace bmas::engine {
 namespace {
 
@@ -64,6 +68,81 @@ TEST(RequestParserTest, ChatAppliesTheTemplate) {
   EXPECT_EQ(r->prompt_tokens, Tokenize(r->prompt_text));
 }
 
+Result<CompletionRequest> ParseChat(const std::string& messages, const std::string& fields = "") {
+  RequestParser parser;
+  return parser.Parse(R"({"model":"m","messages":)" + messages + (fields.empty() ? "" : ",") +
+                          fields + "}",
+                      Endpoint::kChatCompletions);
+}
+
+constexpr const char* kQuestion = R"([{"role":"user","content":"Why cache?"}])";
+
+TEST(RequestParserTest, AddGenerationPromptFalseEndsAfterTheLastMessage) {
+  auto r = ParseChat(kQuestion, R"("add_generation_prompt":false)");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->prompt_text, "<|user|>\nWhy cache?\n");
+  auto explicit_true = ParseChat(kQuestion, R"("add_generation_prompt":true)");
+  ASSERT_TRUE(explicit_true);
+  EXPECT_EQ(explicit_true->prompt_text, "<|user|>\nWhy cache?\n<|assistant|>\n");
+}
+
+TEST(RequestParserTest, ContinueFinalMessageLeavesTheAssistantMessageOpen) {
+  const std::string messages =
+      R"([{"role":"user","content":"Why cache?"},{"role":"assistant","content":" the cache"}])";
+  // add_generation_prompt false, or left out (vLLM refuses only an explicit true).
+  for (const char* fields : {R"("continue_final_message":true,"add_generation_prompt":false)",
+                             R"("continue_final_message":true)"}) {
+    auto r = ParseChat(messages, fields);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->prompt_text, "<|user|>\nWhy cache?\n<|assistant|>\n the cache") << fields;
+    EXPECT_EQ(r->prompt_tokens, Tokenize(r->prompt_text));
+  }
+}
+
+// A request cut off after k output tokens and resent with its partial answer costs the
+// original prompt plus the partial text's tokens, and generates what the original would have.
+TEST(RequestParserTest, ContinuedAnswerResumesTheOriginalGeneration) {
+  auto original = ParseChat(kQuestion);
+  ASSERT_TRUE(original);
+  for (uint64_t k : {0u, 1u, 5u, 12u}) {
+    std::string partial;
+    for (uint64_t i = 0; i < k; ++i) partial += TokenText(SampleToken(original->sample_seed, i));
+    auto resumed = ParseChat(
+        R"([{"role":"user","content":"Why cache?"},{"role":"assistant","content":")" + partial +
+            R"("}])",
+        R"("continue_final_message":true,"add_generation_prompt":false)");
+    ASSERT_TRUE(resumed) << resumed.error().message;
+    EXPECT_EQ(resumed->prompt_tokens.size(),
+              original->prompt_tokens.size() + CountTokens(partial));
+    EXPECT_TRUE(std::equal(original->prompt_tokens.begin(), original->prompt_tokens.end(),
+                           resumed->prompt_tokens.begin()));
+    for (uint64_t i = 0; i < 10; ++i) {
+      EXPECT_EQ(SampleToken(resumed->sample_seed, i), SampleToken(original->sample_seed, k + i))
+          << "k=" << k << " i=" << i;
+    }
+  }
+}
+
+TEST(RequestParserTest, ContinuedAnswerKeepsAnExplicitSeed) {
+  auto original = ParseChat(kQuestion, R"("seed":11)");
+  ASSERT_TRUE(original);
+  EXPECT_EQ(original->sample_seed, 11u);
+  const std::string first(TokenText(SampleToken(11, 0)));
+  auto resumed = ParseChat(
+      R"([{"role":"user","content":"Why cache?"},{"role":"assistant","content":")" + first + R"("}])",
+      R"("continue_final_message":true,"add_generation_prompt":false,"seed":11)");
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(SampleToken(resumed->sample_seed, 0), SampleToken(11, 1));
+}
+
+TEST(RequestParserTest, ContinuedTextTheEngineDidNotWriteSeedsFromThePrompt) {
+  auto r = ParseChat(
+      R"([{"role":"user","content":"Why cache?"},{"role":"assistant","content":"Because"}])",
+      R"("continue_final_message":true,"add_generation_prompt":false)");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->sample_seed, HashBlock(0, r->prompt_tokens));
+}
+
 struct BadCase {
   Endpoint endpoint;
   const char* body;
@@ -115,7 +194,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":7}]})",
                 "messages[0].content", "a string or an array"},
         BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
-                "messages[0].content", "text model"}));
+                "messages[0].content", "text model"},
+        BadCase{kChat,
+                R"({"model":"m","messages":[{"role":"assistant","content":"x"}],
+                    "continue_final_message":true,"add_generation_prompt":true})",
+                "", "Cannot set both `continue_final_message` and `add_generation_prompt` to True."},
+        BadCase{kChat,
+                R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                    "continue_final_message":true,"add_generation_prompt":false})",
+                "messages", "when the last message is not from the assistant"},
+        BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"add_generation_prompt":1})",
+                "add_generation_prompt", "a boolean"},
+        BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"continue_final_message":"yes"})",
+                "continue_final_message", "a boolean"}));
 
 TEST(ResponseJsonTest, CompletionCarriesUsageAndFinishReason) {
   ResponseContext ctx{Endpoint::kCompletions, "cmpl-1", "m", 100};

@@ -269,7 +269,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   auto r = std::make_unique<Request>();
   const RequestId id = next_id_++;
   r->id = id;
-  r->seed = req.seed.value_or(HashBlock(0, req.prompt_tokens));
+  r->seed = req.sample_seed;
   r->tokens = std::move(req.prompt_tokens);
   r->num_prompt_tokens = prompt_len;
   r->max_tokens = max_tokens;

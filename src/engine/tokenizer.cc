@@ -78,9 +78,13 @@ size_t CountTokens(std::string_view text) {
   return count;
 }
 
+namespace {
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+}  // namespace
+
 TokenId SampleToken(uint64_t seed, uint64_t position) {
   // splitmix64 of the pair: cheap and well mixed.
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (position + 1);
+  uint64_t z = seed + kGolden * (position + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   z ^= z >> 31;
@@ -88,5 +92,19 @@ TokenId SampleToken(uint64_t seed, uint64_t position) {
 }
 
 std::string_view TokenText(TokenId token) { return kWords[token % kWords.size()]; }
+
+uint64_t AdvanceSeed(uint64_t seed, uint64_t positions) { return seed + kGolden * positions; }
+
+std::optional<size_t> CountSampledTokens(uint64_t seed, std::string_view text) {
+  size_t count = 0;
+  // Every token's text is at least one byte, so this ends within text.size() steps.
+  while (!text.empty()) {
+    std::string_view word = TokenText(SampleToken(seed, count));
+    if (!text.starts_with(word)) return std::nullopt;
+    text.remove_prefix(word.size());
+    ++count;
+  }
+  return count;
+}
 
 }  // namespace bmas::engine

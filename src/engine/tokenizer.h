@@ -12,6 +12,7 @@
 // gives about one token per 4 characters, close to real BPE vocabularies.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,5 +37,13 @@ TokenId SampleToken(uint64_t seed, uint64_t position);
 
 // The text of a sampled token: a space and a word from a fixed list of English words.
 std::string_view TokenText(TokenId token);
+
+// The seed that samples from position 0 what `seed` samples from position `positions`:
+// SampleToken(AdvanceSeed(s, k), p) == SampleToken(s, k + p).
+uint64_t AdvanceSeed(uint64_t seed, uint64_t positions);
+
+// How many tokens sampled from `seed` (positions 0, 1, ...) spell exactly `text`; nullopt
+// when no run of them does (text the engine did not generate, or cut inside a token).
+std::optional<size_t> CountSampledTokens(uint64_t seed, std::string_view text);
 
 }  // namespace bmas::engine

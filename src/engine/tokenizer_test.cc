@@ -133,6 +133,28 @@ TEST(SampleTokenTest, DependsOnSeedAndPosition) {
   EXPECT_GE(distinct.size(), 60u);
 }
 
+TEST(SampleTokenTest, AdvanceSeedShiftsPositions) {
+  for (uint64_t k : {0u, 1u, 7u, 1000u}) {
+    for (uint64_t pos = 0; pos < 50; ++pos) {
+      EXPECT_EQ(SampleToken(AdvanceSeed(77, k), pos), SampleToken(77, k + pos)) << k << " " << pos;
+    }
+  }
+}
+
+TEST(SampleTokenTest, CountSampledTokensFindsHowManyTokensSpellAText) {
+  std::string text;
+  for (uint64_t pos = 0; pos < 20; ++pos) {
+    EXPECT_EQ(CountSampledTokens(5, text), pos);
+    text += TokenText(SampleToken(5, pos));
+  }
+  EXPECT_EQ(CountSampledTokens(5, text), 20u);
+  EXPECT_EQ(CountSampledTokens(5, ""), 0u);
+  EXPECT_EQ(CountSampledTokens(6, text), std::nullopt);  // another seed's words
+  // Cut inside a token: no word of the list is a prefix of " th".
+  EXPECT_EQ(CountSampledTokens(5, text + " th"), std::nullopt);
+  EXPECT_EQ(CountSampledTokens(5, " written by a person"), std::nullopt);
+}
+
 TEST(TokenTextTest, IsAnEnglishWordOrPunctuation) {
   for (uint64_t pos = 0; pos < 100; ++pos) {
     std::string_view text = TokenText(SampleToken(9, pos));

@@ -79,6 +79,8 @@ struct Gateway::Request {
   int64_t prompt_chars = 0;     // bytes of prompt text
   int64_t prompt_estimate = 0;  // tokens, from prompt_chars, until the backend reports usage
   std::optional<uint64_t> prefix_key;
+  std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes of the lead
+  size_t unhashed_blocks = 0;          // cache_aware: prompt blocks past the lead's
   Clock::time_point start;
   // A stream that reached the client: what it was sent, to resume it on another backend.
   std::optional<StreamResume> resume;
@@ -356,6 +358,11 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     r.client_wants_usage = fields->client_wants_usage;
     r.prompt_chars = fields->prompt_chars;
     r.prefix_key = PrefixKey(fields->lead);
+    if (options_.routing == RoutingPolicy::kCacheAware) {
+      r.cache_blocks = PrefixBlockHashes(fields->lead);
+      const int64_t rest = r.prompt_chars - static_cast<int64_t>(fields->lead.size());
+      r.unhashed_blocks = rest > 0 ? static_cast<size_t>(rest) / kCacheBlockBytes + 1 : 0;
+    }
   }
   if (r.stream && !r.client_wants_usage) {
     // Meter streams: ask the backend for the usage chunk; it is dropped on the way back.
@@ -638,7 +645,8 @@ void Gateway::DispatchLocked(const std::string& model) {
       }
     }
     std::optional<size_t> pick =
-        router_.Pick(std::span(states).first(candidates.size()), r.prefix_key);
+        router_.Pick(std::span(states).first(candidates.size()), r.prefix_key, r.cache_blocks,
+                     r.unhashed_blocks);
     const std::shared_ptr<Backend>& b = *candidates[pick.value_or(0)];
     ++b->state.in_flight;
     ++b->user_in_flight[r.user];
@@ -1053,13 +1061,19 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
     b.state.engine_waiting = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_waiting"));
     b.state.engine_running = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_running"));
     b.state.kv_usage = MetricSum(*engine_metrics, "vllm:kv_cache_usage_perc");
+    // For cache_aware routing: the size of the engine's prefix cache.
+    b.state.num_gpu_blocks = MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "num_gpu_blocks");
+    b.state.block_size = MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "block_size");
   }
   b.checked = true;
   const bool was_healthy = b.state.healthy;
   b.state.healthy = healthy;
   if (was_healthy != healthy) {
     spdlog::info("gateway: backend {} is {}", b.state.id, healthy ? "healthy" : "down");
-    if (!healthy) ClearPools(backend);
+    if (!healthy) {
+      ClearPools(backend);
+      router_.Forget(b.state.id);  // a restarted engine's cache is empty
+    }
     for (const auto& [model, q] : queues_) DispatchLocked(model);
   }
 }
@@ -1085,6 +1099,7 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
     if (b.from_store && !listed) {
       if (!b.state.draining) spdlog::info("gateway: backend {} removed; draining", b.state.id);
       b.state.draining = true;
+      router_.Forget(b.state.id);
       if (b.state.in_flight == 0) {
         it = backends_.erase(it);
         continue;

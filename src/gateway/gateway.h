@@ -44,7 +44,7 @@ namespace bmas::gateway {
 struct GatewayOptions {
   HttpServerOptions http;
   std::vector<std::string> backends;  // base URLs given on the command line / config
-  RoutingPolicy routing = RoutingPolicy::kPrefixAffinity;
+  RoutingPolicy routing = RoutingPolicy::kCacheAware;
   bool fair = true;                // vtc; false = FCFS
   double reserve_fraction = 0.25;  // of a backend's admission limit, kept for other users
   int default_capacity = 64;       // admission limit when a backend reports no max_num_seqs

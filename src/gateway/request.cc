@@ -14,7 +14,8 @@
 namespace bmas::gateway {
 
 namespace {
-constexpr size_t kLeadBytes = 4096;
+// Enough for cache_aware routing to hash a long system prompt and the question after it.
+constexpr size_t kLeadBytes = 16384;
 }  // namespace
 
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {

@@ -21,16 +21,6 @@ uint64_t Fnv1a(std::string_view bytes, uint64_t hash = kFnvOffset) {
   return hash;
 }
 
-// The splitmix64 finaliser: spreads FNV's weak high bits over the whole ring.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 bool IsCandidate(const BackendState& b) { return b.healthy && !b.draining; }
 
 auto LoadOrder(const BackendState& b) {
@@ -40,18 +30,21 @@ auto LoadOrder(const BackendState& b) {
 }  // namespace
 
 Result<RoutingPolicy> ParseRoutingPolicy(std::string_view name) {
+  if (name == "cache_aware") return RoutingPolicy::kCacheAware;
   if (name == "prefix_affinity") return RoutingPolicy::kPrefixAffinity;
   if (name == "least_load") return RoutingPolicy::kLeastLoad;
   if (name == "round_robin") return RoutingPolicy::kRoundRobin;
   return InvalidArgument(
-      fmt::format("unknown routing policy '{}'; expected prefix_affinity, least_load or "
-                  "round_robin",
+      fmt::format("unknown routing policy '{}'; expected cache_aware, prefix_affinity, "
+                  "least_load or round_robin",
                   name),
       "routing_policy");
 }
 
 const char* RoutingPolicyName(RoutingPolicy policy) {
   switch (policy) {
+    case RoutingPolicy::kCacheAware:
+      return "cache_aware";
     case RoutingPolicy::kPrefixAffinity:
       return "prefix_affinity";
     case RoutingPolicy::kLeastLoad:
@@ -70,14 +63,20 @@ std::optional<uint64_t> PrefixKey(std::string_view prompt_text, size_t block_byt
   return Fnv1a(prompt_text.substr(0, blocks * block_bytes));
 }
 
-Router::Router(RoutingPolicy policy, double load_bound, int virtual_nodes)
+Router::Router(RoutingPolicy policy, std::optional<double> load_bound, int virtual_nodes)
     : policy_(policy),
-      load_bound_(std::max(1.0, load_bound)),
+      load_bound_(std::max(1.0, load_bound.value_or(policy == RoutingPolicy::kCacheAware ? 2.0 : 1.25))),
       virtual_nodes_(std::max(1, virtual_nodes)) {}
 
 std::optional<size_t> Router::Pick(std::span<const BackendState> backends,
-                                   std::optional<uint64_t> prefix_key) {
+                                   std::optional<uint64_t> prefix_key,
+                                   std::span<const uint64_t> blocks, size_t unhashed_blocks) {
   switch (policy_) {
+    case RoutingPolicy::kCacheAware: {
+      auto pick = PickCacheAware(backends, prefix_key, blocks);
+      if (pick) cache_.Record(backends[*pick].id, blocks, unhashed_blocks);
+      return pick;
+    }
     case RoutingPolicy::kRoundRobin:
       return PickRoundRobin(backends);
     case RoutingPolicy::kLeastLoad:
@@ -117,7 +116,7 @@ std::optional<size_t> Router::PickLeastLoad(std::span<const BackendState> backen
   });
 }
 
-std::optional<size_t> Router::PickPrefix(std::span<const BackendState> backends, uint64_t key) {
+std::optional<double> Router::LoadBound(std::span<const BackendState> backends) const {
   int64_t candidates = 0;
   int64_t total_in_flight = 0;
   for (const BackendState& b : backends) {
@@ -126,15 +125,48 @@ std::optional<size_t> Router::PickPrefix(std::span<const BackendState> backends,
     total_in_flight += b.in_flight;
   }
   if (candidates == 0) return std::nullopt;
-  const double bound =
-      std::ceil(load_bound_ * static_cast<double>(total_in_flight + 1) / candidates);
-  auto qualifies = [&](const BackendState& b) {
-    return IsCandidate(b) && b.in_flight + 1 <= bound &&
-           (b.capacity <= 0 || b.in_flight < b.capacity);
-  };
+  return std::ceil(load_bound_ * static_cast<double>(total_in_flight + 1) / candidates);
+}
+
+bool Router::Qualifies(const BackendState& b, double bound) const {
+  return IsCandidate(b) && b.in_flight + 1 <= bound &&
+         (b.capacity <= 0 || b.in_flight < b.capacity);
+}
+
+std::optional<size_t> Router::PickCacheAware(std::span<const BackendState> backends,
+                                             std::optional<uint64_t> prefix_key,
+                                             std::span<const uint64_t> blocks) {
+  const std::optional<double> bound = LoadBound(backends);
+  if (!bound) return std::nullopt;
+  // The longest cached prefix among the candidates within the bound; ties to the less loaded.
+  std::optional<size_t> best;
+  size_t best_blocks = 0;
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const BackendState& b = backends[i];
+    if (!IsCandidate(b)) continue;
+    cache_.SetCapacity(b.id, CacheCapacityBlocks(b.num_gpu_blocks, b.block_size,
+                                                 kDefaultCharsPerToken));
+    if (!Qualifies(b, *bound)) continue;
+    const size_t cached = cache_.CachedPrefix(b.id, blocks);
+    if (cached == 0) continue;
+    if (!best || cached > best_blocks ||
+        (cached == best_blocks && LoadOrder(b) < LoadOrder(backends[*best]))) {
+      best = i;
+      best_blocks = cached;
+    }
+  }
+  if (best) return best;
+  if (prefix_key) return PickPrefix(backends, *prefix_key);
+  return PickLeastLoad(backends);
+}
+
+std::optional<size_t> Router::PickPrefix(std::span<const BackendState> backends, uint64_t key) {
+  const std::optional<double> bound = LoadBound(backends);
+  if (!bound) return std::nullopt;
+  auto qualifies = [&](const BackendState& b) { return Qualifies(b, *bound); };
 
   UpdateRing(backends);
-  const uint64_t point = Mix(key);
+  const uint64_t point = Mix64(key);
   auto first = std::lower_bound(ring_.begin(), ring_.end(), point,
                                 [](const RingPoint& p, uint64_t h) { return p.hash < h; });
   const size_t start = first == ring_.end() ? 0 : static_cast<size_t>(first - ring_.begin());
@@ -166,7 +198,7 @@ void Router::UpdateRing(std::span<const BackendState> backends) {
     ring_ids_.push_back(backends[i].id);
     const uint64_t base = Fnv1a(backends[i].id);
     for (int v = 0; v < virtual_nodes_; ++v) {
-      ring_.push_back(RingPoint{Mix(base ^ Mix(static_cast<uint64_t>(v) + 1)), i});
+      ring_.push_back(RingPoint{Mix64(base ^ Mix64(static_cast<uint64_t>(v) + 1)), i});
     }
   }
   std::sort(ring_.begin(), ring_.end(), [](const RingPoint& a, const RingPoint& b) {

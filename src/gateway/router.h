@@ -10,10 +10,15 @@
 //                    "Consistent Hashing with Bounded Loads", SODA 2018): requests that
 //                    share a prompt prefix go to the same engine, whose prefix cache then
 //                    holds it, unless that engine is over its share of the load.
+//   cache_aware      (the default) the engine whose prefix cache, as a PrefixCacheModel of
+//                    the prompts sent to each engine predicts it, holds the longest prefix
+//                    of the prompt, unless it is over its share of the load (as above); then
+//                    the next longest; with no prefix cached anywhere, prefix_affinity's choice.
 // Candidates are the healthy, non-draining backends.
 //
-// Pure and single-threaded: decisions come from the states passed in; a Router keeps only
-// its rotation cursor and a cached hash ring. One instance per gateway worker.
+// Pure and single-threaded: decisions come from the states passed in and what the router
+// has recorded; a Router keeps its rotation cursor, a cached hash ring and, under
+// cache_aware, the cache model. One instance per gateway, used under its lock.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "gateway/prefix_cache_model.h"
 
 namespace bmas::gateway {
 
@@ -39,11 +45,15 @@ struct BackendState {
   int engine_waiting = 0;  // from the engine's metrics
   int engine_running = 0;
   double kv_usage = 0;  // 0..1
+  // The engine's KV cache, from vllm:cache_config_info; 0 = unknown.
+  int64_t num_gpu_blocks = 0;
+  int64_t block_size = 0;  // tokens per block
 };
 
-enum class RoutingPolicy { kPrefixAffinity, kLeastLoad, kRoundRobin };
+enum class RoutingPolicy { kCacheAware, kPrefixAffinity, kLeastLoad, kRoundRobin };
 
-// "prefix_affinity", "least_load" or "round_robin"; kInvalidArgument names the allowed ones.
+// "cache_aware", "prefix_affinity", "least_load" or "round_robin"; kInvalidArgument names the
+// allowed ones.
 Result<RoutingPolicy> ParseRoutingPolicy(std::string_view name);
 // The name ParseRoutingPolicy accepts for `policy`.
 const char* RoutingPolicyName(RoutingPolicy policy);
@@ -64,7 +74,11 @@ class Router {
   // it above ceil(c * (total in flight + 1) / candidates). virtual_nodes: ring points per
   // backend; the spread of keys over n backends has a relative standard deviation of about
   // 1 / sqrt(virtual_nodes).
-  explicit Router(RoutingPolicy policy, double load_bound = 1.25, int virtual_nodes = 64);
+  // Without load_bound: 1.25 under prefix_affinity; 2 under cache_aware, where a request sent
+  // past its cached prefix costs a whole prefill and another copy of the prompt in a cache
+  // (bench/RESULTS.md G4).
+  explicit Router(RoutingPolicy policy, std::optional<double> load_bound = std::nullopt,
+                  int virtual_nodes = 64);
 
   // The index in `backends` of the backend for a request, or nullopt when no backend is a
   // candidate. prefix_key: PrefixKey() of the prompt; nullopt (too short) means round-robin
@@ -74,10 +88,19 @@ class Router {
   // in_flight < capacity; if none qualifies, least_load picks. Cost: O(backends) to sum the
   // loads and compare ids with the cached ring, plus O(log ring) when the first candidate
   // qualifies; the ring is rebuilt only when the list of ids (in order) changes.
+  //
+  // Under cache_aware, blocks are PrefixBlockHashes() of the prompt and unhashed_blocks the
+  // blocks of the prompt past them; the pick is recorded in the cache model as sent there.
+  // Cost: O(candidates * matched blocks) hash lookups, plus O(blocks) to record.
   std::optional<size_t> Pick(std::span<const BackendState> backends,
-                             std::optional<uint64_t> prefix_key);
+                             std::optional<uint64_t> prefix_key,
+                             std::span<const uint64_t> blocks = {}, size_t unhashed_blocks = 0);
+
+  // Forgets what the cache model holds for `backend_id` (removed, draining or down).
+  void Forget(std::string_view backend_id) { cache_.Forget(backend_id); }
 
   RoutingPolicy policy() const { return policy_; }
+  const PrefixCacheModel& cache_model() const { return cache_; }
 
  private:
   struct RingPoint {
@@ -88,6 +111,12 @@ class Router {
   std::optional<size_t> PickRoundRobin(std::span<const BackendState> backends);
   std::optional<size_t> PickLeastLoad(std::span<const BackendState> backends);
   std::optional<size_t> PickPrefix(std::span<const BackendState> backends, uint64_t key);
+  std::optional<size_t> PickCacheAware(std::span<const BackendState> backends,
+                                       std::optional<uint64_t> prefix_key,
+                                       std::span<const uint64_t> blocks);
+  // ceil(c * (total in flight + 1) / candidates), or nullopt with no candidate.
+  std::optional<double> LoadBound(std::span<const BackendState> backends) const;
+  bool Qualifies(const BackendState& b, double bound) const;
   // The first index at or after cursor_ (cyclically) for which pred holds; advances cursor_
   // past it.
   template <typename Pred>
@@ -101,6 +130,7 @@ class Router {
   std::vector<std::string> ring_ids_;  // the ids the ring was built for, in order
   std::vector<RingPoint> ring_;        // sorted by hash
   std::vector<uint8_t> seen_;          // scratch for PickPrefix, one per backend
+  PrefixCacheModel cache_;             // cache_aware only
 };
 
 }  // namespace bmas::gateway

@@ -166,7 +166,8 @@ TEST_P(CandidateTest, SkipsUnhealthyAndDraining) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CandidateTest,
-                         testing::Values(RoutingPolicy::kPrefixAffinity, RoutingPolicy::kLeastLoad,
+                         testing::Values(RoutingPolicy::kCacheAware,
+                                         RoutingPolicy::kPrefixAffinity, RoutingPolicy::kLeastLoad,
                                          RoutingPolicy::kRoundRobin));
 
 struct LeastLoadCase {
@@ -251,7 +252,8 @@ TEST_P(ParseRoutingPolicyTest, RoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(
     Names, ParseRoutingPolicyTest,
-    testing::Values(PolicyNameCase{"prefix_affinity", RoutingPolicy::kPrefixAffinity},
+    testing::Values(PolicyNameCase{"cache_aware", RoutingPolicy::kCacheAware},
+                    PolicyNameCase{"prefix_affinity", RoutingPolicy::kPrefixAffinity},
                     PolicyNameCase{"least_load", RoutingPolicy::kLeastLoad},
                     PolicyNameCase{"round_robin", RoutingPolicy::kRoundRobin}));
 
@@ -260,7 +262,7 @@ TEST(ParseRoutingPolicyTest, RejectsOthersNamingTheAllowed) {
     const auto parsed = ParseRoutingPolicy(bad);
     ASSERT_FALSE(parsed) << bad;
     EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidArgument);
-    for (const char* allowed : {"prefix_affinity", "least_load", "round_robin"}) {
+    for (const char* allowed : {"cache_aware", "prefix_affinity", "least_load", "round_robin"}) {
       EXPECT_NE(parsed.error().message.find(allowed), std::string::npos) << allowed;
     }
   }

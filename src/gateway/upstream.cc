@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 namespace bmas::gateway {
 
 Result<BackendUrl> ParseBackendUrl(std::string_view url) {
@@ -79,6 +81,31 @@ double MetricSum(std::string_view text, std::string_view name) {
     if (space != std::string_view::npos) sum += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
   }
   return sum;
+}
+
+int64_t MetricLabelInt(std::string_view text, std::string_view name, std::string_view label) {
+  size_t pos = 0;
+  while ((pos = text.find(name, pos)) != std::string_view::npos) {
+    const bool line_start = pos == 0 || text[pos - 1] == '\n';
+    pos += name.size();
+    if (!line_start || pos >= text.size() || text[pos] != '{') continue;
+    const size_t close = text.find('}', pos);
+    if (close == std::string_view::npos) return 0;
+    const std::string_view labels = text.substr(pos + 1, close - pos - 1);
+    // Label values here are digits, so a plain search for `label="` is enough.
+    for (size_t at = labels.find(label); at != std::string_view::npos;
+         at = labels.find(label, at + 1)) {
+      const bool starts = at == 0 || labels[at - 1] == ',';
+      const std::string_view rest = labels.substr(at + label.size());
+      if (!starts || !rest.starts_with("=\"")) continue;
+      const std::string_view value = rest.substr(2, rest.find('"', 2) - 2);
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      return ec == std::errc() && end == value.data() + value.size() ? v : 0;
+    }
+    return 0;
+  }
+  return 0;
 }
 
 }  // namespace bmas::gateway

@@ -28,6 +28,10 @@ Result<BackendUrl> ParseBackendUrl(std::string_view url);
 // The sum of a metric's samples in Prometheus text, e.g. a backend's /metrics (0 when absent).
 double MetricSum(std::string_view text, std::string_view name);
 
+// The integer value of label `label` on the first sample of metric `name` in Prometheus text,
+// e.g. num_gpu_blocks of vllm:cache_config_info; 0 when absent or not an integer.
+int64_t MetricLabelInt(std::string_view text, std::string_view name, std::string_view label);
+
 // Idle keep-alive connections to one backend.
 class ConnectionPool {
  public:

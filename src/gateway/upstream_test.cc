@@ -88,5 +88,24 @@ INSTANTIATE_TEST_SUITE_P(
         UrlCase{"http://x:", false, "", "", "", ""}, UrlCase{"http://x:80a", false, "", "", "", ""},
         UrlCase{"127.0.0.1:8000", false, "", "", "", ""}));
 
+TEST(MetricLabelIntTest, ReadsALabelOfTheFirstSample) {
+  // As vLLM and bmas engine write it.
+  const std::string text =
+      "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig.\n"
+      "# TYPE vllm:cache_config_info gauge\n"
+      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"640\","
+      "enable_prefix_caching=\"True\"} 1\n"
+      "vllm:num_requests_running{model_name=\"m\"} 3\n";
+  EXPECT_EQ(MetricLabelInt(text, "vllm:cache_config_info", "num_gpu_blocks"), 640);
+  EXPECT_EQ(MetricLabelInt(text, "vllm:cache_config_info", "block_size"), 16);
+  EXPECT_EQ(MetricLabelInt(text, "vllm:cache_config_info", "gpu_blocks"), 0);  // whole names only
+  EXPECT_EQ(MetricLabelInt(text, "vllm:cache_config_info", "enable_prefix_caching"), 0);
+  EXPECT_EQ(MetricLabelInt(text, "vllm:cache_config", "block_size"), 0);  // whole metric names
+  EXPECT_EQ(MetricLabelInt("", "vllm:cache_config_info", "block_size"), 0);
+  EXPECT_EQ(MetricLabelInt("vllm:cache_config_info{block_size=\"16", "vllm:cache_config_info",
+                           "block_size"),
+            0);
+}
+
 }  // namespace
 }  // namespace bmas::gateway

@@ -839,6 +839,32 @@ TEST_F(GatewayTest, ModelsAreTheUnionOfTheBackendsAndRequestsGoWhereTheirModelIs
   EXPECT_EQ(EngineRequests(1, kOtherModel), 4);
 }
 
+// cache_aware (the default): a request goes to the engine that holds its prompt's prefix, so
+// every repeat of a system prompt hits that engine's prefix cache, whichever order they come in.
+TEST_F(GatewayTest, CacheAwareRoutingSendsSharedPromptsWhereTheyAreCached) {
+  ClusterOptions o;
+  o.engines = {kInstant, kInstant, kInstant};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  constexpr int kPrompts = 5;  // not a multiple of 3: round-robin would move each prompt
+  for (int round = 0; round < 4; ++round) {
+    for (int p = 0; p < kPrompts; ++p) {
+      const std::string system = fmt::format("assistant {}:", p) + PromptOfTokens(400, 100 * p);
+      const std::string body = fmt::format(
+          R"({{"model":{},"messages":[{{"role":"system","content":{}}},{{"role":"user","content":{}}}],"max_tokens":2}})",
+          Quote(kModel), Quote(system), Quote(fmt::format("question {} of round {}", p, round)));
+      HttpResponse r = Post("/v1/chat/completions", body);
+      ASSERT_EQ(r.status, 200) << r.body;
+      const int64_t cached =
+          Int(At(At(At(ParseJson(r.body), "usage"), "prompt_tokens_details"), "cached_tokens"));
+      if (round == 0) {
+        EXPECT_EQ(cached, 0) << "prompt " << p;
+      } else {
+        EXPECT_GE(cached, 400) << "prompt " << p << " round " << round;  // the system prompt
+      }
+    }
+  }
+}
+
 // ---- Backends failing, added and removed --------------------------------------------------
 
 TEST_F(GatewayTest, RequestsFailOverWhenABackendDies) {
