@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "autoscale/controller.h"
+
 namespace bmas::autoscale {
 namespace {
 
@@ -89,7 +91,7 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
                                       values);
   if (!command) return command.error();
   JobSpec spec;
-  spec.name = std::string(kReplicaJobPrefix) + d.model;
+  spec.name = ReplicaJobName(d.model, c.port);
   spec.partition = c.partition;
   spec.nodes = 1;
   spec.tasks = 1;
@@ -103,11 +105,6 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
   spec.script = "#!/bin/sh\n# A bmas inference replica. exec: Slurm's SIGTERM reaches it.\nexec " +
                 *command + "\n";
   return spec;
-}
-
-std::string ReplicaModel(std::string_view job_name) {
-  if (job_name.substr(0, kReplicaJobPrefix.size()) != kReplicaJobPrefix) return "";
-  return std::string(job_name.substr(kReplicaJobPrefix.size()));
 }
 
 }  // namespace bmas::autoscale

@@ -13,8 +13,8 @@
 
 namespace bmas::autoscale {
 
-// Job names of replicas: "bmas-replica:MODEL". The controller finds its replicas by this
-// prefix among the service account's jobs.
+// Job names of replicas start with this: "bmas-replica:PORT:MODEL" (controller.h). The
+// controller finds its replicas by it among the service account's jobs.
 inline constexpr std::string_view kReplicaJobPrefix = "bmas-replica:";
 
 // The default command template: the simulated engine. {bmas} is the bmas binary.
@@ -42,12 +42,9 @@ Result<void> ValidateDeployment(const Deployment& d);
 Result<std::string> ExpandReplicaCommand(std::string_view command_template,
                                          const std::map<std::string, std::string>& values);
 
-// The batch job of one replica: name kReplicaJobPrefix + model, the deployment's GPUs on one
+// The batch job of one replica: named ReplicaJobName(model, port), the deployment's GPUs on one
 // node, no time limit beyond the partition's, requeued when preempted. The script runs the
 // expanded command with `exec`, so that Slurm's SIGTERM reaches the replica itself.
 Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& context);
-
-// The model a replica job's name carries, or "" when `job_name` is not a replica's.
-std::string ReplicaModel(std::string_view job_name);
 
 }  // namespace bmas::autoscale

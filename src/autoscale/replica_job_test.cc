@@ -1,5 +1,7 @@
 #include "autoscale/replica_job.h"
 
+#include "autoscale/controller.h"
+
 #include <gtest/gtest.h>
 
 namespace bmas::autoscale {
@@ -29,9 +31,14 @@ TEST(ReplicaJobTest, TheCommandIsExpandedQuotedAndExecedOnOneNode) {
                       .environment = {{"VLLM_API_KEY", "k"}}};
   auto spec = ReplicaJobSpec(d, c);
   ASSERT_TRUE(spec) << spec.error().message;
-  EXPECT_EQ(spec->name, "bmas-replica:it's/m");
-  EXPECT_EQ(ReplicaModel(spec->name), "it's/m");
-  EXPECT_EQ(ReplicaModel("train"), "");
+  EXPECT_EQ(spec->name, "bmas-replica:18100:it's/m");
+  auto parsed = ParseReplicaJobName(spec->name);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->model, "it's/m");
+  EXPECT_EQ(parsed->port, 18100);
+  EXPECT_FALSE(ParseReplicaJobName("train"));
+  EXPECT_FALSE(ParseReplicaJobName("bmas-replica:x:m"));
+  EXPECT_FALSE(ParseReplicaJobName("bmas-replica:80:"));
   EXPECT_EQ(spec->partition, "inference");
   EXPECT_EQ(spec->nodes, 1);
   EXPECT_EQ(spec->gpus_per_node, 2);

@@ -1,0 +1,253 @@
+#include "autoscale/controller.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "autoscale/replica_job.h"
+
+namespace bmas::autoscale {
+namespace {
+
+const char* StateName(ReplicaState s) {
+  switch (s) {
+    case ReplicaState::kPending:
+      return "pending";
+    case ReplicaState::kStarting:
+      return "starting";
+    case ReplicaState::kReady:
+      return "ready";
+    case ReplicaState::kDraining:
+      return "draining";
+  }
+  return "pending";
+}
+
+// One replica job as this pass sees it.
+struct Seen {
+  const JobInfo* job;
+  ReplicaName name;
+  ReplicaState state;
+  bool floor;
+  bool retiring;  // near its time limit: the policy counts it as leaving
+  std::string url;
+  TimePoint since;
+  int in_flight;
+};
+
+}  // namespace
+
+std::string ReplicaJobName(const std::string& model, int port) {
+  return fmt::format("{}{}:{}", kReplicaJobPrefix, port, model);
+}
+
+std::optional<ReplicaName> ParseReplicaJobName(std::string_view name) {
+  if (name.substr(0, kReplicaJobPrefix.size()) != kReplicaJobPrefix) return std::nullopt;
+  name.remove_prefix(kReplicaJobPrefix.size());
+  const size_t colon = name.find(':');
+  if (colon == std::string_view::npos || colon + 1 >= name.size()) return std::nullopt;
+  ReplicaName r;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + colon, r.port);
+  if (ec != std::errc() || end != name.data() + colon || r.port <= 0 || r.port > 65535) {
+    return std::nullopt;
+  }
+  r.model = std::string(name.substr(colon + 1));
+  return r;
+}
+
+bool IsActiveJobState(const std::string& state) {
+  static const std::set<std::string> kActive = {
+      "PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+      "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"};
+  return kActive.contains(state);
+}
+
+ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
+                        TimePoint now, ControllerMemory& memory) {
+  ControllerPlan plan;
+  std::set<int> ports_in_use;
+  std::map<std::string, std::vector<Seen>> by_model;
+  std::set<int64_t> live;
+  for (const JobInfo& job : input.jobs) {
+    auto name = ParseReplicaJobName(job.name);
+    if (!name || !IsActiveJobState(job.state)) continue;
+    ports_in_use.insert(name->port);
+    live.insert(job.id);
+    Seen s{&job, *name, ReplicaState::kPending, job.partition == settings.floor_partition,
+           false, "", TimePoint(static_cast<double>(job.submit_time)), 0};
+    if (job.state == "RUNNING" && !job.nodes.empty()) {
+      auto addr = input.node_addr.find(job.nodes[0]);
+      const std::string host = addr != input.node_addr.end() && !addr->second.empty()
+                                   ? addr->second
+                                   : job.nodes[0];
+      s.url = fmt::format("http://{}:{}", host, name->port);
+      auto b = input.backends.find(s.url);
+      const bool healthy = b != input.backends.end() && b->second.healthy;
+      if (b != input.backends.end()) s.in_flight = b->second.in_flight;
+      if (healthy) {
+        auto [it, fresh] = memory.ready_since.emplace(job.id, now);
+        s.state = ReplicaState::kReady;
+        s.since = it->second;
+      } else {
+        s.state = ReplicaState::kStarting;
+        s.since = TimePoint(static_cast<double>(job.start_time));
+        memory.ready_since.erase(job.id);  // a replica that went down starts over
+      }
+      if (job.time_limit_minutes > 0 && job.start_time > 0) {
+        const double ends = static_cast<double>(job.start_time) + 60.0 * job.time_limit_minutes;
+        s.retiring = TimePoint(ends) - now < settings.replace_margin;
+      }
+    } else {
+      memory.ready_since.erase(job.id);
+    }
+    if (auto d = memory.draining.find(job.id); d != memory.draining.end()) {
+      s.state = ReplicaState::kDraining;
+      s.since = d->second;
+    }
+    by_model[name->model].push_back(std::move(s));
+  }
+  // Forget jobs that ended.
+  std::erase_if(memory.draining, [&](const auto& e) { return !live.contains(e.first); });
+  std::erase_if(memory.ready_since, [&](const auto& e) { return !live.contains(e.first); });
+
+  auto next_port = [&]() -> std::optional<int> {
+    for (int p = settings.port_base; p < settings.port_base + settings.port_count; ++p) {
+      if (!ports_in_use.contains(p)) {
+        ports_in_use.insert(p);
+        return p;
+      }
+    }
+    return std::nullopt;
+  };
+
+  std::set<std::string> deployed;
+  for (const Deployment& d : input.deployments) {
+    deployed.insert(d.model);
+    std::vector<Seen>& seen = by_model[d.model];
+    AutoscaleSettings a;
+    a.min_replicas = d.min_replicas;
+    a.max_replicas = d.max_replicas;
+    a.ttft_slo_ms = d.ttft_slo_ms;
+    a.max_in_flight_per_replica = settings.max_in_flight_per_replica;
+    ModelSnapshot snap;
+    for (const Seen& s : seen) {
+      ReplicaSnapshot r{std::to_string(s.job->id), s.state, s.since, s.in_flight};
+      if (s.retiring && r.state != ReplicaState::kDraining) r.state = ReplicaState::kDraining;
+      if (auto b = input.backends.find(s.url); b != input.backends.end() && b->second.capacity > 0) {
+        a.max_in_flight_per_replica = b->second.capacity;
+      }
+      snap.replicas.push_back(std::move(r));
+    }
+    auto q = input.queued.find(d.model);
+    snap.queued = q != input.queued.end() ? q->second : 0;
+    snap.ttft_p95_ms = input.ttft_p95_ms;
+    AutoscaleDecision decision = DecideReplicas(a, snap, now, memory.models[d.model]);
+    if (!input.gateway_reachable) {
+      // Without the gateway's view, hold what runs (and the floor): no load-based change.
+      int counted = 0;
+      for (const ReplicaSnapshot& r : snap.replicas) counted += r.state != ReplicaState::kDraining;
+      decision.target_replicas = std::max(counted, d.min_replicas);
+      decision.drain.clear();
+      decision.reason = "the gateway's /load cannot be read; keeping the replicas as they are";
+    }
+    auto last = memory.last_target.find(d.model);
+    if (last == memory.last_target.end() || last->second != decision.target_replicas) {
+      plan.log.push_back(fmt::format("{}: {} replica(s): {}", d.model, decision.target_replicas,
+                                     decision.reason));
+      memory.last_target[d.model] = decision.target_replicas;
+    }
+    // Drain: never the floor while others can go.
+    int counted = 0, floor_counted = 0;
+    for (const Seen& s : seen) {
+      if (s.state == ReplicaState::kDraining || s.retiring) continue;
+      ++counted;
+      floor_counted += s.floor;
+    }
+    int over = counted - decision.target_replicas;
+    if (over > 0) {
+      std::vector<ReplicaSnapshot> others, floors;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        const Seen& s = seen[i];
+        if (s.state == ReplicaState::kDraining || s.retiring) continue;
+        (s.floor ? floors : others).push_back(snap.replicas[i]);
+      }
+      std::vector<std::string> chosen = ChooseDrain(others, std::min<int>(over, others.size()));
+      if (static_cast<int>(chosen.size()) < over) {
+        // Only as many floor replicas as are above the floor.
+        const int floor_over = std::min<int>(over - static_cast<int>(chosen.size()),
+                                             std::max(0, floor_counted - d.min_replicas));
+        for (const std::string& id : ChooseDrain(floors, floor_over)) chosen.push_back(id);
+      }
+      for (const std::string& id : chosen) {
+        const int64_t job = std::stoll(id);
+        for (Seen& s : seen) {
+          if (s.job->id != job) continue;
+          if (s.state == ReplicaState::kPending) {
+            plan.cancels.push_back(job);  // nothing to drain
+            plan.log.push_back(fmt::format("{}: cancelling pending replica job {}", d.model, job));
+          } else {
+            memory.draining.emplace(job, now);
+            s.state = ReplicaState::kDraining;
+            s.since = now;
+            plan.log.push_back(fmt::format("{}: draining replica job {} ({})", d.model, job, s.url));
+          }
+        }
+      }
+    }
+    // Submit: the floor first.
+    for (int i = counted; i < decision.target_replicas; ++i) {
+      auto port = next_port();
+      if (!port) {
+        plan.log.push_back(fmt::format("{}: no free replica port in {}-{}", d.model,
+                                       settings.port_base,
+                                       settings.port_base + settings.port_count - 1));
+        break;
+      }
+      const bool floor = floor_counted < d.min_replicas;
+      floor_counted += floor;
+      plan.submits.push_back({d.model, *port, floor});
+    }
+  }
+  // Draining replicas with nothing left in flight (or past the timeout), and every replica of
+  // a deployment that was removed, are cancelled.
+  for (auto& [model, seen] : by_model) {
+    const bool gone = !deployed.contains(model);
+    for (const Seen& s : seen) {
+      if (gone) {
+        plan.cancels.push_back(s.job->id);
+        continue;
+      }
+      if (s.state != ReplicaState::kDraining) continue;
+      auto b = input.backends.find(s.url);
+      // The gateway must have seen the drain (the replica is absent or draining there) and
+      // finished what it sent.
+      const bool quiet = input.gateway_reachable &&
+                         (b == input.backends.end() || (b->second.draining && b->second.in_flight == 0));
+      if (quiet || now - s.since >= settings.drain_timeout) plan.cancels.push_back(s.job->id);
+    }
+    if (gone && !seen.empty()) {
+      plan.log.push_back(fmt::format("{}: deployment removed; cancelling its {} replica(s)", model,
+                                     seen.size()));
+    }
+  }
+  for (auto& [model, seen] : by_model) {
+    if (!deployed.contains(model)) continue;
+    for (const Seen& s : seen) {
+      ReplicaRecord r;
+      r.job_id = s.job->id;
+      r.model = model;
+      r.state = StateName(s.state);
+      r.node = s.job->nodes.empty() ? "" : s.job->nodes[0];
+      r.port = s.name.port;
+      r.url = s.url;
+      r.gpus = s.job->gpus;
+      r.floor = s.floor;
+      r.since = static_cast<int64_t>(s.since.count());
+      plan.replicas.push_back(std::move(r));
+    }
+  }
+  return plan;
+}
+
+}  // namespace bmas::autoscale
