@@ -1,11 +1,19 @@
 #include "cli/inference_commands.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include "autoscale/replica_job.h"
+#include "cli/slurm_target.h"
 #include "cli/user_commands.h"
+#include "daemon/inference_controller.h"
 
 namespace bmas {
 
@@ -52,6 +60,55 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       "remove", "Remove MODEL's deployment; the controller cancels its replicas");
   remove->add_option("model", flags_.model, "Model name")->required();
   remove->callback([this, &global] { global.exit_code = Remove(global); });
+
+  CLI::App* controller = inference->add_subcommand(
+      "controller",
+      "Run the control loop that keeps deployments' replicas running as Slurm jobs of this "
+      "account, sized to the gateway's load (`bmas up` runs it as the service account)");
+  controller->add_option("--gateway", gateway_,
+                         "host:port of the gateway's operator listener, for /load")
+      ->required();
+  controller->add_option("--interval", interval_s_, "Seconds between passes")
+      ->check(CLI::Range(0.1, 60.0))
+      ->default_str("2");
+  controller->add_option("--port-base", port_base_,
+                         "Replicas listen on the lowest free port from here (1000 ports)")
+      ->check(CLI::Range(1024, 64535))
+      ->default_str("18100");
+  controller->add_option("--listen-host", listen_host_, "The address replicas bind ({host})")
+      ->default_str(listen_host_);
+  controller->add_flag("--cancel-on-exit", cancel_on_exit_,
+                       "Cancel every replica job on SIGTERM/SIGINT (as `bmas up` stops)");
+  controller->callback([this, &global] { global.exit_code = Controller(global); });
+}
+
+int InferenceCommands::Controller(GlobalOptions& global) {
+  global.SetUpLogging();
+  const Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  passwd* pw = getpwuid(geteuid());
+  InferenceControllerOptions o;
+  o.user = pw != nullptr ? pw->pw_name : "root";
+  o.gateway = gateway_;
+  o.interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s_ * 1000));
+  o.settings.port_base = port_base_;
+  o.listen_host = listen_host_;
+  o.cancel_on_exit = cancel_on_exit_;
+  o.bmas = std::filesystem::read_symlink("/proc/self/exe").string();
+  o.replica_dir = (std::filesystem::path(state_dir) / "replicas").string();
+  std::error_code ec;
+  std::filesystem::create_directories(o.replica_dir, ec);
+  if (const char* key = std::getenv("VLLM_API_KEY"); key != nullptr && *key != '\0') {
+    o.replica_env["VLLM_API_KEY"] = key;
+  }
+  auto store = OpenStateStore(global);
+  if (!store) return ReportFailure("inference controller", store.error());
+  auto resolve = [&global, user = o.user]() -> Result<RestEndpoint> {
+    auto target = ResolveSlurm(global, user);
+    if (!target) return target.error();
+    return target->endpoint;
+  };
+  return RunInferenceController(o, resolve, **store);
 }
 
 int InferenceCommands::Deploy(GlobalOptions& global) {

@@ -22,10 +22,17 @@ class InferenceCommands {
   int Deploy(GlobalOptions& global);
   int List(GlobalOptions& global);
   int Remove(GlobalOptions& global);
+  int Controller(GlobalOptions& global);
 
   Deployment flags_;
   CLI::App* deploy_ = nullptr;
   bool json_ = false;
+  // `bmas inference controller`.
+  std::string gateway_;
+  double interval_s_ = 2;
+  int port_base_ = 18100;
+  std::string listen_host_ = "0.0.0.0";
+  bool cancel_on_exit_ = false;
 };
 
 // The JSON array `bmas inference list --json` prints.

@@ -45,21 +45,6 @@ std::string RandomToken() {
   return hex;
 }
 
-// GET `target` from a bmas daemon at "host:port"; the body of a 200.
-Result<std::string> Fetch(const std::string& address, const std::string& target,
-                          const std::string& peer) {
-  auto endpoint = ParseRestAddress(address);
-  if (!endpoint) return endpoint.error();
-  auto transport = NewTcpRestTransport(endpoint->host, endpoint->port, std::chrono::seconds(2), peer);
-  auto r = transport->RoundTrip(RestRequest{"GET", target, {}, {}});
-  if (!r) return r.error();
-  if (r->status != 200) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("{} at {} answered {} to {}", peer, address, r->status, target)};
-  }
-  return std::move(r->body);
-}
-
 // Gathers the state every interval on its own thread; the server reads the latest.
 class Refresher {
  public:
@@ -126,7 +111,7 @@ class Refresher {
       s.slurm_error = "no Slurm to watch: bmas up starts one where this machine can run it";
     }
     if (!o_.gateway.empty()) {
-      auto body = Fetch(o_.gateway, "/load", "the gateway");
+      auto body = HttpGet(o_.gateway, "/load", "the gateway");
       auto load = body ? dashboard::ParseGatewayLoad(*body) : Result<dashboard::GatewayLoad>(body.error());
       if (load) {
         s.gateway = std::move(*load);
@@ -138,7 +123,7 @@ class Refresher {
       s.gateway.error = "no gateway: bmas up starts one with its engines";
     }
     for (const std::string& agent : o_.agents) {
-      auto body = Fetch(agent, "/gpus", "the agent");
+      auto body = HttpGet(agent, "/gpus", "the agent");
       auto t = body ? dashboard::ParseAgentGpus(*body, agent)
                     : Result<dashboard::NodeTelemetry>(body.error());
       if (t) {

@@ -327,4 +327,18 @@ Result<std::vector<NodeInfo>> SlurmRestClient::Nodes() {
   return ParseNodesResponse(r->body);
 }
 
+Result<std::string> HttpGet(const std::string& address, const std::string& target,
+                            const std::string& peer, std::chrono::milliseconds timeout) {
+  auto endpoint = ParseRestAddress(address);
+  if (!endpoint) return endpoint.error();
+  auto transport = NewTcpRestTransport(endpoint->host, endpoint->port, timeout, peer);
+  auto r = transport->RoundTrip(RestRequest{"GET", target, {}, {}});
+  if (!r) return r.error();
+  if (r->status != 200) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("{} at {} answered {} to {}", peer, address, r->status, target)};
+  }
+  return std::move(r->body);
+}
+
 }  // namespace bmas

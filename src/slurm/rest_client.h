@@ -63,10 +63,27 @@ RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
                                      std::chrono::milliseconds timeout,
                                      std::string peer = "slurmrestd");
 
+// GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener);
+// the body of a 200. kUnavailable naming `peer` otherwise.
+Result<std::string> HttpGet(const std::string& address, const std::string& target,
+                            const std::string& peer,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
+// The part of Slurm the inference controller drives, so that it can be run against a fake
+// (slurm/fake_slurm_api.h). SlurmRestClient is the real one.
+class SlurmApi {
+ public:
+  virtual ~SlurmApi() = default;
+  virtual Result<int64_t> Submit(const JobSpec& spec) = 0;
+  virtual Result<std::vector<JobInfo>> Jobs() = 0;
+  virtual Result<void> Cancel(int64_t id, int signal = 0) = 0;
+  virtual Result<std::vector<NodeInfo>> Nodes() = 0;
+};
+
 // The API bmas uses. Every method blocks; not thread-safe (one call at a time).
 // Failures carry slurmrestd's errors[] in their message, with codes from ErrorFromResponse;
 // when slurmrestd cannot be reached the message names its URL and how to start it.
-class SlurmRestClient {
+class SlurmRestClient final : public SlurmApi {
  public:
   static constexpr std::string_view kApiPrefix = "/slurm/v0.0.38";
 
@@ -84,11 +101,11 @@ class SlurmRestClient {
   // RenderJobSubmit refuses or that Slurm cannot satisfy (bad partition, too many GPUs, ...).
   // Slurm may still list a request it refused as a FAILED job (Reason=BadConstraints) whose
   // id the response does not give.
-  Result<int64_t> Submit(const JobSpec& spec);
+  Result<int64_t> Submit(const JobSpec& spec) override;
 
   // Every job slurmctld still remembers (finished ones for MinJobAge, 300 s by default), of
   // every user: slurmctld shows other users' jobs unless PrivateData=jobs.
-  Result<std::vector<JobInfo>> Jobs();
+  Result<std::vector<JobInfo>> Jobs() override;
 
   // Jobs slurmdbd recorded that ran or were pending at some point in the last `seconds`
   // (openapi/dbv0.0.38: slurmrestd must load it, and the cluster must have slurmdbd).
@@ -101,10 +118,10 @@ class SlurmRestClient {
   // that signal (one of HUP INT QUIT ABRT KILL ALRM TERM USR1 USR2 URG CONT STOP TSTP TTIN
   // TTOU) to the job's processes and leaves the outcome to the job. PermissionDenied when the
   // job belongs to another user; NotFound when there is no such job.
-  Result<void> Cancel(int64_t id, int signal = 0);
+  Result<void> Cancel(int64_t id, int signal = 0) override;
 
   // Every node with its state, CPUs, memory and GPUs.
-  Result<std::vector<NodeInfo>> Nodes();
+  Result<std::vector<NodeInfo>> Nodes() override;
 
   const RestEndpoint& endpoint() const { return endpoint_; }
 

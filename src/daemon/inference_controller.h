@@ -1,0 +1,71 @@
+#pragma once
+
+// `bmas inference controller`: the control loop that keeps each inference deployment's
+// replicas running as Slurm jobs. Every interval (2 s) it reads the deployments from the store,
+// the replica jobs and nodes from Slurm, and each replica's health and load from the gateway's
+// /load; runs one pass of the pure controller (autoscale/controller.h); submits and cancels
+// jobs; and writes the replicas to the store, where the gateway picks them up within a second.
+// `bmas up` runs it as the service account, whose jobs the replicas are.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "autoscale/controller.h"
+#include "common/result.h"
+#include "slurm/rest_client.h"
+#include "store/store.h"
+
+namespace bmas {
+
+struct InferenceControllerOptions {
+  autoscale::ControllerSettings settings;
+  std::chrono::milliseconds interval{2000};
+  std::string gateway;    // "host:port" of the gateway's operator listener (/load)
+  std::string user;       // the Unix account the replica jobs run as (whose jobs are read)
+  std::string bmas;       // the bmas binary replicas run ({bmas})
+  std::string listen_host = "0.0.0.0";  // what replicas bind ({host})
+  std::string replica_dir;              // the jobs' working directory and logs
+  std::map<std::string, std::string> replica_env;  // e.g. VLLM_API_KEY (a secret)
+  bool cancel_on_exit = false;          // a graceful stop cancels every replica job
+};
+
+// A connection to Slurm as `user`, made again when a call fails (tokens expire).
+using SlurmConnector = std::function<Result<std::unique_ptr<SlurmApi>>()>;
+// The gateway's /load body.
+using LoadReader = std::function<Result<std::string>()>;
+
+class InferenceController {
+ public:
+  InferenceController(InferenceControllerOptions options, SlurmConnector connect, Store& store,
+                      LoadReader load, std::function<double()> unix_now);
+
+  // One pass; an error names what could not be read (nothing is changed then).
+  Result<void> RunOnce();
+  // Cancels every replica job of the service account (a graceful stop of `bmas up`).
+  void CancelAll();
+
+ private:
+  Result<SlurmApi*> Slurm();
+
+  InferenceControllerOptions o_;
+  SlurmConnector connect_;
+  Store& store_;
+  LoadReader load_;
+  std::function<double()> unix_now_;
+  std::unique_ptr<SlurmApi> slurm_;
+  autoscale::ControllerMemory memory_;
+  // The TTFT histogram at the last pass, for the p95 of the requests since.
+  std::vector<double> ttft_bounds_;
+  std::vector<uint64_t> ttft_counts_;
+  std::string last_error_;
+};
+
+// Runs the loop until SIGINT or SIGTERM against slurmrestd at the endpoint `resolve` gives
+// (with a fresh token each time it is called); returns the exit code.
+int RunInferenceController(const InferenceControllerOptions& options,
+                           std::function<Result<RestEndpoint>()> resolve, Store& store);
+
+}  // namespace bmas
