@@ -63,9 +63,24 @@ bool IsActiveJobState(const std::string& state) {
   return kActive.contains(state);
 }
 
+bool IsFailedJobState(const std::string& state) {
+  return state == "FAILED" || state == "NODE_FAIL" || state == "BOOT_FAIL" ||
+         state == "OUT_OF_MEMORY" || state == "DEADLINE";
+}
+
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
                         TimePoint now, ControllerMemory& memory) {
   ControllerPlan plan;
+  for (const JobInfo& job : input.jobs) {
+    auto name = ParseReplicaJobName(job.name);
+    if (!name || !IsFailedJobState(job.state) || !memory.failed_seen.insert(job.id).second) continue;
+    const int n = ++memory.failures[name->model];
+    const double backoff = std::min(300.0, 5.0 * static_cast<double>(1 << std::min(n - 1, 10)));
+    memory.retry_at[name->model] = now + Duration(backoff);
+    plan.log.push_back(fmt::format("{}: replica job {} ended {} ({}); next replica in {:.0f} s "
+                                   "(see its log replica-{}.log)",
+                                   name->model, job.id, job.state, job.reason, backoff, job.id));
+  }
   std::set<int> ports_in_use;
   std::map<std::string, std::vector<Seen>> by_model;
   std::set<int64_t> live;
@@ -86,6 +101,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       const bool healthy = b != input.backends.end() && b->second.healthy;
       if (b != input.backends.end()) s.in_flight = b->second.in_flight;
       if (healthy) {
+        memory.failures.erase(name->model);
         auto [it, fresh] = memory.ready_since.emplace(job.id, now);
         s.state = ReplicaState::kReady;
         s.since = it->second;
@@ -195,8 +211,10 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
         }
       }
     }
-    // Submit: the floor first.
-    for (int i = counted; i < decision.target_replicas; ++i) {
+    // Submit: the floor first; not while failures back off.
+    auto retry = memory.retry_at.find(d.model);
+    const bool backing_off = retry != memory.retry_at.end() && now < retry->second;
+    for (int i = counted; !backing_off && i < decision.target_replicas; ++i) {
       auto port = next_port();
       if (!port) {
         plan.log.push_back(fmt::format("{}: no free replica port in {}-{}", d.model,

@@ -76,6 +76,11 @@ struct ControllerMemory {
   std::map<int64_t, TimePoint> draining;     // job -> since
   std::map<int64_t, TimePoint> ready_since;  // job -> when the gateway first saw it healthy
   std::map<std::string, int> last_target;    // model -> target, to log changes
+  // Replica jobs that failed (not preempted, not cancelled): submissions of that model wait
+  // 5 s, doubling to 5 min, so a replica that cannot start is not resubmitted every pass.
+  std::set<int64_t> failed_seen;
+  std::map<std::string, int> failures;        // model -> failures in a row
+  std::map<std::string, TimePoint> retry_at;  // model -> no submission before
 };
 
 // "bmas-replica:PORT:MODEL".
@@ -89,6 +94,8 @@ std::optional<ReplicaName> ParseReplicaJobName(std::string_view name);
 
 // Whether a Slurm job state still holds or waits for GPUs (not ended, not ending).
 bool IsActiveJobState(const std::string& state);
+// Whether a replica job in this final state failed (its command, its node, its memory).
+bool IsFailedJobState(const std::string& state);
 
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
                         TimePoint now, ControllerMemory& memory);

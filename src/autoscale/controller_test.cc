@@ -143,5 +143,25 @@ TEST_F(ControllerTest, WithoutTheGatewaysViewTheReplicasAreHeld) {
   }
 }
 
+
+TEST_F(ControllerTest, AReplicaJobThatFailsIsNotResubmittedEveryPass) {
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 1}}, {});
+  ASSERT_EQ(PlanPass(settings_, in, T(1000), memory_).submits.size(), 1u);
+  JobInfo failed = Job(1, "m", 18100, "FAILED", "inference_floor");
+  failed.reason = "JobLaunchFailure";
+  in.jobs = {failed};
+  ControllerPlan plan = PlanPass(settings_, in, T(1002), memory_);
+  EXPECT_TRUE(plan.submits.empty());
+  ASSERT_FALSE(plan.log.empty());
+  EXPECT_NE(plan.log[0].find("JobLaunchFailure"), std::string::npos) << plan.log[0];
+  EXPECT_TRUE(PlanPass(settings_, in, T(1004), memory_).submits.empty());
+  EXPECT_EQ(PlanPass(settings_, in, T(1008), memory_).submits.size(), 1u);  // after 5 s
+  // A second failure waits twice as long.
+  in.jobs.push_back(Job(2, "m", 18100, "FAILED", "inference_floor"));
+  EXPECT_TRUE(PlanPass(settings_, in, T(1010), memory_).submits.empty());
+  EXPECT_TRUE(PlanPass(settings_, in, T(1018), memory_).submits.empty());
+  EXPECT_EQ(PlanPass(settings_, in, T(1021), memory_).submits.size(), 1u);
+}
+
 }  // namespace
 }  // namespace bmas::autoscale

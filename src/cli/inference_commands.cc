@@ -50,6 +50,8 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       "--command", flags_.command,
       "The replica's command; {model} {port} {gpus} {profile} {host} {bmas} are replaced. "
       "Default: bmas engine (simulated); for vLLM see the README");
+  deploy_->add_flag("--if-missing", if_missing_,
+                    "Leave a deployment of MODEL that exists as it is (what `bmas up` does)");
   deploy_->callback([this, &global] { global.exit_code = Deploy(global); });
 
   CLI::App* list = inference->add_subcommand("list", "Deployments and their replicas");
@@ -118,6 +120,16 @@ int InferenceCommands::Deploy(GlobalOptions& global) {
   }
   auto store = OpenStateStore(global);
   if (!store) return ReportFailure("inference deploy", store.error());
+  if (if_missing_) {
+    auto existing = (*store)->ListDeployments();
+    if (!existing) return ReportFailure("inference deploy", existing.error());
+    for (const Deployment& d : *existing) {
+      if (d.model != flags_.model) continue;
+      fmt::print("{} is deployed already (min {}, max {}); left as it is\n", d.model,
+                 d.min_replicas, d.max_replicas);
+      return 0;
+    }
+  }
   if (auto put = (*store)->PutDeployment(flags_); !put) {
     return ReportFailure("inference deploy", put.error());
   }

@@ -27,6 +27,7 @@ class InferenceCommands {
   Deployment flags_;
   CLI::App* deploy_ = nullptr;
   bool json_ = false;
+  bool if_missing_ = false;
   // `bmas inference controller`.
   std::string gateway_;
   double interval_s_ = 2;

@@ -183,9 +183,12 @@ void UserCommands::Register(CLI::App& app, GlobalOptions& global) {
 bool StoreIsOthers(const std::string& state_dir) {
   // A user's own state dir (given with --state-dir or BMAS_STATE_DIR) gets its own store; the
   // cluster's is root's.
+  // The service account, to which `bmas up` hands the store's directory, may make the file.
   const std::string store = StorePath(state_dir);
+  const std::string store_dir = std::filesystem::path(store).parent_path().string();
   return access(store.c_str(), R_OK) != 0 &&
-         (access(store.c_str(), F_OK) == 0 || access(state_dir.c_str(), W_OK) != 0);
+         (access(store.c_str(), F_OK) == 0 ||
+          (access(state_dir.c_str(), W_OK) != 0 && access(store_dir.c_str(), W_OK) != 0));
 }
 
 Error StoreNeedsRoot(const std::string& state_dir) {

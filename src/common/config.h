@@ -66,6 +66,11 @@ struct UpSettings {
   int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
   bool lxd = true;             // start and prepare LXD for workspaces (root, LXD installed)
   bool dashboard = true;       // start the web dashboard (bmas dashboard)
+  // How the engines run: "slurm" (an inference deployment of [engine] model, its replicas
+  // Slurm jobs sized to load by `bmas inference controller`, when a Slurm runs) or
+  // "processes" (plain engine processes, a fixed set).
+  std::string inference = "slurm";
+  int replica_port_base = 18100;  // replicas listen on the lowest free port from here
 };
 
 // The web dashboard (`bmas dashboard`).

@@ -138,8 +138,8 @@ int RunInferenceController(const InferenceControllerOptions& options,
         .count();
   };
   InferenceController controller(options, std::move(connect), store, load, unix_now);
-  fmt::print("bmas inference controller: every {} ms; replicas run as {} in partitions {} "
-             "(floor: {})\n",
+  fmt::print("bmas inference controller: running, no listener; a pass every {} ms; replicas run "
+             "as {} in partition {} (floor: {})\n",
              options.interval.count(), options.user, options.settings.partition,
              options.settings.floor_partition);
   std::fflush(stdout);

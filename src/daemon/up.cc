@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "common/private_files.h"
+#include "common/process.h"
 #include "common/restart_backoff.h"
 #include "daemon/up_children.h"
 #include "daemon/up_record.h"
@@ -234,44 +235,6 @@ int RunUp(const UpOptions& options) {
     }
     for (unsigned char b : bytes) backend_key += fmt::format("{:02x}", b);
   }
-  for (int i = 0; i < config.up.engines; ++i) {
-    Child c;
-    c.name = fmt::format("engine-{}", i);
-    c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
-    int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
-    c.args = service_args();
-    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(port)});
-    c.env = {"VLLM_API_KEY=" + backend_key};
-    c.port_flag = "--port";
-    if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
-      return fail(fmt::format("{} {}", c.name, started.error().message));
-    }
-    children.push_back(c);
-    save();
-  }
-
-  const size_t num_engines = children.size();
-  std::string gateway_metrics_url;
-  if (config.up.gateway && num_engines > 0) {
-    Child g;
-    g.name = "gateway";
-    g.log = (fs::path(dir) / "logs" / "gateway.log").string();
-    g.args = service_args();
-    g.args.push_back("gateway");
-    for (size_t i = 0; i < num_engines; ++i) {
-      g.args.push_back("--backend");
-      g.args.push_back(children[i].url);
-    }
-    g.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
-    g.port_flag = "--port";
-    if (auto started = StartChild(g, std::chrono::seconds(15)); !started) {
-      return fail(fmt::format("gateway {}", started.error().message));
-    }
-    children.push_back(g);
-    gateway_metrics_url = g.metrics_url;
-    save();
-  }
-
   // A local Slurm when this machine can run one; otherwise why not. Left alone when
   // `bmas slurm up` already runs one in this state dir.
   std::string slurm_line;
@@ -304,6 +267,102 @@ int RunUp(const UpOptions& options) {
         slurm_line = fmt::format("  {:<10} not started: {}\n", "slurm", cluster.error().message);
       }
     }
+  }
+
+
+  // With a Slurm, the engines are an inference deployment whose replicas are Slurm jobs
+  // (`bmas inference`); without one, plain processes, and the summary says why.
+  std::string inference_why;
+  const bool elastic = [&] {
+    if (config.up.engines == 0 || !config.up.gateway) return false;
+    if (config.up.inference != "slurm") {
+      inference_why = "[up] inference = \"processes\"";
+      return false;
+    }
+    if (!slurm::ReadLocalCluster(dir)) {
+      inference_why = "no Slurm runs here";
+      return false;
+    }
+    return true;
+  }();
+  if (elastic) {
+    std::vector<std::string> deploy = service_args();
+    deploy.insert(deploy.end(), {"inference", "deploy", e.model, "--min", "1", "--max",
+                                 std::to_string(std::max(1, config.up.engines)), "--profile",
+                                 e.profile, "--if-missing"});
+    auto deployed = RunCommand(deploy, {}, std::chrono::seconds(30));
+    if (!deployed || deployed->exit_code != 0) {
+      return fail(fmt::format("deploying {}: {}", e.model,
+                              deployed ? deployed->err : deployed.error().message));
+    }
+  }
+  for (int i = 0; !elastic && i < config.up.engines; ++i) {
+    Child c;
+    c.name = fmt::format("engine-{}", i);
+    c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
+    int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
+    c.args = service_args();
+    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(port)});
+    c.env = {"VLLM_API_KEY=" + backend_key};
+    c.port_flag = "--port";
+    if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
+      return fail(fmt::format("{} {}", c.name, started.error().message));
+    }
+    children.push_back(c);
+    save();
+  }
+
+  const size_t num_engines = children.size();
+  std::string gateway_metrics_url;
+  if (config.up.gateway && (num_engines > 0 || elastic)) {
+    Child g;
+    g.name = "gateway";
+    g.log = (fs::path(dir) / "logs" / "gateway.log").string();
+    g.args = service_args();
+    g.args.push_back("gateway");
+    for (size_t i = 0; i < num_engines; ++i) {
+      g.args.push_back("--backend");
+      g.args.push_back(children[i].url);
+    }
+    g.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
+    g.port_flag = "--port";
+    if (auto started = StartChild(g, std::chrono::seconds(15)); !started) {
+      return fail(fmt::format("gateway {}", started.error().message));
+    }
+    children.push_back(g);
+    gateway_metrics_url = g.metrics_url;
+    save();
+  }
+
+  // The controller that runs the deployments' replicas as Slurm jobs of the service account.
+  std::string controller_line;
+  if (elastic && !gateway_metrics_url.empty()) {
+    Child k;
+    k.name = "controller";
+    k.log = (fs::path(dir) / "logs" / "controller.log").string();
+    std::string gw = gateway_metrics_url.substr(gateway_metrics_url.find("://") + 3);
+    gw = gw.substr(0, gw.find('/'));
+    k.args = service_args();
+    k.args.insert(k.args.end(), {"inference", "controller", "--gateway", gw, "--port-base",
+                                 std::to_string(config.up.replica_port_base), "--listen-host",
+                                 "127.0.0.1", "--cancel-on-exit"});
+    k.env = {"VLLM_API_KEY=" + backend_key};
+    // The replica jobs' working directory and logs, the service account's.
+    const fs::path replicas = fs::path(dir) / "replicas";
+    fs::create_directories(replicas, ec);
+    if (!service.name.empty() && chown(replicas.c_str(), service.uid, service.gid) != 0) {
+      return fail(fmt::format("cannot hand {} to {}: {}", replicas.string(), service.name,
+                              std::strerror(errno)));
+    }
+    if (auto started = StartChild(k, std::chrono::seconds(15)); !started) {
+      return fail(fmt::format("inference controller {}", started.error().message));
+    }
+    children.push_back(k);
+    save();
+    controller_line = fmt::format(
+        "  {:<10} {:<28} replicas of {} as Slurm jobs (min 1, max {}), sized to load; "
+        "`bmas inference list`\n  {:<10} {:<28} log {}\n",
+        k.name, "(Slurm jobs)", e.model, std::max(1, config.up.engines), "", "", k.log);
   }
 
   // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
@@ -386,7 +445,10 @@ int RunUp(const UpOptions& options) {
   std::string summary;
   for (const Child& c : children) {
     // After Slurm's and LXD's lines.
-    if (c.name == "slurm-mon" || c.name == "agent" || c.name == "dashboard") continue;
+    if (c.name == "slurm-mon" || c.name == "agent" || c.name == "dashboard" ||
+        c.name == "controller") {
+      continue;
+    }
     if (c.name == "gateway") {
       summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
                              "over the engines{}\n",
@@ -403,11 +465,17 @@ int RunUp(const UpOptions& options) {
   if (children.empty() && slurm_line.empty()) {
     summary = "  (no components configured: [up] engines = 0)\n";
   }
-  if (num_engines > 0) summary += fmt::format("  engines and gateway run {}\n", runs_as);
+  summary += controller_line;
+  if (num_engines > 0 && !inference_why.empty()) {
+    summary += fmt::format("  engines are plain processes: {}\n", inference_why);
+  }
+  if (num_engines > 0 || elastic) {
+    summary += fmt::format("  engines and gateway run {}\n", runs_as);
+  }
   summary += WriteSystemConfig(config, dir);
   summary += slurm_line + monitor_line + lxd_line + agent_line + dashboard_line;
   fmt::print("{}", summary);
-  if (num_engines > 0 && config.up.gateway) {
+  if ((num_engines > 0 || elastic) && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
                "--state-dir)\n");
   }

@@ -53,8 +53,13 @@ struct Ready {
 Result<Ready> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
   std::string text;
   auto until = std::chrono::steady_clock::now() + timeout;
-  while (text.find("listening on") == std::string::npos ||
-         text.find('\n', text.find("listening on")) == std::string::npos) {
+  // A part that serves nothing (the inference controller) says when it runs instead.
+  constexpr std::string_view kNoListener = "running, no listener";
+  auto complete = [&text](std::string_view needle) {
+    const size_t at = text.find(needle);
+    return at != std::string::npos && text.find('\n', at) != std::string::npos;
+  };
+  while (!complete("listening on") && !complete(kNoListener)) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Internal("did not report a listening address in time");
@@ -79,7 +84,9 @@ Result<Ready> ReadListeningUrl(int fd, std::chrono::seconds timeout) {
     return http == std::string::npos ? std::string() : line.substr(http);
   };
   Ready ready{url_of("listening on"), url_of("metrics on")};
-  if (ready.url.empty()) return Internal("printed an unexpected line: " + text);
+  if (ready.url.empty() && !complete(kNoListener)) {
+    return Internal("printed an unexpected line: " + text);
+  }
   return ready;
 }
 

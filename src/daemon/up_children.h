@@ -36,7 +36,8 @@ struct Child {
   std::string last_exit;  // how it last ended, e.g. "signal 9 at 12:01:02"; "" when never
 };
 
-// Starts `c` from c.args and waits up to `timeout` for its "listening on URL" line. Sets pid,
+// Starts `c` from c.args and waits up to `timeout` for its "listening on URL" line (or, for a
+// part with no listener, a line with "running, no listener"; its url stays ""). Sets pid,
 // url, start time and pins its port (so a restart keeps the URL others were given). One that
 // does not get ready is stopped, and the error carries the end of its log.
 Result<void> StartChild(Child& c, std::chrono::seconds timeout);
