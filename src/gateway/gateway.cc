@@ -109,7 +109,11 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       http_(workers_, options_.http,
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
       epoch_(Clock::now()),
-      router_(options_.routing),
+      admission_(AdmissionOptions{.fair = options_.fair,
+                                  .reserve_fraction = options_.reserve_fraction,
+                                  .default_capacity = options_.default_capacity,
+                                  .reserve_window_s = kReserveWindowS},
+                 options_.routing),
       keys_(options_.key_cache_size),
       resumed_streams_(metrics_.AddCounter(
           "bmas_gateway_resumed_streams_total",
@@ -137,7 +141,9 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
   }
   for (const std::string& url : options_.backends) {
     auto parsed = ParseBackendUrl(url);
-    if (parsed) backends_.push_back(std::make_shared<Backend>(workers_, *parsed, false));
+    if (!parsed || admission_.backend(parsed->url) != nullptr) continue;
+    backends_.push_back(std::make_shared<Backend>(workers_, *parsed, false));
+    admission_.AddBackend(parsed->url);
   }
 }
 
@@ -221,7 +227,7 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
   }
   if (target == "/health" && get) {
     std::unique_lock lock(mu_);
-    bool any = std::any_of(backends_.begin(), backends_.end(),
+    bool any = std::any_of(admission_.backends().begin(), admission_.backends().end(),
                            [](const auto& b) { return b->state.healthy; });
     lock.unlock();
     co_await writer.Send(any ? http::status::ok : http::status::service_unavailable,
@@ -373,17 +379,16 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
 
   bool known = false, healthy = false;
   LimitDecision decision;
-  ModelQueue* mq = nullptr;
   {
     std::lock_guard lock(mu_);
     auto limits_it = users_.find(r.user);
     const UserLimits limits = limits_it != users_.end() ? limits_it->second : UserLimits{};
     r.weight = limits.weight;
     r.prompt_estimate = EstimatePromptTokensLocked(r.model, r.prompt_chars);
-    for (const auto& b : backends_) {
+    for (const auto& b : admission_.backends()) {
       if (b->Serves(r.model)) {
         known = true;
-        healthy = healthy || (b->state.healthy && !b->state.draining);
+        healthy = healthy || b->Open();
       }
     }
     // A deployed model queues while its replicas start (scale from zero): the controller
@@ -393,12 +398,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     healthy = healthy || deployed;
     if (known && healthy) {
       decision = limiter_.Check(r.user, limits, UnixNowSeconds());
-      if (decision.allowed) {
-        limiter_.OnStart(r.user, UnixNowSeconds());
-        auto& mq_ptr = queues_[r.model];
-        if (!mq_ptr) mq_ptr = std::make_unique<ModelQueue>(options_.fair);
-        mq = mq_ptr.get();  // queues are never removed
-      }
+      if (decision.allowed) limiter_.OnStart(r.user, UnixNowSeconds());
     }
   }
   if (!known) {
@@ -431,8 +431,8 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
 
   // A first attempt that fails before anything reached the client is retried once elsewhere.
   // A stream cut by its backend (preempted, dead) is resumed on another, a few times at most.
-  Outcome outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/true);
-  if (outcome == Outcome::kRetry) outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/false);
+  Outcome outcome = co_await Attempt(r, writer, /*may_retry=*/true);
+  if (outcome == Outcome::kRetry) outcome = co_await Attempt(r, writer, /*may_retry=*/false);
   while (outcome == Outcome::kResume) {
     Result<std::string> body = r.resume->resumptions() < kMaxResumptions
                                    ? r.resume->NextBody()
@@ -449,7 +449,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     resumed_streams_.Inc();
     r.upstream_body = std::move(*body);
     r.cut_reason.clear();
-    outcome = co_await Attempt(r, *mq, writer, /*may_retry=*/false);
+    outcome = co_await Attempt(r, writer, /*may_retry=*/false);
   }
 }
 
@@ -461,8 +461,8 @@ awaitable<void> Gateway::EndStreamWithError(ResponseWriter& writer, std::string 
   co_await writer.EndStream();
 }
 
-awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
-                                             ResponseWriter& writer, bool may_retry) {
+awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
+                                             bool may_retry) {
   const net::any_io_executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
   const Clock::time_point queued = Clock::now();
@@ -470,10 +470,15 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
   bool admitted;
   {
     std::lock_guard lock(mu_);
-    ticket = next_ticket_++;
-    mq.waiters[ticket] = waiter;
-    mq.queue.Push(ticket, r.user, r.weight);
-    mq.last_request[r.user] = Now();
+    ticket = admission_.Enqueue(AdmissionRequest{.model = r.model,
+                                                 .user = r.user,
+                                                 .weight = r.weight,
+                                                 .prompt_estimate = r.prompt_estimate,
+                                                 .prefix_key = r.prefix_key,
+                                                 .cache_blocks = r.cache_blocks,
+                                                 .unhashed_blocks = r.unhashed_blocks},
+                                Now());
+    waiters_[ticket] = waiter;
     DispatchLocked(r.model);
     admitted = waiter->backend != nullptr;
     if (!admitted) waiter->wake.emplace(executor);
@@ -496,8 +501,8 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
     std::lock_guard lock(mu_);
     backend = waiter->backend;
     if (backend == nullptr) {  // timed out or the client left: not admitted meanwhile
-      mq.queue.Remove(ticket);
-      mq.waiters.erase(ticket);
+      admission_.Remove(ticket);
+      waiters_.erase(ticket);
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
     } else {
@@ -533,12 +538,10 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
         CountStatusLocked(200);
         e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
       } else if (cut) {
-        backend->state.healthy = false;  // until its health check passes
+        admission_.SetHealthy(backend->id, false);  // until its health check passes
       } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
-        backend->state.healthy = false;  // until its health check passes
-        other = std::any_of(backends_.begin(), backends_.end(), [&](const auto& b) {
-          return b->Serves(r.model) && b->state.healthy && !b->state.draining;
-        });
+        admission_.SetHealthy(backend->id, false);  // until its health check passes
+        other = admission_.AnyOpen(r.model);
       }
     }
     if (relayed) {
@@ -548,7 +551,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ModelQueue& mq,
       co_return Outcome::kResume;
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
       // Nothing reached the client: the backend is out until its health check passes.
-      spdlog::warn("gateway: backend {} is down: {}", backend->state.id, relayed.error().message);
+      spdlog::warn("gateway: backend {} is down: {}", backend->id, relayed.error().message);
       ClearPools(backend);
       retry = may_retry && other;
       if (!retry) {
@@ -596,87 +599,42 @@ void Gateway::CountStatusLocked(int status) {
 }
 
 void Gateway::DispatchLocked(const std::string& model) {
-  auto it = queues_.find(model);
-  if (it == queues_.end()) return;
-  ModelQueue& mq = *it->second;
-  // Entries of backends_, which does not change while mu_ is held. The vectors are members
-  // only to keep their memory (and the states' ids) from one call to the next.
-  using BackendRef = const std::shared_ptr<Backend>*;
-  std::vector<BackendRef>& open = dispatch_open_;
-  std::vector<BackendState>& states = dispatch_states_;
-  std::vector<BackendRef>& candidates = dispatch_candidates_;
-  while (mq.queue.size() > 0) {
-    open.clear();
-    for (const auto& b : backends_) {
-      if (b->Serves(model) && b->state.healthy && !b->state.draining &&
-          b->state.in_flight < b->capacity(options_.default_capacity)) {
-        open.push_back(&b);
-      }
-    }
-    if (open.empty()) break;
-    // While others wait or came recently, no user holds more than capacity minus the reserve
-    // on a backend.
-    mq.ForgetIdle(Now(), kReserveWindowS);
-    auto may_use = [&](const Backend& b, const std::string& user, bool others_active) {
-      if (!others_active) return true;
-      int cap = b.capacity(options_.default_capacity);
-      int limit = std::max(1, cap - static_cast<int>(std::floor(cap * options_.reserve_fraction)));
-      auto u = b.user_in_flight.find(user);
-      return u == b.user_in_flight.end() || u->second < limit;
-    };
-    auto eligible = [&](const std::string& user) {
-      bool others = mq.OthersActive(user);
-      return std::any_of(open.begin(), open.end(),
-                         [&](BackendRef b) { return may_use(**b, user, others); });
-    };
-    std::optional<Ticket> ticket = mq.queue.PopNext(eligible);
-    if (!ticket) break;
-    auto w = mq.waiters.find(*ticket);
+  CarryOutLocked(admission_.Dispatch(model, Now()));
+}
+
+void Gateway::DispatchAllLocked() { CarryOutLocked(admission_.DispatchAll(Now())); }
+
+void Gateway::ReleaseLocked(Backend& b, const std::string& user, const std::string& model) {
+  CarryOutLocked(admission_.Release(b.id, user, model, Now()));
+  if (admission_.backend(b.id) == nullptr) {  // drained
+    std::erase_if(backends_, [&](const auto& p) { return p.get() == &b; });
+  }
+}
+
+std::shared_ptr<Gateway::Backend> Gateway::FindBackendLocked(const std::string& id) const {
+  for (const auto& b : backends_) {
+    if (b->id == id) return b;
+  }
+  return nullptr;
+}
+
+void Gateway::CarryOutLocked(const std::vector<Admit>& admitted) {
+  for (const Admit& a : admitted) {
+    auto w = waiters_.find(a.ticket);
+    if (w == waiters_.end()) continue;  // never: every queued ticket has its waiter
     std::shared_ptr<Waiter> waiter = std::move(w->second);
-    mq.waiters.erase(w);
-    Request& r = *waiter->request;
-    bool others = mq.OthersActive(r.user);
-    candidates.clear();
-    for (BackendRef b : open) {
-      if (may_use(**b, r.user, others)) {
-        if (states.size() == candidates.size()) states.emplace_back();
-        states[candidates.size()] = (*b)->state;  // reuses the id's memory
-        candidates.push_back(b);
-      }
-    }
-    std::optional<size_t> pick =
-        router_.Pick(std::span(states).first(candidates.size()), r.prefix_key, r.cache_blocks,
-                     r.unhashed_blocks);
-    const std::shared_ptr<Backend>& b = *candidates[pick.value_or(0)];
-    ++b->state.in_flight;
-    ++b->user_in_flight[r.user];
-    b->state.outstanding_tokens += r.prompt_estimate;
-    mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
-    waiter->backend = b;
+    waiters_.erase(w);
+    waiter->backend = FindBackendLocked(a.backend);
     // The timer belongs to the waiter's worker: cancel it there. No timer: admitted by its
     // own Attempt, which is not waiting.
     if (!waiter->wake) {
-    } else if (workers_[r.worker]->get_executor().running_in_this_thread()) {
+    } else if (workers_[waiter->request->worker]->get_executor().running_in_this_thread()) {
       waiter->wake->cancel();
     } else {
       net::post(waiter->wake->get_executor(), [waiter] { waiter->wake->cancel(); });
     }
   }
-  queue_depth_.Set(0);
-  for (const auto& [m, q] : queues_) queue_depth_.Set(queue_depth_.value() + q->queue.size());
-}
-
-void Gateway::ReleaseLocked(Backend& b, const std::string& user, const std::string& model) {
-  --b.state.in_flight;
-  auto u = b.user_in_flight.find(user);
-  if (u != b.user_in_flight.end() && --u->second <= 0) b.user_in_flight.erase(u);
-  if (b.state.in_flight == 0) b.state.outstanding_tokens = 0;
-  DispatchLocked(model);
-  if (b.state.draining && b.state.in_flight == 0) {
-    backends_.erase(std::remove_if(backends_.begin(), backends_.end(),
-                                   [&](const auto& p) { return p.get() == &b; }),
-                    backends_.end());
-  }
+  queue_depth_.Set(static_cast<double>(admission_.queued()));
 }
 
 awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& writer) {
@@ -732,8 +690,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     const bool hung = ec == beast::error::timeout;
     stale = reused && !hung;
     co_return Error{ErrorCode::kUnavailable,
-                    hung ? fmt::format("{}: no response within {} ms", b.state.id, idle.count())
-                         : fmt::format("{}: {}", b.state.id, ec.message())};
+                    hung ? fmt::format("{}: no response within {} ms", b.id, idle.count())
+                         : fmt::format("{}: {}", b.id, ec.message())};
   }
 
   // While the response is read, a client that goes away cancels the upstream request:
@@ -776,7 +734,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
     if (ec) {
       result = Error{ErrorCode::kUnavailable,
-                     fmt::format("{}: reading the response: {}", b.state.id, ec.message())};
+                     fmt::format("{}: reading the response: {}", b.id, ec.message())};
     } else {
       std::optional<TokenUsage> usage;
       if (status == http::status::ok) usage = ReadUsage(Reusable(json_[r.worker]), body);
@@ -796,7 +754,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       if (resuming) {
         std::string message = fmt::format(
             "the stream's backend went away and {} refused to continue it: HTTP {}: {}",
-            b.state.id, static_cast<int>(status), body.substr(0, 512));
+            b.id, static_cast<int>(status), body.substr(0, 512));
         result = Error{ErrorCode::kInternal, message};
         co_await EndStreamWithError(writer, std::move(message));
       } else {
@@ -806,12 +764,6 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   } else if (resuming ||
              co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
     if (!r.resume) r.resume.emplace(r.upstream_body, r.target == "/v1/chat/completions");
-    FairQueue* mq_charge = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      auto queue = queues_.find(r.model);
-      if (queue != queues_.end()) mq_charge = &queue->second->queue;  // never removed
-    }
     SseSplitter events;
     std::string out, token, rewritten;
     bool done = false, usage_seen = false, first = !resuming, client_gone = false;
@@ -863,7 +815,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       if (streamed > 0 || (first && !out.empty())) {
         // Output counts for fairness as it streams, not only when the request ends.
         std::lock_guard lock(mu_);
-        if (mq_charge != nullptr && streamed > 0) mq_charge->Charge(r.user, r.weight, streamed);
+        if (streamed > 0) admission_.Charge(r.model, r.user, r.weight, streamed);
         if (first && !out.empty()) {
           ttft_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
         }
@@ -893,9 +845,9 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       // The backend is out until its health check passes (a stopped process fails it).
       {
         std::lock_guard lock(mu_);
-        b.state.healthy = false;
+        admission_.SetHealthy(b.id, false);
       }
-      spdlog::warn("gateway: backend {} is down: its stream sent nothing for {} ms", b.state.id,
+      spdlog::warn("gateway: backend {} is down: its stream sent nothing for {} ms", b.id,
                    idle.count());
     }
     std::string reason = cutting_ ? std::string("the gateway is shutting down")
@@ -903,7 +855,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
                          : ec            ? ec.message()
                                          : std::string("no [DONE]");
     if (cut) {
-      r.cut_reason = fmt::format("{}: {}", b.state.id, reason);
+      r.cut_reason = fmt::format("{}: {}", b.id, reason);
       result = Error{ErrorCode::kUnavailable, r.cut_reason};
     } else if (!done && writer.ok()) {
       co_await EndStreamWithError(writer,
@@ -933,13 +885,13 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
                     int64_t already_charged) {
   const int64_t minute = UnixNow() / 60;
   const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
-      minute, r.user, r.model, b.state.id);
+      minute, r.user, r.model, b.id);
   std::lock_guard lock(mu_);
   auto entry = unflushed_.find(key);
   if (entry == unflushed_.end()) {
     entry = unflushed_
-                .emplace(std::make_tuple(minute, r.user, r.model, b.state.id),
-                         UsageDelta{minute, r.user, r.model, b.state.id, 0, 0, 0})
+                .emplace(std::make_tuple(minute, r.user, r.model, b.id),
+                         UsageDelta{minute, r.user, r.model, b.id, 0, 0, 0})
                 .first;
   }
   UsageDelta& d = entry->second;
@@ -947,13 +899,10 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
   d.prompt_tokens += prompt;
   d.completion_tokens += completion;
   limiter_.OnTokens(r.user, prompt + completion, UnixNowSeconds());
-  auto mq = queues_.find(r.model);
   // The fair queue was charged the prompt estimate at admission and streamed tokens as they
   // passed; the rest of the true usage is charged now.
-  if (mq != queues_.end()) {
-    mq->second->queue.Charge(r.user, r.weight,
-                             prompt - r.prompt_estimate + completion - already_charged);
-  }
+  admission_.Charge(r.model, r.user, r.weight,
+                    prompt - r.prompt_estimate + completion - already_charged);
   for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
     auto it = tokens_.find(std::tuple<std::string_view, std::string_view, std::string_view>(
         r.user, r.model, kind));
@@ -1019,7 +968,8 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
   bool need_models;
   {
     std::lock_guard lock(mu_);
-    need_models = b.models.empty() || b.checks++ % 10 == 0;
+    const AdmissionBackend* known = admission_.backend(b.id);
+    need_models = known == nullptr || known->models.empty() || b.checks++ % 10 == 0;
   }
   auto health = co_await get("/health");
   bool healthy = health.has_value();
@@ -1051,30 +1001,29 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
     if (got) engine_metrics = std::move(*got);
   }
   std::lock_guard lock(mu_);
+  if (admission_.backend(b.id) == nullptr) co_return;  // removed meanwhile
   if (models) {
-    b.models = std::move(*models);
+    admission_.SetModels(b.id, std::move(*models), capacity);
     b.model_cards = std::move(*cards);
-    if (capacity > 0) b.state.capacity = capacity;
   }
-  healthy = healthy && !b.models.empty();
+  healthy = healthy && !admission_.backend(b.id)->models.empty();
   if (engine_metrics) {
-    b.state.engine_waiting = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_waiting"));
-    b.state.engine_running = static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_running"));
-    b.state.kv_usage = MetricSum(*engine_metrics, "vllm:kv_cache_usage_perc");
-    // For cache_aware routing: the size of the engine's prefix cache.
-    b.state.num_gpu_blocks = MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "num_gpu_blocks");
-    b.state.block_size = MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "block_size");
+    // For cache_aware routing also the size of the engine's prefix cache.
+    admission_.SetEngineLoad(
+        b.id, static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_waiting")),
+        static_cast<int>(MetricSum(*engine_metrics, "vllm:num_requests_running")),
+        MetricSum(*engine_metrics, "vllm:kv_cache_usage_perc"),
+        MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "num_gpu_blocks"),
+        MetricLabelInt(*engine_metrics, "vllm:cache_config_info", "block_size"));
   }
   b.checked = true;
-  const bool was_healthy = b.state.healthy;
-  b.state.healthy = healthy;
-  if (was_healthy != healthy) {
-    spdlog::info("gateway: backend {} is {}", b.state.id, healthy ? "healthy" : "down");
+  if (admission_.SetHealthy(b.id, healthy)) {
+    spdlog::info("gateway: backend {} is {}", b.id, healthy ? "healthy" : "down");
     if (!healthy) {
       ClearPools(backend);
-      router_.Forget(b.state.id);  // a restarted engine's cache is empty
+      admission_.ForgetCache(b.id);  // a restarted engine's cache is empty
     }
-    for (const auto& [model, q] : queues_) DispatchLocked(model);
+    DispatchAllLocked();
   }
 }
 
@@ -1082,25 +1031,26 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
   for (const std::string& url : stored) {
     auto parsed = ParseBackendUrl(url);
     if (!parsed) continue;
-    auto it = std::find_if(backends_.begin(), backends_.end(),
-                           [&](const auto& b) { return b->state.id == parsed->url; });
-    if (it == backends_.end()) {
+    const AdmissionBackend* known = admission_.backend(parsed->url);
+    if (known == nullptr) {
       spdlog::info("gateway: backend {} added", parsed->url);
       backends_.push_back(std::make_shared<Backend>(workers_, *parsed, true));
+      admission_.AddBackend(parsed->url);
       net::co_spawn(io_, CheckBackend(backends_.back()), LogFailure("gateway backend check"));
-    } else if ((*it)->state.draining) {
-      (*it)->state.draining = false;
+    } else if (known->state.draining) {
+      admission_.SetDraining(parsed->url, false);
     }
   }
   // Backends removed from the store drain: no new requests, in-flight ones finish.
   for (auto it = backends_.begin(); it != backends_.end();) {
     Backend& b = **it;
-    bool listed = std::find(stored.begin(), stored.end(), b.state.id) != stored.end();
+    bool listed = std::find(stored.begin(), stored.end(), b.id) != stored.end();
     if (b.from_store && !listed) {
-      if (!b.state.draining) spdlog::info("gateway: backend {} removed; draining", b.state.id);
-      b.state.draining = true;
-      router_.Forget(b.state.id);
-      if (b.state.in_flight == 0) {
+      const AdmissionBackend& known = *admission_.backend(b.id);
+      if (!known.state.draining) spdlog::info("gateway: backend {} removed; draining", b.id);
+      admission_.SetDraining(b.id, true);  // forgets its modelled cache
+      if (known.state.in_flight == 0) {
+        admission_.RemoveBackend(b.id);
         it = backends_.erase(it);
         continue;
       }

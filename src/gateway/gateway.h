@@ -25,6 +25,7 @@
 #include "common/asio.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "gateway/admission.h"
 #include "gateway/fair_queue.h"
 #include "gateway/key_cache.h"
 #include "gateway/rate_limiter.h"
@@ -86,7 +87,6 @@ class Gateway {
  private:
   struct Backend;
   struct Waiter;
-  struct ModelQueue;
   struct Request;
 
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
@@ -102,16 +102,21 @@ class Gateway {
   enum class Outcome { kDone, kRetry, kResume };
   static constexpr int kMaxResumptions = 3;
   // Queues, relays and answers once.
-  awaitable<Outcome> Attempt(Request& r, ModelQueue& mq, ResponseWriter& writer, bool may_retry);
+  awaitable<Outcome> Attempt(Request& r, ResponseWriter& writer, bool may_retry);
   // Sends an SSE error event with `message` and ends the stream.
   static awaitable<void> EndStreamWithError(ResponseWriter& writer, std::string message);
   void CountStatus(int status);
   void CountStatusLocked(int status);  // REQUIRES: mu_ held
   size_t WorkerOf(const net::any_io_executor& executor) const;
 
-  // Queueing and admission. REQUIRES: mu_ held.
+  // Queueing and admission: admission_ decides, these carry its decisions out (wake each
+  // admitted waiter with its backend; drop a drained backend). REQUIRES: mu_ held.
   void DispatchLocked(const std::string& model);
+  void DispatchAllLocked();
   void ReleaseLocked(Backend& backend, const std::string& user, const std::string& model);
+  void CarryOutLocked(const std::vector<Admit>& admitted);
+  // The backend with `id`, or null.
+  std::shared_ptr<Backend> FindBackendLocked(const std::string& id) const;
   // Drops the idle upstream connections of `backend` on every worker.
   void ClearPools(const std::shared_ptr<Backend>& backend);
 
@@ -156,13 +161,11 @@ class Gateway {
   // Guards every member below but json_, and each backend's state, models and counts.
   mutable std::mutex mu_;
   RateLimiter limiter_;
-  Router router_;
-  std::vector<std::shared_ptr<Backend>> backends_;  // shared with health checks in flight
-  std::map<std::string, std::unique_ptr<ModelQueue>> queues_;
-  Ticket next_ticket_ = 1;
-  // DispatchLocked's scratch, kept between calls.
-  std::vector<const std::shared_ptr<Backend>*> dispatch_open_, dispatch_candidates_;
-  std::vector<BackendState> dispatch_states_;
+  // Fair queues, the reserve, backends' counts and health, routing: every admission decision.
+  Admission admission_;
+  // The same backends as admission_'s, in the same order; shared with health checks in flight.
+  std::vector<std::shared_ptr<Backend>> backends_;
+  std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters_;  // queued requests
 
   // Store snapshots, refreshed every second.
   KeyCache keys_;  // key -> user (or none); well-formed keys only

@@ -19,11 +19,12 @@ std::string Gateway::ModelsJson() const {
   std::string out = R"({"object":"list","data":[)";
   std::vector<std::string> seen;
   for (const auto& b : backends_) {
-    if (!b->state.healthy || b->state.draining) continue;
-    for (size_t i = 0; i < b->models.size(); ++i) {
-      if (std::find(seen.begin(), seen.end(), b->models[i]) != seen.end()) continue;
+    const AdmissionBackend& known = *admission_.backend(b->id);
+    if (!known.Open()) continue;
+    for (size_t i = 0; i < known.models.size() && i < b->model_cards.size(); ++i) {
+      if (std::find(seen.begin(), seen.end(), known.models[i]) != seen.end()) continue;
       if (!seen.empty()) out += ',';
-      seen.push_back(b->models[i]);
+      seen.push_back(known.models[i]);
       out += b->model_cards[i];
     }
   }
@@ -50,20 +51,20 @@ std::string Gateway::RenderMetrics() {
         "# HELP bmas_gateway_backend_{0} {1}\n# TYPE bmas_gateway_backend_{0} gauge\n", name, help);
     for (const auto& b : backends_) {
       text += fmt::format("bmas_gateway_backend_{}{{backend=\"{}\"}} {}\n", name,
-                          EscapeLabelValue(b->state.id), value(*b));
+                          EscapeLabelValue(b->id), value(*b, *admission_.backend(b->id)));
     }
   };
   per_backend("in_flight", "Requests in flight per backend.",
-              [](const Backend& b) { return b.state.in_flight; });
+              [](const Backend&, const AdmissionBackend& a) { return a.state.in_flight; });
   per_backend("healthy", "1 when the backend passes its health checks.",
-              [](const Backend& b) { return b.state.healthy ? 1 : 0; });
+              [](const Backend&, const AdmissionBackend& a) { return a.state.healthy ? 1 : 0; });
   per_backend("added",
               "1 when the backend came from the store (`bmas gateway backend add`), 0 when the "
               "gateway started with it.",
-              [](const Backend& b) { return b.from_store ? 1 : 0; });
+              [](const Backend& b, const AdmissionBackend&) { return b.from_store ? 1 : 0; });
   per_backend("draining",
               "1 when the backend was removed from the store and its requests in flight finish.",
-              [](const Backend& b) { return b.state.draining ? 1 : 0; });
+              [](const Backend&, const AdmissionBackend& a) { return a.state.draining ? 1 : 0; });
   return text;
 }
 
@@ -93,14 +94,15 @@ std::string Gateway::LoadJson() {
   return JsonObject([&](JsonWriter& w) {
     w.Key("queued");
     w.StartObject();
-    for (const auto& [model, q] : queues_) {
+    for (const auto& [model, queued] : admission_.QueuedByModel()) {
       w.Key(model.c_str());
-      w.Uint64(q->queue.size());
+      w.Uint64(queued);
     }
     w.EndObject();
     w.Key("backends");
     w.StartArray();
-    for (const auto& b : backends_) {
+    for (const auto& known : admission_.backends()) {
+      const AdmissionBackend* b = known.get();
       w.StartObject();
       w.Key("url");
       w.String(b->state.id.c_str());

@@ -1,0 +1,161 @@
+#pragma once
+
+// The gateway's admission: which waiting request goes to which backend, and when.
+//
+// Per model, a FairQueue of waiting tickets and when each user last sent a request (the
+// reserve window); per backend, what admission counts (requests in flight, per user, the
+// outstanding prompt tokens) next to what its health checks reported (healthy, draining,
+// capacity, the engine's load and KV cache, the models it serves); and one Router.
+//
+// A request is admitted to a backend that serves its model, is healthy, is not draining and
+// has fewer than `capacity` requests in flight. While another user waits or sent a request
+// for the model within `reserve_window_s`, no user holds more than
+//   max(1, capacity - floor(capacity * reserve_fraction))
+// of a backend, so that users who come and go are never stuck behind a wave of one user's
+// long requests. Among eligible users the FairQueue picks who goes next; among the backends
+// that user may use, the Router picks where.
+//
+// Pure and single-threaded: time comes in as `now` (seconds, any epoch, non-decreasing), and
+// every decision comes back as a value; no clock, no I/O. The gateway uses one instance under
+// its lock and carries the decisions out; a simulator can drive it in virtual time.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gateway/fair_queue.h"
+#include "gateway/router.h"
+
+namespace bmas::gateway {
+
+struct AdmissionOptions {
+  bool fair = true;                // VTC; false = FCFS
+  double reserve_fraction = 0.25;  // of a backend's capacity, kept for other users
+  int default_capacity = 64;       // capacity of a backend that reports none
+  double reserve_window_s = 30;    // how long after a user's last request the reserve is kept
+};
+
+// What admission needs to know of one request.
+struct AdmissionRequest {
+  std::string model;
+  std::string user;
+  double weight = 1;
+  int64_t prompt_estimate = 0;  // tokens: charged to the user and the backend on admission
+  std::optional<uint64_t> prefix_key;  // PrefixKey() of the prompt
+  std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes() of the prompt
+  size_t unhashed_blocks = 0;
+};
+
+// A decision: `ticket` goes to the backend `backend` (its id).
+struct Admit {
+  Ticket ticket;
+  std::string backend;
+  bool operator==(const Admit&) const = default;
+};
+
+// One backend as admission sees it.
+struct AdmissionBackend {
+  BackendState state;  // state.healthy starts false: nothing is sent before a check passes
+  std::vector<std::string> models;
+  std::unordered_map<std::string, int> user_in_flight;
+
+  bool Serves(const std::string& model) const;
+  bool Open() const { return state.healthy && !state.draining; }
+};
+
+class Admission {
+ public:
+  Admission(AdmissionOptions options, RoutingPolicy routing);
+
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+  // ---- Backends, by id. Order of addition is kept (it is the router's order).
+
+  // Adds a backend that is not healthy and serves nothing yet; nothing if it is known.
+  void AddBackend(const std::string& id);
+  // Forgets a backend at once, whatever it has in flight.
+  void RemoveBackend(const std::string& id);
+  // Stops (or resumes) sending new requests to a backend; a draining backend is removed once
+  // nothing is in flight on it (see Release). False if the backend is unknown.
+  bool SetDraining(const std::string& id, bool draining);
+  // Whether a backend takes requests (its health check passed, and no request to it failed
+  // since). Returns whether this changed.
+  bool SetHealthy(const std::string& id, bool healthy);
+  // Forgets the router's model of a backend's prefix cache (the engine restarted or died).
+  void ForgetCache(const std::string& id) { router_.Forget(id); }
+  // The models a backend serves, and its capacity (max_num_seqs; 0 = keep the last known).
+  void SetModels(const std::string& id, std::vector<std::string> models, int capacity);
+  // The engine's own view of its load and KV cache (its /metrics).
+  void SetEngineLoad(const std::string& id, int waiting, int running, double kv_usage,
+                     int64_t num_gpu_blocks, int64_t block_size);
+
+  // The backend, or null. Valid until the next call that adds or removes a backend.
+  const AdmissionBackend* backend(const std::string& id) const;
+  const std::vector<std::unique_ptr<AdmissionBackend>>& backends() const { return backends_; }
+  // Whether a backend that serves `model` could take a request now or when one finishes.
+  bool AnyOpen(const std::string& model) const;
+  // A backend's admission limit.
+  int Capacity(const AdmissionBackend& b) const;
+
+  // ---- Requests.
+
+  // Queues a request and returns its ticket; the user counts as active for the reserve from
+  // `now`. Call Dispatch next: the request may be admitted at once.
+  Ticket Enqueue(AdmissionRequest request, double now);
+  // Admits waiting requests of `model` while a backend can take one, in the queue's order.
+  // Each admission counts the request on its backend and charges its prompt estimate.
+  std::vector<Admit> Dispatch(const std::string& model, double now);
+  // Dispatch for every model (after a backend came up).
+  std::vector<Admit> DispatchAll(double now);
+  // Takes a waiting ticket out (deadline passed, client gone). False if it is not waiting.
+  bool Remove(Ticket ticket);
+  // A request of `user` for `model` admitted to `backend` has ended: frees its place and
+  // admits what can go now. A draining backend with nothing left in flight is removed.
+  std::vector<Admit> Release(const std::string& backend, const std::string& user,
+                             const std::string& model, double now);
+  // Charges `user`'s fair-queue counter for `model` (tokens served beyond the estimate).
+  void Charge(const std::string& model, const std::string& user, double weight, int64_t tokens);
+
+  // Waiting requests of one model, and in all.
+  size_t queued(const std::string& model) const;
+  size_t queued() const;
+  // Every model a request was ever queued for, with its waiting requests (by model name).
+  std::vector<std::pair<std::string, size_t>> QueuedByModel() const;
+
+  const Router& router() const { return router_; }
+
+ private:
+  struct ModelQueue {
+    explicit ModelQueue(bool fair) : queue(fair) {}
+    FairQueue queue;
+    std::unordered_map<Ticket, AdmissionRequest> waiting;
+    // When each user last sent a request for this model.
+    std::unordered_map<std::string, double> last_request;
+  };
+
+  AdmissionBackend* Find(const std::string& id);
+  // Whether someone other than `user` waits for the model or sent a request within the
+  // window (after idle users were forgotten).
+  static bool OthersActive(const ModelQueue& mq, const std::string& user);
+  bool MayUse(const AdmissionBackend& b, const std::string& user, bool others_active) const;
+  void DispatchInto(const std::string& model, ModelQueue& mq, double now,
+                    std::vector<Admit>& admitted);
+
+  const AdmissionOptions options_;
+  Router router_;
+  std::vector<std::unique_ptr<AdmissionBackend>> backends_;
+  std::map<std::string, ModelQueue> queues_;  // never removed
+  std::unordered_map<Ticket, std::string> ticket_model_;  // waiting tickets
+  Ticket next_ticket_ = 1;
+  // Dispatch's scratch, kept between calls for its memory.
+  std::vector<AdmissionBackend*> open_, candidates_;
+  std::vector<BackendState> states_;
+};
+
+}  // namespace bmas::gateway

@@ -1,0 +1,205 @@
+#include "gateway/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace bmas::gateway {
+namespace {
+
+constexpr char kModel[] = "m";
+
+// An Admission in virtual time with round-robin routing, so that picks are predictable.
+class AdmissionTest : public ::testing::Test {
+ protected:
+  explicit AdmissionTest(AdmissionOptions options = {})
+      : admission_(options, RoutingPolicy::kRoundRobin) {}
+
+  // A healthy backend serving kModel with `capacity`.
+  void AddBackend(const std::string& id, int capacity) {
+    admission_.AddBackend(id);
+    admission_.SetModels(id, {kModel}, capacity);
+    admission_.SetHealthy(id, true);
+  }
+  Ticket Enqueue(const std::string& user, double weight = 1, int64_t prompt = 10) {
+    AdmissionRequest r;
+    r.model = kModel;
+    r.user = user;
+    r.weight = weight;
+    r.prompt_estimate = prompt;
+    return admission_.Enqueue(std::move(r), now_);
+  }
+  // Enqueues a request and dispatches; the admissions that came of it.
+  std::vector<Admit> Send(const std::string& user) {
+    const Ticket t = Enqueue(user);
+    user_of_[t] = user;
+    return admission_.Dispatch(kModel, now_);
+  }
+  int InFlight(const std::string& id) { return admission_.backend(id)->state.in_flight; }
+  int UserInFlight(const std::string& id, const std::string& user) {
+    const auto& u = admission_.backend(id)->user_in_flight;
+    auto it = u.find(user);
+    return it == u.end() ? 0 : it->second;
+  }
+
+  Admission admission_;
+  double now_ = 1000;
+  std::map<Ticket, std::string> user_of_;
+};
+
+TEST_F(AdmissionTest, NothingIsAdmittedBeforeTheBackendsFirstCheckPasses) {
+  admission_.AddBackend("a");
+  admission_.SetModels("a", {kModel}, 4);
+  const Ticket t = Enqueue("alice");
+  EXPECT_TRUE(admission_.Dispatch(kModel, now_).empty());
+  EXPECT_EQ(admission_.queued(kModel), 1u);
+  EXPECT_FALSE(admission_.AnyOpen(kModel));
+
+  EXPECT_TRUE(admission_.SetHealthy("a", true));
+  EXPECT_FALSE(admission_.SetHealthy("a", true)) << "no change";
+  EXPECT_EQ(admission_.DispatchAll(now_), (std::vector<Admit>{{t, "a"}}));
+  EXPECT_EQ(InFlight("a"), 1);
+  EXPECT_EQ(admission_.queued(kModel), 0u);
+}
+
+TEST_F(AdmissionTest, CapacityIsRespectedAndAReleaseAdmitsTheNext) {
+  AddBackend("a", 2);
+  EXPECT_EQ(Send("alice").size(), 1u);
+  EXPECT_EQ(Send("alice").size(), 1u);
+  const Ticket third = Enqueue("alice");
+  EXPECT_TRUE(admission_.Dispatch(kModel, now_).empty()) << "a is full";
+  EXPECT_EQ(InFlight("a"), 2);
+  EXPECT_EQ(admission_.Release("a", "alice", kModel, now_), (std::vector<Admit>{{third, "a"}}));
+  EXPECT_EQ(InFlight("a"), 2);
+}
+
+TEST_F(AdmissionTest, TheReserveIsKeptForOtherUsersWhileTheyAreActive) {
+  AddBackend("a", 4);  // limit per user while others are active: 4 - floor(4 * 0.25) = 3
+  EXPECT_EQ(Send("bob").size(), 1u);
+  admission_.Release("a", "bob", kModel, now_);  // bob is active for the window
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Send("alice").size(), 1u) << i;
+  EXPECT_TRUE(Send("alice").empty()) << "the fourth place is bob's reserve";
+  EXPECT_EQ(UserInFlight("a", "alice"), 3);
+  EXPECT_EQ(Send("bob").size(), 1u) << "bob gets the reserve at once";
+  EXPECT_EQ(InFlight("a"), 4);
+}
+
+TEST_F(AdmissionTest, TheReserveIsFreedOnceOthersHaveBeenIdleForTheWindow) {
+  AddBackend("a", 4);
+  EXPECT_EQ(Send("bob").size(), 1u);
+  admission_.Release("a", "bob", kModel, now_);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Send("alice").size(), 1u);
+  EXPECT_TRUE(Send("alice").empty());
+  now_ += 31;  // bob's last request is older than the window
+  EXPECT_EQ(admission_.Dispatch(kModel, now_).size(), 1u) << "alice may take the whole backend";
+  EXPECT_EQ(UserInFlight("a", "alice"), 4);
+}
+
+TEST_F(AdmissionTest, WaitingUsersAreServedFairlyNotInArrivalOrder) {
+  AddBackend("a", 1);
+  EXPECT_EQ(Send("alice").size(), 1u);  // a is now full
+  std::vector<Ticket> alice, bob;
+  for (int i = 0; i < 3; ++i) alice.push_back(Enqueue("alice"));
+  for (int i = 0; i < 3; ++i) bob.push_back(Enqueue("bob"));
+  // Each admission charges the prompt estimate, and bob's counter starts level with alice's:
+  // they alternate (ties go to the older ticket), not in the order they arrived.
+  std::vector<Ticket> order;
+  std::string last = "alice";
+  for (int i = 0; i < 6; ++i) {
+    std::vector<Admit> next = admission_.Release("a", last, kModel, now_);
+    ASSERT_EQ(next.size(), 1u) << i;
+    order.push_back(next[0].ticket);
+    last = std::find(alice.begin(), alice.end(), next[0].ticket) != alice.end() ? "alice" : "bob";
+  }
+  EXPECT_EQ(order, (std::vector<Ticket>{alice[0], bob[0], alice[1], bob[1], alice[2], bob[2]}));
+}
+
+TEST_F(AdmissionTest, ADrainingBackendTakesNothingNewAndGoesWhenItsLastRequestEnds) {
+  AddBackend("a", 4);
+  AddBackend("b", 4);
+  ASSERT_TRUE(admission_.SetDraining("a", true));
+  std::vector<Admit> got;
+  for (int i = 0; i < 3; ++i) {
+    for (const Admit& a : Send("alice")) got.push_back(a);
+  }
+  ASSERT_EQ(got.size(), 3u);
+  for (const Admit& a : got) EXPECT_EQ(a.backend, "b");
+
+  // A backend drained with a request in flight is removed when that request ends.
+  ASSERT_TRUE(admission_.SetDraining("a", false));
+  ASSERT_TRUE(admission_.SetDraining("b", true));
+  const std::vector<Admit> on_a = Send("carol");
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_a[0].backend, "a");
+  admission_.SetDraining("a", true);
+  EXPECT_NE(admission_.backend("a"), nullptr);
+  admission_.Release("a", "carol", kModel, now_);
+  EXPECT_EQ(admission_.backend("a"), nullptr);
+  EXPECT_NE(admission_.backend("b"), nullptr) << "b still has requests in flight";
+}
+
+TEST_F(AdmissionTest, ABackendDownTakesNothingAndWaitersGoWhenOneComesUp) {
+  AddBackend("a", 1);
+  ASSERT_EQ(Send("alice").size(), 1u);
+  EXPECT_TRUE(admission_.SetHealthy("a", false));
+  const Ticket waiting = Enqueue("bob");
+  EXPECT_TRUE(admission_.Release("a", "alice", kModel, now_).empty()) << "a is down";
+  EXPECT_EQ(InFlight("a"), 0);
+  AddBackend("b", 1);  // its first check passed
+  EXPECT_EQ(admission_.DispatchAll(now_), (std::vector<Admit>{{waiting, "b"}}));
+}
+
+TEST_F(AdmissionTest, ARemovedTicketIsNeverAdmitted) {
+  AddBackend("a", 1);
+  ASSERT_EQ(Send("alice").size(), 1u);
+  const Ticket gone = Enqueue("bob");
+  const Ticket stays = Enqueue("carol");
+  EXPECT_TRUE(admission_.Remove(gone));
+  EXPECT_FALSE(admission_.Remove(gone));
+  EXPECT_EQ(admission_.Release("a", "alice", kModel, now_), (std::vector<Admit>{{stays, "a"}}));
+  EXPECT_EQ(admission_.queued(), 0u);
+}
+
+TEST_F(AdmissionTest, OutstandingTokensAreCountedUntilTheBackendIsIdle) {
+  AddBackend("a", 4);
+  Enqueue("alice", 1, 100);
+  Enqueue("bob", 1, 50);
+  ASSERT_EQ(admission_.Dispatch(kModel, now_).size(), 2u);
+  EXPECT_EQ(admission_.backend("a")->state.outstanding_tokens, 150);
+  admission_.Release("a", "alice", kModel, now_);
+  EXPECT_EQ(admission_.backend("a")->state.outstanding_tokens, 150);
+  admission_.Release("a", "bob", kModel, now_);
+  EXPECT_EQ(admission_.backend("a")->state.outstanding_tokens, 0);
+}
+
+TEST_F(AdmissionTest, ChargingTokensMovesAUserBack) {
+  AddBackend("a", 1);
+  ASSERT_EQ(Send("carol").size(), 1u);
+  const Ticket alice = Enqueue("alice");
+  const Ticket bob = Enqueue("bob");
+  admission_.Charge(kModel, "alice", 1, 1000);  // alice's earlier answer was long
+  EXPECT_EQ(admission_.Release("a", "carol", kModel, now_), (std::vector<Admit>{{bob, "a"}}));
+  EXPECT_EQ(admission_.Release("a", "bob", kModel, now_), (std::vector<Admit>{{alice, "a"}}));
+  EXPECT_EQ(admission_.QueuedByModel(),
+            (std::vector<std::pair<std::string, size_t>>{{kModel, 0}}));
+}
+
+class FcfsAdmissionTest : public AdmissionTest {
+ protected:
+  FcfsAdmissionTest() : AdmissionTest(AdmissionOptions{.fair = false}) {}
+};
+
+TEST_F(FcfsAdmissionTest, WaitingRequestsGoInArrivalOrder) {
+  AddBackend("a", 1);
+  ASSERT_EQ(Send("alice").size(), 1u);
+  const Ticket first = Enqueue("alice");
+  const Ticket second = Enqueue("bob");
+  EXPECT_EQ(admission_.Release("a", "alice", kModel, now_), (std::vector<Admit>{{first, "a"}}));
+  EXPECT_EQ(admission_.Release("a", "alice", kModel, now_), (std::vector<Admit>{{second, "a"}}));
+}
+
+}  // namespace
+}  // namespace bmas::gateway
