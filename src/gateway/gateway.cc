@@ -434,10 +434,20 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   Outcome outcome = co_await Attempt(r, writer, /*may_retry=*/true);
   if (outcome == Outcome::kRetry) outcome = co_await Attempt(r, writer, /*may_retry=*/false);
   while (outcome == Outcome::kResume) {
-    Result<std::string> body = r.resume->resumptions() < kMaxResumptions
-                                   ? r.resume->NextBody()
-                                   : Result<std::string>(InvalidArgument(fmt::format(
-                                         "resumed {} times already", kMaxResumptions)));
+    // Another backend must be up, or coming (a deployment's replicas): a lone backend that died
+    // ends its streams at once.
+    bool other;
+    {
+      std::lock_guard lock(mu_);
+      other = admission_.AnyOpen(r.model) || deployed_.contains(r.model);
+    }
+    Result<std::string> body =
+        !other ? Result<std::string>(InvalidArgument(
+                     fmt::format("no other backend serves model `{}`", r.model)))
+        : r.resume->resumptions() < kMaxResumptions
+            ? r.resume->NextBody()
+            : Result<std::string>(
+                  InvalidArgument(fmt::format("resumed {} times already", kMaxResumptions)));
     if (!body) {
       co_await EndStreamWithError(writer, fmt::format("the backend's stream ended early ({}); it "
                                                       "cannot be resumed: {}",
@@ -831,11 +841,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     const bool cut = !done && !client_gone && !cutting_ && writer.ok() && !events.overflowed();
     if (usage_seen && !resuming) {
       LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
-    } else if (usage_seen) {  // the replica's prompt held the text resumed from
-      prompt_tokens = std::max<int64_t>(0, prompt_tokens - r.resume->tokens_before());
-    } else if (cut) {  // the prompt is metered by the attempt that finishes
+    } else if (usage_seen) {  // the first attempt metered the prompt (estimated)
       prompt_tokens = 0;
-      completion_tokens = content_events;
     } else {  // cut short: meter what was streamed
       prompt_tokens = resuming ? 0 : r.prompt_estimate;
       completion_tokens = content_events;

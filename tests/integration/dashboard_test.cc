@@ -39,7 +39,7 @@ class DashboardTest : public ::testing::Test {
     }
     fs::permissions(dir_.path(), fs::perms::all | fs::perms::sticky_bit);
     state_ = dir_.path() + "/state";
-    const std::string config = dir_.WriteFile("bmas.toml", "[up]\nlxd = false\nengines = 1\n");
+    const std::string config = dir_.WriteFile("bmas.toml", "[up]\nlxd = false\nengines = 1\ninference = \"processes\"\n");
     auto up = Process::Start({"--config", config, "--state-dir", state_, "up"});
     ASSERT_TRUE(up) << up.error().message;
     up_ = std::move(*up);

@@ -1085,7 +1085,7 @@ TEST_F(ResumeTest, AStreamWithNoOtherBackendEndsWithAnErrorEventThatSaysWhy) {
   ASSERT_FALSE(got.events.empty());
   EXPECT_NE(got.events.back(), "[DONE]");
   EXPECT_TRUE(IsErrorEvent(got.events.back())) << got.events.back();
-  EXPECT_THAT(got.events.back(), HasSubstr("went away"));
+  EXPECT_THAT(got.events.back(), HasSubstr("no other backend serves"));
 }
 
 TEST_F(GatewayTest, BackendsAddedAndRemovedWhileRunning) {

@@ -393,7 +393,8 @@ TEST(UpTest, SlurmAndLxdDownRefuseWhatARunningUpOwnsAndTheNextUpAdoptsThem) {
   ASSERT_EQ(chmod(root.c_str(), 0755), 0);
   const std::string state = root + "/state";
   const std::string config = root + "/bmas.toml";
-  std::ofstream(config) << kInstantConfig
+  // Plain engine processes: the inference deployment's path has tests of its own.
+  std::ofstream(config) << kInstantConfig << "[up]\ninference = \"processes\"\n"
                         << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", root);
   auto bmas = [&](const std::vector<std::string>& args, std::chrono::seconds timeout = 60s) {
     std::vector<std::string> argv = {"--config", config, "--state-dir", state};
