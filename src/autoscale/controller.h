@@ -37,6 +37,9 @@ struct ControllerSettings {
   Duration drain_timeout{120};
   Duration replace_margin{300};
   int max_in_flight_per_replica = 64;  // the gateway's admission limit when it reports none
+  // The policy's scale-down pace (AutoscaleSettings).
+  Duration scale_down_idle{300};
+  Duration scale_down_step{60};
 };
 
 // What the gateway reports of one backend (its /load).

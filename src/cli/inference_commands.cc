@@ -79,6 +79,10 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->default_str("18100");
   controller->add_option("--listen-host", listen_host_, "The address replicas bind ({host})")
       ->default_str(listen_host_);
+  controller->add_option("--scale-down-idle", scale_down_idle_s_,
+                         "Seconds of low load before a replica goes (then one a minute at most)")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->default_str("300");
   controller->add_flag("--cancel-on-exit", cancel_on_exit_,
                        "Cancel every replica job on SIGTERM/SIGINT (as `bmas up` stops)");
   controller->callback([this, &global] { global.exit_code = Controller(global); });
@@ -96,6 +100,7 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   o.settings.port_base = port_base_;
   o.listen_host = listen_host_;
   o.cancel_on_exit = cancel_on_exit_;
+  o.settings.scale_down_idle = Duration(scale_down_idle_s_);
   o.bmas = std::filesystem::read_symlink("/proc/self/exe").string();
   o.replica_dir = (std::filesystem::path(state_dir) / "replicas").string();
   std::error_code ec;

@@ -34,6 +34,7 @@ class InferenceCommands {
   int port_base_ = 18100;
   std::string listen_host_ = "0.0.0.0";
   bool cancel_on_exit_ = false;
+  double scale_down_idle_s_ = 300;
 };
 
 // The JSON array `bmas inference list --json` prints.

@@ -124,6 +124,8 @@ Config LoadConfig(const std::string& path) {
         static_cast<int>(t->Int("slurm_monitor_port", 0, 0, 65535));
     config.up.dashboard = t->Bool("dashboard", config.up.dashboard);
     config.up.inference = t->String("inference", config.up.inference, {"slurm", "processes"});
+    config.up.replica_scale_down_idle_s =
+        t->Double("replica_scale_down_idle_s", config.up.replica_scale_down_idle_s, 1, 86400);
     config.up.replica_port_base =
         static_cast<int>(t->Int("replica_port_base", config.up.replica_port_base, 1024, 64535));
     t->RejectUnknownKeys();

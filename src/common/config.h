@@ -71,6 +71,7 @@ struct UpSettings {
   // "processes" (plain engine processes, a fixed set).
   std::string inference = "slurm";
   int replica_port_base = 18100;  // replicas listen on the lowest free port from here
+  double replica_scale_down_idle_s = 300;  // low load this long before a replica goes
 };
 
 // The web dashboard (`bmas dashboard`).

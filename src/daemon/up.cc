@@ -345,7 +345,8 @@ int RunUp(const UpOptions& options) {
     k.args = service_args();
     k.args.insert(k.args.end(), {"inference", "controller", "--gateway", gw, "--port-base",
                                  std::to_string(config.up.replica_port_base), "--listen-host",
-                                 "127.0.0.1", "--cancel-on-exit"});
+                                 "127.0.0.1", "--cancel-on-exit", "--scale-down-idle",
+                                 fmt::format("{}", config.up.replica_scale_down_idle_s)});
     k.env = {"VLLM_API_KEY=" + backend_key};
     // The replica jobs' working directory and logs, the service account's.
     const fs::path replicas = fs::path(dir) / "replicas";
