@@ -176,5 +176,160 @@ TEST_F(InferenceTest, AMinZeroDeploymentStartsAReplicaForItsFirstRequestAndAnswe
   EXPECT_TRUE(Eventually([&] { return Count("acme/cold", "ready") == 1; }, 10s));
 }
 
+
+// What one client saw of its streams.
+struct ClientLog {
+  int streams = 0;           // ended with [DONE]
+  int failures = 0;          // did not
+  std::string last_failure;
+  int wrong_tokens = 0;      // [DONE] without every token asked for, or usage disagreeing
+};
+
+// Streams completions of `model` (max_tokens `tokens`) until `stop`, checking each.
+void StreamUntil(uint16_t port, const std::string& key, const std::string& model, int tokens,
+                 const std::atomic<bool>& stop, ClientLog& log) {
+  int i = 0;
+  while (!stop) {
+    const std::string body = fmt::format(
+        R"({{"model":"{}","prompt":"story {} of the cluster","max_tokens":{},"stream":true,)"
+        R"("stream_options":{{"include_usage":true}}}})",
+        model, i++, tokens);
+    auto s = SseStream::Open(port, "/v1/completions", body, std::chrono::seconds(60),
+                             {{"Authorization", "Bearer " + key}});
+    if (!s || (*s)->status() != 200) {
+      ++log.failures;
+      log.last_failure = s ? fmt::format("HTTP {}", (*s)->status()) : s.error().message;
+      continue;
+    }
+    auto events = (*s)->ReadAll();
+    if (!events || events->empty() || events->back() != "[DONE]") {
+      ++log.failures;
+      log.last_failure = !events ? events.error().message
+                         : events->empty() ? "no events" : events->back();
+      continue;
+    }
+    int got = 0;
+    int64_t usage = -1;
+    for (const std::string& e : *events) {
+      rapidjson::Document d;
+      d.Parse(e.c_str());
+      if (d.HasParseError() || !d.IsObject()) continue;
+      if (d.HasMember("usage") && d["usage"].IsObject()) usage = d["usage"]["completion_tokens"].GetInt64();
+      if (d.HasMember("choices") && d["choices"].IsArray() && !d["choices"].Empty() &&
+          d["choices"][0]["text"].GetStringLength() > 0) {
+        ++got;
+      }
+    }
+    ++log.streams;
+    if (got != tokens || usage != got) {
+      ++log.wrong_tokens;
+      log.last_failure = fmt::format("{} tokens, usage {}", got, usage);
+    }
+  }
+}
+
+TEST_F(InferenceTest, ReplicasFollowLoadYieldToTrainingWithoutLosingAStreamAndComeBack) {
+  const std::string model = "acme/elastic";
+  // One request at a time per replica (--max-num-seqs 1), so that four clients are a load.
+  Bmas({"inference", "deploy", model, "--min", "1", "--max", "3", "--profile",
+        "llama-3.1-8b-h100", "--command",
+        "{bmas} engine --host {host} --port {port} --model {model} --profile {profile} "
+        "--max-num-seqs 1 --shutdown-timeout 0"});
+  ASSERT_TRUE(Eventually([&] { return Count(model, "ready") == 1; }, 60s))
+      << Bmas({"inference", "list"}).out;
+
+  std::atomic<bool> stop = false;
+  std::vector<ClientLog> logs(4);
+  std::vector<std::thread> clients;
+  for (ClientLog& log : logs) {
+    clients.emplace_back([&, p = gateway_port_, k = key_] { StreamUntil(p, k, model, 200, stop, log); });
+  }
+  struct Join {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Join() {
+      stop = true;
+      for (auto& t : threads) t.join();
+    }
+  } join{stop, clients};
+
+  // Scale-up under load: up to the ceiling.
+  ASSERT_TRUE(Eventually([&] { return Count(model, "ready") == 3; }, 120s))
+      << Bmas({"inference", "list"}).out;
+  const std::vector<Replica> replicas = Replicas()[model];
+  const std::vector<Replica> others = Replicas()[std::string(kDefaultModel)];
+  std::map<std::string, int> floor_gpus;  // per node
+  std::set<std::string> burst_nodes;
+  std::vector<int64_t> floors, bursts;
+  for (const auto* list : {&replicas, &others}) {
+    for (const Replica& r : *list) {
+      if (r.floor) {
+        ++floor_gpus[r.node];
+        floors.push_back(r.job_id);
+      } else {
+        burst_nodes.insert(r.node);
+        bursts.push_back(r.job_id);
+      }
+    }
+  }
+  ASSERT_EQ(bursts.size(), 2u);
+
+  // A student's training job wants every GPU of the nodes the burst replicas hold, but the
+  // floor's: Slurm must preempt the bursts, and may not touch the floor.
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  const std::vector<std::string> env = {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"};
+  std::vector<std::string> training;
+  for (const std::string& node : burst_nodes) {
+    auto r = RunCommand({"runuser", "-u", student, "--", "sbatch", "--parsable", "-p", "training",
+                         "-N1", "-w", node, fmt::format("--gpus-per-node={}", 4 - floor_gpus[node]),
+                         "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 8"},
+                        env, std::chrono::seconds(30));
+    ASSERT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
+    training.push_back(r->out.substr(0, r->out.find('\n')));
+  }
+  for (const std::string& id : training) {
+    EXPECT_TRUE(Eventually([&] { return ShowJob(std::stoll(id)).find("JobState=RUNNING") != std::string::npos; }, 60s))
+        << ShowJob(std::stoll(id));
+  }
+  // The bursts were requeued; they come back once training ends.
+  for (int64_t id : bursts) {
+    EXPECT_TRUE(Eventually([&] { return ShowJob(id).find("Restarts=1") != std::string::npos; }, 30s))
+        << ShowJob(id);
+  }
+  EXPECT_TRUE(Eventually([&] { return Count(model, "ready") == 3; }, 120s))
+      << Bmas({"inference", "list"}).out;
+  for (int64_t id : floors) {
+    EXPECT_THAT(ShowJob(id), HasSubstr("Restarts=0"));
+    EXPECT_THAT(ShowJob(id), HasSubstr("JobState=RUNNING"));
+  }
+
+  // Then the load ends, and the deployment goes back down to its floor.
+  stop = true;
+  for (auto& t : clients) t.join();
+  clients.clear();
+  EXPECT_TRUE(Eventually([&] { return Count(model, "ready") == 1 && Replicas()[model].size() == 1; }, 120s))
+      << Bmas({"inference", "list"}).out;
+  EXPECT_TRUE(Replicas()[model][0].floor);
+
+  int streams = 0;
+  for (const ClientLog& log : logs) {
+    streams += log.streams;
+    EXPECT_EQ(log.failures, 0) << log.last_failure;
+    EXPECT_EQ(log.wrong_tokens, 0) << log.last_failure;
+  }
+  EXPECT_GT(streams, 20);
+  const std::string metrics_url = [&] {
+    std::smatch m;
+    std::regex_search(up_->stdout_text(), m, std::regex(R"(operator metrics: http://127\.0\.0\.1:([0-9]+))"));
+    return m.empty() ? std::string() : m[1].str();
+  }();
+  ASSERT_FALSE(metrics_url.empty());
+  HttpClient metrics(static_cast<uint16_t>(std::stoi(metrics_url)));
+  auto text = metrics.Get("/metrics");
+  ASSERT_TRUE(text);
+  EXPECT_GE(MetricValue(text->body, "bmas_gateway_resumed_streams_total").value_or(0), 1)
+      << "no stream was cut by the preemption: the test proves nothing";
+}
+
 }  // namespace
 }  // namespace bmas::testing
