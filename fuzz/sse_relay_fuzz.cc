@@ -1,6 +1,7 @@
 // libFuzzer target: the gateway's SSE relay parser (src/gateway/sse.h): splitting a backend's
-// bytes into events at arbitrary read boundaries, and classifying each event. Links
-// bmas_gateway_parse.
+// bytes into events at arbitrary read boundaries, and classifying each event; and stream
+// resumption (src/gateway/resume.h) learning from those events and rewriting them as a second
+// backend's. Links bmas_gateway_parse.
 
 #include <simdjson.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "gateway/resume.h"
 #include "gateway/sse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -19,15 +21,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t step = 1 + data[0] % 64;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   bmas::gateway::SseSplitter splitter;
-  std::string joined;
+  const bool chat = (data[0] & 0x80) != 0;
+  bmas::gateway::StreamResume resume(
+      chat ? R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100000})"
+           : R"({"model":"m","prompt":"p","max_tokens":100000})",
+      chat);
+  std::string joined, text;
   for (size_t at = 0; at < bytes.size(); at += step) {
     splitter.Append(bytes.substr(at, step));
     for (std::string_view e = splitter.Next(); !e.empty(); e = splitter.Next()) {
       if (e.size() < 2 || e.substr(e.size() - 2) != "\n\n") std::abort();
-      (void)bmas::gateway::ClassifySseEvent(parser, e);
+      text.clear();
+      if (bmas::gateway::ClassifySseEvent(parser, e, &text) == bmas::gateway::SseEventKind::kContent) {
+        resume.LearnIdentity(e);
+        resume.OnToken(text);
+        // Cut after three tokens: what follows is rewritten as the next backend's.
+        if (resume.tokens() == 3) (void)resume.NextBody();
+      }
+      if (resume.resumptions() > 0) (void)resume.Rewrite(e);
       joined.append(e);
     }
   }
+  // The body for the next backend is a JSON object, or an error.
+  if (auto body = resume.NextBody(); body && (body->empty() || body->front() != '{')) std::abort();
   // Without overflow, the events and the rest are exactly the bytes given.
   if (!splitter.overflowed() && joined + std::string(splitter.Rest()) != bytes) std::abort();
   return 0;
