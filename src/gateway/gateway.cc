@@ -1,4 +1,6 @@
 #include "gateway/gateway.h"
+
+#include "gateway/backend_source.h"
 #include "gateway/gateway_internal.h"
 
 #include "gateway/request.h"
@@ -1100,15 +1102,9 @@ awaitable<void> Gateway::RefreshLoop() {
         return s;
       }
       for (User& u : *users) s.users[u.name] = u.limits;
-      s.backends = std::move(*backends);
-      // The controller's replicas: starting and ready ones are backends (routed to once their
-      // health check passes); a draining one is left out, so it drains here too.
-      for (const ReplicaRecord& r : *replicas) {
-        if (!r.url.empty() && (r.state == "starting" || r.state == "ready")) {
-          s.backends.push_back(r.url);
-        }
-      }
-      for (const Deployment& d : *deployments) s.deployed.insert(d.model);
+      BackendSet set = MergeBackendSources(*backends, *deployments, *replicas);
+      s.backends = std::move(set.urls);
+      s.deployed = std::move(set.deployed);
       return s;
     };
     Snapshot snapshot = co_await store_.Run(std::move(read));
