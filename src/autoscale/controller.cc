@@ -159,6 +159,9 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     }
     auto q = input.queued.find(d.model);
     snap.queued = q != input.queued.end() ? q->second : 0;
+    if (auto w = input.oldest_wait_s.find(d.model); w != input.oldest_wait_s.end()) {
+      snap.oldest_queued_wait = Duration(w->second);
+    }
     snap.ttft_p95_ms = input.ttft_p95_ms;
     AutoscaleDecision decision = DecideReplicas(a, snap, now, memory.models[d.model]);
     if (!input.gateway_reachable) {

@@ -57,6 +57,7 @@ struct ControllerInput {
   bool gateway_reachable = false;
   std::map<std::string, BackendView> backends;   // by URL
   std::map<std::string, int> queued;             // per model
+  std::map<std::string, double> oldest_wait_s;   // per model: the oldest queued request's wait
   std::optional<double> ttft_p95_ms;             // the gateway's, over the last pass or so
 };
 

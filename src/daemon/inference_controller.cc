@@ -58,6 +58,7 @@ Result<void> InferenceController::RunOnce() {
       in.backends[b.url] = {b.healthy, b.draining, b.in_flight, b.capacity};
     }
     in.queued = load->queued;
+    in.oldest_wait_s = load->oldest_wait_s;
     dashboard::LatencyHistogram before{ttft_bounds_, ttft_counts_, 0, 0};
     for (uint64_t c : ttft_counts_) before.count += c;
     const double p95 = dashboard::QuantileBetween(before, load->ttft, 0.95);

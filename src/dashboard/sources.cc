@@ -4,6 +4,7 @@
 #include <rapidjson/document.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/json_read.h"
 
@@ -68,6 +69,13 @@ Result<GatewayLoad> ParseGatewayLoad(std::string_view body) {
     for (const auto& m : q->GetObject()) {
       load.queued[std::string(m.name.GetString(), m.name.GetStringLength())] =
           m.value.IsInt() ? Count(m.value.GetInt()) : 0;
+    }
+  }
+  if (const rapidjson::Value* o = JsonMember(*d, "oldest_wait_s"); o != nullptr && o->IsObject()) {
+    for (const auto& m : o->GetObject()) {
+      const double s = m.value.IsNumber() ? m.value.GetDouble() : 0;
+      load.oldest_wait_s[std::string(m.name.GetString(), m.name.GetStringLength())] =
+          std::isfinite(s) ? std::clamp(s, 0.0, 1e9) : 0.0;
     }
   }
   EachOf(*d, "backends", [&](const rapidjson::Value& b) {

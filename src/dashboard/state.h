@@ -57,6 +57,7 @@ struct GatewayLoad {
   bool reachable = false;
   std::string error;
   std::map<std::string, int> queued;  // per model; each in [0, 2^24] (sources.h)
+  std::map<std::string, double> oldest_wait_s;  // per model; seconds, >= 0
   std::vector<BackendLoad> backends;
   LatencyHistogram ttft;
   LatencyHistogram queue_wait;

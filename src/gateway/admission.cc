@@ -89,8 +89,17 @@ Ticket Admission::Enqueue(AdmissionRequest request, double now) {
   mq.queue.Push(ticket, request.user, request.weight);
   mq.last_request[request.user] = now;
   ticket_model_.emplace(ticket, request.model);
+  request.enqueued_at = now;
   mq.waiting.emplace(ticket, std::move(request));
   return ticket;
+}
+
+double Admission::OldestWait(const std::string& model, double now) const {
+  auto it = queues_.find(model);
+  if (it == queues_.end()) return 0;
+  double oldest = now;
+  for (const auto& [ticket, request] : it->second.waiting) oldest = std::min(oldest, request.enqueued_at);
+  return now - oldest;
 }
 
 bool Admission::Remove(Ticket ticket) {

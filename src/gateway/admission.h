@@ -49,6 +49,7 @@ struct AdmissionRequest {
   std::optional<uint64_t> prefix_key;  // PrefixKey() of the prompt
   std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes() of the prompt
   size_t unhashed_blocks = 0;
+  double enqueued_at = 0;  // set by Enqueue
 };
 
 // A decision: `ticket` goes to the backend `backend` (its id).
@@ -125,6 +126,8 @@ class Admission {
   // Waiting requests of one model, and in all.
   size_t queued(const std::string& model) const;
   size_t queued() const;
+  // How long the oldest waiting request of `model` has waited at `now` (0: none waits).
+  double OldestWait(const std::string& model, double now) const;
   // Every model a request was ever queued for, with its waiting requests (by model name).
   std::vector<std::pair<std::string, size_t>> QueuedByModel() const;
 

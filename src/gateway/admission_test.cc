@@ -202,4 +202,14 @@ TEST_F(FcfsAdmissionTest, WaitingRequestsGoInArrivalOrder) {
 }
 
 }  // namespace
+
+TEST(AdmissionOldestWaitTest, TheOldestWaitingRequestsWaitIsKnownPerModel) {
+  Admission a(AdmissionOptions{}, RoutingPolicy::kRoundRobin);
+  EXPECT_EQ(a.OldestWait("m", 10), 0);
+  a.Enqueue(AdmissionRequest{.model = "m", .user = "u"}, 10);
+  a.Enqueue(AdmissionRequest{.model = "m", .user = "v"}, 12);
+  EXPECT_DOUBLE_EQ(a.OldestWait("m", 15), 5);  // no backend: both still wait
+  EXPECT_EQ(a.OldestWait("other", 15), 0);
+}
+
 }  // namespace bmas::gateway

@@ -99,6 +99,14 @@ std::string Gateway::LoadJson() {
       w.Uint64(queued);
     }
     w.EndObject();
+    // Seconds the oldest waiting request of each model has waited (the autoscaler's breach).
+    w.Key("oldest_wait_s");
+    w.StartObject();
+    for (const auto& [model, queued] : admission_.QueuedByModel()) {
+      w.Key(model.c_str());
+      w.Double(queued > 0 ? admission_.OldestWait(model, Now()) : 0.0);
+    }
+    w.EndObject();
     w.Key("backends");
     w.StartArray();
     for (const auto& known : admission_.backends()) {
