@@ -1,6 +1,10 @@
 # bmas: the two set-up commands are `make run` and `make test`; both install what they need.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+# Left out of the ASan pass (they still run in `make test`): the elastic-inference test that
+# drives load, preemption and scale-down for about 2.5 minutes of wall time; its code paths
+# (controller, resumption, admission) are covered under ASan by the other tests.
+ASAN_EXCLUDE ?= -E 'InferenceTest\.ReplicasFollowLoad'
 FUZZ_BUILD ?= build-fuzz
 # Seconds of fuzzing for all the targets together (scripts/fuzz.sh shares them out).
 FUZZ_SECONDS ?= 300
@@ -42,7 +46,7 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DBMAS_SANITIZE=ON -DBMAS_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	ninja -C $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure --timeout 300
+	  ctest --output-on-failure --timeout 300 $(ASAN_EXCLUDE)
 
 # The libFuzzer targets in fuzz/, built with clang in $(FUZZ_BUILD): each fuzzes a copy of its
 # seed corpus for FUZZ_SECONDS / (number of targets); fails on a crash and names its input.
