@@ -561,8 +561,11 @@ def report(results, started):
                     "set for it; this is far from seamless). With every GPU held and more clients than replicas, "
                     "the cut stream goes back through the gateway's admission queue like a new request "
                     "(Gateway::Attempt enqueues it) and waits for a replica to free up, behind the requests "
-                    "already waiting; the fair queue may also rank its user behind the others, as that user was "
-                    "just charged for the tokens streamed (not confirmed)."]
+                    "already waiting. The queue is token-fair (VTC, src/gateway/fair_queue.h: the backlogged user "
+                    "with the smallest served-token counter goes first) and the cut stream's user has just been "
+                    "charged for the tokens it streamed, so it is likely served after the others (read from the "
+                    "code, not measured). Admitting resumptions ahead of new requests would bound the gap by the "
+                    "time to the next free replica."]
         out.append("")
     return "\n".join(out)
 
