@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,21 @@ def write_section(heading, text):
         after = old[start + len(heading) + nxt.start():] if nxt else ""
     with open(path, "w") as f:
         f.write(before + text.rstrip() + "\n" + ("\n" + after if after else ""))
+
+
+def scratch(prefix, top_mode=0o755):
+    """A temporary directory under /tmp for a benchmark's own cluster: (top, state dir, a job
+    directory every user may write, a copy of build/bmas). The copy keeps a rebuild during the
+    run from changing anything; the job directory is 1777 for jobs of other users."""
+    top = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(top, top_mode)
+    work = os.path.join(top, "work")
+    os.mkdir(work)
+    os.chmod(work, 0o1777)
+    copy = os.path.join(top, "bmas")
+    shutil.copy2(BMAS, copy)
+    os.chmod(copy, 0o755)
+    return top, os.path.join(top, "state"), work, copy
 
 
 def rel(path):
