@@ -90,6 +90,7 @@ Ticket Admission::Enqueue(AdmissionRequest request, double now) {
   mq.last_request[request.user] = now;
   ticket_model_.emplace(ticket, request.model);
   request.enqueued_at = now;
+  if (request.resumed) mq.resumed.push_back(ticket);
   mq.waiting.emplace(ticket, std::move(request));
   return ticket;
 }
@@ -157,7 +158,18 @@ void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double no
       return std::any_of(open_.begin(), open_.end(),
                          [&](const AdmissionBackend* b) { return MayUse(*b, user, others); });
     };
-    std::optional<Ticket> ticket = mq.queue.PopNext(eligible);
+    // Resumed streams first; then the fair queue's order.
+    std::optional<Ticket> ticket;
+    while (!mq.resumed.empty() && !mq.waiting.contains(mq.resumed.front())) mq.resumed.pop_front();
+    for (auto it = mq.resumed.begin(); it != mq.resumed.end(); ++it) {
+      auto w = mq.waiting.find(*it);
+      if (w == mq.waiting.end() || !eligible(w->second.user)) continue;
+      ticket = *it;
+      mq.resumed.erase(it);
+      mq.queue.Remove(*ticket);
+      break;
+    }
+    if (!ticket) ticket = mq.queue.PopNext(eligible);
     if (!ticket) break;
     auto w = mq.waiting.find(*ticket);
     const AdmissionRequest r = std::move(w->second);

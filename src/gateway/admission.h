@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,9 @@ struct AdmissionRequest {
   std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes() of the prompt
   size_t unhashed_blocks = 0;
   double enqueued_at = 0;  // set by Enqueue
+  // A stream cut by its backend, to continue: it goes before every new request of its model
+  // (the client is mid-answer), in the order such streams came.
+  bool resumed = false;
 };
 
 // A decision: `ticket` goes to the backend `backend` (its id).
@@ -140,6 +144,7 @@ class Admission {
     std::unordered_map<Ticket, AdmissionRequest> waiting;
     // When each user last sent a request for this model.
     std::unordered_map<std::string, double> last_request;
+    std::deque<Ticket> resumed;  // waiting resumed streams first; stale tickets skipped
   };
 
   AdmissionBackend* Find(const std::string& id);

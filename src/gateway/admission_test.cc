@@ -212,4 +212,21 @@ TEST(AdmissionOldestWaitTest, TheOldestWaitingRequestsWaitIsKnownPerModel) {
   EXPECT_EQ(a.OldestWait("other", 15), 0);
 }
 
+
+TEST_F(AdmissionTest, AResumedStreamGoesBeforeNewRequestsOfItsModel) {
+  AddBackend("b1", 1);
+  std::vector<Admit> first = Send("alice");  // takes the only place
+  ASSERT_EQ(first.size(), 1u);
+  const Ticket queued_new = admission_.Enqueue(AdmissionRequest{.model = std::string(kModel), .user = "bob"}, 1);
+  const Ticket resumed = admission_.Enqueue(
+      AdmissionRequest{.model = std::string(kModel), .user = "alice", .resumed = true}, 2);
+  EXPECT_TRUE(admission_.Dispatch(std::string(kModel), 2).empty());
+  std::vector<Admit> next = admission_.Release("b1", "alice", std::string(kModel), 3);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].ticket, resumed) << "bob's new request waits for the resumed stream";
+  next = admission_.Release("b1", "alice", std::string(kModel), 4);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].ticket, queued_new);
+}
+
 }  // namespace bmas::gateway

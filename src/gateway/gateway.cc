@@ -488,7 +488,9 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                                  .prompt_estimate = r.prompt_estimate,
                                                  .prefix_key = r.prefix_key,
                                                  .cache_blocks = r.cache_blocks,
-                                                 .unhashed_blocks = r.unhashed_blocks},
+                                                 .unhashed_blocks = r.unhashed_blocks,
+                                                 .resumed = r.resume.has_value() &&
+                                                            r.resume->resumptions() > 0},
                                 Now());
     waiters_[ticket] = waiter;
     DispatchLocked(r.model);
