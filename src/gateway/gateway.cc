@@ -711,8 +711,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   // While the response is read, a client that goes away cancels the upstream request:
   // closing the connection makes vLLM (and bmas engine) abort it.
   TcpStream* upstream = up.get();
-  auto watch = [&writer, upstream] {
-    writer.WatchForDisconnect([upstream] {
+  // Set when the client went away: the upstream was closed for it, which is not a cut to
+  // resume.
+  auto client_left = std::make_shared<bool>(false);
+  auto watch = [&writer, upstream, client_left] {
+    writer.WatchForDisconnect([upstream, client_left] {
+      *client_left = true;
       beast::error_code ignored;
       upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
       upstream->socket().close(ignored);
@@ -842,7 +846,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     const bool hung = ec == beast::error::timeout;
     // Cut by the backend (not by the client, the gateway's own stop, or an event too large):
     // resumed on another backend by Attempt's caller.
-    const bool cut = !done && !client_gone && !cutting_ && writer.ok() && !events.overflowed();
+    const bool cut = !done && !client_gone && !*client_left && !cutting_ && writer.ok() &&
+                     !events.overflowed();
     if (usage_seen && !resuming) {
       LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
     } else if (usage_seen) {  // the first attempt metered the prompt (estimated)
