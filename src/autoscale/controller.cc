@@ -148,6 +148,8 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     a.max_in_flight_per_replica = settings.max_in_flight_per_replica;
     a.scale_down_idle = settings.scale_down_idle;
     a.scale_down_step = std::min(settings.scale_down_step, settings.scale_down_idle);
+    a.load_window = settings.load_window;
+    a.breach_settle = settings.breach_settle;
     ModelSnapshot snap;
     for (const Seen& s : seen) {
       ReplicaSnapshot r{std::to_string(s.job->id), s.state, s.since, s.in_flight};

@@ -40,6 +40,8 @@ struct ControllerSettings {
   // The policy's scale-down pace (AutoscaleSettings).
   Duration scale_down_idle{300};
   Duration scale_down_step{60};
+  Duration load_window{60};    // AutoscaleSettings::load_window
+  Duration breach_settle{30};  // AutoscaleSettings::breach_settle
 };
 
 // What the gateway reports of one backend (its /load).

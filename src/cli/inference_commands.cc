@@ -83,6 +83,14 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
                          "Seconds of low load before a replica goes (then one a minute at most)")
       ->check(CLI::Range(1.0, 86400.0))
       ->default_str("300");
+  controller->add_option("--load-window", load_window_s_,
+                         "Seconds over which the load is averaged (an exponential moving average)")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->default_str("60");
+  controller->add_option("--breach-settle", breach_settle_s_,
+                         "Seconds a TTFT breach waits for a replica that just became ready")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->default_str("30");
   controller->add_flag("--cancel-on-exit", cancel_on_exit_,
                        "Cancel every replica job on SIGTERM/SIGINT (as `bmas up` stops)");
   controller->callback([this, &global] { global.exit_code = Controller(global); });
@@ -101,6 +109,8 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   o.listen_host = listen_host_;
   o.cancel_on_exit = cancel_on_exit_;
   o.settings.scale_down_idle = Duration(scale_down_idle_s_);
+  o.settings.load_window = Duration(load_window_s_);
+  o.settings.breach_settle = Duration(breach_settle_s_);
   o.bmas = std::filesystem::read_symlink("/proc/self/exe").string();
   o.replica_dir = (std::filesystem::path(state_dir) / "replicas").string();
   std::error_code ec;

@@ -35,6 +35,8 @@ class InferenceCommands {
   std::string listen_host_ = "0.0.0.0";
   bool cancel_on_exit_ = false;
   double scale_down_idle_s_ = 300;
+  double load_window_s_ = 60;
+  double breach_settle_s_ = 30;
 };
 
 // The JSON array `bmas inference list --json` prints.

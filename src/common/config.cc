@@ -126,6 +126,10 @@ Config LoadConfig(const std::string& path) {
     config.up.inference = t->String("inference", config.up.inference, {"slurm", "processes"});
     config.up.replica_scale_down_idle_s =
         t->Double("replica_scale_down_idle_s", config.up.replica_scale_down_idle_s, 1, 86400);
+    config.up.replica_load_window_s =
+        t->Double("replica_load_window_s", config.up.replica_load_window_s, 1, 3600);
+    config.up.replica_breach_settle_s =
+        t->Double("replica_breach_settle_s", config.up.replica_breach_settle_s, 0, 3600);
     config.up.replica_port_base =
         static_cast<int>(t->Int("replica_port_base", config.up.replica_port_base, 1024, 64535));
     t->RejectUnknownKeys();

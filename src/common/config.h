@@ -72,6 +72,8 @@ struct UpSettings {
   std::string inference = "slurm";
   int replica_port_base = 18100;  // replicas listen on the lowest free port from here
   double replica_scale_down_idle_s = 300;  // low load this long before a replica goes
+  double replica_load_window_s = 60;  // the autoscaler smooths the load over this long
+  double replica_breach_settle_s = 30;  // a new replica's time to show in TTFT before more
 };
 
 // The web dashboard (`bmas dashboard`).

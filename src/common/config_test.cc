@@ -59,6 +59,11 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.gateway.default_capacity, d.gateway.default_capacity);
   EXPECT_EQ(c.gateway.threads, d.gateway.threads);
   EXPECT_EQ(c.up.slurm, d.up.slurm);
+  EXPECT_EQ(c.up.inference, d.up.inference);
+  EXPECT_EQ(c.up.replica_port_base, d.up.replica_port_base);
+  EXPECT_EQ(c.up.replica_scale_down_idle_s, d.up.replica_scale_down_idle_s);
+  EXPECT_EQ(c.up.replica_load_window_s, d.up.replica_load_window_s);
+  EXPECT_EQ(c.up.replica_breach_settle_s, d.up.replica_breach_settle_s);
   EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
   EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
   EXPECT_EQ(c.lxd.listen, d.lxd.listen);

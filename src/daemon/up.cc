@@ -346,7 +346,10 @@ int RunUp(const UpOptions& options) {
     k.args.insert(k.args.end(), {"inference", "controller", "--gateway", gw, "--port-base",
                                  std::to_string(config.up.replica_port_base), "--listen-host",
                                  "127.0.0.1", "--cancel-on-exit", "--scale-down-idle",
-                                 fmt::format("{}", config.up.replica_scale_down_idle_s)});
+                                 fmt::format("{}", config.up.replica_scale_down_idle_s),
+                                 "--load-window", fmt::format("{}", config.up.replica_load_window_s),
+                                 "--breach-settle",
+                                 fmt::format("{}", config.up.replica_breach_settle_s)});
     k.env = {"VLLM_API_KEY=" + backend_key};
     // The replica jobs' working directory and logs, the service account's.
     const fs::path replicas = fs::path(dir) / "replicas";
