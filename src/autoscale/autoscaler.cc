@@ -80,13 +80,16 @@ void Smooth(const AutoscaleSettings& s, double load, TimePoint now, AutoscaleMem
   if (!m.started) {
     m.started = true;
     m.smoothed_load = load;
+    m.burst_load = load;
     m.last_load_seen = now;
     m.last_busy = now;
   } else {
     const double dt = std::max(0.0, (now - m.last_update).count());
-    const double alpha =
-        s.load_window.count() > 0 ? 1.0 - std::exp(-dt / s.load_window.count()) : 1.0;
-    m.smoothed_load += alpha * (load - m.smoothed_load);
+    auto alpha = [dt](Duration window) {
+      return window.count() > 0 ? 1.0 - std::exp(-dt / window.count()) : 1.0;
+    };
+    m.smoothed_load += alpha(s.load_window) * (load - m.smoothed_load);
+    m.burst_load += alpha(s.burst_window) * (load - m.burst_load);
   }
   m.last_update = now;
   if (load > 0) m.last_load_seen = now;
@@ -179,6 +182,26 @@ AutoscaleDecision DecideReplicas(const AutoscaleSettings& s, const ModelSnapshot
     if (want > current) {
       return decide(want, fmt::format("{}: {} for {:.0f}%", load_words, Replicas(want),
                                       s.target_utilization * 100));
+    }
+  }
+  const double burst = memory.burst_load;
+  const double burst_utilization = current > 0 ? burst / (current * per_replica) : 0;
+  if (current > 0 && burst_utilization > s.burst_utilization) {
+    // A queue that already waits too long (rule 4) is sized for at once, not averaged.
+    const int want = std::min(s.max_replicas, std::max(ReplicasFor(s, burst),
+                                                       queue_breach ? ReplicasFor(s, load) : 0));
+    if (want > current) {
+      return decide(want, fmt::format("a surge: {:.1f} requests in flight or queued on average "
+                                      "over {:.0f} s, {:.0f}% of what {} admit{}: {} for {:.0f}%",
+                                      burst, s.burst_window.count(), burst_utilization * 100,
+                                      Replicas(current),
+                                      queue_breach ? fmt::format(
+                                                         ", {} request(s) queued, the oldest for "
+                                                         "{:.1f} s",
+                                                         model.queued,
+                                                         model.oldest_queued_wait.count())
+                                                   : "",
+                                      Replicas(want), s.target_utilization * 100));
     }
   }
 

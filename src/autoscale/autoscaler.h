@@ -18,7 +18,10 @@
 //  3. Scale up on load: the in-flight and queued requests, smoothed over `load_window` (as
 //     GWDG's SAIA sizes its replicas from in-flight requests averaged over 60 s), above
 //     `scale_up_utilization` of what the replicas admit: enough replicas for the smoothed load
-//     to sit at `target_utilization`.
+//     to sit at `target_utilization`. A surge does not wait for that average: when the load
+//     smoothed over the short `burst_window` exceeds `burst_utilization` of what the replicas
+//     admit (requests are queueing), the replicas are sized from the short average instead (as
+//     Knative's panic window does). Only scale-up listens to the short window.
 //  4. Scale up on a breach: TTFT p95 over the SLO, or requests waiting in the gateway's queue
 //     longer than `queue_wait_breach`: one replica more (more when the queue needs more). Not
 //     while a replica is still coming within its `startup_allowance`, nor before the newest
@@ -58,6 +61,9 @@ struct AutoscaleSettings {
   double scale_down_utilization = 0.5;
   // The smoothing of the load (time constant of an exponential moving average).
   Duration load_window{60};
+  // The surge rule's shorter smoothing, and the share of the admission limit it fires above.
+  Duration burst_window{6};
+  double burst_utilization = 1.0;
   // Requests waiting in the queue this long count as a breach.
   Duration queue_wait_breach{5};
   // How long a pending or starting replica is waited for before a breach may add another:
@@ -98,6 +104,7 @@ struct AutoscaleMemory {
   bool started = false;
   TimePoint last_update{0};
   double smoothed_load = 0;  // in-flight + queued requests, smoothed over load_window
+  double burst_load = 0;     // the same, smoothed over burst_window
   TimePoint last_load_seen{0};  // last time anything was in flight or queued
   TimePoint last_busy{0};       // last time the load was not low (see rule 5)
   std::optional<TimePoint> last_scale_up;

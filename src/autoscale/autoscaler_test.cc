@@ -146,6 +146,44 @@ TEST(AutoscalerTest, SustainedLoadIsSizedToTheTargetUtilisationWithoutRunningAwa
   EXPECT_THAT(last.reason, HasSubstr("in flight or queued on average"));
 }
 
+TEST(AutoscalerTest, ASurgeIsSizedFromTheShortWindowWithoutWaitingForTheAverage) {
+  // One replica admits 10. After an hour at 2 requests, a class opens its notebooks: 25 in
+  // flight or queued from t=3600. The 60-s average would pass 80% of 10 only after ~18 s; the
+  // 6-s burst window passes 100% within two passes.
+  Deployment d(Settings(1, 8));
+  d.AddReady("a");
+  d.Run(0, 3598, [&](double) { d.SetLoad(2); });
+  EXPECT_THAT(d.ups(), IsEmpty());
+  std::string up_reason;
+  for (double t = 3600; t <= 3604 && up_reason.empty(); t += kTick) {
+    d.SetLoad(10, 15, t - 3600);
+    const int before = d.Current();
+    AutoscaleDecision decision = d.Step(t);
+    if (decision.target_replicas > before) up_reason = decision.reason;
+  }
+  EXPECT_THAT(up_reason, HasSubstr("a surge"));
+  // Within a few passes the replicas admit the surge (10 each), without running past the 70%
+  // target's 4 (the pending ones count as coming).
+  d.Run(3606, 3610, [&](double t) { d.SetLoad(10, 15, t - 3600); });
+  EXPECT_GE(d.Current() * 10, 25);
+  d.Run(3612, 3700, [&](double t) { d.SetLoad(10, 15, t - 3600); });
+  EXPECT_LE(d.Current(), 4);
+}
+
+TEST(AutoscalerTest, TheBurstWindowNeverScalesDown) {
+  // Three replicas at 15 for an hour, then nothing for 200 s: the short average falls at once,
+  // but scale-down still waits for the long average and the idle time.
+  AutoscaleSettings s = Settings(1, 8);
+  s.scale_down_idle = Duration{300};
+  Deployment d(s);
+  d.AddReady("a");
+  d.AddReady("b");
+  d.AddReady("c");
+  d.Run(0, 3600, [&](double) { d.SetLoad(15); });
+  d.Run(3602, 3800, [&](double) { d.SetLoad(0); });
+  EXPECT_THAT(d.downs(), IsEmpty());
+}
+
 // ---- Capacity coming --------------------------------------------------------------------
 
 TEST(AutoscalerTest, ABreachWhileAReplicaIsPendingWaitsForItsStartUpAllowance) {
