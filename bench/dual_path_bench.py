@@ -291,6 +291,36 @@ def summarize(res):
     return s
 
 
+# What the figures say, written after reading the runs' windows, samples and controller logs.
+READING = """What the runs show:
+
+- **Training does not notice inference under bmas**: wait p50 and p99 within 1.1x of the same
+  trace alone, because replicas above the floor give their GPUs back at once (grace time 0,
+  preemption by tier) and the one floor GPU rarely decides a start. The static split costs
+  training its inference node all day: every burst queues on 8 GPUs (p50 wait 17 s instead of
+  under 1 s), while the inference node idles through the low hours.
+- **GPUs are kept allocated when demand exceeds them** (bmas 97%): when training's bursts end,
+  replicas take the GPUs back as the load asks, and when a burst arrives, training takes them.
+  The static split cannot lend its idle inference GPUs (91%); training alone leaves GPUs idle
+  that whole-node jobs cannot use.
+- **Where bmas misses the inference SLO**: the two windows after the lab-start ramp (70-90 s),
+  not the training bursts. The load goes from 0.6 to 4 requests/s in 30 s (a class opening its
+  notebooks) on one floor replica admitting 2 streams; the policy's 10-s load average crosses
+  80% of that about 12 s into the ramp, and the new replicas serve 5 s (start-up) + ~2 s
+  (scheduling, first /health) later, by when 12-19 requests are queued. A floor of 2 absorbs
+  the start of the ramp (29-30 of 30 windows in two runs) but holds one more GPU away from
+  training all day: its p99 wait rose to 1.3-1.4x in both runs. A faster start-up, or scaling
+  on a known timetable (a deployment floor per lab hour), are what would close it; the short
+  surge window (6 s) made no difference here, since the compressed day's 10-s average is short
+  already.
+- The two bmas columns come from the run at the commit that added the surge rule (started
+  00:49); the static split and training-only columns from the run just before it (00:21), which
+  that change does not touch (neither scales). Its bmas column, before the rule: 97.3%
+  allocated, 28/30 windows, 0 failed, 3 resumed, wait 0.99x / 1.08x.
+- The runs are noisy (one day each, 2 shared cores): the same floor-2 configuration gave 97.4%
+  allocated and 30/30 windows in its first run, 89.8% and 29/30 in this one."""
+
+
 def fmt(x, nd=2):
     return "n/a" if x is None else f"{x:.{nd}f}"
 
@@ -356,6 +386,24 @@ def report(summaries, started):
         row("training wait p50 / p99 against training only (target <= 1.1x)",
             lambda c: f"{ratio(c, 'p50')} / {ratio(c, 'p99')}")
     row("training makespan s", lambda c: fmt(c["training_makespan_s"], 1))
+    if ref and ref["wait_s"]:
+        out += ["", "Targets, mode by mode (allocated while over capacity >= 95%; SLO windows >= 95%; "
+                "0 failed; training wait p50 and p99 <= 1.1x training only):", ""]
+        for c in cols:
+            if c["mode"] == "training":
+                continue
+            checks = [("allocated", c["over_alloc"] is not None and c["over_alloc"] >= 0.95,
+                       f"{100 * (c['over_alloc'] or 0):.1f}%"),
+                      ("SLO windows", c["windows"] > 0 and c["windows_met"] >= 0.95 * c["windows"],
+                       f"{c['windows_met']}/{c['windows']}"),
+                      ("failed", c["failed"] == 0, str(c["failed"])),
+                      ("wait", bool(c["wait_s"]) and all(c["wait_s"][k] <= 1.1 * ref["wait_s"][k] for k in ("p50", "p99")),
+                       f"{c['wait_s'].get('p50', 0) / ref['wait_s']['p50']:.2f}x / "
+                       f"{c['wait_s'].get('p99', 0) / ref['wait_s']['p99']:.2f}x")]
+            missed = [f"{n} ({v})" for n, ok, v in checks if not ok]
+            out.append(f"- {names[c['mode']]}: " + ("all met" if not missed else "missed: " + ", ".join(missed))
+                       + f"; {c['resumed']} streams resumed.")
+    out += ["", READING]
     fails = [(c["mode"], c["first_failure"]) for c in cols if c and c["first_failure"]]
     if fails:
         out += ["", "First failure of each mode: " + "; ".join(f"{m}: `{e[:160]}`" for m, e in fails) + "."]
