@@ -60,7 +60,8 @@ fuzz-regression: deps
 # Runs the benchmarks and rewrites bench/RESULTS.md: the engine's, then the gateway's (which
 # compare it with nginx and use wrk, installed by install-deps.sh --bench), then Slurm's and the
 # workspaces', then the copy of a workspace between nodes, then the dashboard's pages against
-# nginx serving the same bytes (as root: they start their own local clusters and LXDs;
+# nginx serving the same bytes, then elastic inference and the dual path on a local Slurm (as
+# root: they start their own local clusters and LXDs;
 # otherwise they say why they skipped).
 bench: build
 	@bash scripts/install-deps.sh --bench
@@ -70,6 +71,8 @@ bench: build
 	python3 bench/dashboard_bench.py $(BUILD)
 	python3 bench/lxd_bench.py $(BUILD)
 	python3 bench/workspace_copy_bench.py $(BUILD)
+	python3 bench/inference_bench.py $(BUILD)
+	python3 bench/dual_path_bench.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
