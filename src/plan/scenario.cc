@@ -209,6 +209,8 @@ void ReadAutoscale(ConfigTable& t, autoscale::AutoscaleSettings& a) {
                           a.scale_down_utilization, a.scale_up_utilization));
   }
   a.load_window = SecondsIn(t, "load_window_s", a.load_window, 1, 86400);
+  a.burst_window = SecondsIn(t, "burst_window_s", a.burst_window, 0.1, 3600);
+  a.burst_utilization = t.Double("burst_utilization", a.burst_utilization, 0.01, 10);
   a.queue_wait_breach = SecondsIn(t, "queue_wait_breach_s", a.queue_wait_breach, 0, 86400);
   a.startup_allowance = SecondsIn(t, "startup_allowance_s", a.startup_allowance, 0, 86400);
   a.breach_settle = SecondsIn(t, "breach_settle_s", a.breach_settle, 0, 86400);

@@ -31,16 +31,17 @@ std::string ErrorOf(const std::string& text) {
 // The autoscaler's settings other than the replica counts and the TTFT objective.
 void ExpectSameTuning(const autoscale::AutoscaleSettings& a,
                       const autoscale::AutoscaleSettings& b) {
+  using S = autoscale::AutoscaleSettings;
   EXPECT_EQ(a.max_in_flight_per_replica, b.max_in_flight_per_replica);
-  EXPECT_EQ(a.target_utilization, b.target_utilization);
-  EXPECT_EQ(a.scale_up_utilization, b.scale_up_utilization);
-  EXPECT_EQ(a.scale_down_utilization, b.scale_down_utilization);
-  EXPECT_EQ(a.load_window, b.load_window);
-  EXPECT_EQ(a.queue_wait_breach, b.queue_wait_breach);
-  EXPECT_EQ(a.startup_allowance, b.startup_allowance);
-  EXPECT_EQ(a.breach_settle, b.breach_settle);
-  EXPECT_EQ(a.scale_down_idle, b.scale_down_idle);
-  EXPECT_EQ(a.scale_down_step, b.scale_down_step);
+  for (double S::*share : {&S::target_utilization, &S::scale_up_utilization,
+                           &S::scale_down_utilization, &S::burst_utilization}) {
+    EXPECT_EQ(a.*share, b.*share);
+  }
+  for (Duration S::*time :
+       {&S::load_window, &S::burst_window, &S::queue_wait_breach, &S::startup_allowance,
+        &S::breach_settle, &S::scale_down_idle, &S::scale_down_step}) {
+    EXPECT_EQ((a.*time).count(), (b.*time).count());
+  }
 }
 
 TEST(ScenarioTest, NoFileGivesTheDefaults) {
@@ -135,7 +136,7 @@ TEST(ScenarioTest, ValuesAreRead) {
       "gpus_per_job = [{ gpus = 2, share = 0.25 }, { gpus = 1, share = 0.75 }]\n"
       "[trace]\nfile = \"jobs.csv\"\nformat = \"alibaba-v2023\"\nstart_s = 3600\n"
       "[policies]\nfairness = \"none\"\n[policies.autoscale]\nmax_replicas = 6\n"
-      "load_window_s = 120\n",
+      "load_window_s = 120\nburst_window_s = 3\n",
       kSource);
   EXPECT_EQ(s.simulation.days, 2.5);
   EXPECT_EQ(s.simulation.seed, 42u);
@@ -154,6 +155,7 @@ TEST(ScenarioTest, ValuesAreRead) {
   EXPECT_EQ(s.policies.autoscale.max_replicas, 6);
   EXPECT_FALSE(s.policies.fill_max_replicas);
   EXPECT_EQ(s.policies.autoscale.load_window, Duration{120});
+  EXPECT_EQ(s.policies.autoscale.burst_window, Duration{3});
 }
 
 TEST(ScenarioTest, ACohortWithoutHoursWorksWeekdayOfficeHours) {
