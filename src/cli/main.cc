@@ -18,6 +18,7 @@
 #include "cli/job_commands.h"
 #include "cli/lxd_commands.h"
 #include "cli/inference_commands.h"
+#include "cli/plan_command.h"
 #include "cli/mode_commands.h"
 #include "cli/slurm_commands.h"
 #include "cli/user_commands.h"
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
   dashboard_cmd.Register(app, global);
   InferenceCommands inference_cmds;
   inference_cmds.Register(app, global);
+  PlanCommand plan_cmd;
+  plan_cmd.Register(app, global);
 
   try {
     app.parse(argc, argv);

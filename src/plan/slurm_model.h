@@ -1,0 +1,75 @@
+#pragma once
+
+// A model of the local Slurm's scheduling for the capacity planner: jobs arrive, wait, are
+// placed on nodes' GPUs, run, end, and are preempted, in virtual time. Pure: the jobs and the
+// cluster go in, every job's start and end come out; nothing reads a clock.
+//
+// What it models, as bmas configures Slurm (src/slurm/slurm_config.cc):
+//  - Placement as PlanJobShape lays jobs out: up to a node's GPUs on one node, more as whole
+//    nodes. A node is taken first-fit in inventory order (equal weights: Slurm's node order).
+//  - Priority: the partition's PriorityTier first, then the job's age (earlier submission
+//    first), then its id. (Slurm's multifactor priority also weighs fair share and size; the
+//    planner's cohorts submit in their own pattern, and bmas sets no weights but age's.)
+//  - The main scheduler runs on every submission and job end (batch_sched_delay=0,
+//    sched_min_interval=0): jobs in priority order start while they fit; the first job of a
+//    partition that does not fit blocks the rest of that partition for the pass.
+//  - Backfill every `backfill_interval` (bf_interval=1): the blocked jobs get reservations at
+//    the earliest time their GPUs free up (running jobs end at their time limits, as Slurm
+//    plans), and a lower-priority job starts now only if it ends before the reservations it
+//    would take GPUs from.
+//  - Preemption (preempt/partition_prio, PreemptMode=REQUEUE): a job that does not fit takes
+//    the GPUs of jobs in partitions of a lower tier whose mode allows preemption, the youngest
+//    first; they are requeued (they start over from the beginning) after `requeue_delay`.
+//  - Start-up latency: `launch_delay` between the decision and the job running (prolog, slurmd
+//    launch), measured on the local cluster.
+// What it leaves out: fair-share and QOS limits (a partition's max_gpus_per_user), node
+// failures and drains, CPU and memory as resources (GPUs only), topology-aware placement,
+// GraceTime (replicas use 0), job arrays and dependencies.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "core/cluster.h"
+
+namespace bmas::plan {
+
+struct SimJob {
+  int64_t id = 0;
+  std::string user;
+  std::string partition;  // "" = the cluster's default partition
+  int gpus = 1;
+  TimePoint submit{0};
+  Duration duration{0};    // how long it runs once started
+  Duration time_limit{0};  // what backfill plans with; 0 = the duration (a perfect estimate)
+};
+
+struct SlurmModelSettings {
+  Duration backfill_interval{1};
+  Duration launch_delay{0};
+  Duration requeue_delay{0};
+};
+
+struct SimJobResult {
+  int64_t id = 0;
+  bool started = false;  // false: never fitted (more GPUs than its partition has)
+  TimePoint start{0};    // its last start (after requeues)
+  TimePoint end{0};
+  int requeues = 0;
+  std::string nodes;  // where it last ran, comma-separated
+  std::string error;  // why it could not run (no such partition, too large)
+};
+
+struct SlurmModelResult {
+  std::vector<SimJobResult> jobs;  // in the order of the input
+  TimePoint makespan{0};           // the last end
+  double gpu_seconds_allocated = 0;  // GPUs x seconds held by running jobs (requeued runs too)
+  int64_t events = 0;                // submissions, ends, preemptions and scheduling passes
+};
+
+// Runs `jobs` on `cluster` until every job has ended (or cannot run).
+SlurmModelResult RunSlurmModel(const Cluster& cluster, const std::vector<SimJob>& jobs,
+                               const SlurmModelSettings& settings);
+
+}  // namespace bmas::plan

@@ -1,0 +1,140 @@
+#include "plan/slurm_model.h"
+
+#include <gtest/gtest.h>
+
+namespace bmas::plan {
+namespace {
+
+// Two nodes of 4 GPUs with bmas's default partitions: lab (default) and training at tier 10,
+// inference (tier 1, requeued by preemption) and inference_floor (tier 1, never preempted).
+Cluster TwoNodes() {
+  return ParseCluster(
+      "[cluster]\ncontroller = { name = \"c\", address = \"127.0.0.1\" }\n[cluster.slurm]\nlocal = true\n"
+      "[[cluster.nodes]]\nnames = \"n[1-2]\"\naddress = \"127.0.0.1\"\ncpus = 8\nmemory_gb = 16\n"
+      "gpus = { count = 4, type = \"h100\" }\n",
+      "two.toml");
+}
+
+SimJob Job(int64_t id, double submit, int gpus, double duration,
+           std::string partition = "training") {
+  return SimJob{.id = id, .user = "u", .partition = std::move(partition), .gpus = gpus,
+                .submit = TimePoint{submit}, .duration = Duration{duration}};
+}
+
+double Start(const SlurmModelResult& r, int64_t id) {
+  for (const SimJobResult& j : r.jobs) {
+    if (j.id == id) return j.start.count();
+  }
+  ADD_FAILURE() << "no job " << id;
+  return -1;
+}
+
+const SimJobResult& Of(const SlurmModelResult& r, int64_t id) {
+  for (const SimJobResult& j : r.jobs) {
+    if (j.id == id) return j;
+  }
+  static SimJobResult none;
+  ADD_FAILURE() << "no job " << id;
+  return none;
+}
+
+TEST(SlurmModelTest, JobsThatFitStartAtOnceAndTheRestWaitForGpus) {
+  SlurmModelResult r = RunSlurmModel(
+      TwoNodes(), {Job(1, 0, 4, 100), Job(2, 0, 4, 50), Job(3, 10, 2, 10)}, {});
+  EXPECT_EQ(Start(r, 1), 0);
+  EXPECT_EQ(Start(r, 2), 0);
+  EXPECT_EQ(Start(r, 3), 50);  // the first node that frees two GPUs
+  EXPECT_EQ(Of(r, 3).nodes, "n2");
+  EXPECT_EQ(r.makespan.count(), 100);
+  EXPECT_DOUBLE_EQ(r.gpu_seconds_allocated, 4 * 100 + 4 * 50 + 2 * 10);
+}
+
+TEST(SlurmModelTest, MoreThanANodeTakesWholeNodes) {
+  // 8 GPUs: both nodes, whole, once the 1-GPU job on n1 ends.
+  SlurmModelResult r = RunSlurmModel(TwoNodes(), {Job(1, 0, 1, 30), Job(2, 1, 8, 10)}, {});
+  EXPECT_EQ(Start(r, 2), 30);
+  EXPECT_EQ(Of(r, 2).nodes, "n1,n2");
+}
+
+TEST(SlurmModelTest, BackfillStartsOnlyJobsThatDoNotDelayTheReservation) {
+  // n1 and n2 each hold a 3-GPU job (until 100 and 40). The whole-node job 3 waits for n2 at
+  // 40. A 1-GPU job of 30 s (4) takes n1's last GPU at once. A 1-GPU job of 500 s (5) could
+  // only take n2's free GPU, which would delay job 3: it waits for n1's GPU (when 4 ends).
+  SlurmModelResult r = RunSlurmModel(
+      TwoNodes(),
+      {Job(1, 0, 3, 100), Job(2, 0, 3, 40), Job(3, 1, 4, 50), Job(4, 2, 1, 30),
+       Job(5, 3, 1, 500)},
+      {});
+  EXPECT_EQ(Start(r, 3), 40);
+  EXPECT_LE(Start(r, 4), 3);  // within the next backfill pass
+  EXPECT_EQ(Of(r, 4).nodes, "n1");
+  EXPECT_EQ(Start(r, 5), Of(r, 4).end.count());
+  EXPECT_EQ(Of(r, 5).nodes, "n1");
+}
+
+TEST(SlurmModelTest, TheMainSchedulerKeepsPriorityOrderWithinAPartition) {
+  // Without backfill (a pass only every 1000 s), a job behind a blocked one in the same
+  // partition waits even though it would fit.
+  SlurmModelSettings s;
+  s.backfill_interval = Duration{1000};
+  SlurmModelResult r = RunSlurmModel(
+      TwoNodes(), {Job(1, 0, 4, 100), Job(2, 0, 3, 100), Job(3, 1, 4, 10), Job(4, 2, 1, 10)}, s);
+  EXPECT_EQ(Start(r, 3), 100);
+  EXPECT_GT(Start(r, 4), 2);
+}
+
+TEST(SlurmModelTest, TrainingPreemptsReplicasAboveTheFloorAndTheyComeBack) {
+  // Eight replicas: two floor (never preempted) and six preemptible; a whole-node training
+  // job at t=10 takes a node from the preemptible ones, the youngest first.
+  std::vector<SimJob> jobs;
+  jobs.push_back(Job(1, 0, 1, 1000, "inference_floor"));
+  jobs.push_back(Job(2, 0, 1, 1000, "inference_floor"));
+  for (int i = 3; i <= 8; ++i) jobs.push_back(Job(i, i, 1, 1000, "inference"));
+  jobs.push_back(Job(9, 10, 4, 100));
+  SlurmModelResult r = RunSlurmModel(TwoNodes(), jobs, {});
+  EXPECT_EQ(Start(r, 9), 10);
+  EXPECT_EQ(Of(r, 9).nodes, "n2");  // n1 holds the floor
+  EXPECT_EQ(Of(r, 1).requeues, 0);
+  EXPECT_EQ(Of(r, 2).requeues, 0);
+  int requeued = 0;
+  for (int i = 3; i <= 8; ++i) requeued += Of(r, i).requeues;
+  EXPECT_EQ(requeued, 4);
+  // The requeued replicas start over once the training job is gone.
+  for (int i = 3; i <= 8; ++i) {
+    if (Of(r, i).requeues > 0) {
+      EXPECT_EQ(Start(r, i), 110);
+    }
+  }
+}
+
+TEST(SlurmModelTest, LaunchDelayAndTimeLimitAndJobsThatCannotRun) {
+  SlurmModelSettings s;
+  s.launch_delay = Duration{0.5};
+  SimJob limited = Job(2, 0, 1, 100);
+  limited.time_limit = Duration{20};
+  SlurmModelResult r =
+      RunSlurmModel(TwoNodes(), {Job(1, 0, 1, 10), limited, Job(3, 0, 16, 10), Job(4, 0, 1, 1, "nope")}, s);
+  EXPECT_DOUBLE_EQ(Start(r, 1), 0.5);
+  EXPECT_DOUBLE_EQ(Of(r, 1).end.count(), 10.5);
+  EXPECT_DOUBLE_EQ(Of(r, 2).end.count(), 20.5);  // ended at its time limit
+  EXPECT_FALSE(Of(r, 3).started);
+  EXPECT_NE(Of(r, 3).error.find("GPUs in all"), std::string::npos) << Of(r, 3).error;
+  EXPECT_NE(Of(r, 4).error.find("no partition 'nope'"), std::string::npos) << Of(r, 4).error;
+}
+
+TEST(SlurmModelTest, TheSameJobsGiveTheSameSchedule) {
+  std::vector<SimJob> jobs;
+  for (int i = 0; i < 200; ++i) jobs.push_back(Job(i, i * 0.7, 1 + i % 4, 5 + (i * 37) % 50));
+  SlurmModelResult a = RunSlurmModel(TwoNodes(), jobs, {});
+  SlurmModelResult b = RunSlurmModel(TwoNodes(), jobs, {});
+  ASSERT_EQ(a.jobs.size(), b.jobs.size());
+  for (size_t i = 0; i < a.jobs.size(); ++i) {
+    EXPECT_EQ(a.jobs[i].start, b.jobs[i].start);
+    EXPECT_EQ(a.jobs[i].nodes, b.jobs[i].nodes);
+    EXPECT_TRUE(a.jobs[i].started);
+  }
+  EXPECT_EQ(a.makespan, b.makespan);
+}
+
+}  // namespace
+}  // namespace bmas::plan
