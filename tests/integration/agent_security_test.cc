@@ -105,6 +105,14 @@ class AgentSecurityTest : public WorkspaceJobsTest {
     EXPECT_EQ(id.out, fmt::format("{}\n", getpwnam("bmastest1")->pw_uid));
     EXPECT_TRUE(agent_->running()) << agent_->StderrText();
   }
+
+  // What the Slurm prolog and epilog wrote so far.
+  std::string HooksLog() const {
+    std::ifstream hooks(state_ + "/slurm/log/hooks.log");
+    std::stringstream log;
+    log << hooks.rdbuf();
+    return log.str();
+  }
 };
 
 // A connected SOCK_SEQPACKET socket to `path` with a receive deadline, -1 on failure; system
@@ -248,15 +256,9 @@ TEST_F(AgentSecurityTest, AHungAgentDoesNotHoldUpTheEpilog) {
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
   EXPECT_TRUE(
       Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(90)));
-  auto hooks_log = [&] {
-    std::ifstream hooks(state_ + "/slurm/log/hooks.log");
-    std::stringstream log;
-    log << hooks.rdbuf();
-    return log.str();
-  };
-  EXPECT_TRUE(Eventually([&] { return hooks_log().find("did not answer") != std::string::npos; },
+  EXPECT_TRUE(Eventually([&] { return HooksLog().find("did not answer") != std::string::npos; },
                          std::chrono::seconds(30)))
-      << hooks_log();
+      << HooksLog();
   agent_->Signal(SIGCONT);
 }
 
@@ -292,10 +294,11 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
                          std::chrono::seconds(30)));
   EXPECT_THAT(HostProcesses(hold + " /dev/nvidia0"), ::testing::IsEmpty());
-  std::ifstream hooks(state_ + "/slurm/log/hooks.log");
-  std::stringstream log;
-  log << hooks.rdbuf();
-  EXPECT_THAT(log.str(), HasSubstr("released 1 device(s)"));
+  // The epilog writes its line after the unplug that the check above saw.
+  EXPECT_TRUE(Eventually(
+      [&] { return HooksLog().find("released 1 device(s)") != std::string::npos; },
+      std::chrono::seconds(30)))
+      << HooksLog();
 }
 
 // The store is root's (finding 8). A user sees their own usage through the agent, which takes
