@@ -5,7 +5,11 @@
 #include <fmt/format.h>
 
 #include "common/config.h"
+#include "engine/timing.h"
+#include "plan/cluster_sim.h"
 #include "plan/jobs_report.h"
+#include "plan/plan_report.h"
+#include "plan/sweep.h"
 #include "plan/scenario.h"
 #include "plan/slurm_model.h"
 #include "plan/trace.h"
@@ -15,18 +19,25 @@ namespace bmas {
 void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* cmd = app.add_subcommand(
       "plan",
-      "Capacity planner: simulate a job trace on a cluster inventory (a model of Slurm's "
-      "scheduling, in virtual time) and report waits, completions and GPUs allocated");
+      "Capacity planner: simulate the cluster's week in virtual time (chat sessions through the "
+      "gateway and autoscaled replicas, jobs through a model of Slurm) and report latency, "
+      "waits, GPUs by path, costs and a verdict");
   cmd->add_option("--scenario", scenario_,
-                  "Scenario TOML (examples/plan-300x48.toml): read and checked; its simulation "
-                  "of inference beside training is not built yet");
-  cmd->add_option("--cluster", cluster_, "Cluster inventory (e.g. examples/cluster-12x4.toml)");
-  cmd->add_option("--trace", trace_, "Job trace to replay");
+                  "Scenario TOML (examples/plan-300x48.toml): cluster, cohorts, policies, SLOs, "
+                  "costs");
+  cmd->add_option("--cluster", cluster_,
+                  "Cluster inventory (e.g. examples/cluster-12x4.toml); replaces the scenario's");
+  cmd->add_option("--trace", trace_, "Job trace to replay; replaces the cohorts' training jobs");
   cmd->add_option("--trace-format", trace_format_, "csv (submit_s,user,gpus,duration_s[,partition]) "
                   "or alibaba-v2023")
       ->check(CLI::IsMember({"csv", "alibaba-v2023"}))
       ->default_str("csv");
   cmd->add_flag("--json", json_, "Print the report as JSON");
+  cmd->add_option("--sweep", sweep_,
+                  "Run the scenario once per value and give the smallest that meets the SLOs: "
+                  "gpus=24,32,48 or users=200,300,400");
+  cmd->add_option("--seed", seed_, "Seed of the scenario's random draws (default: its [simulation] seed)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   cmd->add_option("--launch-delay", launch_delay_s_,
                   "Seconds from Slurm's decision to the job running (prolog, launch)")
       ->check(CLI::Range(0.0, 3600.0))
@@ -38,37 +49,80 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd->callback([this, &global] { global.exit_code = Run(global); });
 }
 
-int PlanCommand::Run(GlobalOptions&) {
-  if (!scenario_.empty()) {
-    plan::Scenario scenario = plan::LoadScenario(scenario_, cluster_);
-    if (trace_.empty() || cluster_.empty()) {
-      fmt::print(stderr,
-                 "bmas plan: {} is a valid scenario ({} cohort(s)), but simulating its inference "
-                 "and cohorts is not built yet; for now give --cluster FILE --trace FILE to "
-                 "simulate a job trace\n",
-                 scenario_, scenario.cohorts.size());
-      return 2;
+int PlanCommand::RunScenario() {
+  plan::Scenario scenario = plan::LoadScenario(scenario_, cluster_);
+  if (!scenario.cluster) {
+    fmt::print(stderr, "bmas plan: {} names no cluster: set `cluster = \"FILE\"` in it or give "
+                       "--cluster FILE\n", scenario_);
+    return 2;
+  }
+  if (seed_ >= 0) scenario.simulation.seed = static_cast<uint64_t>(seed_);
+  std::optional<std::vector<plan::SimJob>> trace_jobs;
+  if (!trace_.empty()) {
+    trace_jobs = plan::TraceJobs(plan::ReadTrace(trace_, *plan::ParseTraceFormat(trace_format_)));
+  } else if (!scenario.trace.file.empty()) {
+    trace_jobs = plan::TraceJobs(plan::ReadTrace(scenario.trace.file, scenario.trace.format),
+                                 scenario.trace.start_s);
+  }
+  const engine::ProfileMap profiles = engine::LoadProfiles(scenario.engine.profiles_file);
+  const auto profile = profiles.find(scenario.engine.profile);
+  if (profile == profiles.end()) {
+    fmt::print(stderr, "bmas plan: no engine profile '{}'\n", scenario.engine.profile);
+    return 2;
+  }
+  plan::PlanSettings settings;
+  settings.slurm.launch_delay = Duration{launch_delay_s_};
+  settings.slurm.backfill_interval = Duration{backfill_interval_s_};
+  settings.inference.launch_delay_s = launch_delay_s_;
+  auto run = [&](const plan::Scenario& s) {
+    const plan::PlanRun r =
+        plan::RunPlan(s, profile->second, trace_jobs ? &*trace_jobs : nullptr, settings);
+    return plan::BuildPlanReport(s, r);
+  };
+  std::optional<plan::Sweep> sweep;
+  if (!sweep_.empty()) {
+    const plan::SweepSpec spec = plan::ParseSweep(sweep_);
+    sweep.emplace();
+    sweep->key = spec.key;
+    for (int v : spec.values) {
+      const plan::PlanReport r = run(plan::SweepScenario(scenario, spec, v));
+      sweep->points.push_back({.value = static_cast<double>(v),
+                               .met = r.met,
+                               .slo_hours_met_fraction = r.slo_hours_met_fraction,
+                               .job_wait_p95_s = r.jobs.wait_s.p95,
+                               .ttft_p99_s = r.ttft_s.p99,
+                               .per_user_month = r.cost.per_user_month});
+      if (r.met && (!sweep->smallest_meeting || v < *sweep->smallest_meeting)) {
+        sweep->smallest_meeting = v;
+      }
     }
+  }
+  const plan::PlanReport report = run(scenario);
+  const plan::Sweep* sw = sweep ? &*sweep : nullptr;
+  if (json_) {
+    fmt::print("{}\n", plan::PlanJson(scenario, report, sw));
+  } else {
+    fmt::print("{}", plan::PlanText(scenario, report, sw));
+  }
+  return 0;
+}
+
+int PlanCommand::Run(GlobalOptions&) {
+  if (!scenario_.empty()) return RunScenario();
+  if (!sweep_.empty()) {
+    fmt::print(stderr, "bmas plan: --sweep needs --scenario FILE\n");
+    return 2;
   }
   if (cluster_.empty() || trace_.empty()) {
     fmt::print(stderr,
-               "bmas plan: give --cluster FILE and --trace FILE (e.g. --cluster "
-               "examples/cluster-12x4.toml --trace jobs.csv)\n");
+               "bmas plan: give --scenario FILE (e.g. examples/plan-300x48.toml), or --cluster "
+               "FILE and --trace FILE (e.g. --cluster examples/cluster-12x4.toml --trace "
+               "jobs.csv)\n");
     return 2;
   }
   const Cluster cluster = LoadCluster(cluster_);
   const plan::Trace trace = plan::ReadTrace(trace_, *plan::ParseTraceFormat(trace_format_));
-  std::vector<plan::SimJob> jobs;
-  jobs.reserve(trace.jobs.size());
-  for (size_t i = 0; i < trace.jobs.size(); ++i) {
-    const plan::TraceJob& t = trace.jobs[i];
-    jobs.push_back(plan::SimJob{.id = static_cast<int64_t>(i) + 1,
-                                .user = t.user,
-                                .partition = t.partition,
-                                .gpus = t.gpus,
-                                .submit = TimePoint{t.submit_s},
-                                .duration = Duration{t.duration_s}});
-  }
+  const std::vector<plan::SimJob> jobs = plan::TraceJobs(trace);
   plan::SlurmModelSettings settings;
   settings.launch_delay = Duration{launch_delay_s_};
   settings.backfill_interval = Duration{backfill_interval_s_};

@@ -1,10 +1,12 @@
 #pragma once
 
-// `bmas plan`: the capacity planner. Today it simulates a job trace on a cluster's inventory
-// (`--cluster FILE --trace FILE [--trace-format csv|alibaba-v2023]`) with the model of Slurm in
-// src/plan/slurm_model.h, and reports waits, completions, the makespan and the GPUs allocated.
-// The scenario (`--scenario FILE`: cohorts, inference, policies, costs) is read and checked; its
-// simulation of inference beside training is not built yet, and the command says so.
+// `bmas plan`: the capacity planner.
+//  - `--scenario FILE` simulates the whole cluster for the scenario's days (src/plan/
+//    cluster_sim.h): the cohorts' chat sessions through the gateway's admission and autoscaled
+//    replicas, their jobs (or a trace's) through the model of Slurm, and reports latency, waits,
+//    GPUs by path, costs and a verdict; `--sweep KEY=V1,...` runs it once per value.
+//  - `--cluster FILE --trace FILE` alone replays the trace's jobs on the inventory with no
+//    inference load.
 
 #include <string>
 
@@ -28,6 +30,11 @@ class PlanCommand {
   bool json_ = false;
   double launch_delay_s_ = 0;
   double backfill_interval_s_ = 1;
+  std::string sweep_;
+  std::string html_;
+  int64_t seed_ = -1;  // -1: the scenario's
+
+  int RunScenario();
 };
 
 }  // namespace bmas

@@ -51,24 +51,21 @@ struct Event {
   bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
-// GPUs in use on one node over time, as backfill plans: step changes at times.
+// GPUs in use on one node over time, as backfill plans: step changes at times, kept sorted.
 class Profile {
  public:
   void Add(double from, double to, int gpus) {
-    steps_.emplace_back(from, gpus);
-    steps_.emplace_back(to, -gpus);
+    Insert(from, gpus);
+    Insert(to, -gpus);
   }
   // The most GPUs in use at any moment of [from, to).
   int PeakUse(double from, double to) const {
     int use = 0;
-    std::vector<std::pair<double, int>> sorted = steps_;
-    std::sort(sorted.begin(), sorted.end());
-    int peak = 0;
     size_t i = 0;
-    for (; i < sorted.size() && sorted[i].first <= from; ++i) use += sorted[i].second;
-    peak = use;
-    for (; i < sorted.size() && sorted[i].first < to; ++i) {
-      use += sorted[i].second;
+    for (; i < steps_.size() && steps_[i].first <= from; ++i) use += steps_[i].second;
+    int peak = use;
+    for (; i < steps_.size() && steps_[i].first < to; ++i) {
+      use += steps_[i].second;
       peak = std::max(peak, use);
     }
     return peak;
@@ -81,6 +78,11 @@ class Profile {
   }
 
  private:
+  void Insert(double t, int delta) {
+    const auto at = std::upper_bound(steps_.begin(), steps_.end(), std::make_pair(t, delta));
+    steps_.insert(at, {t, delta});
+  }
+
   std::vector<std::pair<double, int>> steps_;
 };
 
@@ -90,7 +92,9 @@ class Model {
       : cluster_(cluster), settings_(s) {
     for (const Node& n : cluster.nodes) {
       node_index_[n.name] = static_cast<int>(nodes_.size());
-      nodes_.push_back(NodeState{n.name, n.gpus.count, n.gpus.count});
+      auto held = s.held_gpus.find(n.name);
+      const int gpus = std::max(0, n.gpus.count - (held == s.held_gpus.end() ? 0 : held->second));
+      nodes_.push_back(NodeState{n.name, gpus, gpus});
     }
     jobs_.resize(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -318,13 +322,18 @@ class Model {
       if (r.state != State::kRunning) continue;
       for (int n : r.nodes) use[n].Add(r.allocated, std::max(r.planned_end, now + 1e-6), r.shape.gpus_per_node);
     }
+    int tested = 0;
+    std::vector<double> times;
     for (JobState* j : PendingByPriority(now)) {
+      if (++tested > settings_.backfill_max_job_test) break;
       const double length = settings_.launch_delay.count() + Limit(*j);
-      std::vector<double> times{now};
+      times.assign(1, now);
       for (int n : j->part_nodes) use[n].Ends(times);
       std::sort(times.begin(), times.end());
+      times.erase(std::unique(times.begin(), times.end()), times.end());
       for (double t : times) {
         if (t < now) continue;
+        if (t > now + settings_.backfill_window.count()) break;  // no reservation so far out
         std::vector<int> chosen;
         for (int n : j->part_nodes) {
           const int free = nodes_[n].total - use[n].PeakUse(t, t + length);

@@ -13,8 +13,8 @@
 //  - The main scheduler runs on every submission and job end (batch_sched_delay=0,
 //    sched_min_interval=0): jobs in priority order start while they fit; the first job of a
 //    partition that does not fit blocks the rest of that partition for the pass.
-//  - Backfill every `backfill_interval` (bf_interval=1): the blocked jobs get reservations at
-//    the earliest time their GPUs free up (running jobs end at their time limits, as Slurm
+//  - Backfill every `backfill_interval` (bf_interval=1): the first bf_max_job_test (500) blocked
+//    jobs get reservations, within bf_window (a day), at the earliest time their GPUs free up (running jobs end at their time limits, as Slurm
 //    plans), and a lower-priority job starts now only if it ends before the reservations it
 //    would take GPUs from.
 //  - Preemption (preempt/partition_prio, PreemptMode=REQUEUE): a job that does not fit takes
@@ -27,6 +27,7 @@
 // GraceTime (replicas use 0), job arrays and dependencies.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ struct SlurmModelSettings {
   Duration backfill_interval{1};
   Duration launch_delay{0};
   Duration requeue_delay{0};
+  // Slurm's defaults, which bmas's slurm.conf keeps: a backfill pass tests at most
+  // bf_max_job_test pending jobs, and plans reservations only within bf_window.
+  int backfill_max_job_test = 500;
+  Duration backfill_window{86400};
+  // GPUs of a node held all along by jobs the model does not schedule (the inference floor's
+  // replicas, which nothing preempts), by node name.
+  std::map<std::string, int> held_gpus;
 };
 
 struct SimJobResult {

@@ -1,0 +1,93 @@
+#pragma once
+
+// What `bmas plan --scenario` reports: inference latency per cohort and the share of hours
+// meeting the SLOs, job waits per cohort and size, GPUs by path over time, costs against the
+// cloud and a GPU per user, and a verdict; as text and as the JSON of `bmas plan --json` (its
+// fields: docs in README, "Planning capacity"). Pure: a finished run goes in, figures come out.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/cluster_sim.h"
+#include "plan/jobs_report.h"
+#include "plan/scenario.h"
+
+namespace bmas::plan {
+
+struct CohortInference {
+  std::string cohort;
+  int64_t requests = 0;
+  Stats ttft_s, itl_s, e2e_s;
+};
+
+struct CohortJobs {
+  std::string cohort;
+  Stats wait_s, completion_s;
+  double gpu_hours = 0;
+};
+
+struct HourPoint {
+  double inference = 0;  // GPUs held on average over the hour
+  double training = 0;
+  double idle = 0;
+  std::optional<bool> slo_met;  // nullopt: no load that hour
+  double ttft_p99_s = 0;        // of requests sent that hour (failed ones count as endless)
+  double wait_p95_s = 0;        // of jobs submitted that hour
+};
+
+struct CostReport {
+  std::string currency;
+  double cluster_per_month = 0;
+  std::optional<double> per_user_month;
+  std::optional<double> per_gpu_hour;
+  std::optional<double> cloud_on_demand_per_user_month;
+  std::optional<double> cloud_reserved_per_user_month;
+  std::optional<double> gpu_per_user_per_user_month;
+};
+
+struct PlanReport {
+  std::string verdict;
+  bool met = false;  // the SLOs hold in hours_met_fraction of the hours with load
+  int users = 0;
+  JobsReport jobs;
+  std::vector<CohortJobs> jobs_by_cohort;
+  // Inference.
+  int64_t requests = 0, completed = 0, failed = 0, tokens_served = 0;
+  Stats ttft_s, itl_s, e2e_s;
+  std::vector<CohortInference> inference_by_cohort;
+  double slo_hours_met_fraction = 0;
+  int hours_with_load = 0;
+  int64_t preemptions = 0, resumed_streams = 0;
+  int replicas_max = 0;
+  double inference_gpu_hours = 0;
+  // GPUs.
+  double allocated_fraction = 0, inference_fraction = 0, training_fraction = 0;
+  std::vector<HourPoint> timeline;
+  std::vector<std::pair<double, double>> ttft_cdf, wait_cdf;
+  CostReport cost;
+  SimInfo sim;
+};
+
+PlanReport BuildPlanReport(const Scenario& scenario, const PlanRun& run);
+
+// One line per sweep value, for the report's sweep section.
+struct SweepPoint {
+  double value = 0;
+  bool met = false;
+  double slo_hours_met_fraction = 0;
+  double job_wait_p95_s = 0;
+  double ttft_p99_s = 0;
+  std::optional<double> per_user_month;
+};
+
+struct Sweep {
+  std::string key;  // "gpus" or "users"
+  std::vector<SweepPoint> points;
+  std::optional<double> smallest_meeting;
+};
+
+std::string PlanJson(const Scenario& scenario, const PlanReport& report, const Sweep* sweep);
+std::string PlanText(const Scenario& scenario, const PlanReport& report, const Sweep* sweep);
+
+}  // namespace bmas::plan
