@@ -42,6 +42,11 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
                   "Seconds from Slurm's decision to the job running (prolog, launch)")
       ->check(CLI::Range(0.0, 3600.0))
       ->default_str("0");
+  cmd->add_option("--time-limit", time_limit_s_,
+                  "Seconds of time limit every trace job asks for (sbatch --time), which "
+                  "backfill plans with; 0: its own duration, a perfect estimate")
+      ->check(CLI::Range(0.0, 1e9))
+      ->default_str("0");
   cmd->add_option("--backfill-interval", backfill_interval_s_,
                   "Seconds between backfill passes (slurm.conf bf_interval)")
       ->check(CLI::Range(0.001, 3600.0))
@@ -63,6 +68,9 @@ int PlanCommand::RunScenario() {
   } else if (!scenario.trace.file.empty()) {
     trace_jobs = plan::TraceJobs(plan::ReadTrace(scenario.trace.file, scenario.trace.format),
                                  scenario.trace.start_s);
+  }
+  if (trace_jobs) {
+    for (plan::SimJob& j : *trace_jobs) j.time_limit = Duration{time_limit_s_};
   }
   const engine::ProfileMap profiles = engine::LoadProfiles(scenario.engine.profiles_file);
   const auto profile = profiles.find(scenario.engine.profile);
@@ -122,7 +130,8 @@ int PlanCommand::Run(GlobalOptions&) {
   }
   const Cluster cluster = LoadCluster(cluster_);
   const plan::Trace trace = plan::ReadTrace(trace_, *plan::ParseTraceFormat(trace_format_));
-  const std::vector<plan::SimJob> jobs = plan::TraceJobs(trace);
+  std::vector<plan::SimJob> jobs = plan::TraceJobs(trace);
+  for (plan::SimJob& j : jobs) j.time_limit = Duration{time_limit_s_};
   plan::SlurmModelSettings settings;
   settings.launch_delay = Duration{launch_delay_s_};
   settings.backfill_interval = Duration{backfill_interval_s_};

@@ -30,6 +30,7 @@ class PlanCommand {
   bool json_ = false;
   double launch_delay_s_ = 0;
   double backfill_interval_s_ = 1;
+  double time_limit_s_ = 0;
   std::string sweep_;
   std::string html_;
   int64_t seed_ = -1;  // -1: the scenario's
