@@ -1,12 +1,14 @@
 #include "cli/plan_command.h"
 
 #include <chrono>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "common/config.h"
 #include "engine/timing.h"
 #include "plan/cluster_sim.h"
+#include "plan/html_report.h"
 #include "plan/jobs_report.h"
 #include "plan/plan_report.h"
 #include "plan/sweep.h"
@@ -33,6 +35,9 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::IsMember({"csv", "alibaba-v2023"}))
       ->default_str("csv");
   cmd->add_flag("--json", json_, "Print the report as JSON");
+  cmd->add_option("--html", html_,
+                  "Also write the report as one self-contained HTML file with plots (no network "
+                  "needed to view it)");
   cmd->add_option("--sweep", sweep_,
                   "Run the scenario once per value and give the smallest that meets the SLOs: "
                   "gpus=24,32,48 or users=200,300,400");
@@ -107,12 +112,27 @@ int PlanCommand::RunScenario() {
   }
   const plan::PlanReport report = run(scenario);
   const plan::Sweep* sw = sweep ? &*sweep : nullptr;
+  const std::string json = plan::PlanJson(scenario, report, sw);
+  if (!WriteHtml(json)) return 1;
   if (json_) {
-    fmt::print("{}\n", plan::PlanJson(scenario, report, sw));
+    fmt::print("{}\n", json);
   } else {
     fmt::print("{}", plan::PlanText(scenario, report, sw));
   }
   return 0;
+}
+
+bool PlanCommand::WriteHtml(const std::string& json) const {
+  if (html_.empty()) return true;
+  std::ofstream out(html_, std::ios::binary | std::ios::trunc);
+  out << plan::PlanHtml(json);
+  out.close();
+  if (!out) {
+    fmt::print(stderr, "bmas plan: cannot write the HTML report to {}: check that its folder "
+                       "exists and is writable\n", html_);
+    return false;
+  }
+  return true;
 }
 
 int PlanCommand::Run(GlobalOptions&) {
@@ -142,8 +162,10 @@ int PlanCommand::Run(GlobalOptions&) {
   sim.events = result.events;
   const plan::JobsReport report = plan::ReportJobs(cluster, jobs, result);
   sim.simulated_s = report.makespan_s;
+  const std::string json = plan::JobsPlanJson(report, sim);
+  if (!WriteHtml(json)) return 1;
   if (json_) {
-    fmt::print("{}\n", plan::JobsPlanJson(report, sim));
+    fmt::print("{}\n", json);
   } else {
     fmt::print("{}", plan::JobsPlanText(report, sim));
   }

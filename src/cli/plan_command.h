@@ -36,6 +36,8 @@ class PlanCommand {
   int64_t seed_ = -1;  // -1: the scenario's
 
   int RunScenario();
+  // Writes the report to --html's file, if given; false (having said why) when it cannot.
+  bool WriteHtml(const std::string& json) const;
 };
 
 }  // namespace bmas

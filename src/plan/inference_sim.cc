@@ -368,7 +368,9 @@ class Sim {
     Replica& r = *replicas_[i];
     if (r.stepping || !r.core || !r.core->HasWork()) return;
     r.stepping = true;
-    Push(now_ + r.core->BeginStep(now_), Kind::kStepEnd, i, r.generation);
+    const double step = r.core->BeginStep(now_);
+    result_.busy_gpu_seconds += step * std::max(1, scenario_.engine.gpus_per_replica);
+    Push(now_ + step, Kind::kStepEnd, i, r.generation);
   }
 
   void StepEnd(int i, int generation) {

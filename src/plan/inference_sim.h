@@ -54,6 +54,7 @@ struct InferenceResult {
   std::vector<RequestRecord> requests;  // in the order they were sent
   std::vector<double> gpu_seconds_by_hour;  // GPUs held by replicas (all states but pending)
   double gpu_seconds = 0;
+  double busy_gpu_seconds = 0;  // GPUs x seconds of engine steps (replicas computing)
   int64_t preemptions = 0;
   int64_t resumed_streams = 0;
   int64_t tokens_served = 0;

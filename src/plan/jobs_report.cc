@@ -123,14 +123,17 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   WriteStats(w, r.completion_s);
   w.Key("makespan_s");
   w.Double(r.makespan_s);
-  w.Key("wait_s_by_gpus");
-  w.StartObject();
+  w.Key("by_gpus");
+  w.StartArray();
   for (const auto& [gpus, s] : r.wait_by_gpus) {
-    const std::string key = std::to_string(gpus);
-    w.Key(key.c_str(), static_cast<rapidjson::SizeType>(key.size()));
+    w.StartObject();
+    w.Key("gpus");
+    w.Int(gpus);
+    w.Key("wait_s");
     WriteStats(w, s);
+    w.EndObject();
   }
-  w.EndObject();
+  w.EndArray();
   w.EndObject();
   w.Key("inference");
   w.Null();

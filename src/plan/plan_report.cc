@@ -193,6 +193,7 @@ PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
   r.inference_fraction = capacity > 0 ? inference_s / capacity : 0;
   r.training_fraction = capacity > 0 ? training_s / capacity : 0;
   r.allocated_fraction = r.inference_fraction + r.training_fraction;
+  r.busy_fraction = capacity > 0 ? (training_s + inf.busy_gpu_seconds) / capacity : 0;
   r.slo_hours_met_fraction = r.hours_with_load > 0 ? static_cast<double>(met) / r.hours_with_load : 1;
   r.met = run.error.empty() && r.slo_hours_met_fraction >= s.slo.hours_met_fraction;
   r.ttft_cdf = Cdf(all_ttft);
@@ -429,6 +430,8 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   Num(w, r.inference_fraction);
   w.Key("training_fraction");
   Num(w, r.training_fraction);
+  w.Key("busy_fraction");
+  Num(w, r.busy_fraction);
   w.EndObject();
 
   w.Key("timeline");
@@ -553,9 +556,9 @@ std::string PlanText(const Scenario& s, const PlanReport& r, const Sweep* sweep)
     out += fmt::format("  {:>2} GPU(s)      {:>6} jobs  wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}\n", gpus,
                        st.count, st.p50, st.p95, st.p99);
   }
-  out += fmt::format("GPUs: {} allocated {:.0f}% (inference {:.0f}%, training {:.0f}%)\n",
+  out += fmt::format("GPUs: {} allocated {:.0f}% (inference {:.0f}%, training {:.0f}%), busy {:.0f}%\n",
                      r.jobs.total_gpus, 100 * r.allocated_fraction, 100 * r.inference_fraction,
-                     100 * r.training_fraction);
+                     100 * r.training_fraction, 100 * r.busy_fraction);
   const CostReport& c = r.cost;
   auto money = [&](const std::optional<double>& v) { return v ? Money(c.currency, *v) : std::string("-"); };
   out += fmt::format("Cost: {} a month for the cluster; per user-month {} (cloud on demand {}, "

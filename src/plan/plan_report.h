@@ -63,6 +63,9 @@ struct PlanReport {
   double inference_gpu_hours = 0;
   // GPUs.
   double allocated_fraction = 0, inference_fraction = 0, training_fraction = 0;
+  // Allocated and computing: training jobs all the time they hold GPUs (the simulator cannot
+  // see inside them), replicas while their engine runs a step.
+  double busy_fraction = 0;
   std::vector<HourPoint> timeline;
   std::vector<std::pair<double, double>> ttft_cdf, wait_cdf;
   CostReport cost;
