@@ -90,7 +90,9 @@ int PlanCommand::RunScenario() {
   auto run = [&](const plan::Scenario& s) {
     const plan::PlanRun r =
         plan::RunPlan(s, profile->second, trace_jobs ? &*trace_jobs : nullptr, settings);
-    return plan::BuildPlanReport(s, r);
+    plan::PlanReport report = plan::BuildPlanReport(s, r);
+    report.engine = plan::CalibrateProfile(profile->second);
+    return report;
   };
   std::optional<plan::Sweep> sweep;
   if (!sweep_.empty()) {

@@ -90,6 +90,18 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
   }
   run.floor_gpus = scenario.policies.autoscale.min_replicas * per_replica;
 
+  // Research windows become Slurm reservations, day by day, through the horizon and a week
+  // past it (jobs may run on).
+  for (const ResearchWindow& w : scenario.policies.research) {
+    for (int day = 0; day * 86400.0 < run.horizon_s + kWeekSeconds; ++day) {
+      if (std::find(w.window.days.begin(), w.window.days.end(), day % 7) == w.window.days.end()) continue;
+      slurm.reservations.push_back(SimReservation{.users = w.users,
+                                                  .nodes = w.nodes,
+                                                  .start = day * 86400 + w.window.start_hour * 3600,
+                                                  .end = day * 86400 + w.window.end_hour * 3600});
+    }
+  }
+
   // Training.
   if (trace_jobs != nullptr) {
     run.jobs = *trace_jobs;

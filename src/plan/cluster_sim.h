@@ -10,8 +10,8 @@
 // schedule does not depend on them. The floor's replicas (never preempted) are placed first,
 // on the floor partition's last nodes, and training sees those GPUs as taken. Replicas then
 // get what training leaves, node by node, over time.
-// Research reservations (policies.research) keep their nodes from replicas during their
-// windows; the model of Slurm does not reserve them from other users' jobs yet.
+// Research windows (policies.research) are Slurm reservations: their nodes take only the
+// named users' jobs, and no replica, while they last.
 
 #include <cstdint>
 #include <string>

@@ -8,6 +8,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "engine/calibrate.h"
 #include "plan/workload.h"
 
 namespace bmas::plan {
@@ -80,6 +81,22 @@ CostReport PriceIt(const Scenario& s, const PlanReport& r, int total_gpus, int n
 }
 
 }  // namespace
+
+EngineCalibration CalibrateProfile(const engine::Profile& p) {
+  EngineCalibration c;
+  c.profile = p.name;
+  if (p.name != "llama-3.1-8b-h100") return c;
+  c.reference = "NVIDIA NIM, Llama-3.1-8B-Instruct on one H100";
+  engine::SchedulerConfig config;
+  config.max_num_seqs = p.max_num_seqs;
+  config.max_num_batched_tokens = p.max_num_batched_tokens;
+  config.block_size = p.block_size;
+  config.num_kv_blocks = p.num_kv_blocks > 0 ? p.num_kv_blocks : p.DerivedKvBlocks(p.block_size);
+  config.max_model_len = p.max_model_len;
+  c.worst_error = engine::WorstRelativeError(
+      engine::Calibrate(config, p.time, engine::LlamaH100Reference()));
+  return c;
+}
 
 PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
   PlanReport r;
@@ -324,6 +341,21 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   w.StartArray();
   for (const Cohort& c : s.cohorts) Str(w, c.name);
   w.EndArray();
+  w.EndObject();
+  w.Key("engine");
+  w.StartObject();
+  w.Key("model");
+  Str(w, s.engine.model);
+  w.Key("profile");
+  Str(w, r.engine.profile);
+  w.Key("calibration_reference");
+  if (r.engine.reference.empty()) {
+    w.Null();
+  } else {
+    Str(w, r.engine.reference);
+  }
+  w.Key("calibration_worst_error");
+  Opt(w, r.engine.worst_error);
   w.EndObject();
   w.Key("slo");
   w.StartObject();
@@ -577,6 +609,13 @@ std::string PlanText(const Scenario& s, const PlanReport& r, const Sweep* sweep)
     out += sweep->smallest_meeting
                ? fmt::format("The smallest that meets the SLOs: {} = {}\n", sweep->key, *sweep->smallest_meeting)
                : std::string("None of them meets the SLOs.\n");
+  }
+  if (r.engine.worst_error) {
+    out += fmt::format("Engine: profile {}, within {:.1f}% of {} (ITL and TTFT; `bmas engine calibrate`)\n",
+                       r.engine.profile, 100 * *r.engine.worst_error, r.engine.reference);
+  } else {
+    out += fmt::format("Engine: profile {} (no published figures to calibrate it against)\n",
+                       r.engine.profile);
   }
   out += fmt::format("Simulated {:.1f} days in {:.1f} s ({:.0f} simulated s per s, {} events, {:.0f} events/s)\n",
                      r.sim.simulated_s / 86400, r.sim.wall_s,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/timing.h"
 #include "plan/cluster_sim.h"
 #include "plan/jobs_report.h"
 #include "plan/scenario.h"
@@ -46,8 +47,19 @@ struct CostReport {
   std::optional<double> gpu_per_user_per_user_month;
 };
 
+// How the engine profile the replicas use compares with published figures: for the llama
+// H100 profile, NVIDIA NIM's ITL and TTFT (engine/calibrate.h, as `bmas engine calibrate`).
+struct EngineCalibration {
+  std::string profile;
+  std::string reference;          // "" when there is none for this profile
+  std::optional<double> worst_error;  // largest relative ITL/TTFT error over the reference points
+};
+
+EngineCalibration CalibrateProfile(const engine::Profile& profile);
+
 struct PlanReport {
   std::string verdict;
+  EngineCalibration engine;
   bool met = false;  // the SLOs hold in hours_met_fraction of the hours with load
   int users = 0;
   JobsReport jobs;

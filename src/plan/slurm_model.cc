@@ -96,6 +96,13 @@ class Model {
       const int gpus = std::max(0, n.gpus.count - (held == s.held_gpus.end() ? 0 : held->second));
       nodes_.push_back(NodeState{n.name, gpus, gpus});
     }
+    reserved_.resize(nodes_.size());
+    for (const SimReservation& r : settings_.reservations) {
+      for (const std::string& name : r.nodes) {
+        if (auto it = node_index_.find(name); it != node_index_.end()) reserved_[it->second].push_back(&r);
+      }
+      Push(r.end, EventKind::kWake, -1);  // its nodes open to everyone: a scheduling pass
+    }
     jobs_.resize(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
       JobState& j = jobs_[i];
@@ -219,10 +226,11 @@ class Model {
   }
 
   // Nodes where `j` fits now with `free` GPUs per node; empty when it does not.
-  std::vector<int> Fit(const JobState& j, const std::vector<int>& free) const {
+  std::vector<int> Fit(const JobState& j, const std::vector<int>& free, double now) const {
     std::vector<int> chosen;
+    const double until = now + settings_.launch_delay.count() + Limit(j);
     for (int n : j.part_nodes) {
-      if (free[n] >= j.shape.gpus_per_node &&
+      if (free[n] >= j.shape.gpus_per_node && !Reserved(j, n, now, until) &&
           (j.shape.nodes == 1 || free[n] == nodes_[n].total)) {
         chosen.push_back(n);
         if (static_cast<int>(chosen.size()) == j.shape.nodes) return chosen;
@@ -235,6 +243,15 @@ class Model {
     std::vector<int> free;
     for (const NodeState& n : nodes_) free.push_back(n.free);
     return free;
+  }
+
+  // Whether a reservation keeps node `n` from `j` at some moment of [from, to).
+  bool Reserved(const JobState& j, int n, double from, double to) const {
+    for (const SimReservation* r : reserved_[n]) {
+      if (r->start >= to || r->end <= from) continue;
+      if (std::find(r->users.begin(), r->users.end(), j.job->user) == r->users.end()) return true;
+    }
+    return false;
   }
 
   bool Preemptable(const JobState& victim, const JobState& by) const {
@@ -260,7 +277,7 @@ class Model {
     for (JobState* v : victims) {
       for (int n : v->nodes) free[n] += v->shape.gpus_per_node;
       taken.push_back(v);
-      place = Fit(j, free);
+      place = Fit(j, free, now);
       if (!place.empty()) break;
     }
     if (place.empty()) return false;
@@ -276,7 +293,7 @@ class Model {
       ++result_.events;
       if (settings_.requeue_delay.count() > 0) Push(v->eligible, EventKind::kWake, -1);
     }
-    place = Fit(j, FreeNow());
+    place = Fit(j, FreeNow(), now);
     if (place.empty()) return false;  // a victim elsewhere was needed after all; try later
     Start(j, place, now);
     return true;
@@ -305,7 +322,7 @@ class Model {
     std::vector<std::string> blocked;
     for (JobState* j : PendingByPriority(now)) {
       if (std::find(blocked.begin(), blocked.end(), j->partition->name) != blocked.end()) continue;
-      std::vector<int> place = Fit(*j, FreeNow());
+      std::vector<int> place = Fit(*j, FreeNow(), now);
       if (!place.empty()) {
         Start(*j, place, now);
       } else if (!Preempt(*j, now)) {
@@ -337,7 +354,7 @@ class Model {
         std::vector<int> chosen;
         for (int n : j->part_nodes) {
           const int free = nodes_[n].total - use[n].PeakUse(t, t + length);
-          if (free >= j->shape.gpus_per_node &&
+          if (free >= j->shape.gpus_per_node && !Reserved(*j, n, t, t + length) &&
               (j->shape.nodes == 1 || free == nodes_[n].total)) {
             chosen.push_back(n);
             if (static_cast<int>(chosen.size()) == j->shape.nodes) break;
@@ -356,6 +373,7 @@ class Model {
   std::vector<NodeState> nodes_;
   std::map<std::string, int> node_index_;
   std::vector<JobState> jobs_;
+  std::vector<std::vector<const SimReservation*>> reserved_;  // by node
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;
   bool backfill_scheduled_ = false;

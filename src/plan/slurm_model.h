@@ -20,6 +20,8 @@
 //  - Preemption (preempt/partition_prio, PreemptMode=REQUEUE): a job that does not fit takes
 //    the GPUs of jobs in partitions of a lower tier whose mode allows preemption, the youngest
 //    first; they are requeued (they start over from the beginning) after `requeue_delay`.
+//  - Reservations (research mode): reserved nodes take only the reservation's users' jobs while
+//    it lasts, and no other job whose time limit reaches into it.
 //  - Start-up latency: `launch_delay` between the decision and the job running (prolog, slurmd
 //    launch), measured on the local cluster.
 // What it leaves out: fair-share and QOS limits (a partition's max_gpus_per_user), node
@@ -46,6 +48,15 @@ struct SimJob {
   Duration time_limit{0};  // what backfill plans with; 0 = the duration (a perfect estimate)
 };
 
+// A reservation (research mode): from `start` to `end`, `nodes` take only jobs of `users`. A
+// job of anyone else does not start there if its time limit would reach into the reservation.
+struct SimReservation {
+  std::vector<std::string> users;
+  std::vector<std::string> nodes;
+  double start = 0;
+  double end = 0;
+};
+
 struct SlurmModelSettings {
   Duration backfill_interval{1};
   Duration launch_delay{0};
@@ -57,6 +68,7 @@ struct SlurmModelSettings {
   // GPUs of a node held all along by jobs the model does not schedule (the inference floor's
   // replicas, which nothing preempts), by node name.
   std::map<std::string, int> held_gpus;
+  std::vector<SimReservation> reservations;
 };
 
 struct SimJobResult {

@@ -136,5 +136,25 @@ TEST(SlurmModelTest, TheSameJobsGiveTheSameSchedule) {
   EXPECT_EQ(a.makespan, b.makespan);
 }
 
+// Research mode: n2 is reserved for "ada" from 100 to 200. Another user's job that would run
+// into the reservation goes to n1 or waits; ada's job gets n2 in the window; after it, n2 is
+// everyone's again.
+TEST(SlurmModelTest, AReservationKeepsItsNodesForItsUsers) {
+  SlurmModelSettings settings;
+  settings.reservations.push_back({.users = {"ada"}, .nodes = {"n2"}, .start = 100, .end = 200});
+  SimJob busy = Job(1, 0, 4, 300);  // n1, all along
+  SimJob late = Job(2, 50, 4, 100);  // would reach into the window on n2: waits for its end
+  SimJob ada = Job(3, 120, 4, 50);
+  ada.user = "ada";
+  SimJob small = Job(4, 10, 4, 20);  // ends before the window: n2 is free for it
+  SlurmModelResult r = RunSlurmModel(TwoNodes(), {busy, late, ada, small}, settings);
+  EXPECT_EQ(Start(r, 4), 10);
+  EXPECT_EQ(Of(r, 4).nodes, "n2");
+  EXPECT_EQ(Start(r, 3), 120);
+  EXPECT_EQ(Of(r, 3).nodes, "n2");
+  EXPECT_EQ(Start(r, 2), 200);
+  EXPECT_EQ(Of(r, 2).nodes, "n2");
+}
+
 }  // namespace
 }  // namespace bmas::plan
