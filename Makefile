@@ -62,7 +62,8 @@ fuzz-regression: deps
 # workspaces', then the copy of a workspace between nodes, then the dashboard's pages against
 # nginx serving the same bytes, then elastic inference and the dual path on a local Slurm (as
 # root: they start their own local clusters and LXDs;
-# otherwise they say why they skipped).
+# otherwise they say why they skipped), then the capacity planner: its speed, and its model of
+# Slurm against the real local one.
 bench: build
 	@bash scripts/install-deps.sh --bench
 	python3 bench/run.py $(BUILD)
@@ -73,6 +74,8 @@ bench: build
 	python3 bench/workspace_copy_bench.py $(BUILD)
 	python3 bench/inference_bench.py $(BUILD)
 	python3 bench/dual_path_bench.py $(BUILD)
+	python3 bench/plan_speed_bench.py $(BUILD)
+	python3 bench/plan_fidelity_bench.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
