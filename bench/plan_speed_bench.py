@@ -84,8 +84,8 @@ def main():
             "engine steps are most of them. "
             f"Without the cohorts' inference the week takes {rows[1][1]:.2f} s, without their training "
             f"{rows[2][1]:.2f} s: the inference simulation (engine steps of the replicas, admission, the "
-            f"autoscaler) is what dominates, {100 * rows[2][1] / whole:.0f}% of the whole; the Slurm model and "
-            "the reading of files are the rest. It grows with the tokens served, not with the users or GPUs as such.\n")
+            f"autoscaler) is what dominates, about {100 * (1 - rows[1][1] / whole):.0f}% of the whole (the "
+            "part the jobs-only week does not spend); the Slurm model and the reading of files are the rest. It grows with the tokens served, not with the users or GPUs as such.\n")
     print(body)
     run.write_section(HEADING, body)
 
