@@ -171,17 +171,22 @@ TEST(AutoscalerTest, ASurgeIsSizedFromTheShortWindowWithoutWaitingForTheAverage)
 }
 
 TEST(AutoscalerTest, TheBurstWindowNeverScalesDown) {
-  // Three replicas at 15 for an hour, then nothing for 200 s: the short average falls at once,
-  // but scale-down still waits for the long average and the idle time.
+  // Three replicas of 10 at a load of 15 for an hour, then nothing. The load fits in two at
+  // scale_down_utilization (0.5) once its average is below 10: the 6 s burst average gets
+  // there in ~2.4 s, the 60 s one in ~24 s. With a 10 s idle time, a scale-down that listened
+  // to the burst window would come at ~12 s; it must wait for the long one (~34 s).
   AutoscaleSettings s = Settings(1, 8);
-  s.scale_down_idle = Duration{300};
+  s.scale_down_idle = Duration{10};
   Deployment d(s);
   d.AddReady("a");
   d.AddReady("b");
   d.AddReady("c");
   d.Run(0, 3600, [&](double) { d.SetLoad(15); });
-  d.Run(3602, 3800, [&](double) { d.SetLoad(0); });
+  d.Run(3602, 3626, [&](double) { d.SetLoad(0); });
   EXPECT_THAT(d.downs(), IsEmpty());
+  d.Run(3628, 3700, [&](double) { d.SetLoad(0); });
+  ASSERT_THAT(d.downs(), Not(IsEmpty()));
+  EXPECT_GE(d.downs().front(), 3602 + 30);
 }
 
 // ---- Capacity coming --------------------------------------------------------------------
