@@ -76,6 +76,7 @@ bench: build
 	python3 bench/dual_path_bench.py $(BUILD)
 	python3 bench/plan_speed_bench.py $(BUILD)
 	python3 bench/plan_fidelity_bench.py $(BUILD)
+	python3 bench/plan_inference_fidelity.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -271,6 +271,7 @@ class Sim {
   }
 
   void Send(int s) {
+    if (now_ >= settings_.stop_sending_s) return;
     Session& session = sessions_[s];
     const Cohort& cohort = scenario_.cohorts[session.plan->cohort];
     const InferenceBehaviour& ib = cohort.inference;
@@ -285,10 +286,10 @@ class Sim {
     req.session = s;
     req.prompt = session.history;
     req.lead_tokens = static_cast<int>(req.prompt.size());
-    const int question = session.rng.AroundMean(ib.prompt_tokens);
+    const int question = session.rng.AroundMean(ib.prompt_tokens, ib.length_spread);
     const uint64_t qseed = session.rng.Next();
     for (int k = 0; k < question; ++k) req.prompt.push_back(engine::SampleToken(qseed, k));
-    req.max_tokens = session.rng.AroundMean(ib.output_tokens);
+    req.max_tokens = session.rng.AroundMean(ib.output_tokens, ib.length_spread);
     reqs_.push_back(std::move(req));
     RequestRecord rec;
     rec.cohort = session.plan->cohort;

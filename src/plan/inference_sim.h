@@ -18,6 +18,7 @@
 // than the queue's deadline, and a TTFT p95 per model (one model here).
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct InferenceSettings {
   double control_period_s = 2;  // the controller's loop
   double launch_delay_s = 1;    // Slurm's start of a replica job (prolog, launch)
   double horizon_s = 0;         // no session starts after it; the run ends when work does
+  // No request at all is sent after it, not even a session's next (a benchmark's --duration).
+  double stop_sending_s = std::numeric_limits<double>::infinity();
 };
 
 struct RequestRecord {

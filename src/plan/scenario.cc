@@ -111,6 +111,7 @@ void ReadInference(ConfigTable& t, InferenceBehaviour& b) {
   b.think_time_s = t.Double("think_time_s", b.think_time_s, 0, 86400);
   b.prompt_tokens = IntIn(t, "prompt_tokens", b.prompt_tokens, 1, 1 << 20);
   b.output_tokens = IntIn(t, "output_tokens", b.output_tokens, 1, 1 << 20);
+  b.length_spread = t.Double("length_spread", b.length_spread, 0, 1);
   b.system_prompt_tokens = IntIn(t, "system_prompt_tokens", b.system_prompt_tokens, 0, 1 << 20);
   b.system_prompts = IntIn(t, "system_prompts", b.system_prompts, 1, 1 << 16);
   b.carry_history = t.Bool("carry_history", b.carry_history);

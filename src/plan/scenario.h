@@ -51,6 +51,9 @@ struct InferenceBehaviour {
   double think_time_s = 30;         // from an answer's end to the session's next request
   int prompt_tokens = 200;          // new tokens a request brings (the question)
   int output_tokens = 300;          // tokens generated per request
+  // Prompt and output lengths are drawn uniformly within +-length_spread of their means; 0:
+  // exactly the means (as a benchmark's load generator sends).
+  double length_spread = 0.5;
   // The course's system prompt, sent first in every request; 0 = none. The cohort's members
   // share `system_prompts` of them (one per course), which prefix caching can keep.
   int system_prompt_tokens = 0;

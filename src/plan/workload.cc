@@ -56,9 +56,11 @@ int Rng::UniformInt(int lo, int hi) {
   return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
 }
 
-int Rng::AroundMean(int mean) {
+int Rng::AroundMean(int mean, double spread) {
   if (mean <= 1) return 1;
-  return std::max(1, UniformInt(mean / 2, mean + mean / 2));
+  const int delta = static_cast<int>(mean * spread);
+  if (delta == 0) return mean;
+  return std::max(1, UniformInt(mean - delta, mean + delta));
 }
 
 double ActiveFraction(const Cohort& cohort, double t) {

@@ -15,7 +15,7 @@
 //  - Jobs: each member submits jobs_per_week x days / 7 on average; the cohort's jobs arrive as
 //    a Poisson process whose rate follows active_fraction(t); sizes by the GPU shares;
 //    durations log-normal (median, p90).
-// Prompt and output lengths are drawn uniformly within +-50% of their means.
+// Prompt and output lengths are drawn uniformly within +-length_spread (50%) of their means.
 
 #include <cstdint>
 #include <string>
@@ -36,7 +36,8 @@ class Rng {
   int Poisson(double mean);            // mean >= 0
   double Normal();                     // standard
   int UniformInt(int lo, int hi);      // [lo, hi]
-  int AroundMean(int mean);            // uniform in [mean/2, 3 mean/2], at least 1
+  // Uniform in [mean (1 - spread), mean (1 + spread)], at least 1; spread in [0, 1].
+  int AroundMean(int mean, double spread = 0.5);
 
  private:
   uint64_t state_;
