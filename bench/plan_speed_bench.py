@@ -42,6 +42,18 @@ def timed(scenario):
     return runs[1]
 
 
+def sweep_wall(value, base_wall):
+    """Seconds one run of the reference scenario with --sweep KEY=V takes, less the base run that
+    bmas plan also makes: the median of 3."""
+    cmd = ["taskset", "-c", "0", BMAS, "plan", "--scenario", SCENARIO, "--json", "--sweep", value]
+    walls, report = [], None
+    for _ in range(3):
+        t0 = time.time()
+        report = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+        walls.append(time.time() - t0 - base_wall)
+    return statistics.median(walls), report["sweep"]["results"][0]
+
+
 def main():
     started = time.strftime("%Y-%m-%d %H:%M")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -66,6 +78,14 @@ def main():
             for _, path in scenarios[1:]:
                 if os.path.exists(path):
                     os.remove(path)
+    whole_wall = rows[0][1]
+    scaling = ["| scenario | wall (s) | vs the reference | met |", "|---|---|---|---|",
+               f"| reference: 300 users, 48 GPUs | {whole_wall:.2f} | 1.00 | - |"]
+    growth = {}
+    for value in ("users=600", "users=1200", "gpus=24", "gpus=96"):
+        wall, point = sweep_wall(value, whole_wall)
+        growth[value] = wall / whole_wall
+        scaling.append(f"| {value} | {wall:.2f} | {wall / whole_wall:.2f} | {'yes' if point['met'] else 'no'} |")
     table = ["| run | wall (s) | simulated (s) | simulated s per wall s | events | events per s | requests | jobs |",
              "|---|---|---|---|---|---|---|---|"]
     for name, wall, sim, report in rows:
@@ -85,7 +105,13 @@ def main():
             f"Without the cohorts' inference the week takes {rows[1][1]:.2f} s, without their training "
             f"{rows[2][1]:.2f} s: the inference simulation (engine steps of the replicas, admission, the "
             f"autoscaler) is what dominates, about {100 * (1 - rows[1][1] / whole):.0f}% of the whole (the "
-            "part the jobs-only week does not spend); the Slurm model and the reading of files are the rest. It grows with the tokens served, not with the users or GPUs as such.\n")
+            "part the jobs-only week does not spend); the Slurm model and the reading of files are the rest.\n\n"
+            "How it grows: the reference scenario with every cohort scaled (`--sweep users=N`) or the cluster "
+            "cut or grown (`--sweep gpus=N`), one value per run, timed as the run less the reference run "
+            "`bmas plan` makes first, median of 3:\n\n" + "\n".join(scaling) +
+            f"\n\nTwice and four times the users take {growth['users=600']:.1f}x and {growth['users=1200']:.1f}x "
+            "as long (the tokens served grow with them, and the Slurm model's backfill passes with the queue of an "
+            f"overloaded cluster); half and twice the GPUs take {growth['gpus=24']:.2f}x and {growth['gpus=96']:.2f}x.\n")
     print(body)
     run.write_section(HEADING, body)
 
