@@ -175,6 +175,8 @@ TEST(ClusterSimTest, TheReportHasTheFieldsTheIssueNames) {
     EXPECT_TRUE(d["jobs"]["completion_s"][k].IsNumber()) << k;
   }
   EXPECT_TRUE(d["jobs"]["count"].IsInt64());
+  ASSERT_GT(d["jobs"]["by_gpus"].Size(), 0u);
+  EXPECT_TRUE(d["jobs"]["by_gpus"][0]["completion_s"]["p95"].IsNumber());
   EXPECT_TRUE(d["jobs"]["makespan_s"].IsNumber());
   for (const char* k : {"p50", "p95", "p99"}) EXPECT_TRUE(d["inference"]["ttft_s"][k].IsNumber());
   EXPECT_TRUE(d["inference"]["slo_hours_met_fraction"].IsNumber());

@@ -59,7 +59,7 @@ JobsReport ReportJobs(const Cluster& cluster, const std::vector<SimJob>& jobs,
   r.count = static_cast<int64_t>(jobs.size());
   for (const Node& n : cluster.nodes) r.total_gpus += n.gpus.count;
   std::vector<double> waits, completions;
-  std::map<int, std::vector<double>> by_gpus;
+  std::map<int, std::vector<double>> by_gpus, completion_by_gpus;
   double first_submit = jobs.empty() ? 0 : jobs.front().submit.count();
   for (size_t i = 0; i < jobs.size() && i < result.jobs.size(); ++i) {
     const SimJob& job = jobs[i];
@@ -76,6 +76,7 @@ JobsReport ReportJobs(const Cluster& cluster, const std::vector<SimJob>& jobs,
     waits.push_back(wait);
     completions.push_back((out.end - job.submit).count());
     by_gpus[job.gpus].push_back(wait);
+    completion_by_gpus[job.gpus].push_back((out.end - job.submit).count());
   }
   r.wait_s = Summarize(std::move(waits));
   r.completion_s = Summarize(std::move(completions));
@@ -84,6 +85,7 @@ JobsReport ReportJobs(const Cluster& cluster, const std::vector<SimJob>& jobs,
     r.allocated_fraction = result.gpu_seconds_allocated / (r.total_gpus * r.makespan_s);
   }
   for (auto& [gpus, w] : by_gpus) r.wait_by_gpus[gpus] = Summarize(std::move(w));
+  for (auto& [gpus, c] : completion_by_gpus) r.completion_by_gpus[gpus] = Summarize(std::move(c));
   return r;
 }
 
@@ -131,6 +133,8 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
     w.Int(gpus);
     w.Key("wait_s");
     WriteStats(w, s);
+    w.Key("completion_s");
+    WriteStats(w, r.completion_by_gpus.at(gpus));
     w.EndObject();
   }
   w.EndArray();

@@ -36,7 +36,8 @@ struct JobsReport {
   double makespan_s = 0;           // first submission to last end
   int total_gpus = 0;
   double allocated_fraction = 0;   // GPU-seconds allocated / (GPUs x makespan)
-  std::map<int, Stats> wait_by_gpus;  // wait_s by the job's GPU count
+  std::map<int, Stats> wait_by_gpus;        // wait_s by the job's GPU count
+  std::map<int, Stats> completion_by_gpus;  // completion_s by the job's GPU count
 };
 
 JobsReport ReportJobs(const Cluster& cluster, const std::vector<SimJob>& jobs,

@@ -391,6 +391,8 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
     w.Int(gpus);
     w.Key("wait_s");
     StatsJson(w, st);
+    w.Key("completion_s");
+    StatsJson(w, r.jobs.completion_by_gpus.at(gpus));
     w.EndObject();
   }
   w.EndArray();
@@ -585,8 +587,8 @@ std::string PlanText(const Scenario& s, const PlanReport& r, const Sweep* sweep)
                        c.wait_s.p50, c.wait_s.p95, c.wait_s.p99, c.gpu_hours);
   }
   for (const auto& [gpus, st] : r.jobs.wait_by_gpus) {
-    out += fmt::format("  {:>2} GPU(s)      {:>6} jobs  wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}\n", gpus,
-                       st.count, st.p50, st.p95, st.p99);
+    out += fmt::format("  {:>2} GPU(s)      {:>6} jobs  wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}  completion s p95 {:.0f}\n",
+                       gpus, st.count, st.p50, st.p95, st.p99, r.jobs.completion_by_gpus.at(gpus).p95);
   }
   out += fmt::format("GPUs: {} allocated {:.0f}% (inference {:.0f}%, training {:.0f}%), busy {:.0f}%\n",
                      r.jobs.total_gpus, 100 * r.allocated_fraction, 100 * r.inference_fraction,
