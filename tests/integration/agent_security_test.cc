@@ -115,6 +115,16 @@ class AgentSecurityTest : public WorkspaceJobsTest {
   }
 };
 
+// Whether none of the sleeps the jobs of these tests start (3001, 3002, 3005, 3006) runs on
+// the host; each by its full number, so that another `sleep 300...` on the machine is not taken
+// for one.
+bool NoTestSleeps() {
+  for (const char* s : {"sleep 3001", "sleep 3002", "sleep 3005", "sleep 3006"}) {
+    if (!HostProcesses(s).empty()) return false;
+  }
+  return true;
+}
+
 // A connected SOCK_SEQPACKET socket to `path` with a receive deadline, -1 on failure; system
 // calls only.
 int RawConnect(const char* path, int timeout_s) {
@@ -233,7 +243,7 @@ TEST_F(AgentSecurityTest, NoProcessOfAJobOutlivesItAndItsCgroupCarriesItsMemory)
   EXPECT_THAT(r.out, ::testing::EndsWith("\n2\n")) << "both were running in the job";
   // Slurm says the job ended: the epilog has killed its cgroup, the detached ones with it.
   EXPECT_TRUE(
-      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
+      Eventually([] { return NoTestSleeps(); }, std::chrono::seconds(30)));
 }
 
 // The agent dies while a job runs: the epilog, root, kills the job's cgroup by its name.
@@ -244,7 +254,7 @@ TEST_F(AgentSecurityTest, TheEpilogEndsAJobsProcessesWhenTheAgentIsDown) {
   ASSERT_TRUE(agent_->Wait(std::chrono::seconds(10)));
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
   EXPECT_TRUE(
-      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(30)));
+      Eventually([] { return NoTestSleeps(); }, std::chrono::seconds(30)));
 }
 
 // The agent hangs (stopped) while a job runs: the epilog's request to it gives up after its time
@@ -255,7 +265,7 @@ TEST_F(AgentSecurityTest, AHungAgentDoesNotHoldUpTheEpilog) {
   agent_->Signal(SIGSTOP);
   ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
   EXPECT_TRUE(
-      Eventually([] { return HostProcesses("sleep 300").empty(); }, std::chrono::seconds(90)));
+      Eventually([] { return NoTestSleeps(); }, std::chrono::seconds(90)));
   EXPECT_TRUE(Eventually([&] { return HooksLog().find("did not answer") != std::string::npos; },
                          std::chrono::seconds(30)))
       << HooksLog();
