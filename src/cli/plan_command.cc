@@ -119,7 +119,7 @@ int PlanCommand::RunScenario() {
   if (json_) {
     fmt::print("{}\n", json);
   } else {
-    fmt::print("{}", plan::PlanText(scenario, report, sw));
+    fmt::print("{}", plan::PlanText(report, sw));
   }
   return 0;
 }

@@ -70,7 +70,6 @@ struct Req {
   int replica = -1;
   int replica_generation = 0;
   gateway::Ticket ticket = 0;
-  bool waiting = false;
   engine::RequestId engine_id = 0;
 };
 
@@ -99,11 +98,7 @@ class Sim {
                                              .reserve_fraction = s.policies.reserve_fraction,
                                              .default_capacity = s.policies.autoscale.max_in_flight_per_replica},
                    Routing(s.policies.routing)) {
-    config_.max_num_seqs = p.max_num_seqs;
-    config_.max_num_batched_tokens = p.max_num_batched_tokens;
-    config_.block_size = p.block_size;
-    config_.num_kv_blocks = p.num_kv_blocks > 0 ? p.num_kv_blocks : p.DerivedKvBlocks(p.block_size);
-    config_.max_model_len = p.max_model_len;
+    config_ = SchedulerConfigOf(p);
     capacity_ = std::min(autoscale_.max_in_flight_per_replica, p.max_num_seqs);
     autoscale_.max_in_flight_per_replica = capacity_;
     const int hours = static_cast<int>(std::ceil(settings.horizon_s / 3600)) + 1;
@@ -258,13 +253,11 @@ class Sim {
     admission_.RemoveBackend(r.id);
     admission_.ForgetCache(r.id);
     for (int q : assigned) {
-      Req& req = reqs_[q];
       RequestRecord& rec = result_.requests[q];
       if (rec.output_tokens > 0 && !rec.resumed) {
         rec.resumed = true;
         ++result_.resumed_streams;
       }
-      (void)req;
       Enqueue(q, rec.output_tokens > 0);
     }
     Carry(admission_.DispatchAll(now_));
@@ -317,7 +310,6 @@ class Sim {
     }
     a.unhashed_blocks = (req.prompt.size() - lead_blocks * kBlockTokens) / kBlockTokens + 1;
     req.ticket = admission_.Enqueue(std::move(a), now_);
-    req.waiting = true;
     req.replica = -1;
     ticket_req_[req.ticket] = q;
     wait_order_.emplace_back(now_, req.ticket);
@@ -331,7 +323,6 @@ class Sim {
       const int q = it->second;
       ticket_req_.erase(it);
       Req& req = reqs_[q];
-      req.waiting = false;
       const int i = ReplicaIndex(a.backend);
       Replica& r = *replicas_[i];
       req.replica = i;
@@ -475,7 +466,6 @@ class Sim {
       const int q = it->second;
       ticket_req_.erase(it);
       admission_.Remove(t);
-      reqs_[q].waiting = false;
       Fail(q);
     }
     // The autoscaler.
@@ -543,6 +533,16 @@ class Sim {
 };
 
 }  // namespace
+
+engine::SchedulerConfig SchedulerConfigOf(const engine::Profile& p) {
+  engine::SchedulerConfig c;
+  c.max_num_seqs = p.max_num_seqs;
+  c.max_num_batched_tokens = p.max_num_batched_tokens;
+  c.block_size = p.block_size;
+  c.num_kv_blocks = p.num_kv_blocks > 0 ? p.num_kv_blocks : p.DerivedKvBlocks(p.block_size);
+  c.max_model_len = p.max_model_len;
+  return c;
+}
 
 InferenceResult RunInference(const Scenario& scenario, const engine::Profile& profile,
                              const std::vector<SessionPlan>& sessions,

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduler.h"
 #include "engine/timing.h"
 #include "plan/scenario.h"
 #include "plan/workload.h"
@@ -65,6 +66,10 @@ struct InferenceResult {
   int64_t events = 0;  // requests sent, engine steps, control ticks, replica changes
   std::string error;   // why nothing could be served (no room for the floor)
 };
+
+// The engine's scheduler settings for `profile`, as `bmas engine --profile` sets them with no
+// overriding flags.
+engine::SchedulerConfig SchedulerConfigOf(const engine::Profile& profile);
 
 InferenceResult RunInference(const Scenario& scenario, const engine::Profile& profile,
                              const std::vector<SessionPlan>& sessions,

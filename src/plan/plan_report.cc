@@ -87,14 +87,8 @@ EngineCalibration CalibrateProfile(const engine::Profile& p) {
   c.profile = p.name;
   if (p.name != "llama-3.1-8b-h100") return c;
   c.reference = "NVIDIA NIM, Llama-3.1-8B-Instruct on one H100";
-  engine::SchedulerConfig config;
-  config.max_num_seqs = p.max_num_seqs;
-  config.max_num_batched_tokens = p.max_num_batched_tokens;
-  config.block_size = p.block_size;
-  config.num_kv_blocks = p.num_kv_blocks > 0 ? p.num_kv_blocks : p.DerivedKvBlocks(p.block_size);
-  config.max_model_len = p.max_model_len;
   c.worst_error = engine::WorstRelativeError(
-      engine::Calibrate(config, p.time, engine::LlamaH100Reference()));
+      engine::Calibrate(SchedulerConfigOf(p), p.time, engine::LlamaH100Reference()));
   return c;
 }
 
@@ -564,7 +558,7 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   return buf.GetString();
 }
 
-std::string PlanText(const Scenario& s, const PlanReport& r, const Sweep* sweep) {
+std::string PlanText(const PlanReport& r, const Sweep* sweep) {
   std::string out = r.verdict + "\n\n";
   auto line = [](const Stats& st) {
     return fmt::format("p50 {:.2f}  p95 {:.2f}  p99 {:.2f}", st.p50, st.p95, st.p99);
@@ -623,7 +617,6 @@ std::string PlanText(const Scenario& s, const PlanReport& r, const Sweep* sweep)
                      r.sim.simulated_s / 86400, r.sim.wall_s,
                      r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0, r.sim.events,
                      r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
-  (void)s;
   return out;
 }
 

@@ -103,6 +103,6 @@ struct Sweep {
 };
 
 std::string PlanJson(const Scenario& scenario, const PlanReport& report, const Sweep* sweep);
-std::string PlanText(const Scenario& scenario, const PlanReport& report, const Sweep* sweep);
+std::string PlanText(const PlanReport& report, const Sweep* sweep);
 
 }  // namespace bmas::plan
