@@ -132,10 +132,11 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->default_str("256");
   c.add_option("--api-key", flags_.api_key,
                "As vLLM's: /v1/* then requires Authorization: Bearer KEY. Visible in ps: prefer "
-               "$VLLM_API_KEY or [engine] api_key_file");
+               "$VLLM_API_KEY or [engine] api_key_file; without one, $BMAS_BACKEND_API_KEY "
+               "(bmas up's backend secret) gives the key for this port");
   c.add_option("--startup-s", startup_,
-               "Seconds before it listens, as vLLM loading a model (the port is held and "
-               "connections are refused until then); 'profile': the profile's startup_s")
+               "Seconds it answers 503 first, as vLLM loading a model (it listens on its port "
+               "from the start); 'profile': the profile's startup_s")
       ->check(CLI::IsMember({"profile"}) | CLI::Range(0.0, 86400.0))
       ->default_str("0");
   c.require_subcommand(0, 1);
@@ -277,9 +278,12 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
   c.add_option("--key-cache-size", flags_.key_cache_size, "API keys remembered (LRU)")
       ->check(CLI::Range(1, 1 << 24))
       ->default_str("10000");
+  c.add_option("--unverified-backend", flags_.unverified_backends,
+               "A backend URL that is not challenged for its identity (a real vLLM, which does "
+               "not answer it); only safe on a port no user can bind (repeatable)");
   c.add_option("--upstream-idle-timeout", flags_.upstream_idle_timeout_s,
-               "Seconds a stream's backend may send nothing before the stream ends with an error "
-               "and the backend is marked down")
+               "Seconds a backend may send nothing before the request ends (504, or an error "
+               "event in a stream) and the backend is marked down")
       ->check(kPositive)
       ->default_str("30");
   c.require_subcommand(0, 1);
@@ -308,6 +312,7 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
     if (given("--host")) s.host = flags_.host;
     if (given("--port")) s.port = flags_.port;
     if (given("--backend")) s.backends = flags_.backends;
+    if (given("--unverified-backend")) s.unverified_backends = flags_.unverified_backends;
     if (given("--routing")) s.routing = flags_.routing;
     if (given("--fairness")) s.fairness = flags_.fairness;
     if (given("--threads")) s.threads = flags_.threads;

@@ -115,8 +115,9 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   o.replica_dir = (std::filesystem::path(state_dir) / "replicas").string();
   std::error_code ec;
   std::filesystem::create_directories(o.replica_dir, ec);
-  if (const char* key = std::getenv("VLLM_API_KEY"); key != nullptr && *key != '\0') {
-    o.replica_env["VLLM_API_KEY"] = key;
+  // `bmas up`'s backend secret: each replica gets a key of its own derived from it.
+  if (const char* key = std::getenv("BMAS_BACKEND_API_KEY"); key != nullptr && *key != '\0') {
+    o.backend_secret = key;
   }
   auto store = OpenStateStore(global);
   if (!store) return ReportFailure("inference controller", store.error());

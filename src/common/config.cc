@@ -99,6 +99,7 @@ Config LoadConfig(const std::string& path) {
     g.host = t->String("host", g.host);
     g.port = static_cast<int>(t->Int("port", g.port, 0, 65535));
     g.backends = t->StringArray("backends");
+    g.unverified_backends = t->StringArray("unverified_backends");
     g.routing = t->String("routing", g.routing, {"cache_aware", "prefix_affinity", "least_load", "round_robin"});
     g.fairness = t->String("fairness", g.fairness, {"vtc", "none"});
     g.reserve_fraction = t->Double("reserve_fraction", g.reserve_fraction, 0, 0.9);

@@ -41,6 +41,9 @@ struct GatewaySettings {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = any free port
   std::vector<std::string> backends;  // base URLs; more can be added with `bmas gateway backend`
+  // Backends not challenged for their identity (real vLLM): only safe where no user can bind
+  // their port. See GatewayOptions::unverified_backends.
+  std::vector<std::string> unverified_backends;
   std::string routing = "cache_aware";  // cache_aware, prefix_affinity, least_load, round_robin
   std::string fairness = "vtc";             // vtc or none (FCFS)
   double reserve_fraction = 0.25;
@@ -52,9 +55,9 @@ struct GatewaySettings {
   // /metrics (user names, per-user tokens) is served only here: "host:port", "" = nowhere.
   std::string metrics_listen = "127.0.0.1:0";
   int key_cache_size = 10000;            // API keys remembered (LRU)
-  double upstream_idle_timeout_s = 30;   // a stream silent this long: error event, backend down
-  // The key the gateway sends its backends (their --api-key): read from this file (not
-  // readable by others) or $BMAS_BACKEND_API_KEY.
+  double upstream_idle_timeout_s = 30;   // a backend silent this long: 504 or error event
+  // The backend secret, from which each backend's key (its --api-key) is derived: read from
+  // this file (not readable by others) or $BMAS_BACKEND_API_KEY.
   std::string backend_api_key_file;
 };
 

@@ -44,6 +44,7 @@ const char* ErrorType(http::status status) {
     case http::status::payload_too_large: return "RequestEntityTooLargeError";
     case http::status::too_many_requests: return "RateLimitError";
     case http::status::service_unavailable: return "ServiceUnavailableError";
+    case http::status::gateway_timeout: return "TimeoutError";
     default: return "InternalServerError";
   }
 }
@@ -230,10 +231,8 @@ Result<uint16_t> HttpServer::Bind() {
 }
 
 Result<uint16_t> HttpServer::Listen() {
-  if (!acceptor_.is_open()) {
-    auto bound = Bind();
-    if (!bound) return bound;
-  }
+  auto bound = Bind();
+  if (!bound) return bound;
   beast::error_code ec;
   acceptor_.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return CannotListen(ec);
@@ -241,9 +240,18 @@ Result<uint16_t> HttpServer::Listen() {
 }
 
 Error HttpServer::CannotListen(const beast::error_code& ec) const {
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  if (ec == net::error::address_in_use) {
+    return Error{ErrorCode::kUnavailable,
+                 "cannot listen on " + where + ": another process holds port " +
+                     std::to_string(options_.port) + " (see who with `ss -ltnp 'sport = :" +
+                     std::to_string(options_.port) +
+                     "'`; stop it, or pick another port, or 0 for any free one)",
+                 "port"};
+  }
   return Error{ErrorCode::kUnavailable,
-               "cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
-                   ec.message() + " (pick another port, or 0 for any free one)",
+               "cannot listen on " + where + ": " + ec.message() +
+                   " (pick another port, or 0 for any free one)",
                "port"};
 }
 

@@ -106,10 +106,9 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Opens and binds the address without listening: the port is held (useful with port 0) and
-  // connections to it are refused until Listen(). Returns the port.
-  Result<uint16_t> Bind();
-  // Listens, binding first when Bind() was not called; returns the port.
+  // Binds and listens at once (a port bound but not listened on can be bound again by any
+  // account, with SO_REUSEADDR, and listened on first); returns the port. Errors name the port
+  // and the fix.
   Result<uint16_t> Listen();
   // Starts accepting. REQUIRES: Listen() succeeded.
   void Start();
@@ -125,6 +124,7 @@ class HttpServer {
     TcpStream* stream;
     bool idle;
   };
+  Result<uint16_t> Bind();
   Error CannotListen(const beast::error_code& ec) const;
   awaitable<void> AcceptLoop();
   awaitable<void> Session(TcpStream::socket_type socket, size_t worker);

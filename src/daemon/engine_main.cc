@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,28 +15,6 @@
 #include "engine/timing.h"
 
 namespace bmas {
-namespace {
-
-// Waits out the simulated start-up on `io`; false when one of `signals` (SIGINT, SIGTERM) came
-// first: vLLM, too, can be stopped while it loads.
-bool WaitOutStartup(net::io_context& io, net::signal_set& signals, double seconds) {
-  bool signalled = false;
-  net::steady_timer timer(io, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                  std::chrono::duration<double>(seconds)));
-  timer.async_wait([&](const beast::error_code& ec) {
-    if (!ec) signals.cancel();
-  });
-  signals.async_wait([&](const beast::error_code& ec, int) {
-    if (ec) return;
-    signalled = true;
-    timer.cancel();
-  });
-  io.run();
-  io.restart();
-  return !signalled;
-}
-
-}  // namespace
 
 Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   engine::ProfileMap profiles;
@@ -102,6 +81,11 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
     if (!key) return InvalidArgument(key.error().message, "api_key_file");
     o.api_key = std::move(*key);
   }
+  // Without a key of its own, one derived from `bmas up`'s backend secret and the port.
+  if (const char* secret = std::getenv("BMAS_BACKEND_API_KEY");
+      o.api_key.empty() && secret != nullptr) {
+    o.backend_secret = secret;
+  }
   return o;
 }
 
@@ -116,10 +100,11 @@ int RunEngine(const EngineSettings& settings) {
   engine::EngineServer server(io, *options);
   // Caught from before the first line is printed: whoever reads it may stop the engine at once.
   net::signal_set signals(io, SIGINT, SIGTERM);
-  // With a start-up time the port is bound at once and listened on only when "loaded", as
-  // vLLM's API server does: until then connections are refused and /health does not answer.
+  // The port is listened on at once, also while "loading": a port bound but not listened on
+  // can be taken by any account. While loading, everything but the identity challenge answers
+  // 503, as vLLM's API server does.
   const bool loading = options->startup_s > 0;
-  auto port = loading ? server.Bind() : server.Listen();
+  auto port = server.Listen();
   if (!port) {
     fmt::print(stderr, "bmas engine: {}\n", port.error().message);
     return 1;
@@ -132,25 +117,28 @@ int RunEngine(const EngineSettings& settings) {
       options->model, options->profile_name, c.max_num_seqs, c.max_num_batched_tokens,
       c.num_kv_blocks, c.block_size, c.max_model_len, settings.scheduling_policy,
       c.enable_prefix_caching);
-  if (!options->api_key.empty()) spdlog::info("bmas engine: /v1/* requires the API key");
+  if (!options->api_key.empty() || !options->backend_secret.empty()) {
+    spdlog::info("bmas engine: /v1/* requires the API key");
+  }
+  server.SetLoading(loading);
+  net::steady_timer loaded(io);
   if (loading) {
     fmt::print("bmas engine: loading on http://{}:{} for {:g} s (simulated start-up); "
-               "connections are refused until then\n",
+               "answering 503 until then\n",
                settings.host, *port, options->startup_s);
-    std::fflush(stdout);
-    if (!WaitOutStartup(io, signals, options->startup_s)) {
-      spdlog::info("bmas engine: stopped while loading");
-      return 0;
-    }
-    auto listening = server.Listen();
-    if (!listening) {
-      fmt::print(stderr, "bmas engine: {}\n", listening.error().message);
-      return 1;
-    }
+    loaded.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(options->startup_s)));
+    loaded.async_wait([&](const beast::error_code& ec) {
+      if (ec) return;
+      server.SetLoading(false);
+      fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
+      std::fflush(stdout);
+    });
+  } else {
+    fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
   }
-  server.Start();
-  fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
   std::fflush(stdout);
+  server.Start();
 
   ServeUntilSignalled(io, signals, server, std::chrono::seconds(settings.shutdown_timeout_s),
                       "bmas engine");

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "autoscale/replica_job.h"
+#include "common/backend_identity.h"
 #include "dashboard/history.h"
 #include "dashboard/sources.h"
 
@@ -80,6 +81,9 @@ Result<void> InferenceController::RunOnce() {
     autoscale::ReplicaJobContext c{o_.bmas, o_.listen_host, s.port,
                                    s.floor ? o_.settings.floor_partition : o_.settings.partition,
                                    o_.replica_dir, o_.replica_env};
+    if (!o_.backend_secret.empty()) {
+      c.environment["VLLM_API_KEY"] = DeriveBackendKey(o_.backend_secret, s.port);
+    }
     auto spec = autoscale::ReplicaJobSpec(*d, c);
     auto id = spec ? (*slurm)->Submit(*spec) : Result<int64_t>(spec.error());
     if (id) {

@@ -28,7 +28,10 @@ struct InferenceControllerOptions {
   std::string bmas;       // the bmas binary replicas run ({bmas})
   std::string listen_host = "0.0.0.0";  // what replicas bind ({host})
   std::string replica_dir;              // the jobs' working directory and logs
-  std::map<std::string, std::string> replica_env;  // e.g. VLLM_API_KEY (a secret)
+  std::map<std::string, std::string> replica_env;  // more environment for the replicas
+  // The backend secret shared with the gateway: each replica gets its own key in VLLM_API_KEY,
+  // DeriveBackendKey(backend_secret, its port), and never this. "" = no key.
+  std::string backend_secret;
   bool cancel_on_exit = false;          // a graceful stop cancels every replica job
 };
 

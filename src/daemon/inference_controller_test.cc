@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/backend_identity.h"
 #include "slurm/fake_slurm_api.h"
 
 namespace bmas {
@@ -22,7 +23,7 @@ class InferenceControllerTest : public ::testing::Test {
     options_.user = "bmas";
     options_.bmas = "/usr/bin/bmas";
     options_.replica_dir = dir_;
-    options_.replica_env = {{"VLLM_API_KEY", "secret"}};
+    options_.backend_secret = "secret";
     fake_ = new FakeSlurmApi;
     fake_->nodes = {NodeInfo{.name = "oss01", .address = "127.0.0.1"}};
   }
@@ -55,7 +56,8 @@ TEST_F(InferenceControllerTest, AFloorReplicaIsSubmittedRecordedAndRemovedWithIt
   const JobSpec& spec = fake_->specs.begin()->second;
   EXPECT_EQ(spec.partition, "inference_floor");
   EXPECT_EQ(spec.name, "bmas-replica:18100:m");
-  EXPECT_EQ(spec.environment.at("VLLM_API_KEY"), "secret");
+  // Its own key, derived for its port; never the secret the gateway holds.
+  EXPECT_EQ(spec.environment.at("VLLM_API_KEY"), DeriveBackendKey("secret", 18100));
   EXPECT_NE(spec.script.find("--port '18100'"), std::string::npos) << spec.script;
   // Listed from the next pass on, pending, and counted: no second job.
   now_ += 2;

@@ -223,8 +223,9 @@ int RunUp(const UpOptions& options) {
     return 1;
   };
   save();
-  // One random key between this machine's engines and its gateway (vLLM's --api-key), handed
-  // over in their environment, which only their owner can read.
+  // One random backend secret for this machine's gateway, engines and controller, handed over
+  // in their environment, which only their owner can read. Each engine's key (vLLM's
+  // --api-key) is derived from it and the engine's port (common/backend_identity.h).
   std::string backend_key;
   {
     unsigned char bytes[32];
@@ -303,7 +304,7 @@ int RunUp(const UpOptions& options) {
     int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
     c.args = service_args();
     c.args.insert(c.args.end(), {"engine", "--port", std::to_string(port)});
-    c.env = {"VLLM_API_KEY=" + backend_key};
+    c.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
     c.port_flag = "--port";
     if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
       return fail(fmt::format("{} {}", c.name, started.error().message));
@@ -350,7 +351,7 @@ int RunUp(const UpOptions& options) {
                                  "--load-window", fmt::format("{}", config.up.replica_load_window_s),
                                  "--breach-settle",
                                  fmt::format("{}", config.up.replica_breach_settle_s)});
-    k.env = {"VLLM_API_KEY=" + backend_key};
+    k.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
     // The replica jobs' working directory and logs, the service account's.
     const fs::path replicas = fs::path(dir) / "replicas";
     fs::create_directories(replicas, ec);

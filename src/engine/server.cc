@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/backend_identity.h"
 #include "common/version.h"
 
 namespace bmas::engine {
@@ -108,9 +109,14 @@ double EngineServer::ToVirtual(Clock::time_point t) const {
 
 double EngineServer::Now() const { return ToVirtual(Clock::now()); }
 
-Result<uint16_t> EngineServer::Bind() { return http_.Bind(); }
-
-Result<uint16_t> EngineServer::Listen() { return http_.Listen(); }
+Result<uint16_t> EngineServer::Listen() {
+  auto port = http_.Listen();
+  if (port && options_.api_key.empty() && !options_.backend_secret.empty()) {
+    options_.api_key = DeriveBackendKey(options_.backend_secret, *port);
+  }
+  options_.backend_secret.clear();
+  return port;
+}
 
 void EngineServer::Start() {
   http_.Start();
@@ -183,6 +189,16 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
   const bool get = request.method() == http::verb::get;
   const bool post = request.method() == http::verb::post;
 
+  if (target == kChallengePath) {
+    co_await AnswerChallenge(request, writer);
+    co_return;
+  }
+  if (loading_) {
+    // As vLLM while it loads: the port is held, everything else answers 503.
+    co_await writer.SendError(http::status::service_unavailable,
+                              "the engine is loading its model; retry when /health answers 200");
+    co_return;
+  }
   if (!options_.api_key.empty() && target.starts_with("/v1")) {
     const std::string_view auth = request[http::field::authorization];
     constexpr std::string_view kBearer = "Bearer ";
@@ -236,6 +252,26 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
   } else {
     co_await writer.SendError(http::status::not_found,
                               fmt::format("no such path: {}", std::string(target)));
+  }
+}
+
+awaitable<void> EngineServer::AnswerChallenge(HttpRequest& request, ResponseWriter& writer) {
+  std::string_view query = request.target();
+  const size_t q = query.find('?');
+  query = q == std::string_view::npos ? std::string_view() : query.substr(q + 1);
+  constexpr std::string_view kNonce = "nonce=";
+  const std::string_view nonce = query.starts_with(kNonce) ? query.substr(kNonce.size()) : "";
+  if (request.method() != http::verb::get) {
+    co_await writer.SendError(http::status::method_not_allowed, "the challenge takes GET");
+  } else if (options_.api_key.empty()) {
+    co_await writer.SendError(http::status::not_found,
+                              "this engine has no API key, so no identity to prove");
+  } else if (!IsChallengeNonce(nonce)) {
+    co_await writer.SendError(http::status::bad_request,
+                              "the challenge needs ?nonce= with 16 to 128 hex digits", "nonce");
+  } else {
+    co_await writer.Send(http::status::ok, "text/plain",
+                         ChallengeAnswer(options_.api_key, nonce));
   }
 }
 

@@ -34,9 +34,13 @@ struct EngineServerOptions {
   // end its answer (vLLM's own default is the rest of the context window).
   int default_chat_max_tokens = 256;
   // vLLM's --api-key: when set, /v1/* answers 401 without `Authorization: Bearer <api_key>`;
-  // /health, /version and /metrics stay open, as in vLLM. A secret: never logged.
+  // /health, /version and /metrics stay open, as in vLLM. A secret: never logged. Also what
+  // the engine proves it holds at /bmas/challenge.
   std::string api_key;
-  // Seconds between Bind() and Listen() that RunEngine waits (the simulated start-up).
+  // When api_key is empty: the backend secret that `bmas up` shares with the gateway; the key
+  // is then DeriveBackendKey(backend_secret, the port listened on). Dropped after Listen().
+  std::string backend_secret;
+  // Seconds that RunEngine answers 503 after Listen() (the simulated start-up).
   double startup_s = 0;
 };
 
@@ -48,12 +52,13 @@ class EngineServer {
   EngineServer(const EngineServer&) = delete;
   EngineServer& operator=(const EngineServer&) = delete;
 
-  // Binds the address without listening, as vLLM's API server does before it loads the model:
-  // the port is held and connections to it are refused. Returns the port.
-  Result<uint16_t> Bind();
-  // Listens (binding first when Bind() was not called); returns the port.
+  // Binds and listens at once (a port bound but not listened on can be taken by any account);
+  // returns the port.
   Result<uint16_t> Listen();
   void Start();
+  // While loading, every path but the identity challenge answers 503, as vLLM's does while it
+  // loads the model.
+  void SetLoading(bool loading) { loading_ = loading; }
   // Stops accepting, lets in-flight requests finish up to `deadline`, then stops the loop.
   awaitable<void> Stop(std::chrono::steady_clock::duration deadline);
 
@@ -63,6 +68,8 @@ class EngineServer {
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                    Endpoint endpoint);
+  // GET /bmas/challenge?nonce=N: proves this engine holds api_key (common/backend_identity.h).
+  awaitable<void> AnswerChallenge(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> StepLoop();
   double Now() const;
   double ToVirtual(std::chrono::steady_clock::time_point t) const;
@@ -77,6 +84,7 @@ class EngineServer {
   HttpServer http_;
   RequestParser parser_;
   net::steady_timer idle_;
+  bool loading_ = false;
   bool loop_stop_ = false;
   bool loop_done_ = false;
   RequestId next_id_ = 1;

@@ -1,5 +1,6 @@
 #include "gateway/gateway.h"
 
+#include "common/backend_identity.h"
 #include "gateway/backend_source.h"
 #include "gateway/gateway_internal.h"
 
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 #include <rapidjson/document.h>
@@ -144,12 +146,25 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
   for (const std::string& url : options_.backends) {
     auto parsed = ParseBackendUrl(url);
     if (!parsed || admission_.backend(parsed->url) != nullptr) continue;
-    backends_.push_back(std::make_shared<Backend>(workers_, *parsed, false));
+    backends_.push_back(std::make_shared<Backend>(workers_, *parsed, IdentityOf(*parsed), false));
     admission_.AddBackend(parsed->url);
   }
 }
 
 Gateway::~Gateway() = default;
+
+BackendIdentity Gateway::IdentityOf(const BackendUrl& url) const {
+  BackendIdentity who;
+  if (options_.backend_api_key.empty()) return who;
+  who.key = DeriveBackendKey(options_.backend_api_key, std::atoi(url.port.c_str()));
+  who.verify = std::none_of(
+      options_.unverified_backends.begin(), options_.unverified_backends.end(),
+      [&](const std::string& u) {
+        auto parsed = ParseBackendUrl(u);
+        return parsed && parsed->url == url.url;
+      });
+  return who;
+}
 
 double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
 
@@ -544,6 +559,8 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       r.cut_reason = relayed.error().message;  // failed before its replica sent anything
     }
     const bool cut = !relayed && !r.cut_reason.empty();
+    // A whole response its backend never sent: 504, not tried elsewhere.
+    const bool timed_out = !relayed && !writer.sent() && relayed.error().param == kTimeoutParam;
     bool other = false;
     {
       std::lock_guard lock(mu_);
@@ -551,7 +568,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       if (relayed) {
         CountStatusLocked(200);
         e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
-      } else if (cut) {
+      } else if (cut || timed_out) {
         admission_.SetHealthy(backend->id, false);  // until its health check passes
       } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
         admission_.SetHealthy(backend->id, false);  // until its health check passes
@@ -563,6 +580,12 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     } else if (cut) {
       ClearPools(backend);
       co_return Outcome::kResume;
+    } else if (timed_out) {
+      spdlog::warn("gateway: backend {} is down: {}", backend->id, relayed.error().message);
+      ClearPools(backend);
+      CountStatus(504);
+      std::string message = relayed.error().message;
+      co_await writer.SendError(http::status::gateway_timeout, std::move(message));
     } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
       // Nothing reached the client: the backend is out until its health check passes.
       spdlog::warn("gateway: backend {} is down: {}", backend->id, relayed.error().message);
@@ -679,33 +702,37 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   head.reserve(128 + b.url.base_path.size() + b.url.host.size());
   head.append("POST ").append(b.url.base_path).append(r.target).append(" HTTP/1.1\r\nHost: ");
   head.append(b.url.host).append(":").append(b.url.port);
-  if (!options_.backend_api_key.empty()) {
-    head.append("\r\nAuthorization: Bearer ").append(options_.backend_api_key);
+  if (!b.identity.key.empty()) {
+    head.append("\r\nAuthorization: Bearer ").append(b.identity.key);
   }
   head.append("\r\nContent-Type: application/json\r\nContent-Length: ");
   head.append(std::to_string(r.upstream_body.size())).append("\r\n\r\n");
   const std::array<net::const_buffer, 2> request_buffers{net::buffer(head),
                                                          net::buffer(r.upstream_body)};
+  // A backend that takes nothing or sends nothing for longer than the idle timeout hangs; a
+  // stream's backend answers at once and then sends a token at a time.
+  const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
+      options_.upstream_idle_timeout);
   beast::error_code ec;
-  up->expires_after(options_.upstream_timeout);
+  up->expires_after(idle);
   co_await net::async_write(*up, request_buffers, net::redirect_error(use_awaitable, ec));
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  // A stream's backend answers at once and then sends a token at a time: silence longer than
-  // the idle timeout means it hangs.
-  const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
-      options_.upstream_idle_timeout);
   if (!ec) {
-    if (r.stream) up->expires_after(idle);
+    up->expires_after(idle);
     co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
   }
   if (ec) {
     const bool hung = ec == beast::error::timeout;
     stale = reused && !hung;
+    // A stream is tried on another backend; a whole response is not (it may have been
+    // generated, and the client has waited the idle timeout already).
     co_return Error{ErrorCode::kUnavailable,
-                    hung ? fmt::format("{}: no response within {} ms", b.id, idle.count())
-                         : fmt::format("{}: {}", b.id, ec.message())};
+                    hung ? fmt::format("backend {} sent no response within {} ms", b.id,
+                                       idle.count())
+                         : fmt::format("{}: {}", b.id, ec.message()),
+                    hung && !r.stream ? std::string(kTimeoutParam) : std::string()};
   }
 
   // While the response is read, a client that goes away cancels the upstream request:
@@ -747,10 +774,16 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
     if (!parser.is_done() && !ec) watch();
     while (!parser.is_done() && !ec) {
+      up->expires_after(idle);
       size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
       body.append(chunk.data(), n);
     }
-    if (ec) {
+    if (ec == beast::error::timeout) {
+      result = Error{ErrorCode::kUnavailable,
+                     fmt::format("backend {} sent nothing of its response for {} ms", b.id,
+                                 idle.count()),
+                     std::string(kTimeoutParam)};
+    } else if (ec) {
       result = Error{ErrorCode::kUnavailable,
                      fmt::format("{}: reading the response: {}", b.id, ec.message())};
     } else {
@@ -958,16 +991,15 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
   Backend& b = *backend;
   // A short-lived connection per check: health must not depend on the request pool.
   auto get = [&](std::string path) -> awaitable<Result<std::string>> {
-    ConnectionPool probe(io_, b.url);
+    ConnectionPool probe(io_, b.url, b.identity);
     bool reused = false;
     auto conn = co_await probe.Acquire(options_.connect_timeout, reused);
     if (!conn) co_return conn.error();
     auto& s = **conn;
+    // Acquire had the backend answer its challenge on this connection before the key goes.
     http::request<http::empty_body> req{http::verb::get, b.url.base_path + path, 11};
     req.set(http::field::host, b.url.host);
-    if (!options_.backend_api_key.empty()) {
-      req.set(http::field::authorization, "Bearer " + options_.backend_api_key);
-    }
+    if (!b.identity.key.empty()) req.set(http::field::authorization, "Bearer " + b.identity.key);
     req.keep_alive(false);
     beast::error_code ec;
     s.expires_after(options_.connect_timeout);
@@ -989,6 +1021,10 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
   }
   auto health = co_await get("/health");
   bool healthy = health.has_value();
+  const bool unverified = !health && health.error().param == kIdentityParam;
+  if (unverified && !b.unverified) spdlog::warn("gateway: {}", health.error().message);
+  if (health && b.unverified) spdlog::info("gateway: backend {} proved its identity", b.id);
+  b.unverified = unverified;
   // Parsed here, stored under the lock below.
   std::optional<std::vector<std::string>> models, cards;
   int capacity = 0;
@@ -1050,7 +1086,8 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
     const AdmissionBackend* known = admission_.backend(parsed->url);
     if (known == nullptr) {
       spdlog::info("gateway: backend {} added", parsed->url);
-      backends_.push_back(std::make_shared<Backend>(workers_, *parsed, true));
+      backends_.push_back(
+          std::make_shared<Backend>(workers_, *parsed, IdentityOf(*parsed), true));
       admission_.AddBackend(parsed->url);
       net::co_spawn(io_, CheckBackend(backends_.back()), LogFailure("gateway backend check"));
     } else if (known->state.draining) {

@@ -54,17 +54,22 @@ struct GatewayOptions {
   std::chrono::milliseconds refresh_interval{1000};  // users, keys, backends from the store
   std::chrono::milliseconds flush_interval{500};     // metered usage to the store
   std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::seconds upstream_timeout{600};  // a whole upstream response, at most
-  // A stream whose backend sends nothing for this long ends with an SSE error event, and the
-  // backend is marked down until its health check passes.
+  // A backend that sends (or takes) nothing of a request for this long hangs: a stream ends
+  // with an SSE error event, a whole response with 504, and the backend is marked down until
+  // its health check passes.
   std::chrono::milliseconds upstream_idle_timeout{30000};
   size_t key_cache_size = 10000;  // API keys remembered (LRU)
   // Operator data (/metrics) is served here only, never on the users' listener.
   // An empty host: no metrics listener.
   HttpServerOptions metrics_http;
-  // Sent upstream as `Authorization: Bearer` (vLLM's --api-key); "" = none. A secret: never
-  // logged.
+  // The backend secret: each backend's key (vLLM's --api-key, sent as `Authorization: Bearer`)
+  // is DeriveBackendKey(backend_api_key, its port), and a backend proves it holds its key
+  // (common/backend_identity.h) on each new connection before the key or a request is sent on
+  // it. "" = no keys and no challenge. A secret: never logged.
   std::string backend_api_key;
+  // Backends (URLs as given) that are not challenged: real vLLM servers, which do not answer
+  // the challenge. Safe only on a port no user can bind (below 1024, or another host).
+  std::vector<std::string> unverified_backends;
 };
 
 class Gateway {
@@ -115,6 +120,8 @@ class Gateway {
   void DispatchAllLocked();
   void ReleaseLocked(Backend& backend, const std::string& user, const std::string& model);
   void CarryOutLocked(const std::vector<Admit>& admitted);
+  // Who the backend at `url` must prove to be.
+  BackendIdentity IdentityOf(const BackendUrl& url) const;
   // The backend with `id`, or null.
   std::shared_ptr<Backend> FindBackendLocked(const std::string& id) const;
   // Drops the idle upstream connections of `backend` on every worker.

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "common/backend_identity.h"
+
 namespace bmas::gateway {
 
 Result<BackendUrl> ParseBackendUrl(std::string_view url) {
@@ -34,7 +36,49 @@ Result<BackendUrl> ParseBackendUrl(std::string_view url) {
   return b;
 }
 
-ConnectionPool::ConnectionPool(net::io_context& io, BackendUrl url) : io_(io), url_(std::move(url)) {}
+ConnectionPool::ConnectionPool(net::io_context& io, BackendUrl url, BackendIdentity identity)
+    : io_(io), url_(std::move(url)), identity_(std::move(identity)) {}
+
+awaitable<Result<void>> ConnectionPool::Verify(TcpStream& stream,
+                                               std::chrono::milliseconds timeout) {
+  const std::string nonce = NewChallengeNonce();
+  http::request<http::empty_body> req{
+      http::verb::get, fmt::format("{}{}?nonce={}", url_.base_path, kChallengePath, nonce), 11};
+  req.set(http::field::host, url_.host + ":" + url_.port);
+  beast::error_code ec;
+  stream.expires_after(timeout);
+  co_await http::async_write(stream, req, net::redirect_error(use_awaitable, ec));
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.header_limit(8192);
+  parser.body_limit(1024);
+  if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+  if (ec) {
+    // Silence or a closed connection says nothing of who listens: the backend is just down.
+    co_return Error{ErrorCode::kUnavailable,
+                    fmt::format("backend {}: no answer to the identity challenge: {}", url_.url,
+                                ec == beast::error::timeout
+                                    ? fmt::format("nothing within {} ms", timeout.count())
+                                    : ec.message())};
+  }
+  std::string why;
+  if (parser.get().result() == http::status::not_found) {
+    why = "it answered HTTP 404; a real vLLM does not know the challenge: give it to the gateway "
+          "with --unverified-backend, and only on a port no user can bind";
+  } else if (parser.get().result() != http::status::ok) {
+    why = fmt::format("it answered HTTP {}", parser.get().result_int());
+  } else if (!SecretsEqual(parser.get().body(), ChallengeAnswer(identity_.key, nonce))) {
+    why = "its answer does not match its key";
+  } else if (!parser.keep_alive() || buffer.size() > 0) {
+    why = "it did not keep the connection open";
+  }
+  if (why.empty()) co_return Result<void>();
+  co_return Error{ErrorCode::kUnavailable,
+                  fmt::format("backend {} did not prove its identity ({}): something else may hold "
+                              "its port; it is sent no key and no request",
+                              url_.url, why),
+                  std::string(kIdentityParam)};
+}
 
 awaitable<Result<std::unique_ptr<TcpStream>>> ConnectionPool::Acquire(
     std::chrono::milliseconds timeout, bool& reused) {
@@ -61,6 +105,10 @@ awaitable<Result<std::unique_ptr<TcpStream>>> ConnectionPool::Acquire(
                     fmt::format("cannot connect to backend {}: {}", url_.url, ec.message())};
   }
   stream->socket().set_option(tcp::no_delay(true), ec);
+  if (identity_.verify) {
+    auto verified = co_await Verify(*stream, timeout);
+    if (!verified) co_return verified.error();
+  }
   co_return std::move(stream);
 }
 

@@ -1,16 +1,21 @@
-// Integration tests of `bmas engine --startup-s`: the engine holds its port but refuses
-// connections while it "loads", as vLLM's API server does, and listens afterwards. No timed
-// assertions: only "refused while loading" and "answers eventually".
+// Integration tests of `bmas engine --startup-s`: the engine listens on its port from the start
+// and answers 503 while it "loads", as vLLM's API server does, and serves afterwards. No timed
+// assertions beyond "still loading a few seconds after start": only "503 while loading" and
+// "answers eventually".
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <string>
 
 #include "engine_process.h"
 #include "http_client.h"
+#include "port_squatter.h"
+#include "test_helpers.h"
 
 namespace bmas::testing {
 namespace {
@@ -46,21 +51,55 @@ std::pair<std::unique_ptr<Process>, uint16_t> StartLoading(const std::vector<std
   return {std::move(*process), port};
 }
 
-TEST(EngineStartupTest, RefusesConnectionsWhileLoadingThenAnswersHealthOnTheSamePort) {
-  auto [engine, port] = StartLoading({"--startup-s", "1"});
+// Issue 23.1: while an engine loads, another account cannot take its port (it used to be bound
+// and not listened on, so any account could bind it again and listen first), and the engine
+// answers 503 on everything, as vLLM does, then 200 once loaded.
+TEST(EngineStartupTest, AnotherAccountCannotTakeALoadingEnginesPort) {
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  auto [engine, port] = StartLoading({"--startup-s", "5"});
   ASSERT_NE(engine, nullptr);
   ASSERT_NE(port, 0);
-  EXPECT_TRUE(ConnectionRefused(port)) << "something answered while the engine was loading";
+  int taken = BindAndListenAs(student, port);
+  EXPECT_EQ(taken, EADDRINUSE) << "as " << student << ": " << std::strerror(taken);
+
+  HttpClient client(port);
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health) << health.error().message;
+  EXPECT_EQ(health->status, 503) << health->body;
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models) << models.error().message;
+  ExpectError(*models, 503, std::nullopt);
+  auto completion = client.Request(http::verb::post, "/v1/completions",
+                                   R"({"model":"m","prompt":"hi","max_tokens":1})");
+  ASSERT_TRUE(completion) << completion.error().message;
+  ExpectError(*completion, 503, std::nullopt);
+  EXPECT_THAT(engine->stdout_text(), Not(HasSubstr("listening on")))
+      << "the engine loaded before the checks: they did not check the loading state";
 
   auto listening = engine->WaitForLine("listening on", 30s);
   ASSERT_TRUE(listening) << listening.error().message << "; stderr:\n" << engine->StderrText();
   EXPECT_EQ(PortInLine(*listening), port) << "the port held while loading is the one served";
-  HttpClient client(port);
-  auto health = client.Get("/health");
+  health = client.Get("/health");
   ASSERT_TRUE(health) << health.error().message;
   EXPECT_EQ(health->status, 200);
+  taken = BindAndListenAs(student, port);
+  EXPECT_EQ(taken, EADDRINUSE) << "as " << student << ": " << std::strerror(taken);
   ExitStatus s = engine->Stop(10s);
   EXPECT_TRUE(s.Success()) << s.ToString();
+}
+
+// A port another account holds already: the engine says so, naming the port and the fix.
+TEST(EngineStartupTest, APortHeldByAnotherAccountIsAClearError) {
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  const uint16_t port = static_cast<uint16_t>(FreeTcpPort());
+  TempDir dir;
+  auto squatter = PortSquatter::Start(student, port, dir.path() + "/received");
+  ASSERT_TRUE(squatter) << squatter.error().message;
+  auto run = RunBmas({"engine", "--port", std::to_string(port), "--profile", "instant"});
+  ASSERT_TRUE(run) << run.error().message;
+  EXPECT_FALSE(run->status.Success());
+  EXPECT_THAT(run->err, HasSubstr(fmt::format("another process holds port {}", port)));
+  EXPECT_THAT(run->err, HasSubstr("pick another port"));
 }
 
 TEST(EngineStartupTest, ProfileTakesTheProfilesStartupTime) {
@@ -90,7 +129,7 @@ TEST(EngineStartupTest, WithoutTheFlagTheEngineListensAtOnceEvenWithASlowProfile
   EXPECT_THAT((*engine)->process().stdout_text(), Not(HasSubstr("loading on")));
 }
 
-TEST(EngineStartupTest, SigtermWhileLoadingExitsZeroWithoutListening) {
+TEST(EngineStartupTest, SigtermWhileLoadingExitsZeroWithoutServing) {
   auto [engine, port] = StartLoading({"--startup-s", "600"});
   ASSERT_NE(engine, nullptr);
   engine->Signal(SIGTERM);

@@ -9,14 +9,17 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <csignal>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/backend_identity.h"
 #include "engine_process.h"
 #include "http_client.h"
+#include "port_squatter.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -61,7 +64,7 @@ class GatewaySecurityTest : public ::testing::Test {
   // `gateway_args` that sends it; user "alice" with a key (key_).
   void Start(const std::vector<std::string>& engine_args,
              const std::vector<std::string>& gateway_args = {}) {
-    auto engine = EngineProcess::Start(engine_args, {{"VLLM_API_KEY", std::string(kBackendKey)}});
+    auto engine = EngineProcess::Start(engine_args, EngineEnv());
     ASSERT_TRUE(engine) << engine.error().message;
     engine_ = std::move(*engine);
     ASSERT_NO_FATAL_FAILURE(key_ = AddUser("alice"));
@@ -89,6 +92,8 @@ class GatewaySecurityTest : public ::testing::Test {
   }
 
   EnvList Env() const { return {{"BMAS_STATE_DIR", dir_.path() + "/state"}}; }
+  // An engine whose key is derived from the backend secret and its port, as `bmas up` starts.
+  static EnvList EngineEnv() { return {{"BMAS_BACKEND_API_KEY", std::string(kBackendKey)}}; }
 
   std::string Cli(const std::vector<std::string>& args) {
     auto r = RunBmas(args, Env());
@@ -113,9 +118,10 @@ class GatewaySecurityTest : public ::testing::Test {
     if (!r || r->status != 200) return "";
     return r->body;
   }
-  bool Healthy() {
+  bool Healthy() { return Healthy(engine_->url()); }
+  bool Healthy(const std::string& url) {
     auto v = MetricValue(Metrics(), fmt::format("bmas_gateway_backend_healthy{{backend={}}}",
-                                                Quote(engine_->url())));
+                                                Quote(url)));
     return v == 1;
   }
 
@@ -187,8 +193,11 @@ TEST_F(GatewaySecurityTest, MetricsOnlyOnTheOperatorListener) {
 // Issue 11.8: a backend answers /v1/* only with its key (vLLM's --api-key); the gateway has it.
 TEST_F(GatewaySecurityTest, BackendsRequireTheirKey) {
   ASSERT_NO_FATAL_FAILURE(Start(kInstant));
+  // Its key is its own: not the backend secret, nor another port's key.
+  const std::string own_key = DeriveBackendKey(kBackendKey, engine_->port());
   for (const std::string& bearer :
-       {std::string(), std::string("wrong"), key_, std::string(kBackendKey) + "x"}) {
+       {std::string(), std::string("wrong"), key_, std::string(kBackendKey),
+        DeriveBackendKey(kBackendKey, engine_->port() + 1), own_key + "x"}) {
     HttpClient direct(engine_->port());
     RequestOptions o;
     if (!bearer.empty()) o.headers = Bearer(bearer);
@@ -202,12 +211,54 @@ TEST_F(GatewaySecurityTest, BackendsRequireTheirKey) {
   HttpClient direct(engine_->port());
   EXPECT_EQ(direct.Get("/health")->status, 200);
   EXPECT_EQ(direct.Get("/metrics")->status, 200);
-  EXPECT_EQ(PostAs(kBackendKey, "/v1/completions", CompletionBody("hi", 2), engine_->port()).status,
+  EXPECT_EQ(PostAs(own_key, "/v1/completions", CompletionBody("hi", 2), engine_->port()).status,
             200);
   // Through the gateway, with a user's key.
   HttpResponse ok = PostAs(key_, "/v1/completions", CompletionBody("hi", 2));
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_THAT(gateway_->process().StderrText(), Not(HasSubstr(std::string(kBackendKey))));
+  EXPECT_THAT(gateway_->process().StderrText(), Not(HasSubstr(own_key)));
+}
+
+// Issue 23.1: a student who holds a backend's port (here before the gateway starts; a replica
+// that restarts or loads leaves the same opening) answers the gateway in its place. It never
+// receives a key or a prompt: the gateway challenges each new connection first, and the
+// impostor cannot answer. The real backend beside it serves as before.
+TEST_F(GatewaySecurityTest, AnImpostorOnABackendsPortGetsNoKeyAndNoPrompt) {
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  const uint16_t port = static_cast<uint16_t>(FreeTcpPort());
+  auto impostor = PortSquatter::Start(student, port, dir_.path() + "/impostor-received");
+  ASSERT_TRUE(impostor) << impostor.error().message;
+  ASSERT_NO_FATAL_FAILURE(Start(kInstant, {"--backend", (*impostor)->url()}));
+  constexpr std::string_view kCanary = "canary-prompt-of-another-user";
+  for (int i = 0; i < 6; ++i) {
+    HttpResponse r = PostAs(key_, "/v1/completions", CompletionBody(kCanary, 2));
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  // Health checks every second: wait until the gateway has come back to it a few times.
+  auto challenges = [&] {
+    const std::string got = (*impostor)->Received();
+    size_t n = 0;
+    for (size_t at = got.find("/bmas/challenge"); at != std::string::npos;
+         at = got.find("/bmas/challenge", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] { return challenges() >= 3; }, 15s))
+      << "received:\n" << (*impostor)->Received();
+  const std::string received = (*impostor)->Received();
+  EXPECT_THAT(received, Not(HasSubstr("Authorization")));
+  EXPECT_THAT(received, Not(HasSubstr(std::string(kBackendKey))));
+  EXPECT_THAT(received, Not(HasSubstr(DeriveBackendKey(kBackendKey, port))));
+  EXPECT_THAT(received, Not(HasSubstr(DeriveBackendKey(kBackendKey, engine_->port()))));
+  EXPECT_THAT(received, Not(HasSubstr(std::string(kCanary))));
+  EXPECT_THAT(received, Not(HasSubstr("/v1/")));
+  EXPECT_FALSE(Healthy((*impostor)->url()));
+  EXPECT_THAT(gateway_->process().StderrText(),
+              HasSubstr(fmt::format("backend {} did not prove its identity", (*impostor)->url())));
+  EXPECT_TRUE(Healthy());
+  EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2)).status, 200);
 }
 
 // Issue 11.8: the gateway reads the first copy of a key, vLLM the last: a repeat is refused.
@@ -301,6 +352,41 @@ TEST_F(GatewaySecurityTest, HungBackendEndsStreamsWithAnErrorEvent) {
   EXPECT_TRUE(Eventually([&] { return !Healthy(); }, 5s));
   EXPECT_THAT(gateway_->process().StderrText(),
               HasSubstr(fmt::format("backend {} is down", engine_->url())));
+  engine_->process().Signal(SIGCONT);
+  EXPECT_TRUE(Eventually([&] { return Healthy(); }, 10s));
+  EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2)).status, 200);
+}
+
+// Issue 23.7: a non-streaming request to a backend that stops answering ends with a 504 naming
+// the backend after the idle timeout, not after 600 s; the gateway serves others meanwhile.
+TEST_F(GatewaySecurityTest, HungBackendAnswersAWholeRequestWith504) {
+  auto other = EngineProcess::Start({"--profile", "instant", "--model", "other-model"},
+                                    EngineEnv());
+  ASSERT_TRUE(other) << other.error().message;
+  ASSERT_NO_FATAL_FAILURE(Start(kInstant, {"--upstream-idle-timeout", "5", "--backend",
+                                           (*other)->url()}));
+  ASSERT_TRUE(Eventually([&] { return Healthy((*other)->url()); }, 10s));
+  // A request first: the gateway keeps its connection, which then reaches the stopped engine.
+  EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2)).status, 200);
+  engine_->process().Signal(SIGSTOP);
+  std::atomic<bool> done = false;
+  HttpResponse hung;
+  std::thread t([&] {
+    hung = PostAs(key_, "/v1/completions", CompletionBody("hi", 2));
+    done = true;
+  });
+  bool served_meanwhile = false;
+  for (int i = 0; i < 3; ++i) {
+    const std::string body = fmt::format(R"({{"model":"other-model","prompt":"hi","max_tokens":2}})");
+    HttpResponse r = PostAs(key_, "/v1/completions", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    served_meanwhile = served_meanwhile || (r.status == 200 && !done);
+  }
+  t.join();
+  EXPECT_TRUE(served_meanwhile) << "the hung request ended before the others were served";
+  ExpectError(hung, 504, std::nullopt);
+  EXPECT_THAT(hung.body, HasSubstr(engine_->url())) << hung.body;
+  EXPECT_THAT(hung.body, HasSubstr("5000 ms")) << hung.body;
   engine_->process().Signal(SIGCONT);
   EXPECT_TRUE(Eventually([&] { return Healthy(); }, 10s));
   EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2)).status, 200);
@@ -416,7 +502,7 @@ TEST_F(GatewaySecurityTest, AcceptLoopSurvivesEmfile) {
     rlimit limit;
     ~Restore() { setrlimit(RLIMIT_NOFILE, &limit); }
   } restore{saved};
-  auto engine = EngineProcess::Start(kInstant, {{"VLLM_API_KEY", std::string(kBackendKey)}});
+  auto engine = EngineProcess::Start(kInstant, EngineEnv());
   ASSERT_TRUE(engine) << engine.error().message;
   engine_ = std::move(*engine);
   ASSERT_NO_FATAL_FAILURE(key_ = AddUser("alice"));

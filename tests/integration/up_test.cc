@@ -121,13 +121,13 @@ TEST(UpTest, StartsTwoEnginesAndStopsThemOnSigint) {
     if (args.find(config) == std::string::npos) continue;
     cmdlines.push_back(args);
     std::string env = read_file(entry.path() / "environ");
-    for (size_t at = env.find("VLLM_API_KEY="); at != std::string::npos;
-         at = env.find("VLLM_API_KEY=", at + 1)) {
-      const size_t value = at + std::string_view("VLLM_API_KEY=").size();
+    for (size_t at = env.find("BMAS_BACKEND_API_KEY="); at != std::string::npos;
+         at = env.find("BMAS_BACKEND_API_KEY=", at + 1)) {
+      const size_t value = at + std::string_view("BMAS_BACKEND_API_KEY=").size();
       keys.insert(env.substr(value, env.find('\0', value) - value));
     }
   }
-  ASSERT_EQ(keys.size(), 1u) << "the engines have no key, or not the same one";
+  ASSERT_EQ(keys.size(), 1u) << "the gateway and engines have no backend secret, or not the same one";
   EXPECT_GE(keys.begin()->size(), 32u);
   for (const std::string& args : cmdlines) EXPECT_THAT(args, Not(HasSubstr(*keys.begin())));
 
