@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 
 #include "common/config.h"
+#include "common/process.h"
 #include "cli/lxd_commands.h"
 #include "daemon/agent.h"
+#include "gpu/nvml.h"
+#include "lxd/device_fence.h"
 #include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/job_copy.h"
@@ -30,6 +34,32 @@ std::string Env(const char* name) {
 
 double MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The processes NVML sees on GPUs `gpus` of this node (none where there is no driver).
+std::vector<pid_t> NvmlProcesses(const std::vector<int>& gpus) {
+  std::vector<pid_t> pids;
+  auto readings = OpenNvml()->Read();
+  if (!readings) return pids;
+  for (const GpuReading& r : *readings) {
+    if (std::find(gpus.begin(), gpus.end(), r.index) != gpus.end()) {
+      pids.insert(pids.end(), r.pids.begin(), r.pids.end());
+    }
+  }
+  return pids;
+}
+
+// `scontrol update` drains `node` with `reason` (on a local cluster, through its slurm.conf).
+Result<void> DrainNode(const std::string& state_dir, const std::string& node,
+                       const std::string& reason) {
+  std::vector<std::string> env;
+  if (auto cluster = slurm::ReadLocalCluster(state_dir)) env.push_back("SLURM_CONF=" + cluster->conf);
+  auto r = RunCommand({"scontrol", "update", "NodeName=" + node, "State=DRAIN",
+                       "Reason=" + reason.substr(0, 250)},
+                      env, std::chrono::seconds(15));
+  if (!r) return r.error();
+  if (r->exit_code != 0) return Error{ErrorCode::kUnavailable, r->err.empty() ? r->out : r->err};
+  return {};
 }
 
 }  // namespace
@@ -100,8 +130,18 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     // cluster, /dev/nvidiaN on a real one.
     auto cluster = slurm::ReadLocalCluster(state_dir);
     std::string dir = cluster ? cluster->device_dir + "/" + node : "/dev";
-    auto paths = lxd::BindGpus(client, instance, job, node, *gpus,
-                               [&](int g) { return fmt::format("{}/nvidia{}", dir, g); });
+    auto source = [&](int g) { return fmt::format("{}/nvidia{}", dir, g); };
+    // Before the plug: only the job's cgroup may open its GPUs (lxd/device_fence.h). A GPU that
+    // cannot be fenced is not plugged in.
+    std::vector<std::string> sources;
+    for (int g : *gpus) sources.push_back(source(g));
+    if (auto fenced = lxd::FenceWorkspaceGpus(client, instance, job, lxd::NodeGpuDevices(dir),
+                                              sources);
+        !fenced) {
+      note("GPUs not bound: " + fenced.error().message);
+      return 0;
+    }
+    auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source);
     note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
                              MillisecondsSince(start))
                : "binding failed: " + paths.error().message);
@@ -127,8 +167,12 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
         !killed && killed.error().code != ErrorCode::kNotFound) {
       note("the agent: " + killed.error().message);
     }
-    if (auto ended = lxd::EndJobInWorkspace(client, instance, job, node); !ended) {
+    if (auto ended = lxd::EndJobInWorkspace(client, instance, job, node, NvmlProcesses);
+        !ended) {
+      // The GPU must not go to the next job while something still holds it.
       note("GPUs left plugged for the reconcile pass: " + ended.error().message);
+      auto drained = DrainNode(state_dir, node, "bmas: " + ended.error().message);
+      note(drained ? "drained " + node : "cannot drain " + node + ": " + drained.error().message);
       return 0;
     }
     auto released = lxd::ReleaseGpus(client, instance, job, node);

@@ -1,6 +1,5 @@
 #include "lxd/job_cgroup.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -15,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lxd/device_holders.h"
 #include "lxd/gpu_binding.h"
 #include "lxd/lxd_internal.h"
 
@@ -185,53 +185,8 @@ Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milli
   return static_cast<int>(signalled.size());
 }
 
-Result<int> KillDeviceHolders(pid_t init, const std::vector<dev_t>& rdevs,
-                              std::chrono::milliseconds timeout) {
-  struct stat ns {};
-  if (rdevs.empty() || stat(fmt::format("/proc/{}/ns/pid", init).c_str(), &ns) != 0) return 0;
-  auto holders = [&] {
-    std::set<pid_t> found;
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return found;
-    while (dirent* e = readdir(proc)) {
-      char* end = nullptr;
-      const long pid = std::strtol(e->d_name, &end, 10);
-      if (pid <= 1 || *end != '\0') continue;
-      struct stat pns {};
-      if (stat(fmt::format("/proc/{}/ns/pid", pid).c_str(), &pns) != 0 || pns.st_ino != ns.st_ino ||
-          pns.st_dev != ns.st_dev) {
-        continue;
-      }
-      std::error_code ec;
-      for (const auto& fd : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
-        struct stat st {};
-        if (stat(fd.path().c_str(), &st) == 0 && S_ISCHR(st.st_mode) &&
-            std::find(rdevs.begin(), rdevs.end(), st.st_rdev) != rdevs.end()) {
-          found.insert(static_cast<pid_t>(pid));
-          break;
-        }
-      }
-    }
-    closedir(proc);
-    return found;
-  };
-  std::set<pid_t> killed;
-  const auto deadline = Clock::now() + timeout;
-  for (auto pids = holders(); !pids.empty(); pids = holders()) {
-    if (Clock::now() > deadline) {
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} process(es) still hold the job's GPUs", pids.size())};
-    }
-    for (pid_t p : pids) {
-      if (kill(p, SIGKILL) == 0) killed.insert(p);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return static_cast<int>(killed.size());
-}
-
 Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, int64_t job,
-                              const std::string& node) {
+                              const std::string& node, const GpuProcessesFn& gpu_processes) {
   auto ws = client.GetInstance(instance);
   if (!ws) return ws.error().code == ErrorCode::kNotFound ? Result<int>(0) : ws.error();
   if (ws->status != "Running") return 0;
@@ -241,6 +196,7 @@ Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, in
   auto killed = KillCgroups(JobCgroupDirs(cgroup, job), std::chrono::seconds(10));
   if (!killed) return killed.error();
   std::vector<dev_t> rdevs;
+  std::vector<int> gpus;
   for (const auto& [name, spec] : ws->devices) {
     auto d = ParseJobDeviceName(name);
     auto source = spec.find("source");
@@ -248,10 +204,19 @@ Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, in
     if (d && d->job == job && d->node == node && source != spec.end() &&
         stat(source->second.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
       rdevs.push_back(st.st_rdev);
+      gpus.push_back(d->gpu);
     }
   }
-  auto holders = KillDeviceHolders(static_cast<pid_t>(*init), rdevs, std::chrono::seconds(10));
-  if (!holders) return holders.error();
+  if (rdevs.empty()) return *killed;
+  // Anywhere on the host: a process in a pid namespace of its own, one handed the fd over a
+  // unix socket, one that mapped the device and closed the fd.
+  auto holders = KillHolders(CharDevices(rdevs),
+                             gpu_processes ? gpu_processes(gpus) : std::vector<pid_t>{},
+                             std::chrono::seconds(10));
+  if (!holders) {
+    return Error{holders.error().code,
+                 fmt::format("job {}'s GPUs in {} are {}", job, instance, holders.error().message)};
+  }
   return *killed + *holders;
 }
 

@@ -44,17 +44,16 @@ Result<std::vector<std::string>> MakeJobCgroup(const std::vector<std::string>& d
 // signalled; Unavailable when some still run after `timeout`.
 Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milliseconds timeout);
 
-// SIGKILL to each process in the pid namespace of `init` that holds one of the character
-// devices `rdevs` open; waits (up to `timeout`) until they are gone. Returns how many.
-Result<int> KillDeviceHolders(pid_t init, const std::vector<dev_t>& rdevs,
-                              std::chrono::milliseconds timeout);
+// The processes the GPU driver (NVML) sees on GPUs `gpus` of this node.
+using GpuProcessesFn = std::function<std::vector<pid_t>(const std::vector<int>& gpus)>;
 
-// Job `job` ends in `instance`: its cgroup killed, then any process there that still holds one
-// of the job's GPUs on `node` (a session's, say). The epilog and the reconcile pass call it
-// before they unplug; an error means something of the job may still run: do not unplug yet.
+// Job `job` ends in `instance`: its cgroup killed, then every process anywhere on the host that
+// still holds one of the job's GPUs on `node` (device_holders.h), and those `gpu_processes`
+// names. The epilog and the reconcile pass call it before they unplug; an error (which names
+// the processes left) means something may still use the GPUs: do not unplug, drain the node.
 // Returns how many processes were killed.
 Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, int64_t job,
-                              const std::string& node);
+                              const std::string& node, const GpuProcessesFn& gpu_processes = {});
 
 // Every running instance, every job cgroup in it whose job `alive` says is gone: killed and
 // removed (the epilog did not run, or failed). Returns "<instance>/bmas-job-<id>" for each.

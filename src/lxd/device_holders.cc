@@ -1,0 +1,132 @@
+#include "lxd/device_holders.h"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/process.h"
+#include "lxd/lxd_internal.h"
+
+namespace bmas::lxd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::ReadText;
+
+std::vector<pid_t> AllPids() {
+  std::vector<pid_t> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid > 0 && *end == '\0') pids.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(proc);
+  return pids;
+}
+
+bool HoldsByFd(pid_t pid, const FileMatch& match) {
+  const std::string dir = fmt::format("/proc/{}/fd", pid);
+  DIR* fds = opendir(dir.c_str());
+  if (fds == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(fds)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st {};
+    if (stat((dir + "/" + e->d_name).c_str(), &st) == 0 && match(st)) {
+      found = true;
+      break;
+    }
+  }
+  closedir(fds);
+  return found;
+}
+
+// Mapped files are told apart by the "dev inode" pair maps shows; each pair is stat'ed once,
+// through the first mapping of it met, and the answer kept in `seen`.
+bool HoldsByMapping(pid_t pid, const FileMatch& match, std::map<std::string, bool>& seen) {
+  std::istringstream maps(ReadText(fmt::format("/proc/{}/maps", pid)));
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream words(line);
+    std::string range, perms, offset, dev, inode;
+    if (!(words >> range >> perms >> offset >> dev >> inode) || inode == "0") continue;
+    const std::string key = dev + " " + inode;
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      struct stat st {};
+      const bool hit =
+          stat(fmt::format("/proc/{}/map_files/{}", pid, range).c_str(), &st) == 0 && match(st);
+      it = seen.emplace(key, hit).first;
+    }
+    if (it->second) return true;
+  }
+  return false;
+}
+
+std::string Comm(pid_t pid) {
+  std::string comm = ReadText(fmt::format("/proc/{}/comm", pid));
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
+
+}  // namespace
+
+FileMatch CharDevices(const std::vector<dev_t>& rdevs) {
+  return [rdevs](const struct stat& st) {
+    return S_ISCHR(st.st_mode) && std::find(rdevs.begin(), rdevs.end(), st.st_rdev) != rdevs.end();
+  };
+}
+
+std::vector<FileHolder> FindHolders(const FileMatch& match) {
+  std::vector<FileHolder> holders;
+  std::map<std::string, bool> seen;
+  const pid_t self = getpid();
+  for (pid_t pid : AllPids()) {
+    if (pid == self) continue;
+    if (HoldsByFd(pid, match) || HoldsByMapping(pid, match, seen)) {
+      holders.push_back({pid, Comm(pid)});
+    }
+  }
+  return holders;
+}
+
+std::string DescribeHolders(const std::vector<FileHolder>& holders) {
+  std::string out;
+  for (const FileHolder& h : holders) {
+    out += fmt::format("{}pid {} ({})", out.empty() ? "" : ", ", h.pid, h.command);
+  }
+  return out;
+}
+
+Result<int> KillHolders(const FileMatch& match, const std::vector<pid_t>& also,
+                        std::chrono::milliseconds timeout) {
+  std::set<pid_t> killed;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    std::vector<FileHolder> holders = FindHolders(match);
+    for (pid_t p : also) {
+      if (p > 1 && p != getpid() && ProcessRunning(p)) holders.push_back({p, Comm(p)});
+    }
+    if (holders.empty()) break;
+    if (Clock::now() > deadline) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("still held after SIGKILL by {}", DescribeHolders(holders))};
+    }
+    for (const FileHolder& h : holders) {
+      if (h.pid > 1 && kill(h.pid, SIGKILL) == 0) killed.insert(h.pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return static_cast<int>(killed.size());
+}
+
+}  // namespace bmas::lxd
