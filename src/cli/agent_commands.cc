@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "daemon/agent.h"
 #include "daemon/idle_police.h"
+#include "daemon/service_account.h"
 #include "lxd/local_lxd.h"
 #include "slurm/slurm_json.h"
 #include "store/store.h"
@@ -140,8 +141,14 @@ int AgentCommands::Serve(GlobalOptions& global) {
     // Samples are `interval` apart: a gap is three missed samples, and never under 5 min.
     idle.max_sample_gap_s = std::max<int64_t>(
         idle.max_sample_gap_s, static_cast<int64_t>(3 * o.telemetry_interval.count() / 1000));
+    // Replicas are the service account's jobs (root's where the daemons run as root).
+    idle.replica_owners = {kServiceAccount, "root"};
     IdlePoliceHooks hooks;
-    hooks.job = job;
+    hooks.jobs = [&global]() -> Result<std::vector<JobInfo>> {
+      auto target = ResolveSlurm(global, "root");
+      if (!target) return target.error();
+      return SlurmRestClient(target->endpoint, std::chrono::seconds(10)).Jobs();
+    };
     hooks.act = [state_dir, &global](const IdleAction& a, const JobInfo& info) {
       const bool cancel = a.kind == IdleAction::Kind::kCancel;
       spdlog::warn("bmas agent: idle GPUs: job {} of {}: {}", a.job_id, a.user, a.reason);
@@ -167,7 +174,7 @@ int AgentCommands::Serve(GlobalOptions& global) {
         }
       }
     };
-    auto police = std::make_shared<IdlePolice>(idle, hooks);
+    auto police = std::make_shared<IdlePolice>(idle, o.node, hooks);
     o.on_gpu_sample = [police](const std::vector<GpuReading>& gpus,
                                const std::map<int, GpuHolder>& holders) {
       police->OnSample(gpus, holders, std::time(nullptr));

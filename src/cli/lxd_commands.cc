@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -231,7 +232,9 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* shell = ws->add_subcommand(
       "shell", "A login shell in USER's workspace as USER (yours without USER): on a terminal, "
                "interactive with a terminal of the workspace's own; else running what stdin "
-               "gives it to its end");
+               "gives it to its end. Under sshd's ForceCommand, $SSH_ORIGINAL_COMMAND (ssh "
+               "host CMD, scp, rsync) runs instead, as `sh -c CMD`, and its exit code is "
+               "returned");
   shell->add_option("user", user_, "A Unix account on this host (default: you)");
   shell->callback([this, &global] { global.exit_code = RunWorkspace(global, "shell"); });
 }
@@ -438,12 +441,22 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
       return ReportFailure(command, account.error());
     }
   }
+  // Under sshd's `ForceCommand bmas workspace shell`, what the client asked for (`ssh host
+  // CMD`, scp, rsync) is in $SSH_ORIGINAL_COMMAND: it runs in the workspace as `sh -c CMD`, on
+  // this process's stdin, stdout and stderr (a terminal only when ssh asked for one), and its
+  // exit code is ours.
+  const char* original = verb == "shell" ? std::getenv("SSH_ORIGINAL_COMMAND") : nullptr;
+  const std::vector<std::string> forced =
+      original != nullptr && *original != '\0'
+          ? std::vector<std::string>{"sh", "-c", original}
+          : std::vector<std::string>{};
   // Users reach their own workspace through the agent: LXD's socket is root's.
   if ((verb == "exec" || verb == "shell") && geteuid() != 0) {
     passwd* me = getpwuid(geteuid());
     if (me != nullptr && user_ == me->pw_name) {
       const std::string socket = AgentSocketPath(c.state_dir);
-      return verb == "exec" ? RunAgentEnter(socket, command_) : RunAgentShell(socket);
+      if (verb == "exec") return RunAgentEnter(socket, command_);
+      return forced.empty() ? RunAgentShell(socket) : RunAgentEnter(socket, forced);
     }
   }
   if (auto allowed = lxd::CheckCaller(geteuid(), verb == "list" ? std::string() : user_);
@@ -543,7 +556,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
                                         {}});
   }
   lxd::ExecSpec spec;
-  spec.command = {"/bin/sh", "-l"};
+  spec.command = forced.empty() ? std::vector<std::string>{"/bin/sh", "-l"} : forced;
   spec.user = account->uid;
   spec.group = account->gid;
   spec.cwd = account->home;

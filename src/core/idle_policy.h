@@ -3,7 +3,8 @@
 // Idle-GPU policing: a job that holds GPUs and leaves them all idle is warned, then cancelled,
 // as Princeton's Job Defense Shield does (warnings first, cancelled after 2 hours). Pure: the
 // GPU samples of each job and the time go in, warnings and cancellations come out, and the
-// caller (the agent's telemetry loop, or a simulator) keeps the state between calls.
+// caller (the agent's telemetry loop, or a simulator) keeps the state between calls. A job's
+// GPUs are those Slurm allocated it; one that none of its processes runs on is idle.
 
 #include <cstdint>
 #include <map>
@@ -22,15 +23,25 @@ struct IdleSettings {
   // Samples further apart than this (the telemetry stopped) start the idle time again: a gap
   // is never counted as idle.
   int64_t max_sample_gap_s = 5 * 60;
+  // Exempt: inference replicas, which the controller owns and scales down itself. A job is one
+  // when both its owner (the service account that runs replicas, or root) and its partition
+  // say so; never by its name, which any user chooses.
+  std::set<std::string> replica_owners = {"bmas", "root"};
+  std::set<std::string> replica_partitions = {"inference", "inference_floor"};
 };
 
-// One job's GPUs at one time, from the node's telemetry.
+// One GPU that Slurm allocated to a job, at one time.
+struct GpuUse {
+  double util_pct = 0;
+  bool has_process = false;  // a process of the job's runs on it; without one it is idle
+};
+
+// One job's GPUs at one time: Slurm's allocation on this node, with the node's telemetry.
 struct JobGpuSample {
   int64_t job_id = 0;
-  std::string user;
-  std::string partition;
-  bool inference_replica = false;  // exempt: the controller owns replicas
-  std::vector<double> util_pct;    // one per GPU the job holds; empty: no telemetry
+  std::string user;       // its owner, as Slurm says
+  std::string partition;  // "" when it is not policed (research mode)
+  std::vector<GpuUse> gpus;  // one per GPU allocated here; empty: none, or no telemetry
 };
 
 // What the policy remembers of one job between calls.

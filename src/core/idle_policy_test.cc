@@ -10,8 +10,11 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMinute = 60;
 
-JobGpuSample Job(int64_t id, std::vector<double> util, std::string partition = "lab") {
-  return JobGpuSample{id, "alice", std::move(partition), false, std::move(util)};
+// A job of alice's whose allocated GPUs each run a process of the job at `util`.
+JobGpuSample Job(int64_t id, const std::vector<double>& util, std::string partition = "lab") {
+  JobGpuSample job{id, "alice", std::move(partition), {}};
+  for (double u : util) job.gpus.push_back(GpuUse{u, /*has_process=*/true});
+  return job;
 }
 
 // Runs the policy once a minute from `from` to `to` (minutes) with the same samples; returns
@@ -75,15 +78,67 @@ TEST(IdlePolicyTest, AWarnedJobThatGetsBusyIsNotCancelledAndIsWarnedAgainLater) 
 TEST(IdlePolicyTest, TrainingReplicasResearchModeAndMissingTelemetryAreLeftAlone) {
   IdleSettings settings;
   IdleState state;
-  JobGpuSample replica = Job(5, {0.0});
-  replica.inference_replica = true;
-  const std::vector<JobGpuSample> exempt = {Job(4, {0.0}, "training"), replica, Job(6, {})};
+  JobGpuSample replica = Job(5, {0.0}, "inference");
+  replica.user = "bmas";  // the service account's replica, in the inference partition
+  JobGpuSample floor = Job(7, {0.0}, "inference_floor");
+  floor.user = "bmas";
+  // Policing inference too (as an admin may) leaves the service account's replicas alone.
+  settings.partitions.insert("inference");
+  const std::vector<JobGpuSample> exempt = {Job(4, {0.0}, "training"), replica, floor,
+                                            Job(6, {})};
   EXPECT_TRUE(RunMinutes(settings, exempt, 0, 300, state).empty());
   EXPECT_TRUE(RunMinutes(settings, {Job(8, {0.0})}, 0, 300, state, /*research_mode=*/true).empty());
   // A partition switched on by config is policed.
   settings.partitions.insert("training");
   IdleState on;
   EXPECT_EQ(RunMinutes(settings, {Job(4, {0.0}, "training")}, 0, 130, on).size(), 2u);
+}
+
+// `bmas run --gpus 4 -- sleep infinity`: Slurm allocated the GPUs and nothing runs on them.
+// They are idle whatever the driver says of them, and the job is warned, then cancelled.
+TEST(IdlePolicyTest, AnAllocatedGpuWithNoProcessIsIdle) {
+  IdleSettings settings;
+  IdleState state;
+  JobGpuSample sleeper{12, "alice", "lab", std::vector<GpuUse>(4, GpuUse{0.0, false})};
+  auto actions = RunMinutes(settings, {sleeper}, 0, 180, state);
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].first, 60);
+  EXPECT_EQ(actions[0].second.kind, IdleAction::Kind::kWarn);
+  EXPECT_EQ(actions[0].second.gpus, 4);
+  EXPECT_EQ(actions[1].first, 120);
+  EXPECT_EQ(actions[1].second.kind, IdleAction::Kind::kCancel);
+  EXPECT_DOUBLE_EQ(actions[1].second.wasted_gpu_hours, 8.0);
+  // A reading that is not the job's own (no process of its on the GPU) counts for nothing.
+  IdleState other;
+  JobGpuSample borrowed{13, "alice", "lab", {GpuUse{90.0, false}}};
+  EXPECT_EQ(RunMinutes(settings, {borrowed}, 0, 120, other).size(), 2u);
+  // One GPU of the four at work, with the job's process: not idle.
+  IdleState busy;
+  sleeper.gpus[2] = GpuUse{40.0, true};
+  EXPECT_TRUE(RunMinutes(settings, {sleeper}, 0, 300, busy).empty());
+}
+
+// The exemption is the owner and the partition together, never the name a user picks: a
+// student's job in the inference partition, or named like a replica, is policed as any other.
+TEST(IdlePolicyTest, OnlyTheServiceAccountsJobsInTheInferencePartitionsAreExempt) {
+  IdleSettings settings;
+  settings.partitions.insert("inference");
+  struct Case {
+    std::string user, partition;
+    bool exempt;
+  };
+  for (const Case& c : std::vector<Case>{{"bmas", "inference", true},
+                                         {"bmas", "inference_floor", true},
+                                         {"root", "inference", true},
+                                         {"alice", "inference", false},
+                                         {"bmas", "lab", false},
+                                         {"mallory", "lab", false}}) {
+    IdleState state;
+    JobGpuSample job = Job(20, {0.0}, c.partition);
+    job.user = c.user;
+    EXPECT_EQ(RunMinutes(settings, {job}, 0, 130, state).empty(), c.exempt)
+        << c.user << " in " << c.partition;
+  }
 }
 
 TEST(IdlePolicyTest, AGapInTheSamplesIsNeverCountedAsIdle) {

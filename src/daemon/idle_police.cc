@@ -1,8 +1,12 @@
 #include "daemon/idle_police.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/openat2.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,50 +22,84 @@ namespace bmas {
 
 void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
                           const std::map<int, GpuHolder>& holders, int64_t now) {
-  // Each job's GPUs on this node, by their utilisation, with the user of the process that
-  // named the job (a cgroup name inside a workspace is its root's to choose).
-  std::map<int64_t, std::vector<std::pair<std::string, double>>> util;
-  for (const GpuReading& g : gpus) {
-    const auto held = holders.find(g.index);
-    if (held != holders.end() && held->second.job > 0) {
-      util[held->second.job].emplace_back(held->second.user, static_cast<double>(g.util_pct));
-    }
+  auto jobs = hooks_.jobs();
+  if (!jobs) {
+    // Not judged without Slurm's word: its allocations say which GPUs are whose.
+    spdlog::debug("bmas agent: idle GPUs: {}", jobs.error().message);
+    return;
   }
-  std::map<int64_t, JobInfo> seen;
+  std::map<int, const GpuReading*> readings;
+  for (const GpuReading& g : gpus) readings[g.index] = &g;
+  std::map<int64_t, const JobInfo*> here;
   std::vector<JobGpuSample> samples;
-  for (const auto& [id, held] : util) {
-    auto known = jobs_.find(id);
-    if (known == jobs_.end()) {
-      auto info = hooks_.job(id);
-      if (!info) {
-        // Not judged without Slurm's word (its partition decides whether it is policed).
-        spdlog::debug("bmas agent: idle GPUs: job {}: {}", id, info.error().message);
-        continue;
-      }
-      known = jobs_.emplace(id, *info).first;
-    }
-    const JobInfo& job = known->second;
-    seen.emplace(id, job);
-    // Only GPUs whose process is the job's own user's count for it: another user's process in
-    // a cgroup named after this job neither makes it look idle nor hides its own GPUs.
-    std::vector<double> utils;
-    for (const auto& [user, u] : held) {
-      if (user == job.user) utils.push_back(u);
-    }
-    if (utils.empty()) continue;
-    const bool replica = job.name.rfind(kReplicaJobPrefix, 0) == 0;
+  for (const JobInfo& job : *jobs) {
+    if (job.state != "RUNNING") continue;
     // A job in the research reservation is in research mode: left alone.
-    const std::string partition =
-        job.reservation == slurm::kResearchReservation ? std::string() : job.partition;
-    samples.push_back({id, job.user, partition, replica, utils});
+    JobGpuSample sample{job.id, job.user,
+                        job.reservation == slurm::kResearchReservation ? "" : job.partition, {}};
+    for (const NodeGpus& alloc : job.gpu_alloc) {
+      if (alloc.node != node_ && alloc.node != node_.substr(0, node_.find('.'))) continue;
+      for (int index : alloc.indexes) {
+        const auto reading = readings.find(index);
+        if (reading == readings.end()) continue;
+        // Only a process of this job's, of its own user's, makes its GPU busy: another job's
+        // (or another user's in a cgroup named after it) counts for nothing.
+        const auto held = holders.find(index);
+        const bool own = held != holders.end() && held->second.job == job.id &&
+                         held->second.user == job.user;
+        sample.gpus.push_back({static_cast<double>(reading->second->util_pct), own});
+      }
+    }
+    if (sample.gpus.empty()) continue;
+    here.emplace(job.id, &job);
+    samples.push_back(std::move(sample));
   }
-  jobs_ = std::move(seen);
   for (const IdleAction& a : DecideIdle(settings_, /*research_mode=*/false, samples, now,
                                         state_)) {
-    auto job = jobs_.find(a.job_id);
-    if (job != jobs_.end()) hooks_.act(a, job->second);
+    const auto job = here.find(a.job_id);
+    if (job != here.end()) hooks_.act(a, *job->second);
   }
 }
+
+namespace {
+
+// Where the child stopped, sent to the parent with its errno.
+enum class AppendStep : int { kDone, kDrop, kOpen, kNotTheirs, kWrite };
+
+struct AppendOutcome {
+  AppendStep step = AppendStep::kDrop;
+  int error = 0;
+};
+
+// In the forked child: only async-signal-safe calls. Drops to the user's ids, checked, then
+// opens `path` without following any symlink and appends `text` to the user's regular file.
+[[noreturn]] void AppendAsUser(int report, uid_t uid, gid_t gid, const std::vector<gid_t>& groups,
+                               const char* path, const std::string& text) {
+  auto done = [report](AppendStep step, int error) {
+    const AppendOutcome outcome{step, error};
+    [[maybe_unused]] const ssize_t n = write(report, &outcome, sizeof outcome);
+    _exit(0);
+  };
+  if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 || setuid(uid) != 0 ||
+      setuid(0) == 0 || getuid() != uid || geteuid() != uid || getegid() != gid) {
+    done(AppendStep::kDrop, errno);
+  }
+  open_how how{};
+  how.flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how));
+  if (fd < 0) done(AppendStep::kOpen, errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid) {
+    done(AppendStep::kNotTheirs, 0);
+  }
+  const ssize_t n = write(fd, text.data(), text.size());
+  done(n == static_cast<ssize_t>(text.size()) ? AppendStep::kDone : AppendStep::kWrite,
+       n < 0 ? errno : 0);
+  _exit(0);
+}
+
+}  // namespace
 
 Result<void> AppendToJobOutput(const JobInfo& job, const std::string& line) {
   if (job.stdout_path.empty()) return NotFound(fmt::format("job {} has no output file", job.id));
@@ -70,24 +108,65 @@ Result<void> AppendToJobOutput(const JobInfo& job, const std::string& line) {
   if (getpwnam_r(job.user.c_str(), &pwd, buf.data(), buf.size(), &pw) != 0 || pw == nullptr) {
     return NotFound(fmt::format("job {}: no account {}", job.id, job.user));
   }
-  const int fd = open(job.stdout_path.c_str(),
-                      O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    return Internal(fmt::format("cannot open {}: {}", job.stdout_path, std::strerror(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != pw->pw_uid) {
-    close(fd);
+  if (pw->pw_uid == 0) {
     return Error{ErrorCode::kPermissionDenied,
-                 fmt::format("{} is not a file of {}'s: not written", job.stdout_path, job.user)};
+                 fmt::format("job {} is root's: its output {} is not written", job.id,
+                             job.stdout_path)};
   }
+  // The user's groups, looked up here: the child may call nothing but system calls.
+  int count = 64;
+  std::vector<gid_t> groups(count);
+  if (getgrouplist(pw->pw_name, pw->pw_gid, groups.data(), &count) < 0) {
+    groups.resize(count);
+    if (getgrouplist(pw->pw_name, pw->pw_gid, groups.data(), &count) < 0) count = 0;
+  }
+  groups.resize(count);
+  if (groups.empty()) groups.push_back(pw->pw_gid);
   const std::string text = line + "\n";
-  const ssize_t n = write(fd, text.data(), text.size());
-  close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    return Internal(fmt::format("cannot write {}", job.stdout_path));
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return Internal(fmt::format("cannot write {}: pipe: {}", job.stdout_path,
+                                std::strerror(errno)));
   }
-  return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    close(report[0]);
+    AppendAsUser(report[1], pw->pw_uid, pw->pw_gid, groups, job.stdout_path.c_str(), text);
+  }
+  close(report[1]);
+  AppendOutcome outcome;
+  const bool reported =
+      child > 0 && read(report[0], &outcome, sizeof outcome) == sizeof outcome;
+  close(report[0]);
+  if (child > 0) {
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (!reported) {
+    return Internal(fmt::format("cannot write {}: the child that writes as {} failed",
+                                job.stdout_path, job.user));
+  }
+  switch (outcome.step) {
+    case AppendStep::kDone:
+      return {};
+    case AppendStep::kDrop:
+      return Internal(fmt::format("cannot write {}: cannot become {}: {}", job.stdout_path,
+                                  job.user, std::strerror(outcome.error)));
+    case AppendStep::kOpen:
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("{} cannot open {}{}: {}", job.user, job.stdout_path,
+                               outcome.error == ELOOP ? " (a symlink in the path: not followed)"
+                                                      : "",
+                               std::strerror(outcome.error))};
+    case AppendStep::kNotTheirs:
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("{} is not a file of {}'s: not written", job.stdout_path,
+                               job.user)};
+    case AppendStep::kWrite:
+      break;
+  }
+  return Internal(fmt::format("cannot write {}: {}", job.stdout_path,
+                              outcome.error != 0 ? std::strerror(outcome.error) : "short write"));
 }
 
 }  // namespace bmas

@@ -1,13 +1,15 @@
 #pragma once
 
-// Applies the idle-GPU policy (core/idle_policy.h) to each GPU sample of the agent: the GPUs a
-// job's processes run on give its utilisation; Slurm gives its user, partition and output
-// file. What to do about a warning or a cancellation is the caller's (`act`): the agent writes
-// the warning to the job's output, cancels through Slurm and records both in the store.
+// Applies the idle-GPU policy (core/idle_policy.h) to each GPU sample of the agent: Slurm's
+// allocations say which of this node's GPUs each job holds, and who owns it and in which
+// partition; the node's telemetry says which of them a process of the job runs on, and how
+// busy they are. What to do about a warning or a cancellation is the caller's (`act`): the
+// agent writes the warning to the job's output, cancels through Slurm and records both.
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -19,33 +21,35 @@
 namespace bmas {
 
 struct IdlePoliceHooks {
-  // Slurm's view of a running job.
-  std::function<Result<JobInfo>(int64_t job)> job;
+  // Slurm's jobs (SlurmApi::Jobs): their allocations, owners, partitions and output files.
+  std::function<Result<std::vector<JobInfo>>()> jobs;
   // A warning or a cancellation to carry out, with the job it is about.
   std::function<void(const IdleAction& action, const JobInfo& job)> act;
 };
 
-// Jobs named so are inference replicas, which the controller owns: never policed.
-inline constexpr std::string_view kReplicaJobPrefix = "bmas-inference";
-
 class IdlePolice {
  public:
-  IdlePolice(IdleSettings settings, IdlePoliceHooks hooks)
-      : settings_(std::move(settings)), hooks_(std::move(hooks)) {}
+  // `node`: this node's name in Slurm, or its host name (a domain is dropped). Its GPU indexes
+  // in Slurm's allocations (gres.conf's order, NVML's with AutoDetect=nvml) are the telemetry's.
+  IdlePolice(IdleSettings settings, std::string node, IdlePoliceHooks hooks)
+      : settings_(std::move(settings)), node_(std::move(node)), hooks_(std::move(hooks)) {}
 
-  // One sample of this node's GPUs and who holds them, taken at `now` (unix seconds).
+  // One sample of this node's GPUs and who holds them, taken at `now` (unix seconds). Without
+  // Slurm's answer nothing is judged.
   void OnSample(const std::vector<GpuReading>& gpus, const std::map<int, GpuHolder>& holders,
                 int64_t now);
 
  private:
   IdleSettings settings_;
+  const std::string node_;
   IdlePoliceHooks hooks_;
   IdleState state_;
-  std::map<int64_t, JobInfo> jobs_;  // Slurm's answer for each job seen, while it is sampled
 };
 
-// Appends `line` to the job's output file, as root, only when it is a regular file that the
-// job's user owns (never through a symlink): the path is the user's to choose.
+// Appends `line` to the job's output file as the job's user: a child drops to the user's ids
+// (setgroups, setgid, setuid, checked) and opens the path there without following any symlink
+// (openat2 RESOLVE_NO_SYMLINKS), so root never opens a path the user chose. Only a regular file
+// that the user owns is written. Errors name the file and why.
 Result<void> AppendToJobOutput(const JobInfo& job, const std::string& line);
 
 }  // namespace bmas

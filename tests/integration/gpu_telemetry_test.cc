@@ -89,21 +89,28 @@ TEST_F(GpuTelemetryTest, AJobsGpuMetricsCarryItsJobAndUser) {
   EXPECT_THAT(agent_->StderrText(), HasSubstr("GPU telemetry"));
 }
 
-// Idle-GPU policing with its intervals shortened by config: a lab job whose GPU stays idle is
-// warned in its output, then cancelled, and both go into the store; a busy job is left alone.
+// Idle-GPU policing with its intervals shortened by config: a student's lab job that only
+// sleeps holds a GPU that Slurm allocated and no process of its runs on. It is warned in its
+// output, then cancelled, and both go into the store; a busy job is left alone. (Before, a job
+// counted only through a process on a GPU, and `bmas run --gpus 1 -- sleep` was never seen.)
+// The agent polices the node oss01 of the local cluster, where Slurm puts both jobs.
 class IdleGpuTest : public GpuTelemetryTest {
  protected:
   void SetUp() override {
-    config_extra_ = "[idle]\nwarn_after_min = 0.05\ncancel_after_min = 0.12\n";
+    config_extra_ = "[idle]\nwarn_after_min = 0.05\ncancel_after_min = 0.12\n"
+                    "[telemetry]\nnode = \"oss01\"\n";
     GpuTelemetryTest::SetUp();
   }
+  rapidjson::Document Show(const std::string& job) {
+    return ParseJson(Bmas({"job", "show", job, "--json"}).out);
+  }
   std::string State(const std::string& job) {
-    rapidjson::Document d = ParseJson(Bmas({"job", "show", job, "--json"}).out);
+    rapidjson::Document d = Show(job);
     return d.IsObject() && d.HasMember("state") ? Str(d["state"]) : "?";
   }
 };
 
-TEST_F(IdleGpuTest, AnIdleJobIsWarnedThenCancelledAndABusyOneIsLeftAlone) {
+TEST_F(IdleGpuTest, AJobThatOnlySleepsOnItsGpuIsWarnedThenCancelledAndABusyOneIsLeftAlone) {
   CommandOutput idle = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "3011"});
   CommandOutput busy = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "3012"});
   ASSERT_EQ(idle.exit_code, 0) << idle.err;
@@ -113,10 +120,19 @@ TEST_F(IdleGpuTest, AnIdleJobIsWarnedThenCancelledAndABusyOneIsLeftAlone) {
   ASSERT_TRUE(Eventually(
       [] { return !HostProcesses("sleep 3011").empty() && !HostProcesses("sleep 3012").empty(); },
       std::chrono::seconds(30)));
-  Write("uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 util=0 mem_total_mib=81559 pids=" +
-        std::to_string(HostProcesses("sleep 3011").front()) +
-        "\nuuid=GPU-1 name=NVIDIA_H100_80GB_HBM3 util=57 mem_total_mib=81559 pids=" +
-        std::to_string(HostProcesses("sleep 3012").front()) + "\n");
+  for (const std::string& job : {idle_job, busy_job}) {
+    ASSERT_EQ(Str(At(At(Show(job), "nodes"), 0)), "oss01") << "job " << job;
+  }
+  // Only the busy job's process runs on a GPU, on whichever of the four Slurm gave it: every GPU
+  // reads busy with that process on it. The idle job's GPU shows no process of its own.
+  const std::string busy_pid = std::to_string(HostProcesses("sleep 3012").front());
+  std::string gpus;
+  for (int i = 0; i < 4; ++i) {
+    gpus += fmt::format("uuid=GPU-{} name=NVIDIA_H100_80GB_HBM3 util=57 mem_total_mib=81559 "
+                        "pids={}\n",
+                        i, busy_pid);
+  }
+  Write(gpus);
   ASSERT_TRUE(Eventually([&] { return State(idle_job) == "CANCELLED"; }, std::chrono::seconds(60)))
       << State(idle_job) << agent_->StderrText();
   const std::string output = Bmas({"logs", idle_job}).out;

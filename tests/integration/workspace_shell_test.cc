@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -340,6 +341,50 @@ TEST_F(WorkspaceShellTest, SshWithForceCommandLandsInTheWorkspaceOnATerminal) {
   EXPECT_THAT(t.output(), HasSubstr("at=<ws-bmastest1|bmastest1|/dev/pts/")) << t.output();
   EXPECT_THAT(t.output(), HasSubstr(fmt::format("|30 100|{}>", Home("bmastest1"))))
       << t.output();
+}
+
+// `ssh host CMD` (and scp, rsync, which are that underneath) under the ForceCommand: sshd puts
+// CMD in $SSH_ORIGINAL_COMMAND, and it runs in the workspace as the student, without a terminal,
+// with its output and exit code passed back, and its stdin streamed in. Before, the command was
+// ignored and a login shell read stdin instead: no output, exit 0, and scp hung.
+TEST_F(WorkspaceShellTest, SshWithACommandRunsItInTheWorkspaceUnderTheForceCommand) {
+  if (access("/usr/sbin/sshd", X_OK) != 0) GTEST_SKIP() << "needs openssh-server";
+  StartSshd("Match Group bmasstudents\n  ForceCommand " + SharedBinary() + " --config " +
+            config_ + " --state-dir " + state_ +
+            " workspace shell\n  PermitUserRC no\n  DisableForwarding yes\n");
+  std::vector<std::string> ssh = Ssh("bmastest1");
+  ssh.erase(std::find(ssh.begin(), ssh.end(), "-tt"));  // no terminal asked for
+  std::vector<std::string> run = ssh;
+  run.push_back("echo hi; echo \"at=<$(hostname)|$(id -un)|$(tty 2>&1)>\"; exit 3");
+  auto r = RunCommand(run, {}, std::chrono::seconds(60));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 3) << r->out << r->err << ReadFile(sshd_log_);
+  EXPECT_THAT(r->out, HasSubstr("hi\n"));
+  EXPECT_THAT(r->out, HasSubstr("at=<ws-bmastest1|bmastest1|not a tty>")) << r->out;
+  // What scp and rsync do: a byte stream into a file of the workspace, through stdin.
+  const std::string home = Home("bmastest1");
+  const std::string source = dir_ + "/to-copy.txt";
+  std::ofstream(source) << "copied over ssh\n";
+  chmod(source.c_str(), 0644);
+  std::remove((home + "/copied.txt").c_str());
+  std::string script = "exec \"$@\" < \"$0\"";
+  std::vector<std::string> copy = {"sh", "-c", script, source};
+  copy.insert(copy.end(), ssh.begin(), ssh.end());
+  copy.push_back("cat > copied.txt && echo copied-in-$(hostname)");
+  r = RunCommand(copy, {}, std::chrono::seconds(60));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+  EXPECT_THAT(r->out, HasSubstr("copied-in-ws-bmastest1"));
+  EXPECT_EQ(ReadFile(home + "/copied.txt"), "copied over ssh\n");
+  struct stat st {};
+  ASSERT_EQ(stat((home + "/copied.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, getpwnam("bmastest1")->pw_uid);
+  // A login without a command still lands in the interactive shell.
+  Terminal t(Ssh("bmastest1"), 24, 80);
+  ASSERT_TRUE(t.started());
+  t.Type("echo \"in=<$(hostname)>\"; exit 4\n");
+  EXPECT_EQ(t.Wait(), 4) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("in=<ws-bmastest1>"));
 }
 
 // A fresh student, from login to a GPU job's output, typing only the README's "For users"
