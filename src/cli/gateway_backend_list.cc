@@ -1,11 +1,12 @@
 // `bmas gateway backend list`: the config's backends, the store's, and the running gateway's
 // view of them (its /metrics), or each backend's own /health when no gateway answers.
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <chrono>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,9 +51,14 @@ Result<std::string> Get(const std::string& url, const std::string& path, const s
 // an error saying why there is no answer.
 Result<std::vector<RunningBackend>> AskGateway(const std::string& state_dir) {
   const std::string path = GatewayOperatorUrlPath(state_dir);
-  std::ifstream in(path);
-  std::string url;
-  if (!std::getline(in, url) || url.empty()) {
+  // In the service account's directory: a link there is not followed (root runs this).
+  std::string url(512, '\0');
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const ssize_t got = fd >= 0 ? read(fd, url.data(), url.size()) : -1;
+  if (fd >= 0) close(fd);
+  url.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  url = url.substr(0, url.find('\n'));
+  if (url.empty()) {
     return NotFound(fmt::format("no gateway runs on the state dir {} (none left its address in {})",
                                 state_dir, path));
   }

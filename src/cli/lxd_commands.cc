@@ -325,7 +325,7 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
         w.Key("pid");
         w.Int(d.pid);
         w.Key("running");
-        w.Bool(ProcessRunning(d.pid, d.comm));
+        w.Bool(d.Runs());
         w.EndObject();
       }
     }
@@ -364,7 +364,7 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
   if (local) {
     for (const auto& d : local->started) {
       fmt::print("  {:<6} pid {:<8} {} (started by bmas lxd up)\n", d.name, d.pid,
-                 ProcessRunning(d.pid, d.comm) ? "running" : "stopped");
+                 d.Runs() ? "running" : "stopped");
     }
   }
   return 0;

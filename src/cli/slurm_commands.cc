@@ -242,7 +242,7 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
       w.Key("pid");
       w.Int(d.pid);
       w.Key("running");
-      w.Bool(ProcessRunning(d.pid, d.comm));
+      w.Bool(slurm::DaemonRuns(d));
       w.EndObject();
     }
     w.EndArray();
@@ -267,7 +267,7 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
              c->conf);
   for (const auto& d : c->daemons) {
     fmt::print("  {:<14} pid {:<8} {}\n", d.name, d.pid,
-               ProcessRunning(d.pid, d.comm) ? "running" : "stopped");
+               slurm::DaemonRuns(d) ? "running" : "stopped");
   }
   if (states) {
     for (const auto& [node, state] : *states) fmt::print("  node {:<9} {}\n", node, state);

@@ -13,6 +13,7 @@
 #include <grp.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -126,6 +127,58 @@ TEST_F(PrivateFilesTest, AUserCannotPlantOrHoldRootsLock) {
   ASSERT_TRUE(again) << again.error().message;
   close(*again);
   unlink((std::string(kRootRunDir) + "/private-files-test.lock").c_str());
+}
+
+// Root's chown and chmod in a directory that `nobody` writes (as the service account writes the
+// store's): a symlink there is refused, not followed, and so is a file with a second name; a
+// plain file is handed over.
+TEST_F(PrivateFilesTest, HandOverFollowsNoLinkInAnotherAccountsDirectory) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (chown, and `nobody`)";
+  passwd* pw = getpwnam("nobody");
+  ASSERT_NE(pw, nullptr);
+  const std::string theirs = base_ + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), pw->pw_uid, pw->pw_gid), 0);
+  const std::string canary = base_ + "/canary";
+  ASSERT_TRUE(std::ofstream(canary) << "root's\n");
+  ASSERT_EQ(chmod(canary.c_str(), 0600), 0);
+  ASSERT_EQ(AsNobody([&] {
+              return symlink(canary.c_str(), (theirs + "/link").c_str()) == 0 &&
+                             close(open((theirs + "/plain").c_str(), O_CREAT | O_WRONLY, 0644)) ==
+                                 0 &&
+                             link((theirs + "/plain").c_str(), (theirs + "/twice").c_str()) == 0
+                         ? 0
+                         : 1;
+            }),
+            0);
+  const int dir = open(theirs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  ASSERT_GE(dir, 0);
+  const HandOver to_root{0, 0, 0644, std::nullopt};
+  auto linked = HandOverInDir(dir, theirs, "link", to_root);
+  ASSERT_FALSE(linked);
+  EXPECT_THAT(linked.error().message, HasSubstr("symlink"));
+  struct stat st;
+  ASSERT_EQ(stat(canary.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "root's chmod followed the link";
+  auto twice = HandOverInDir(dir, theirs, "twice", to_root);
+  ASSERT_FALSE(twice);
+  EXPECT_THAT(twice.error().message, HasSubstr("hard links"));
+  EXPECT_TRUE(HandOverInDir(dir, theirs, "absent", to_root));
+  ASSERT_EQ(unlink((theirs + "/twice").c_str()), 0);
+  ASSERT_TRUE(HandOverInDir(dir, theirs, "plain", to_root));
+  ASSERT_EQ(stat((theirs + "/plain").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  close(dir);
+
+  // A path through the link is refused whole, not only in its last component.
+  ASSERT_EQ(AsNobody([&] { return symlink(base_.c_str(), (theirs + "/up").c_str()); }), 0);
+  auto via = OpenDirNoSymlinks(theirs + "/up");
+  ASSERT_FALSE(via);
+  EXPECT_THAT(via.error().message, HasSubstr("symlink"));
+  auto direct = OpenDirNoSymlinks(theirs);
+  ASSERT_TRUE(direct) << direct.error().message;
+  close(*direct);
 }
 
 }  // namespace

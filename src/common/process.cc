@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -150,7 +151,23 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& args,
   return result;
 }
 
-bool ProcessRunning(pid_t pid, const std::string& comm) {
+unsigned long long ProcessStartTicks(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  // "PID (COMM) STATE ...": starttime is the 22nd field, the 20th after the last ')'.
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+bool ProcessRunning(pid_t pid, const std::string& comm, unsigned long long start_ticks) {
   if (pid <= 0) return false;
   std::ifstream stat(fmt::format("/proc/{}/stat", pid));
   std::string line;
@@ -160,6 +177,7 @@ bool ProcessRunning(pid_t pid, const std::string& comm) {
   if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
   const char state = line[close_paren + 2];
   if (state == 'Z' || state == 'X') return false;
+  if (start_ticks != 0 && ProcessStartTicks(pid) != start_ticks) return false;
   if (comm.empty()) return true;
   std::ifstream comm_file(fmt::format("/proc/{}/comm", pid));
   std::string name;
@@ -167,19 +185,21 @@ bool ProcessRunning(pid_t pid, const std::string& comm) {
   return name == comm.substr(0, 15);  // the kernel keeps 15 characters
 }
 
-bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace) {
-  if (!ProcessRunning(pid, comm)) return true;
+bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace,
+                 unsigned long long start_ticks) {
+  auto runs = [&] { return ProcessRunning(pid, comm, start_ticks); };
+  if (!runs()) return true;
   kill(pid, SIGTERM);
   const auto until = std::chrono::steady_clock::now() + grace;
   while (std::chrono::steady_clock::now() < until) {
     waitpid(pid, nullptr, WNOHANG);  // reaps it if it is our child
-    if (!ProcessRunning(pid, comm)) return true;
+    if (!runs()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(pid, SIGKILL);
   for (int i = 0; i < 100; ++i) {
     waitpid(pid, nullptr, WNOHANG);
-    if (!ProcessRunning(pid, comm)) return true;
+    if (!runs()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;

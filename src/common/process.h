@@ -36,11 +36,19 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& args,
                                  const std::vector<std::string>& env = {},
                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-// Whether `pid` runs (a zombie does not) and, when `comm` is not empty, has that name
-// (/proc/PID/comm), so that a reused pid is not taken for the process that had it.
-bool ProcessRunning(pid_t pid, const std::string& comm = {});
+// /proc/PID/stat's starttime (clock ticks since boot), 0 when no such process: with the pid,
+// it names one process, never a later one that got the same pid.
+unsigned long long ProcessStartTicks(pid_t pid);
 
-// SIGTERM, up to `grace` for it to end, then SIGKILL. Returns false if it still runs.
-bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace);
+// Whether `pid` runs (a zombie does not) and, when `comm` is not empty, has that name
+// (/proc/PID/comm), and, when `start_ticks` is not 0, started then (ProcessStartTicks). A name
+// is anyone's to take (prctl, exec -a): only the start time tells that the process at a
+// recorded pid is the one recorded, and not a later one, after a reboot say, that took its name.
+bool ProcessRunning(pid_t pid, const std::string& comm = {}, unsigned long long start_ticks = 0);
+
+// SIGTERM, up to `grace` for it to end, then SIGKILL, to the process ProcessRunning(pid, comm,
+// start_ticks) recognises (nothing to one it does not). Returns false if it still runs.
+bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace,
+                 unsigned long long start_ticks = 0);
 
 }  // namespace bmas

@@ -241,7 +241,7 @@ int RunUp(const UpOptions& options) {
   std::string slurm_line;
   bool slurm_started = false;
   if (config.up.slurm) {
-    auto running = slurm::ReadLocalCluster(dir);
+    auto running = slurm::RunningLocalCluster(dir);
     std::string why = slurm::LocalClusterPrerequisites();
     if (running && previous && previous->owns_slurm) {
       slurm_started = true;
@@ -280,7 +280,7 @@ int RunUp(const UpOptions& options) {
       inference_why = "[up] inference = \"processes\"";
       return false;
     }
-    if (!slurm::ReadLocalCluster(dir)) {
+    if (!slurm::RunningLocalCluster(dir)) {
       inference_why = "no Slurm runs here";
       return false;
     }
@@ -355,9 +355,11 @@ int RunUp(const UpOptions& options) {
     // The replica jobs' working directory and logs, the service account's.
     const fs::path replicas = fs::path(dir) / "replicas";
     fs::create_directories(replicas, ec);
-    if (!service.name.empty() && chown(replicas.c_str(), service.uid, service.gid) != 0) {
-      return fail(fmt::format("cannot hand {} to {}: {}", replicas.string(), service.name,
-                              std::strerror(errno)));
+    if (!service.name.empty()) {
+      if (auto handed = HandDirTo(replicas.string(), service.uid, service.gid); !handed) {
+        return fail(fmt::format("cannot hand {} to {}: {}", replicas.string(), service.name,
+                                handed.error().message));
+      }
     }
     if (auto started = StartChild(k, std::chrono::seconds(15)); !started) {
       return fail(fmt::format("inference controller {}", started.error().message));
@@ -372,7 +374,7 @@ int RunUp(const UpOptions& options) {
 
   // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
   std::string monitor_line;
-  if (slurm::ReadLocalCluster(dir)) {
+  if (slurm::RunningLocalCluster(dir)) {
     monitor_line = StartHelper(
         options, dir, "slurm-mon", "slurm-monitor.log",
         {"slurm", "monitor", "--port", std::to_string(config.up.slurm_monitor_port)}, "--port",
@@ -403,7 +405,7 @@ int RunUp(const UpOptions& options) {
   // With both: `bmas agent` runs jobs in their users' workspaces and unplugs stray GPUs.
   std::string agent_line;
   if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
-      slurm::ReadLocalCluster(dir)) {
+      slurm::RunningLocalCluster(dir)) {
     agent_line = StartHelper(options, dir, "agent", "agent.log",
                              {"agent", "--metrics-port", "0"}, "--metrics-port",
                              "runs jobs in workspaces, unplugs stray GPUs", children);
@@ -428,7 +430,7 @@ int RunUp(const UpOptions& options) {
     for (const Child& c : children) {
       if (c.name == "agent") d.args.insert(d.args.end(), {"--agent", host_port(c.url)});
     }
-    if (!slurm::ReadLocalCluster(dir)) d.args.push_back("--no-slurm");
+    if (!slurm::RunningLocalCluster(dir)) d.args.push_back("--no-slurm");
     d.port_flag = "--port";
     if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
       dashboard_line = fmt::format(

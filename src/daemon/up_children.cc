@@ -117,22 +117,6 @@ std::string LogTail(const std::string& path) {
   return out;
 }
 
-unsigned long long ProcessStartTicks(pid_t pid) {
-  if (pid <= 0) return 0;
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  // "PID (COMM) STATE ...": starttime is the 22nd field, the 20th after the last ')'.
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream rest(line.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  }
-  return 0;
-}
-
 Result<void> StartChild(Child& c, std::chrono::seconds timeout) {
   auto spawned = SpawnPiped(c.args, c.log, c.env);
   if (!spawned) return spawned.error();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/restart_backoff.h"
+#include "common/process.h"
 #include "common/result.h"
 
 namespace bmas {
@@ -51,9 +52,5 @@ void StopAll(std::vector<Child>& children, std::chrono::seconds grace);
 
 // The last lines of a log, indented, for a message.
 std::string LogTail(const std::string& path);
-
-// /proc/PID/stat's starttime (clock ticks since boot), 0 when no such process: with the pid,
-// it names one process, never a later one that got the same pid.
-unsigned long long ProcessStartTicks(pid_t pid);
 
 }  // namespace bmas

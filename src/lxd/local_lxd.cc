@@ -102,6 +102,8 @@ Result<void> Save(const LocalLxd& l) {
     str("comm", d.comm);
     w.Key("pid");
     w.Int(d.pid);
+    w.Key("start_ticks");
+    w.Uint64(d.start_ticks);
     str("log", d.log);
     w.EndObject();
   }
@@ -120,7 +122,7 @@ Result<StartedDaemon> StartDetached(const std::string& name, const std::string& 
   o.detach = true;
   auto pid = Spawn(o);
   if (!pid) return pid.error();
-  return StartedDaemon{name, comm, *pid, log};
+  return StartedDaemon{name, comm, *pid, log, ProcessStartTicks(*pid)};
 }
 
 // Every directory above `path` must let unprivileged containers' root (a high host uid)
@@ -293,6 +295,9 @@ Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
       if (auto p = e.FindMember("pid"); p != e.MemberEnd() && p->value.IsInt()) {
         s.pid = p->value.GetInt();
       }
+      if (auto t = e.FindMember("start_ticks"); t != e.MemberEnd() && t->value.IsUint64()) {
+        s.start_ticks = t->value.GetUint64();
+      }
       l.started.push_back(s);
     }
   }
@@ -430,7 +435,7 @@ Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
 Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
   std::vector<std::string> stopped;
   for (auto it = l->started.rbegin(); it != l->started.rend() - keep; ++it) {
-    if (!ProcessRunning(it->pid, it->comm)) continue;
+    if (!it->Runs()) continue;
     if (it->name == "lxd") {
       // Killing lxd leaves its containers running with nobody to manage them.
       LxdClient client(l->socket);
@@ -445,7 +450,7 @@ Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
         }
       }
     }
-    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(20))) {
+    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(20), it->start_ticks)) {
       return Internal(fmt::format("{} (pid {}) did not stop", it->name, it->pid));
     }
     stopped.push_back(fmt::format("{} (pid {})", it->name, it->pid));
@@ -469,6 +474,8 @@ Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
 
 }  // namespace
 
+bool StartedDaemon::Runs() const { return ProcessRunning(pid, comm, start_ticks); }
+
 Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
   if (std::string why = LxdPrerequisites(); !why.empty()) {
     return Error{geteuid() != 0 ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, why, {}};
@@ -482,7 +489,7 @@ Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& s
   l.socket = l.lxd_dir + "/unix.socket";
   if (auto earlier = ReadLocalLxd(l.state_dir)) {
     for (const StartedDaemon& d : earlier->started) {
-      if (ProcessRunning(d.pid, d.comm)) l.started.push_back(d);
+      if (d.Runs()) l.started.push_back(d);
     }
   }
   const size_t earlier = l.started.size();

@@ -26,6 +26,10 @@ struct StartedDaemon {
   std::string comm;  // its /proc/PID/comm
   pid_t pid = -1;
   std::string log;
+  // /proc's start time of `pid`: a later process with the pid and the name is not this one.
+  unsigned long long start_ticks = 0;
+
+  bool Runs() const;
 };
 
 struct LocalLxd {

@@ -104,7 +104,7 @@ Result<int> PickBasePort(const std::string& state_dir, int count) {
 }
 
 Result<void> WriteFile(const fs::path& path, std::string_view text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return Internal(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
   bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ok = fchmod(fd, mode) == 0 && ok;
@@ -123,9 +123,11 @@ Result<void> MakeKey(const fs::path& path, size_t bytes, uid_t uid, gid_t gid) {
     }
     if (auto w = WriteFile(path, key, 0400); !w) return w;
   }
-  if (chown(path.c_str(), uid, gid) != 0) {
-    return Internal(fmt::format("cannot chown {}: {}", path.string(), std::strerror(errno)));
-  }
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const bool ok = fd >= 0 && fchown(fd, uid, gid) == 0;
+  const int e = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) return Internal(fmt::format("cannot chown {}: {}", path.string(), std::strerror(e)));
   return {};
 }
 
@@ -133,9 +135,14 @@ Result<void> MakeDir(const fs::path& path, mode_t mode, uid_t uid = 0, gid_t gid
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) return Internal(fmt::format("cannot create {}: {}", path.string(), ec.message()));
-  if (chmod(path.c_str(), mode) != 0 || chown(path.c_str(), uid, gid) != 0) {
+  // Through a descriptor: a link put in its place is refused, never followed.
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const bool ok = fd >= 0 && fchmod(fd, mode) == 0 && fchown(fd, uid, gid) == 0;
+  const int e = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) {
     return Internal(fmt::format("cannot set the owner or mode of {}: {}", path.string(),
-                                std::strerror(errno)));
+                                std::strerror(e)));
   }
   return {};
 }
@@ -252,6 +259,8 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
     str("comm", d.comm);
     w.Key("pid");
     w.Int(d.pid);
+    w.Key("start_ticks");
+    w.Uint64(d.start_ticks);
     str("log", d.log);
     for (const auto& [key, list] : {std::pair{"args", &d.args}, std::pair{"env", &d.env}}) {
       w.Key(key);
@@ -270,7 +279,7 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
 Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
                                 std::vector<std::string> args, std::vector<std::string> env,
                                 const std::string& file) {
-  LocalDaemon d{std::move(name), std::move(comm), -1, c.root + "/log/" + file + ".out", args,
+  LocalDaemon d{std::move(name), std::move(comm), -1, 0, c.root + "/log/" + file + ".out", args,
                 env};
   SpawnOptions o;
   o.args = std::move(args);
@@ -280,6 +289,7 @@ Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string c
   auto pid = Spawn(o);
   if (!pid) return pid.error();
   d.pid = *pid;
+  d.start_ticks = ProcessStartTicks(d.pid);
   c.daemons.push_back(d);
   return d;
 }
@@ -294,7 +304,7 @@ Error DaemonFailed(const LocalDaemon& d, const std::string& what) {
 // again as they were started, in their order, and leaves the others and their jobs alone.
 Result<LocalCluster> RestartDead(LocalCluster c) {
   for (LocalDaemon& d : c.daemons) {
-    if (ProcessRunning(d.pid, d.comm)) continue;
+    if (DaemonRuns(d)) continue;
     SpawnOptions o;
     o.args = d.args;
     o.output = d.log;
@@ -303,6 +313,7 @@ Result<LocalCluster> RestartDead(LocalCluster c) {
     auto pid = Spawn(o);
     if (!pid) return pid.error();
     d.pid = *pid;
+    d.start_ticks = ProcessStartTicks(d.pid);
     c.restarted.push_back(d.name);
     const int port = d.comm == "slurmctld" ? c.slurmctld_port
                      : d.comm == "slurmrestd" ? c.rest_port
@@ -319,7 +330,7 @@ Result<LocalCluster> RestartDead(LocalCluster c) {
 
 void StopDaemons(const LocalCluster& c) {
   for (auto it = c.daemons.rbegin(); it != c.daemons.rend(); ++it) {
-    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(5))) {
+    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(5), it->start_ticks)) {
       spdlog::warn("slurm: {} (pid {}) did not stop", it->name, it->pid);
     }
   }
@@ -394,7 +405,9 @@ Result<void> StartAccounting(LocalCluster& c, const Cluster& local) {
   }
   // The statement that sets it goes through a root-only file, never a command line (which
   // every user can read in /proc).
-  const std::string grant_sql = data + "/grant-slurm.sql";
+  // In root's etc/, not MariaDB's data dir: the mysql account writes that one, and could put a
+  // link there for root's write to follow.
+  const std::string grant_sql = c.root + "/etc/grant-slurm.sql";
   if (auto r = WriteFile(grant_sql,
                          fmt::format("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1';\n"
                                      "ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{}';\n"
@@ -622,7 +635,7 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
     std::vector<std::string> dead;
     bool any_alive = false, restartable = true;
     for (const LocalDaemon& d : running->daemons) {
-      if (ProcessRunning(d.pid, d.comm)) {
+      if (DaemonRuns(d)) {
         any_alive = true;
       } else {
         dead.push_back(d.name);
@@ -771,6 +784,9 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
     if (!e.IsObject() || !e.HasMember("pid") || !e["pid"].IsInt()) return bad();
     LocalDaemon daemon;
     daemon.pid = e["pid"].GetInt();
+    if (e.HasMember("start_ticks") && e["start_ticks"].IsUint64()) {
+      daemon.start_ticks = e["start_ticks"].GetUint64();
+    }
     if (e.HasMember("name") && e["name"].IsString()) daemon.name = e["name"].GetString();
     if (e.HasMember("comm") && e["comm"].IsString()) daemon.comm = e["comm"].GetString();
     if (e.HasMember("log") && e["log"].IsString()) daemon.log = e["log"].GetString();
@@ -786,12 +802,29 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
   return c;
 }
 
+bool DaemonRuns(const LocalDaemon& d) { return ProcessRunning(d.pid, d.comm, d.start_ticks); }
+
+Result<LocalCluster> RunningLocalCluster(const std::string& state_dir) {
+  auto c = ReadLocalCluster(state_dir);
+  if (!c) return c;
+  const bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const LocalDaemon& d) {
+    return d.comm == "slurmctld" && DaemonRuns(d);
+  });
+  if (!ctld) {
+    return Error{ErrorCode::kNotFound,
+                 fmt::format("the local Slurm cluster of {} no longer runs (`bmas slurm up` "
+                             "starts it)",
+                             state_dir)};
+  }
+  return c;
+}
+
 Result<void> StopLocalCluster(const std::string& state_dir) {
   auto c = ReadLocalCluster(state_dir);
   if (!c) return c.error();
   // Jobs first: a job's slurmstepd outlives its slurmd, and keeps calling a stopped slurmctld.
   bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const LocalDaemon& d) {
-    return d.comm == "slurmctld" && ProcessRunning(d.pid, d.comm);
+    return d.comm == "slurmctld" && DaemonRuns(d);
   });
   if (ctld) {
     auto jobs = RunCommand({"squeue", "-h", "-o", "%i"}, SlurmEnv(*c), std::chrono::seconds(5));

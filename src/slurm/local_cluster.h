@@ -22,6 +22,9 @@ struct LocalDaemon {
   std::string name;  // "munged", "slurmctld", "slurmd oss01", "slurmrestd"
   std::string comm;  // its /proc/PID/comm, to recognise it later
   pid_t pid = -1;
+  // /proc's start time of `pid` (ProcessStartTicks): with it, a process that took the pid and
+  // the name later (after a reboot) is not taken for the daemon. 0 in a record of an older bmas.
+  unsigned long long start_ticks = 0;
   std::string log;
   // How it was started, so that `bmas slurm up` can start it again alone if it died.
   std::vector<std::string> args, env;
@@ -71,6 +74,13 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir);
 
 // Cancels the cluster's jobs, stops its daemons (last started first) and removes its devices.
 Result<void> StopLocalCluster(const std::string& state_dir);
+
+// Whether the daemon `d` recorded still runs: its pid, its name and its start time.
+bool DaemonRuns(const LocalDaemon& d);
+
+// The local cluster of `state_dir` when its slurmctld runs (DaemonRuns); NotFound when none was
+// started there or it no longer runs (after a reboot, say).
+Result<LocalCluster> RunningLocalCluster(const std::string& state_dir);
 
 // Node name -> Slurm's state for it ("idle", "mixed", "down*", ...), from sinfo.
 Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalCluster& c);

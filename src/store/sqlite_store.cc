@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "common/private_files.h"
 #include "store/sqlite_statement.h"
 #include "store/store.h"
 
@@ -658,58 +660,143 @@ std::string StorePath(const std::string& state_dir) { return state_dir + "/store
 
 namespace {
 
-constexpr const char* kStoreFileSuffixes[] = {"", "-wal", "-shm"};
+constexpr const char* kStoreFileSuffixes[] = {"", "-wal", "-shm", "-journal"};
 
-// The store's directory, 0700, made when absent. A store that an older bmas kept beside it
-// (<state>/bmas.db, world-readable) is moved in, with its WAL.
-Result<void> PrepareStoreDir(const std::string& path) {
+// Closes a descriptor at the end of its scope.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+// The store's directory <state>/store, 0700, made when absent, opened with O_NOFOLLOW under the
+// state dir. A store that an older bmas kept beside it (<state>/bmas.db, world-readable) is
+// moved in, with its WAL. As root, no symlink is followed anywhere on the way (the store's
+// directory belongs to the service account, which must not steer root), and the directory
+// above it must be root's, that no one else may change.
+Result<int> OpenStoreDir(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(path).parent_path();
-  std::error_code ec;
-  if (!dir.empty() && !fs::exists(dir, ec)) {
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("cannot open the store {}: cannot create its directory: {} (check "
-                               "the state dir and its permissions)",
-                               path, std::strerror(errno))};
-    }
-    const fs::path old = dir.parent_path() / "bmas.db";
-    if (dir.filename() == "store" && fs::exists(old, ec) && !fs::exists(path, ec)) {
-      for (const char* suffix : kStoreFileSuffixes) {
-        fs::rename(old.string() + suffix, path + suffix, ec);
-      }
+  const std::string state = dir.parent_path().empty() ? "." : dir.parent_path().string();
+  const bool root = geteuid() == 0;
+  Result<int> state_fd = Result<int>(-1);
+  if (root) {
+    state_fd = OpenDirNoSymlinks(state);
+  } else {
+    const int fd = open(state.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    state_fd = fd >= 0 ? Result<int>(fd)
+                       : Result<int>(Internal(fmt::format("cannot open {}: {}", state,
+                                                          std::strerror(errno))));
+  }
+  if (!state_fd) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("cannot open the store {}: {}", path, state_fd.error().message)};
+  }
+  FdCloser state_closer(*state_fd);
+  // What holds the store's directory must not be another account's to change either (a
+  // sticky, world-writable one, /tmp, keeps root's entries root's).
+  struct stat st;
+  const auto others_change = [](const struct stat& s) {
+    return s.st_uid != 0 || ((s.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (s.st_mode & S_ISVTX) == 0);
+  };
+  if (root && fstat(*state_fd, &st) == 0 && others_change(st)) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("refusing to open the store {} as root: {} (which holds its "
+                             "directory) belongs to uid {} with mode {:o}; as root, bmas keeps its "
+                             "store only in a state dir that root owns and no one else may write "
+                             "(chown root {} && chmod 755 {})",
+                             path, state, st.st_uid, st.st_mode & 07777, state, state)};
+  }
+  const std::string name = dir.filename().string();
+  const bool made = mkdirat(*state_fd, name.c_str(), 0700) == 0;
+  if (!made && errno != EEXIST) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("cannot open the store {}: cannot create its directory: {} (check "
+                             "the state dir and its permissions)",
+                             path, std::strerror(errno))};
+  }
+  const int fd = openat(*state_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("cannot open the store's directory {}: {}{}", dir.string(),
+                             std::strerror(e),
+                             e == ELOOP || e == ENOTDIR
+                                 ? " (it is a symlink or a file: remove it, and find out who "
+                                   "made it)"
+                                 : ""),
+                 {}};
+  }
+  if (made && name == "store") {
+    const std::string base = fs::path(path).filename().string();
+    for (const char* suffix : kStoreFileSuffixes) {
+      renameat(*state_fd, (std::string("bmas.db") + suffix).c_str(), fd, (base + suffix).c_str());
     }
   }
-  return {};
+  return fd;
 }
 
 }  // namespace
 
 Result<void> HandStoreTo(const std::string& state_dir, uid_t uid, gid_t gid) {
   const std::string path = StorePath(state_dir);
-  if (auto r = PrepareStoreDir(path); !r) return r;
+  auto dir_fd = OpenStoreDir(path);
+  if (!dir_fd) return dir_fd.error();
+  FdCloser closer(*dir_fd);
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (chown(dir.c_str(), uid, gid) != 0 || chmod(dir.c_str(), 0700) != 0) {
+  if (fchown(*dir_fd, uid, gid) != 0 || fchmod(*dir_fd, 0700) != 0) {
     return Internal(fmt::format("cannot give {} to uid {}: {}", dir, uid, std::strerror(errno)));
   }
+  const std::string base = std::filesystem::path(path).filename().string();
   for (const char* suffix : kStoreFileSuffixes) {
-    const std::string file = path + suffix;
-    if (chown(file.c_str(), uid, gid) != 0 && errno != ENOENT) {
-      return Internal(fmt::format("cannot give {} to uid {}: {}", file, uid,
-                                  std::strerror(errno)));
+    if (auto r = HandOverInDir(*dir_fd, dir, base + suffix, {uid, gid, 0600, std::nullopt}); !r) {
+      return Error{r.error().code,
+                   fmt::format("cannot give the store to uid {}: {}", uid, r.error().message)};
     }
   }
   return {};
 }
 
 Result<StorePtr> OpenSqliteStore(const std::string& path) {
-  if (auto r = PrepareStoreDir(path); !r) return r.error();
+  auto dir_fd = OpenStoreDir(path);
+  if (!dir_fd) return dir_fd.error();
+  FdCloser closer(*dir_fd);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string base = std::filesystem::path(path).filename().string();
+  // As root, in the service account's directory: SQLite follows no link either (in any
+  // component; it opens the WAL and the shared memory with O_NOFOLLOW), and files that are not
+  // plain store files are refused up front with a clear message.
+  const bool root = geteuid() == 0;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
+  if (root) {
+    struct stat st;
+    if (fstat(*dir_fd, &st) != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return Error{ErrorCode::kPermissionDenied,
+                   fmt::format("refusing to open the store {} as root: others may write its "
+                               "directory {} (chmod 700 {})",
+                               path, dir, dir)};
+    }
+    for (const char* suffix : kStoreFileSuffixes) {
+      if (auto r = HandOverInDir(*dir_fd, dir, base + suffix, {}); !r) {
+        return Error{r.error().code, fmt::format("cannot open the store: {}", r.error().message)};
+      }
+    }
+    flags |= SQLITE_OPEN_NOFOLLOW;
+  }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  const std::string full = std::filesystem::absolute(path).string();
+  int rc = sqlite3_open_v2(full.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    if (sqlite3_extended_errcode(db) == SQLITE_CANTOPEN_SYMLINK) {
+      message += " (a symlink on its path: as root, bmas follows none there; give the state "
+                 "dir's real path)";
+    }
     sqlite3_close_v2(db);
     return Error{ErrorCode::kUnavailable,
                  fmt::format("cannot open the store {}: {} (check the state dir and its "
@@ -719,10 +806,9 @@ Result<StorePtr> OpenSqliteStore(const std::string& path) {
   auto store = std::make_unique<SqliteStore>(db, path);
   if (auto r = store->Init(); !r) return r.error();
   // SQLite creates it, and its WAL after it, with the umask's mode: readable by all.
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) != 0) {
-    chmod(path.c_str(), 0600);
-    for (const char* suffix : {"-wal", "-shm"}) chmod((path + suffix).c_str(), 0600);
+  for (const char* suffix : kStoreFileSuffixes) {
+    const HandOver tighten{std::nullopt, std::nullopt, 0600, geteuid()};
+    if (auto r = HandOverInDir(*dir_fd, dir, base + suffix, tighten); !r) return r.error();
   }
   return StorePtr(std::move(store));
 }
