@@ -258,7 +258,11 @@ class Cluster:
 
     def metrics(self):
         try:
-            return metric_values(urllib.request.urlopen(self.metrics_url + "/metrics", timeout=5).read().decode())
+            # The agent's operator listener asks for the operator secret (the agent made it).
+            with open(os.path.join(self.state, "run", "operator.secret")) as f:
+                request = urllib.request.Request(self.metrics_url + "/metrics",
+                                                 headers={"Authorization": "Bearer " + f.read().strip()})
+            return metric_values(urllib.request.urlopen(request, timeout=5).read().decode())
         except OSError:
             return {}
 

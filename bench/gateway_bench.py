@@ -123,12 +123,18 @@ class State:
                                          capture_output=True, text=True).stdout.strip()
         return self.keys[name]
 
+    def operator_secret(self):
+        """The secret the gateway's operator listener asks for (the gateway makes it)."""
+        with open(os.path.join(self.dir, "run", "operator.secret")) as f:
+            return f.read().strip()
+
 
 class Gateway:
     """A `bmas gateway` process (one worker thread) in front of `engines`, ready to serve."""
 
     def __init__(self, state, engines, *args, key):
         backends = [x for e in engines for x in ("--backend", e.url)]
+        self.state = state
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([BMAS, "gateway", "--port", "0", *backends, *args], env=state.env,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -158,7 +164,7 @@ class Gateway:
             time.sleep(0.1)
 
     def metrics(self):
-        return http_get(self.metrics_url)[1]
+        return http_get(self.metrics_url, key=self.state.operator_secret())[1]
 
     def cpu_seconds(self):
         return cpu_seconds(self.proc.pid)

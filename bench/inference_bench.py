@@ -129,7 +129,12 @@ class Up:
             return {}
 
     def load(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/load", timeout=5) as r:
+        # The operator listener asks for the operator secret (`bmas up` made it).
+        with open(os.path.join(self.state, "run", "operator.secret")) as f:
+            secret = f.read().strip()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.metrics}/load",
+                                         headers={"Authorization": "Bearer " + secret})
+        with urllib.request.urlopen(request, timeout=5) as r:
             return json.loads(r.read())
 
     def log_lines(self, name):

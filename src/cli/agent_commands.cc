@@ -17,6 +17,7 @@
 #include "daemon/agent.h"
 #include "daemon/idle_police.h"
 #include "daemon/service_account.h"
+#include "daemon/secret.h"
 #include "lxd/local_lxd.h"
 #include "slurm/slurm_json.h"
 #include "store/store.h"
@@ -70,6 +71,12 @@ int AgentCommands::Serve(GlobalOptions& global) {
   const std::string state_dir = ResolveStateDir(global.state_dir, config);
   AgentOptions o;
   o.socket = socket_.empty() ? AgentSocketPath(state_dir) : socket_;
+  auto secret = EnsureOperatorSecret(state_dir);
+  if (!secret) {
+    fmt::print(stderr, "bmas agent: {}\n", secret.error().message);
+    return 1;
+  }
+  o.operator_secret = std::move(*secret);
   auto local = lxd::ReadLocalLxd(state_dir);
   o.lxd_socket = local ? local->socket : lxd::SocketPath(config.lxd);
   o.reconcile_interval = std::chrono::milliseconds(static_cast<int64_t>(reconcile_s_ * 1000));

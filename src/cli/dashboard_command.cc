@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/slurm_commands.h"
+#include "daemon/secret.h"
 #include "daemon/dashboard_main.h"
 #include "slurm/rest_client.h"
 
@@ -65,6 +66,15 @@ int DashboardCommand::Run(GlobalOptions& global) {
       fmt::print(stderr, "bmas dashboard: --agent {}: {}\n", a, parsed.error().message);
       return 2;
     }
+  }
+  if (!o.gateway.empty() || !o.agents.empty()) {
+    auto secret = EnsureOperatorSecret(state_dir);
+    if (!secret) {
+      fmt::print(stderr, "bmas dashboard: reading the gateway's and agents' operator data: {}\n",
+                 secret.error().message);
+      return 1;
+    }
+    o.operator_secret = std::move(*secret);
   }
   if (slurm_) {
     passwd* pw = getpwuid(geteuid());

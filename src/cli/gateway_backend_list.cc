@@ -13,7 +13,9 @@
 
 #include "cli/backend_list.h"
 #include "cli/commands.h"
+#include "common/operator_auth.h"
 #include "daemon/gateway_main.h"
+#include "daemon/secret.h"
 #include "gateway/upstream.h"
 #include "slurm/rest_client.h"
 #include "store/store.h"
@@ -23,8 +25,10 @@ namespace {
 
 constexpr std::chrono::milliseconds kTimeout{1000};
 
-// GET `path` below the base URL `url` (http://host:port[/prefix]); the body of a 200.
-Result<std::string> Get(const std::string& url, const std::string& path, const std::string& peer) {
+// GET `path` below the base URL `url` (http://host:port[/prefix]), sending `authorization`
+// when not empty; the body of a 200.
+Result<std::string> Get(const std::string& url, const std::string& path, const std::string& peer,
+                        const std::string& authorization = {}) {
   auto parsed = gateway::ParseBackendUrl(url);
   if (!parsed) return parsed.error();
   std::string host = parsed->host;
@@ -38,7 +42,9 @@ Result<std::string> Get(const std::string& url, const std::string& path, const s
     return InvalidArgument(fmt::format("{} {}: port {} is out of range", peer, url, digits));
   }
   auto transport = NewTcpRestTransport(host, static_cast<uint16_t>(port), kTimeout, peer);
-  auto response = transport->RoundTrip({"GET", parsed->base_path + path, {}, ""});
+  RestRequest request{"GET", parsed->base_path + path, {}, ""};
+  if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
+  auto response = transport->RoundTrip(request);
   if (!response) return response.error();
   if (response->status != 200) {
     return Error{ErrorCode::kUnavailable, fmt::format("{} at {} answered {} with HTTP {}", peer,
@@ -62,7 +68,9 @@ Result<std::vector<RunningBackend>> AskGateway(const std::string& state_dir) {
     return NotFound(fmt::format("no gateway runs on the state dir {} (none left its address in {})",
                                 state_dir, path));
   }
-  auto metrics = Get(url, "/metrics", "the gateway");
+  auto secret = EnsureOperatorSecret(state_dir);
+  if (!secret) return secret.error();
+  auto metrics = Get(url, "/metrics", "the gateway", OperatorBearer(*secret));
   if (!metrics) {
     return Error{metrics.error().code,
                  fmt::format("the gateway that left {} does not answer (it may have been killed): "

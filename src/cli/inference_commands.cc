@@ -13,6 +13,7 @@
 #include "autoscale/replica_job.h"
 #include "cli/slurm_target.h"
 #include "cli/user_commands.h"
+#include "daemon/secret.h"
 #include "daemon/inference_controller.h"
 
 namespace bmas {
@@ -104,6 +105,15 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   InferenceControllerOptions o;
   o.user = pw != nullptr ? pw->pw_name : "root";
   o.gateway = gateway_;
+  if (!o.gateway.empty()) {
+    auto secret = EnsureOperatorSecret(state_dir);
+    if (!secret) {
+      fmt::print(stderr, "bmas inference controller: reading the gateway's /load: {}\n",
+                 secret.error().message);
+      return 1;
+    }
+    o.operator_secret = std::move(*secret);
+  }
   o.interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s_ * 1000));
   o.settings.port_base = port_base_;
   o.listen_host = listen_host_;

@@ -21,6 +21,7 @@
 #include "common/process.h"
 #include "cli/slurm_hook.h"
 #include "cli/slurm_target.h"
+#include "daemon/secret.h"
 #include "daemon/slurm_monitor.h"
 #include "daemon/up_record.h"
 #include "store/store.h"
@@ -157,6 +158,12 @@ int SlurmCommands::RunMonitor(GlobalOptions& global) {
   o.poll = SlurmPoller(global, user, true);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
+  auto secret = EnsureOperatorSecret(state_dir);
+  if (!secret) {
+    fmt::print(stderr, "bmas slurm monitor: {}\n", secret.error().message);
+    return 1;
+  }
+  o.operator_secret = std::move(*secret);
   return RunSlurmMonitor(o);
 }
 

@@ -131,6 +131,12 @@ awaitable<bool> ResponseWriter::SendError(const Error& error) {
   co_return co_await SendError(HttpStatusFor(error.code), error.message, error.param);
 }
 
+std::string ResponseWriter::remote_address() const {
+  beast::error_code ec;
+  const auto endpoint = stream_.socket().remote_endpoint(ec);
+  return ec ? std::string() : endpoint.address().to_string();
+}
+
 awaitable<bool> ResponseWriter::SendError(http::status status, std::string message,
                                           std::string param, Headers headers) {
   std::string body = ErrorJson(status, message, param);

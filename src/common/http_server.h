@@ -64,6 +64,8 @@ class ResponseWriter {
 
   bool ok() const { return ok_; }
   bool keep_alive() const { return keep_alive_; }
+  // The client's IP address as text; "" when the socket no longer knows it.
+  std::string remote_address() const;
   bool sent() const { return sent_; }
 
  private:

@@ -89,7 +89,8 @@ int ExitCodeOf(int status) {
 
 Result<pid_t> Spawn(const SpawnOptions& o) {
   const std::string path = o.output.empty() ? "/dev/null" : o.output;
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Logs carry command lines and users' names: for their owner and group only.
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (fd < 0) return Internal(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
   Result<pid_t> pid = SpawnWith(o.args, o.env, o.stdout_fd >= 0 ? o.stdout_fd : fd, fd, o.detach,
                                 o.own_process_group);

@@ -29,6 +29,7 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/operator_auth.h"
 #include "daemon/gpu_sampler.h"
 #include "daemon/agent_protocol.h"
 #include "daemon/agent_spawn.h"
@@ -682,6 +683,9 @@ int RunAgent(const AgentOptions& options) {
   http.port = options.metrics_port;
   http.server_name = "bmas-agent";
   HttpServer server(io, http, [&](HttpRequest& req, ResponseWriter& w) -> awaitable<void> {
+    if (req.target() != "/health") {
+      if (!co_await RequireOperator(req, w, options.operator_secret)) co_return;
+    }
     if (req.target() == "/metrics") {
       co_await w.Send(http::status::ok, "text/plain; version=0.0.4", agent.Metrics());
     } else if (req.target() == "/gpus") {

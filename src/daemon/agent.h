@@ -39,6 +39,9 @@ struct AgentOptions {
   std::chrono::milliseconds reconcile_interval{60'000};
   std::string metrics_host = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // What the metrics listener's /metrics and /gpus ask for: "Bearer <operator_secret>"
+  // (common/operator_auth.h); "" refuses everyone. /health stays open.
+  std::string operator_secret;
   // Deadline of each read and write on a connection (a request must arrive within it).
   std::chrono::milliseconds io_timeout{10'000};
   // Connections one uid may hold open at once (a running command holds one); root: no cap.

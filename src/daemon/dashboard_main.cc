@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <ctime>
@@ -13,6 +14,7 @@
 #include <rapidjson/document.h>
 #include <spdlog/spdlog.h>
 
+#include "common/operator_auth.h"
 #include "common/http_server.h"
 #include "common/json_read.h"
 #include "daemon/serve.h"
@@ -32,6 +34,9 @@ using dashboard::Viewer;
 
 constexpr std::string_view kCookie = "bmas_session";
 constexpr size_t kMaxSessions = 10000;
+// A bmas API key: "sk-bmas-" + a 12-hex id + "-" + the secret (store/store.h).
+constexpr std::string_view kKeyPrefix = "sk-bmas-";
+constexpr size_t kKeyIdLength = 12;
 
 std::string RandomToken() {
   unsigned char bytes[32];
@@ -111,7 +116,8 @@ class Refresher {
       s.slurm_error = "no Slurm to watch: bmas up starts one where this machine can run it";
     }
     if (!o_.gateway.empty()) {
-      auto body = HttpGet(o_.gateway, "/load", "the gateway");
+      auto body = HttpGet(o_.gateway, "/load", "the gateway",
+                          OperatorBearer(o_.operator_secret));
       auto load = body ? dashboard::ParseGatewayLoad(*body) : Result<dashboard::GatewayLoad>(body.error());
       if (load) {
         s.gateway = std::move(*load);
@@ -123,7 +129,7 @@ class Refresher {
       s.gateway.error = "no gateway: bmas up starts one with its engines";
     }
     for (const std::string& agent : o_.agents) {
-      auto body = HttpGet(agent, "/gpus", "the agent");
+      auto body = HttpGet(agent, "/gpus", "the agent", OperatorBearer(o_.operator_secret));
       auto t = body ? dashboard::ParseAgentGpus(*body, agent)
                     : Result<dashboard::NodeTelemetry>(body.error());
       if (t) {
@@ -226,9 +232,10 @@ class Dashboard {
     } else if (target.starts_with("/api/")) {
       co_await Api(req, w, target);
     } else if (get && IsPage(target)) {
-      if (!SessionViewer(req)) {
+      if (SessionCheck check = SessionViewer(req); !check.viewer) {
         auto h = Headers();
-        h.emplace_back(http::field::location, "/login?next=" + target);
+        h.emplace_back(http::field::location,
+                       "/login?next=" + target + (check.revoked ? "&ended=revoked" : ""));
         co_await w.Send(http::status::see_other, "text/plain", "sign in first\n", std::move(h));
       } else {
         co_await SendAsset(w, "/app.html", "no-store");
@@ -267,29 +274,67 @@ class Dashboard {
     return std::nullopt;  // removed from the store: the session ends with the user
   }
 
-  std::optional<Viewer> SessionViewer(const HttpRequest& req) {
+  // The viewer of a request's session; none without a live session, and `revoked` when the
+  // key it was signed in with was revoked since (the session ends then, with every other one
+  // of that key).
+  struct SessionCheck {
+    std::optional<Viewer> viewer;
+    bool revoked = false;
+  };
+  SessionCheck SessionViewer(const HttpRequest& req) {
     const std::string token = dashboard::CookieValue(req[http::field::cookie], kCookie);
-    if (token.empty()) return std::nullopt;
-    std::optional<std::string> user;
+    if (token.empty()) return {};
+    std::optional<dashboard::Sessions::Session> session;
     {
       std::lock_guard lock(sessions_mu_);
-      user = sessions_.Find(token, std::time(nullptr));
+      session = sessions_.Find(token, std::time(nullptr));
     }
-    if (!user) return std::nullopt;
-    return ViewerOf(*user);
+    if (!session) return {};
+    auto live = KeyLive(session->user, session->key_id);
+    if (!live) return {};  // the store cannot say: refused this time, the session stays
+    if (!*live) {
+      std::lock_guard lock(sessions_mu_);
+      sessions_.RemoveKey(session->key_id);
+      return {std::nullopt, true};
+    }
+    return {ViewerOf(session->user), false};
   }
 
-  // The user a key belongs to; nullopt for a bad key, an error when the store fails.
-  Result<std::optional<std::string>> KeyUser(const std::string& key) {
-    std::lock_guard lock(auth_mu_);
+  // The store for checking keys, opened again after a failure. REQUIRES: auth_mu_ held.
+  Result<Store*> AuthStore() {
     if (!auth_store_) {
       auto opened = OpenSqliteStore(o_.store_path);
       if (!opened) return opened.error();
       auth_store_ = std::move(*opened);
     }
-    auto user = auth_store_->Authenticate(key);
+    return auth_store_.get();
+  }
+
+  // The user a key belongs to; nullopt for a bad key, an error when the store fails.
+  Result<std::optional<std::string>> KeyUser(const std::string& key) {
+    std::lock_guard lock(auth_mu_);
+    auto store = AuthStore();
+    if (!store) return store.error();
+    auto user = (*store)->Authenticate(key);
     if (!user) auth_store_.reset();
     return user;
+  }
+
+  // Whether `user`'s key `key_id` is still valid (not revoked, the user not removed); an error
+  // when the store fails.
+  Result<bool> KeyLive(const std::string& user, const std::string& key_id) {
+    std::lock_guard lock(auth_mu_);
+    auto store = AuthStore();
+    if (!store) return store.error();
+    auto keys = (*store)->ListKeys(user);
+    if (!keys && keys.error().code == ErrorCode::kNotFound) return false;
+    if (!keys) {
+      auth_store_.reset();
+      return keys.error();
+    }
+    return std::any_of(keys->begin(), keys->end(), [&](const KeyInfo& k) {
+      return k.id == key_id && !k.revoked_at;
+    });
   }
 
   awaitable<void> Login(HttpRequest& req, ResponseWriter& w) {
@@ -328,8 +373,10 @@ class Dashboard {
     }
     const std::string token = RandomToken();
     {
+      // The key's id: what `bmas key list` shows and `bmas key revoke` takes ("sk-bmas-<id>-").
       std::lock_guard lock(sessions_mu_);
-      sessions_.Create(token, **user, std::time(nullptr));
+      sessions_.Create(token, **user, key.substr(kKeyPrefix.size(), kKeyIdLength),
+                       std::time(nullptr));
     }
     auto h = Headers();
     h.emplace_back(http::field::set_cookie,
@@ -351,7 +398,15 @@ class Dashboard {
       }
       if (*user) viewer = ViewerOf(**user);
     } else {
-      viewer = SessionViewer(req);
+      SessionCheck check = SessionViewer(req);
+      if (check.revoked) {
+        co_await w.SendError(http::status::unauthorized,
+                             "your session ended: the API key it was signed in with was revoked "
+                             "(`bmas key revoke`); sign in at /login with a valid key",
+                             "revoked", Headers());
+        co_return;
+      }
+      viewer = std::move(check.viewer);
     }
     if (!viewer) {
       co_await w.SendError(http::status::unauthorized,

@@ -26,6 +26,8 @@ struct DashboardOptions {
   std::function<Result<SlurmSnapshot>()> poll_slurm;
   std::string gateway;              // "host:port" of the gateway's operator listener; "" = none
   std::vector<std::string> agents;  // "host:port" of each agent's metrics listener
+  // Sent to the gateway's and the agents' operator listeners (daemon/secret.h). A secret.
+  std::string operator_secret;
   int64_t session_s = 8 * 3600;
   int64_t history_step_s = 10;      // one plot point per step
   size_t history_points = 360;      // an hour of points at 10 s (what every page load fetches)

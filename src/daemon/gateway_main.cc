@@ -147,6 +147,14 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   }
   o.backend_api_key = std::move(*backend_key);
   o.default_capacity = s.default_capacity;
+  if (!o.metrics_http.host.empty()) {
+    auto secret = EnsureOperatorSecret(state_dir);
+    if (!secret) {
+      fmt::print(stderr, "bmas gateway: {}\n", secret.error().message);
+      return 1;
+    }
+    o.operator_secret = std::move(*secret);
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);

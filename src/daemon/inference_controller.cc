@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/operator_auth.h"
 #include "autoscale/replica_job.h"
 #include "common/backend_identity.h"
 #include "dashboard/history.h"
@@ -134,9 +135,10 @@ int RunInferenceController(const InferenceControllerOptions& options,
   sigaddset(&signals, SIGTERM);
   sigprocmask(SIG_BLOCK, &signals, nullptr);
   const std::string gateway = options.gateway;
-  LoadReader load = [gateway]() -> Result<std::string> {
+  LoadReader load = [gateway, bearer = OperatorBearer(options.operator_secret)]()
+      -> Result<std::string> {
     if (gateway.empty()) return Error{ErrorCode::kUnavailable, "no gateway given (--gateway)"};
-    return HttpGet(gateway, "/load", "the gateway");
+    return HttpGet(gateway, "/load", "the gateway", bearer);
   };
   auto unix_now = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())

@@ -24,6 +24,7 @@ struct InferenceControllerOptions {
   autoscale::ControllerSettings settings;
   std::chrono::milliseconds interval{2000};
   std::string gateway;    // "host:port" of the gateway's operator listener (/load)
+  std::string operator_secret;  // what that listener asks for (daemon/secret.h). A secret.
   std::string user;       // the Unix account the replica jobs run as (whose jobs are read)
   std::string bmas;       // the bmas binary replicas run ({bmas})
   std::string listen_host = "0.0.0.0";  // what replicas bind ({host})

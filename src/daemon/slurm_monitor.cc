@@ -13,6 +13,7 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/operator_auth.h"
 #include "daemon/serve.h"
 
 namespace bmas {
@@ -177,6 +178,9 @@ int RunSlurmMonitor(const SlurmMonitorOptions& options) {
   http.port = options.port;
   http.server_name = "bmas-slurm-monitor";
   HttpServer server(io, http, [&](HttpRequest& req, ResponseWriter& w) -> awaitable<void> {
+    if (req.target() != "/health") {
+      if (!co_await RequireOperator(req, w, options.operator_secret)) co_return;
+    }
     if (req.target() == "/metrics") {
       std::string body;
       {

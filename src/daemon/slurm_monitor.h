@@ -43,6 +43,9 @@ struct SlurmMonitorOptions {
   uint16_t port = 0;
   std::chrono::milliseconds interval{2000};
   std::string store_path;
+  // What /metrics asks for: "Bearer <operator_secret>" (common/operator_auth.h); "" refuses
+  // everyone. /health stays open.
+  std::string operator_secret;
   // Polls the cluster once (slurmrestd's jobs and nodes, and the mode). Called on the
   // monitor's poll thread; it resolves the endpoint each time, so tokens never go stale.
   std::function<Result<SlurmSnapshot>()> poll;

@@ -27,6 +27,7 @@
 #include "common/restart_backoff.h"
 #include "daemon/up_children.h"
 #include "daemon/up_record.h"
+#include "daemon/secret.h"
 #include "daemon/service_account.h"
 #include "store/store.h"
 #include "common/result.h"
@@ -83,6 +84,64 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
                      what, c.url, "", "", c.log);
 }
 
+// Operator data stays with operators (../shared/SECURITY.md): the logs directory is closed to
+// others, and each log in it already there (from an older bmas, created 0644) loses the bits
+// for others. Links are left alone (no one else can write the directory to plant one).
+void RestrictLogs(const fs::path& logs) {
+  chmod(logs.c_str(), 0750);
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(logs, ec)) {
+    if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) continue;
+    struct stat st {};
+    if (stat(entry.path().c_str(), &st) == 0 && (st.st_mode & 027) != 0) {
+      chmod(entry.path().c_str(), st.st_mode & 0750);
+    }
+  }
+}
+
+// Writes `text` to run/`name`, mode 0640 even when the file was there before (a summary that
+// names the operator listeners and the logs).
+void WriteRunFile(const std::string& run_dir, const std::string& name, const std::string& text) {
+  auto dir = OpenPrivateDir(run_dir);
+  if (!dir) return;
+  auto fd = OpenInPrivateDir(*dir, run_dir, name, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+  close(*dir);
+  if (!fd) return;
+  fchmod(*fd, 0640);
+  [[maybe_unused]] ssize_t n = write(*fd, text.data(), text.size());
+  close(*fd);
+}
+
+// "host:port" of "http://host:port/...".
+std::string HostPort(std::string url) {
+  if (url.starts_with("http://")) url = url.substr(7);
+  return url.substr(0, url.find('/'));
+}
+
+// A Prometheus scrape config for the operator listeners `targets` (name, host:port), carrying
+// the operator secret through `authorization: credentials_file:` (never the secret itself).
+std::string PrometheusConfig(const std::vector<std::pair<std::string, std::string>>& targets,
+                             const std::string& secret_file) {
+  std::string text = fmt::format(
+      "# Prometheus scrape config for bmas's operator listeners (written by `bmas up`).\n"
+      "# They answer only with the operator secret. {} is readable by root and the bmas\n"
+      "# account alone: give Prometheus its own copy (install -m 0400 -o prometheus {} \\\n"
+      "#   /etc/prometheus/bmas.secret) and point credentials_file there.\n"
+      "scrape_configs:\n",
+      secret_file, secret_file);
+  for (const auto& [name, target] : targets) {
+    text += fmt::format(
+        "  - job_name: bmas-{}\n"
+        "    authorization:\n"
+        "      type: Bearer\n"
+        "      credentials_file: {}\n"
+        "    static_configs:\n"
+        "      - targets: ['{}']\n",
+        name, secret_file, target);
+  }
+  return text;
+}
+
 }  // namespace
 
 namespace {
@@ -126,6 +185,7 @@ int RunUp(const UpOptions& options) {
   }
   // The state dir is read by daemons running under their own users; make it traversable.
   chmod(dir.c_str(), 0755);
+  RestrictLogs(fs::path(dir) / "logs");
 
   // One `bmas up` per state dir.
   const std::string run_dir = (fs::path(dir) / "run").string();
@@ -174,6 +234,18 @@ int RunUp(const UpOptions& options) {
       PrepareServiceAccount(options.self_exe, dir, options.config.source);
   if (!service.name.empty()) {
     if (auto r = HandStoreTo(dir, service.uid, service.gid); !r) {
+      fmt::print(stderr, "bmas up: {}\n", r.error().message);
+      return 1;
+    }
+  }
+  // The secret every operator listener asks for: root and the service account (which runs the
+  // gateway, the dashboard and the controller) read it; no one else.
+  if (auto secret = EnsureOperatorSecret(dir); !secret) {
+    fmt::print(stderr, "bmas up: {}\n", secret.error().message);
+    return 1;
+  }
+  if (!service.name.empty()) {
+    if (auto r = HandOperatorSecretTo(dir, service.uid, service.gid); !r) {
       fmt::print(stderr, "bmas up: {}\n", r.error().message);
       return 1;
     }
@@ -355,6 +427,7 @@ int RunUp(const UpOptions& options) {
     // The replica jobs' working directory and logs, the service account's.
     const fs::path replicas = fs::path(dir) / "replicas";
     fs::create_directories(replicas, ec);
+    chmod(replicas.c_str(), 0750);  // the replicas' logs: operator data
     if (!service.name.empty()) {
       if (auto handed = HandDirTo(replicas.string(), service.uid, service.gid); !handed) {
         return fail(fmt::format("cannot hand {} to {}: {}", replicas.string(), service.name,
@@ -420,15 +493,11 @@ int RunUp(const UpOptions& options) {
     d.log = (fs::path(dir) / "logs" / "dashboard.log").string();
     d.args = service_args();
     d.args.insert(d.args.end(), {"dashboard", "--port", "0"});
-    auto host_port = [](std::string url) {
-      if (url.starts_with("http://")) url = url.substr(7);
-      return url.substr(0, url.find('/'));
-    };
     if (!gateway_metrics_url.empty()) {
-      d.args.insert(d.args.end(), {"--gateway", host_port(gateway_metrics_url)});
+      d.args.insert(d.args.end(), {"--gateway", HostPort(gateway_metrics_url)});
     }
     for (const Child& c : children) {
-      if (c.name == "agent") d.args.insert(d.args.end(), {"--agent", host_port(c.url)});
+      if (c.name == "agent") d.args.insert(d.args.end(), {"--agent", HostPort(c.url)});
     }
     if (!slurm::RunningLocalCluster(dir)) d.args.push_back("--no-slurm");
     d.port_flag = "--port";
@@ -481,12 +550,27 @@ int RunUp(const UpOptions& options) {
   }
   summary += WriteSystemConfig(config, dir);
   summary += slurm_line + monitor_line + lxd_line + agent_line + dashboard_line;
+  {
+    std::vector<std::pair<std::string, std::string>> targets;
+    if (!gateway_metrics_url.empty()) {
+      targets.emplace_back("gateway", HostPort(gateway_metrics_url));
+    }
+    for (const Child& c : children) {
+      if (c.name == "agent" || c.name == "slurm-mon") {
+        targets.emplace_back(c.name, HostPort(c.url));
+      }
+    }
+    WriteRunFile(run_dir, "prometheus.yml", PrometheusConfig(targets, OperatorSecretPath(dir)));
+    summary += fmt::format(
+        "  {:<10} {:<28} scrape config with the operator secret: {}/prometheus.yml\n",
+        "prometheus", "", run_dir);
+  }
   fmt::print("{}", summary);
   if ((num_engines > 0 || elastic) && config.up.gateway) {
     fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
                "--state-dir)\n");
   }
-  std::ofstream(fs::path(dir) / "run" / "up.txt") << summary;
+  WriteRunFile(run_dir, "up.txt", summary);
   fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
   std::fflush(stdout);
 
@@ -556,6 +640,7 @@ int RunUp(const UpOptions& options) {
     }
   }
   fs::remove(fs::path(dir) / "run" / "up.txt", ec);
+  fs::remove(fs::path(dir) / "run" / "prometheus.yml", ec);
   RemoveUpRecord(dir);
   fmt::print("bmas up: stopped.\n");
   return 0;

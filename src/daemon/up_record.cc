@@ -105,6 +105,7 @@ Result<void> WriteUpRecord(const std::string& state_dir, const UpRecord& record)
     if (!out) return Internal(fmt::format("cannot write {}", tmp.string()));
   }
   std::error_code ec;
+  fs::permissions(tmp, fs::perms(0640), ec);  // operator data: pids, ports, logs' paths
   fs::rename(tmp, path, ec);
   if (ec) return Internal(fmt::format("cannot write {}: {}", path.string(), ec.message()));
   return {};

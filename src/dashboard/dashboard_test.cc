@@ -182,32 +182,49 @@ TEST(QueueReasonTest, SaysWhatItWaitsForAndWhenItCouldStart) {
 }
 
 TEST(SessionsTest, ExpireAreBoundedAndEndWithTheirUser) {
+  auto user = [](const std::optional<Sessions::Session>& s) {
+    return s ? std::optional<std::string>(s->user) : std::nullopt;
+  };
   Sessions sessions(3600, 2);
-  sessions.Create("t1", "alice", 100);
-  EXPECT_EQ(sessions.Find("t1", 100 + 3599), "alice");
+  sessions.Create("t1", "alice", "k1", 100);
+  EXPECT_EQ(user(sessions.Find("t1", 100 + 3599)), "alice");
   EXPECT_EQ(sessions.Find("t1", 100 + 3600), std::nullopt);
   EXPECT_EQ(sessions.size(), 0u);
-  sessions.Create("a", "alice", 0);
-  sessions.Create("b", "bob", 10);
-  sessions.Create("c", "carol", 20);  // the first to expire goes
+  sessions.Create("a", "alice", "k1", 0);
+  sessions.Create("b", "bob", "k2", 10);
+  sessions.Create("c", "carol", "k3", 20);  // the first to expire goes
   EXPECT_EQ(sessions.Find("a", 30), std::nullopt);
-  EXPECT_EQ(sessions.Find("c", 30), "carol");
+  EXPECT_EQ(user(sessions.Find("c", 30)), "carol");
   sessions.RemoveUser("bob");
   EXPECT_EQ(sessions.Find("b", 30), std::nullopt);
   sessions.Remove("c");
   EXPECT_EQ(sessions.size(), 0u);
   // One user signing in again and again pushes out only their own oldest sessions.
   Sessions capped(3600, 100, 2);
-  capped.Create("bob1", "bob", 0);
-  capped.Create("m1", "mallory", 1);
-  capped.Create("m2", "mallory", 2);
-  capped.Create("m3", "mallory", 3);
+  capped.Create("bob1", "bob", "kb", 0);
+  capped.Create("m1", "mallory", "km", 1);
+  capped.Create("m2", "mallory", "km", 2);
+  capped.Create("m3", "mallory", "km", 3);
   EXPECT_EQ(capped.Find("m1", 4), std::nullopt);
-  EXPECT_EQ(capped.Find("m3", 4), "mallory");
-  EXPECT_EQ(capped.Find("bob1", 4), "bob");
+  EXPECT_EQ(user(capped.Find("m3", 4)), "mallory");
+  EXPECT_EQ(user(capped.Find("bob1", 4)), "bob");
   EXPECT_EQ(CookieValue("a=1; bmas_session=xyz; c=3", "bmas_session"), "xyz");
   EXPECT_EQ(CookieValue("xbmas_session=1", "bmas_session"), "");
   EXPECT_EQ(CookieValue("", "bmas_session"), "");
+}
+
+TEST(SessionsTest, ARevokedKeyEndsTheSessionsSignedInWithIt) {
+  Sessions sessions(3600, 100);
+  sessions.Create("s1", "alice", "k1", 0);
+  sessions.Create("s2", "alice", "k1", 1);
+  sessions.Create("s3", "alice", "k2", 2);  // her other key
+  sessions.Create("s4", "bob", "k3", 3);
+  sessions.RemoveKey("k1");
+  EXPECT_EQ(sessions.Find("s1", 4), std::nullopt);
+  EXPECT_EQ(sessions.Find("s2", 4), std::nullopt);
+  ASSERT_TRUE(sessions.Find("s3", 4));
+  EXPECT_EQ(sessions.Find("s3", 4)->key_id, "k2");
+  EXPECT_EQ(sessions.Find("s4", 4)->user, "bob");
 }
 
 TEST(HistoryTest, TtftP95IsTakenOverTheIntervalOnly) {

@@ -4,7 +4,8 @@
 
 namespace bmas::dashboard {
 
-void Sessions::Create(const std::string& token, const std::string& user, int64_t now) {
+void Sessions::Create(const std::string& token, const std::string& user,
+                      const std::string& key_id, int64_t now) {
   std::erase_if(by_token_, [&](const auto& e) { return e.second.expires <= now; });
   auto earlier = [](const auto& a, const auto& b) { return a.second.expires < b.second.expires; };
   while (true) {
@@ -21,17 +22,17 @@ void Sessions::Create(const std::string& token, const std::string& user, int64_t
   while (by_token_.size() >= max_sessions_ && !by_token_.empty()) {
     by_token_.erase(std::min_element(by_token_.begin(), by_token_.end(), earlier));
   }
-  by_token_[token] = Session{user, now + lifetime_s_};
+  by_token_[token] = Session{user, key_id, now + lifetime_s_};
 }
 
-std::optional<std::string> Sessions::Find(std::string_view token, int64_t now) {
+std::optional<Sessions::Session> Sessions::Find(std::string_view token, int64_t now) {
   auto it = by_token_.find(token);
   if (it == by_token_.end()) return std::nullopt;
   if (it->second.expires <= now) {
     by_token_.erase(it);
     return std::nullopt;
   }
-  return it->second.user;
+  return it->second;
 }
 
 void Sessions::Remove(std::string_view token) {
@@ -41,6 +42,10 @@ void Sessions::Remove(std::string_view token) {
 
 void Sessions::RemoveUser(const std::string& user) {
   std::erase_if(by_token_, [&](const auto& e) { return e.second.user == user; });
+}
+
+void Sessions::RemoveKey(const std::string& key_id) {
+  std::erase_if(by_token_, [&](const auto& e) { return e.second.key_id == key_id; });
 }
 
 std::string CookieValue(std::string_view header, std::string_view name) {

@@ -7,6 +7,7 @@
 #include "gateway/request.h"
 #include "gateway/sse.h"
 #include "gateway/usage_report.h"
+#include "common/operator_auth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -119,6 +120,7 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
                                   .reserve_window_s = kReserveWindowS},
                  options_.routing),
       keys_(options_.key_cache_size),
+      failed_keys_(options_.max_failed_keys, options_.failed_keys_window_s, kMaxFailedKeyAddresses),
       resumed_streams_(metrics_.AddCounter(
           "bmas_gateway_resumed_streams_total",
           "Streams whose backend went away mid-answer, continued on another backend.", "")),
@@ -133,7 +135,13 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
                                  LatencyBuckets())),
       queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")),
       key_cache_entries_(metrics_.AddGauge("bmas_gateway_key_cache_entries",
-                                           "API keys the gateway remembers (bounded LRU).", "")) {
+                                           "API keys the gateway remembers (bounded LRU).", "")),
+      key_lookups_(metrics_.AddCounter("bmas_gateway_key_lookups_total",
+                                       "Store look-ups of API keys the gateway did not remember.",
+                                       "")),
+      keys_limited_(metrics_.AddCounter(
+          "bmas_gateway_keys_limited_total",
+          "Keys refused (429) without a look-up: their address sent too many unknown keys.", "")) {
   if (!options_.metrics_http.host.empty()) {
     metrics_http_ = std::make_unique<HttpServer>(
         workers_, options_.metrics_http,
@@ -251,11 +259,10 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
                          "application/json",
                          any ? R"({"status":"ok"})" : R"({"status":"no healthy backend"})");
   } else if ((target == "/v1/models" || target == "/v1/usage") && get) {
-    auto user = co_await Authenticate(request);
+    const Authenticated auth = co_await Authenticate(request, writer);
+    const std::optional<std::string>& user = auth.user;
     if (!user) {
-      co_await writer.SendError(http::status::unauthorized,
-                                "missing or invalid API key: send Authorization: Bearer <key> "
-                                "(create one with `bmas key create USER`)");
+      co_await RefuseKey(auth, writer);
       co_return;
     }
     if (target == "/v1/usage") {
@@ -270,6 +277,7 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
 }
 
 awaitable<void> Gateway::HandleMetrics(HttpRequest& request, ResponseWriter& writer) {
+  if (!co_await RequireOperator(request, writer, options_.operator_secret)) co_return;
   std::string target(request.target().substr(0, request.target().find('?')));
   if (target == "/metrics" && request.method() == http::verb::get) {
     std::string text = RenderMetrics();
@@ -305,23 +313,29 @@ awaitable<void> Gateway::HandleUsage(const std::string& user, ResponseWriter& wr
   co_await writer.Send(http::status::ok, "application/json", std::move(body));
 }
 
-awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& request) {
+awaitable<Gateway::Authenticated> Gateway::Authenticate(const HttpRequest& request,
+                                                        const ResponseWriter& writer) {
   auto header = request[http::field::authorization];
   constexpr std::string_view kBearer = "Bearer ";
   // Before any look-up: only a bearer of a key's form and length is worth one, or a place in
   // the cache.
   if (header.size() <= kBearer.size() || header.size() > kBearer.size() + kMaxKeyLength ||
       header.substr(0, kBearer.size()) != kBearer) {
-    co_return std::nullopt;
+    co_return Authenticated{};
   }
   std::string key(header.substr(kBearer.size()));
-  if (!IsWellFormedKey(key)) co_return std::nullopt;
-  std::optional<std::optional<std::string>> cached;
+  if (!IsWellFormedKey(key)) co_return Authenticated{};
+  const std::string address = writer.remote_address();
   {
     std::lock_guard lock(mu_);
-    cached = keys_.Get(key);
+    if (auto cached = keys_.Get(key)) co_return Authenticated{std::move(cached)};
+    // An address that sent too many unknown keys gets no look-up until its window ends.
+    if (const double wait = failed_keys_.RetryAfter(address, Now()); wait > 0) {
+      keys_limited_.Inc();
+      co_return Authenticated{std::nullopt, true, wait};
+    }
+    key_lookups_.Inc();
   }
-  if (cached) co_return *cached;
   // A key not seen before: ask the store for its user and that user's limits in one go, so
   // that a user added a moment ago is limited from their first request.
   struct Found {
@@ -341,11 +355,33 @@ awaitable<std::optional<std::string>> Gateway::Authenticate(const HttpRequest& r
   Found found = co_await store_.Run(std::move(check));
   {
     std::lock_guard lock(mu_);
-    if (found.user) users_[*found.user] = *found.limits;
-    keys_.Put(key, found.user);  // refreshed every second
-    key_cache_entries_.Set(static_cast<double>(keys_.size()));
+    if (found.user) {
+      users_[*found.user] = *found.limits;
+      keys_.Put(key, *found.user);  // refreshed every second
+      key_cache_entries_.Set(static_cast<double>(keys_.size()));
+    } else {
+      failed_keys_.RecordFailure(address, Now());  // and nothing kept of the key
+    }
   }
-  co_return found.user;
+  co_return Authenticated{std::move(found.user)};
+}
+
+awaitable<void> Gateway::RefuseKey(const Authenticated& auth, ResponseWriter& writer) {
+  if (auth.limited) {
+    const auto seconds = static_cast<int64_t>(std::ceil(auth.retry_after_s));
+    ResponseWriter::Headers headers;
+    headers.emplace_back(http::field::retry_after, std::to_string(seconds));
+    std::string message = fmt::format(
+        "too many unknown API keys from your address: no key is checked for it for {} s; send a "
+        "valid key (`bmas key create USER` makes one)",
+        seconds);
+    co_await writer.SendError(http::status::too_many_requests, std::move(message), std::string(),
+                              std::move(headers));
+    co_return;
+  }
+  co_await writer.SendError(http::status::unauthorized,
+                            std::string("missing or invalid API key: send Authorization: Bearer "
+                                        "<key> (create one with `bmas key create USER`)"));
 }
 
 awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
@@ -357,11 +393,11 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     co_await writer.SendError(status, std::move(message), std::move(param), std::move(headers));
   };
 
-  std::optional<std::string> user = co_await Authenticate(request);
+  const Authenticated auth = co_await Authenticate(request, writer);
+  const std::optional<std::string>& user = auth.user;
   if (!user) {
-    co_await fail(http::status::unauthorized,
-                  "missing or invalid API key: send Authorization: Bearer <key> (create one with "
-                  "`bmas key create USER`)");
+    CountStatus(auth.limited ? 429 : 401);
+    co_await RefuseKey(auth, writer);
     co_return;
   }
   Request r;
@@ -1156,6 +1192,7 @@ awaitable<void> Gateway::RefreshLoop() {
       std::lock_guard lock(mu_);
       // Keys presented while the snapshot was read stay; revocations apply from here.
       for (auto& [k, u] : snapshot.keys) keys_.Update(k, std::move(u));
+      key_cache_entries_.Set(static_cast<double>(keys_.size()));
       users_ = std::move(snapshot.users);
       SyncBackends(snapshot.backends);
       deployed_ = std::move(snapshot.deployed);

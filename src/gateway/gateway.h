@@ -59,9 +59,16 @@ struct GatewayOptions {
   // its health check passes.
   std::chrono::milliseconds upstream_idle_timeout{30000};
   size_t key_cache_size = 10000;  // API keys remembered (LRU)
+  // Well-formed keys the store does not know, per client address and window: past this, that
+  // address gets 429 and no store look-up until the window ends (FailedKeyLimiter).
+  int max_failed_keys = 20;
+  double failed_keys_window_s = 60;
   // Operator data (/metrics) is served here only, never on the users' listener.
   // An empty host: no metrics listener.
   HttpServerOptions metrics_http;
+  // What the metrics listener asks for (common/operator_auth.h): "Bearer <operator_secret>";
+  // "" refuses everyone. A secret: never logged.
+  std::string operator_secret;
   // The backend secret: each backend's key (vLLM's --api-key, sent as `Authorization: Bearer`)
   // is DeriveBackendKey(backend_api_key, its port), and a backend proves it holds its key
   // (common/backend_identity.h) on each new connection before the key or a request is sent on
@@ -99,7 +106,16 @@ class Gateway {
   awaitable<void> HandleUsage(const std::string& user, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                    std::string target);
-  awaitable<std::optional<std::string>> Authenticate(const HttpRequest& request);
+  // The user of the request's key; nullopt with `limited` when its address sent too many unknown
+  // keys (no look-up was made).
+  struct Authenticated {
+    std::optional<std::string> user;
+    bool limited = false;
+    double retry_after_s = 0;
+  };
+  awaitable<Authenticated> Authenticate(const HttpRequest& request, const ResponseWriter& writer);
+  // The 401, or the 429 for an address past its failed keys.
+  awaitable<void> RefuseKey(const Authenticated& auth, ResponseWriter& writer);
 
   // How one attempt ended: answered (or failed for good); failed before anything reached the
   // client while another backend could take the request; or a stream its backend cut, to
@@ -175,7 +191,8 @@ class Gateway {
   std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters_;  // queued requests
 
   // Store snapshots, refreshed every second.
-  KeyCache keys_;  // key -> user (or none); well-formed keys only
+  KeyCache keys_;  // key -> user; keys the store knows only
+  FailedKeyLimiter failed_keys_;  // unknown keys per client address
   std::unordered_map<std::string, UserLimits> users_;
   // Models with an inference deployment in the store: their requests queue even while no
   // replica is up.
@@ -209,6 +226,8 @@ class Gateway {
   Histogram& e2e_;
   Gauge& queue_depth_;
   Gauge& key_cache_entries_;
+  Counter& key_lookups_;   // store look-ups of keys not cached
+  Counter& keys_limited_;  // keys refused with 429, unlooked-up, for their address's failures
 };
 
 }  // namespace bmas::gateway

@@ -25,14 +25,14 @@ bool IsWellFormedKey(std::string_view key) {
 
 KeyCache::KeyCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-std::optional<std::optional<std::string>> KeyCache::Get(const std::string& key) {
+std::optional<std::string> KeyCache::Get(const std::string& key) {
   auto it = map_.find(key);
   if (it == map_.end()) return std::nullopt;
   order_.splice(order_.begin(), order_, it->second);
   return it->second->user;
 }
 
-void KeyCache::Put(const std::string& key, std::optional<std::string> user) {
+void KeyCache::Put(const std::string& key, std::string user) {
   if (auto it = map_.find(key); it != map_.end()) {
     it->second->user = std::move(user);
     order_.splice(order_.begin(), order_, it->second);
@@ -47,7 +47,15 @@ void KeyCache::Put(const std::string& key, std::optional<std::string> user) {
 }
 
 void KeyCache::Update(const std::string& key, std::optional<std::string> user) {
-  if (auto it = map_.find(key); it != map_.end()) it->second->user = std::move(user);
+  auto it = map_.find(key);
+  if (it == map_.end()) return;
+  if (user) {
+    it->second->user = std::move(*user);
+    return;
+  }
+  const auto entry = it->second;
+  map_.erase(it);  // the view into the entry's key goes before the entry
+  order_.erase(entry);
 }
 
 std::vector<std::string> KeyCache::Keys() const {
@@ -55,6 +63,41 @@ std::vector<std::string> KeyCache::Keys() const {
   keys.reserve(order_.size());
   for (const Entry& e : order_) keys.push_back(e.key);
   return keys;
+}
+
+FailedKeyLimiter::FailedKeyLimiter(int max_failures, double window_s, size_t max_addresses)
+    : max_failures_(std::max(max_failures, 1)),
+      window_s_(window_s),
+      max_addresses_(std::max<size_t>(max_addresses, 1)) {}
+
+bool FailedKeyLimiter::Allowed(const std::string& address, double now) const {
+  return RetryAfter(address, now) <= 0;
+}
+
+double FailedKeyLimiter::RetryAfter(const std::string& address, double now) const {
+  auto it = windows_.find(address);
+  if (it == windows_.end() || now - it->second.start >= window_s_) return 0;
+  if (it->second.failures < max_failures_) return 0;
+  return it->second.start + window_s_ - now;
+}
+
+void FailedKeyLimiter::RecordFailure(const std::string& address, double now) {
+  auto it = windows_.find(address);
+  if (it != windows_.end()) {
+    if (now - it->second.start >= window_s_) it->second = Window{now, 0};
+    ++it->second.failures;
+    return;
+  }
+  if (windows_.size() >= max_addresses_) {
+    std::erase_if(windows_, [&](const auto& e) { return now - e.second.start >= window_s_; });
+  }
+  if (windows_.size() >= max_addresses_) {
+    windows_.erase(std::min_element(windows_.begin(), windows_.end(), [](const auto& a,
+                                                                        const auto& b) {
+      return a.second.start < b.second.start;
+    }));
+  }
+  windows_.emplace(address, Window{now, 1});
 }
 
 }  // namespace bmas::gateway

@@ -678,11 +678,12 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   for (const Node& n : local.nodes) c.nodes.push_back(n.name);
   c.gpus_per_node = local.nodes.empty() ? 0 : local.nodes[0].gpus.count;
 
-  // The state dir is made world-traversable: munge, nobody and the jobs' users reach into it.
+  // The state dir is made world-traversable: munge, nobody and the jobs' users reach into it;
+  // not its logs, which hold every job's command line (operator data).
   if (auto r = CheckTraversable(c.state_dir); !r) return r.error();
   for (const auto& [dir, mode] : std::vector<std::pair<std::string, mode_t>>{
            {c.state_dir, 0755}, {c.root, 0755}, {c.root + "/etc", 0755},
-           {c.root + "/log", 0755}, {c.root + "/run", 0755}, {c.root + "/state", 0700},
+           {c.root + "/log", 0750}, {c.root + "/run", 0755}, {c.root + "/state", 0700},
            {c.root + "/bin", 0755}}) {
     if (auto r = MakeDir(dir, mode); !r) return r.error();
   }

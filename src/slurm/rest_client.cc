@@ -328,11 +328,14 @@ Result<std::vector<NodeInfo>> SlurmRestClient::Nodes() {
 }
 
 Result<std::string> HttpGet(const std::string& address, const std::string& target,
-                            const std::string& peer, std::chrono::milliseconds timeout) {
+                            const std::string& peer, const std::string& authorization,
+                            std::chrono::milliseconds timeout) {
   auto endpoint = ParseRestAddress(address);
   if (!endpoint) return endpoint.error();
   auto transport = NewTcpRestTransport(endpoint->host, endpoint->port, timeout, peer);
-  auto r = transport->RoundTrip(RestRequest{"GET", target, {}, {}});
+  RestRequest request{"GET", target, {}, {}};
+  if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
+  auto r = transport->RoundTrip(request);
   if (!r) return r.error();
   if (r->status != 200) {
     return Error{ErrorCode::kUnavailable,

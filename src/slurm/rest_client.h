@@ -63,10 +63,11 @@ RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
                                      std::chrono::milliseconds timeout,
                                      std::string peer = "slurmrestd");
 
-// GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener);
-// the body of a 200. kUnavailable naming `peer` otherwise.
+// GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener),
+// sending `authorization` (e.g. "Bearer <operator secret>") when not empty; the body of a 200.
+// kUnavailable naming `peer` otherwise.
 Result<std::string> HttpGet(const std::string& address, const std::string& target,
-                            const std::string& peer,
+                            const std::string& peer, const std::string& authorization = {},
                             std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
 // The part of Slurm the inference controller drives, so that it can be run against a fake

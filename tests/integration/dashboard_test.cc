@@ -8,13 +8,16 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -40,6 +43,11 @@ class DashboardTest : public ::testing::Test {
     fs::permissions(dir_.path(), fs::perms::all | fs::perms::sticky_bit);
     state_ = dir_.path() + "/state";
     const std::string config = dir_.WriteFile("bmas.toml", "[up]\nlxd = false\nengines = 1\ninference = \"processes\"\n");
+    // A log an older bmas left readable by everyone: up closes it (issue 23.4).
+    fs::create_directories(state_ + "/logs");
+    const std::string old_log = state_ + "/logs/gateway.log";
+    std::ofstream(old_log) << "an older bmas's log\n";
+    fs::permissions(old_log, fs::perms(0644));
     auto up = Process::Start({"--config", config, "--state-dir", state_, "up"});
     ASSERT_TRUE(up) << up.error().message;
     up_ = std::move(*up);
@@ -200,6 +208,133 @@ TEST_F(DashboardTest, AStudentSeesTheirJobsOnTheMapAndInTheQueueButNotOthersDeta
   }
   EXPECT_EQ(Bmas({"cancel", running}, student).exit_code, 0);
   EXPECT_EQ(Bmas({"cancel", pending}, student).exit_code, 0);
+}
+
+// Issue 23.7: a key revoked with the CLI ends the dashboard sessions signed in with it at their
+// next request (it used to last up to 8 hours), and the sign-in page says why; a session of
+// the user's other key goes on.
+TEST_F(DashboardTest, ARevokedKeyEndsItsSessions) {
+  const std::string student = EnsureUnixUser("bmastest1");
+  ASSERT_EQ(Bmas({"user", "add", student}).exit_code, 0);
+  const std::string key = Key(student), other = Key(student);
+  ASSERT_FALSE(key.empty());
+  ASSERT_FALSE(other.empty());
+  HttpClient http(PortOfUrl(url_));
+  auto sign_in = [&](const std::string& k) -> std::string {
+    auto r = http.Post("/login", fmt::format(R"({{"key":"{}"}})", k));
+    if (!r || r->status != 200) return "";
+    const std::string cookie = r->Header("Set-Cookie").value_or("");
+    return cookie.substr(0, cookie.find(';'));
+  };
+  auto as = [&](const std::string& cookie, const std::string& target) {
+    auto r = http.Request(http::verb::get, target, "",
+                          RequestOptions{"application/json", false, {{"Cookie", cookie}}});
+    return r ? *r : HttpResponse{};
+  };
+  const std::string session = sign_in(key), kept = sign_in(other);
+  ASSERT_THAT(session, StartsWith("bmas_session="));
+  ASSERT_THAT(kept, StartsWith("bmas_session="));
+  EXPECT_EQ(as(session, "/api/me").status, 200);
+  EXPECT_EQ(as(session, "/cluster").status, 200);
+
+  // The key's id: "sk-bmas-<id>-<secret>".
+  const CommandOutput revoked = Bmas({"key", "revoke", key.substr(8, 12)});
+  ASSERT_EQ(revoked.exit_code, 0) << revoked.err;
+
+  const HttpResponse api = as(session, "/api/me");
+  EXPECT_EQ(api.status, 401) << api.body;
+  EXPECT_THAT(api.body, HasSubstr("was revoked"));
+  EXPECT_EQ(Str(At(At(ParseJson(api.body), "error"), "param")), "revoked");
+  // The session is gone: a page sends the browser to sign in, and the page says why.
+  const HttpResponse page = as(session, "/queue");
+  EXPECT_EQ(page.status, 303);
+  EXPECT_EQ(page.Header("Location"), "/login?next=/queue&ended=revoked");
+  auto script = http.Get("/assets/login.js");
+  ASSERT_TRUE(script);
+  EXPECT_THAT(script->body, HasSubstr("\"ended\") === \"revoked\""));
+  EXPECT_THAT(script->body, HasSubstr("the API key you signed in with was revoked"));
+  EXPECT_EQ(as(session, "/api/me").status, 401);
+  // Signing in again with it fails; the other key's session is untouched.
+  EXPECT_EQ(sign_in(key), "");
+  EXPECT_EQ(as(kept, "/api/me").status, 200);
+}
+
+// Issue 23.4: operator data is closed to students. As a student: the gateway's operator
+// /metrics and /load and the Slurm monitor's /metrics answer 401 and nothing without the
+// operator secret or with a wrong one; the logs, run/up.txt, the up record, the Prometheus
+// config and the secret itself cannot be read, and a log an older bmas left 0644 was closed.
+// As the operator: the secret answers, the dashboard (which reads /load with it) sees the
+// gateway, and the Prometheus config carries the secret's file.
+TEST_F(DashboardTest, OperatorDataIsClosedToStudents) {
+  const std::string student = EnsureUnixUser("bmastest1");
+  const std::string& summary = up_->stdout_text();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m,
+                                std::regex(R"(operator metrics: http://127\.0\.0\.1:([0-9]+))")))
+      << summary;
+  const uint16_t gateway_op = static_cast<uint16_t>(std::stoi(m[1].str()));
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex(R"(\n  slurm-mon +http://127\.0\.0\.1:([0-9]+))")))
+      << summary;
+  const uint16_t monitor = static_cast<uint16_t>(std::stoi(m[1].str()));
+  const std::string secret = OperatorSecretOf(state_);
+  ASSERT_EQ(secret.size(), 64u);
+
+  for (const auto& [port, target] : std::vector<std::pair<uint16_t, std::string>>{
+           {gateway_op, "/metrics"}, {gateway_op, "/load"}, {monitor, "/metrics"}}) {
+    for (const std::string bearer :
+         {std::string(), std::string("Bearer wrong"), "Bearer " + std::string(64, 'f')}) {
+      SCOPED_TRACE(fmt::format("{}{} with '{}'", port, target, bearer));
+      const HttpResponse r = GetAsUser(student, port, target, bearer);
+      EXPECT_EQ(r.status, 401) << r.body;
+      EXPECT_THAT(r.body, HasSubstr("operator secret"));
+      EXPECT_THAT(r.body, ::testing::Not(HasSubstr("bmas_")));
+    }
+    HttpClient op(port);
+    op.SetDefaultHeader("Authorization", "Bearer " + secret);
+    auto r = op.Get(target);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << port << target;
+  }
+
+  for (const std::string file : {"/run/up.txt", "/run/up.json", "/run/operator.secret",
+                                 "/run/prometheus.yml", "/logs/gateway.log",
+                                 "/logs/dashboard.log", "/logs/slurm-monitor.log",
+                                 "/slurm/log/slurmctld.log"}) {
+    SCOPED_TRACE(file);
+    ASSERT_TRUE(fs::exists(state_ + file));
+    EXPECT_FALSE(UserCanRead(student, state_ + file));
+    // slurmctld makes its own log with its own mode; the directory closes it.
+    if (file.starts_with("/slurm/")) continue;
+    EXPECT_EQ(fs::status(state_ + file).permissions() & fs::perms::others_all, fs::perms::none);
+  }
+  for (const auto& entry : fs::directory_iterator(state_ + "/logs")) {
+    EXPECT_EQ(entry.status().permissions() & fs::perms::others_all, fs::perms::none)
+        << entry.path();
+  }
+
+  // The dashboard reads the gateway's /load with the secret.
+  ASSERT_EQ(Bmas({"user", "add", "root", "--admin"}).exit_code, 0);
+  HttpClient http(PortOfUrl(url_));
+  http.SetDefaultHeader("Authorization", "Bearer " + Key("root"));
+  std::string inference;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto r = http.Get("/api/inference");
+        inference = r ? r->body : "";
+        return r && r->status == 200 &&
+               At(At(ParseJson(inference), "gateway"), "reachable").IsTrue();
+      },
+      std::chrono::seconds(30)))
+      << inference;
+
+  // Prometheus's scrape config: every operator listener, with the secret's file.
+  std::ifstream in(state_ + "/run/prometheus.yml");
+  const std::string prometheus((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+  EXPECT_THAT(prometheus, HasSubstr("credentials_file: " + state_ + "/run/operator.secret"));
+  EXPECT_THAT(prometheus, HasSubstr(fmt::format("'127.0.0.1:{}'", gateway_op)));
+  EXPECT_THAT(prometheus, HasSubstr(fmt::format("'127.0.0.1:{}'", monitor)));
+  EXPECT_THAT(prometheus, ::testing::Not(HasSubstr(secret)));
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include <sstream>
 #include <thread>
 
+#include "test_helpers.h"
+
 extern char** environ;
 
 namespace bmas::testing {
@@ -295,8 +297,20 @@ Result<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(const std::vector<
     const size_t eol = out.find('\n', url_at);
     metrics_port = PortOfUrl(std::string_view(out).substr(url_at, eol - url_at));
   }
-  return std::unique_ptr<GatewayProcess>(new GatewayProcess(
-      std::move(started->process), started->port, std::move(started->url), metrics_port));
+  std::string bearer;
+  for (const auto& [name, value] : env) {
+    if (name == "BMAS_STATE_DIR") bearer = OperatorBearerOf(value);
+  }
+  return std::unique_ptr<GatewayProcess>(new GatewayProcess(std::move(started->process),
+                                                            started->port, std::move(started->url),
+                                                            metrics_port, std::move(bearer)));
+}
+
+std::string GatewayProcess::OperatorGet(const std::string& target) const {
+  HttpClient c(metrics_port_);
+  c.SetDefaultHeader("Authorization", operator_bearer_);
+  auto r = c.Get(target);
+  return r && r->status == 200 ? r->body : "";
 }
 
 Result<CliRun> RunBmas(const std::vector<std::string>& args, const EnvList& env,

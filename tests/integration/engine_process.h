@@ -134,19 +134,25 @@ class GatewayProcess {
   uint16_t port() const { return port_; }
   // Its operator listener (/metrics), from its "metrics on" line; 0 when it has none.
   uint16_t metrics_port() const { return metrics_port_; }
+  // "Bearer <operator secret>" of its state dir ($BMAS_STATE_DIR in `env`): what the operator
+  // listener asks for.
+  const std::string& operator_bearer() const { return operator_bearer_; }
+  // GET `target` from the operator listener with the secret: the body of a 200, else "".
+  std::string OperatorGet(const std::string& target) const;
   const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
   Process& process() { return *process_; }
 
  private:
   GatewayProcess(std::unique_ptr<Process> process, uint16_t port, std::string url,
-                 uint16_t metrics_port)
+                 uint16_t metrics_port, std::string operator_bearer)
       : process_(std::move(process)), port_(port), url_(std::move(url)),
-        metrics_port_(metrics_port) {}
+        metrics_port_(metrics_port), operator_bearer_(std::move(operator_bearer)) {}
 
   std::unique_ptr<Process> process_;
   uint16_t port_;
   std::string url_;
   uint16_t metrics_port_;
+  std::string operator_bearer_;
 };
 
 // What a finished `bmas ...` command did.

@@ -320,14 +320,14 @@ class GatewayTest : public ::testing::Test {
   }
   // The gateway's bmas_gateway_backend_<name>{backend="url"}, or nullopt when not listed.
   std::optional<double> BackendGauge(std::string_view name, const std::string& url) {
-    return MetricValue(MetricsOf(gateway_->metrics_port()),
+    return MetricValue(gateway_->OperatorGet("/metrics"),
                        fmt::format("bmas_gateway_backend_{}{{backend={}}}", name, Quote(url)));
   }
   std::optional<double> BackendHealthy(const std::string& url) {
     return BackendGauge("healthy", url);
   }
   std::optional<double> GatewayMetric(std::string_view series) {
-    return MetricValue(MetricsOf(gateway_->metrics_port()), series);
+    return MetricValue(gateway_->OperatorGet("/metrics"), series);
   }
 
   std::set<std::string> ListedModels() {
@@ -1050,7 +1050,7 @@ TEST_F(ResumeTest, AStreamWhoseBackendIsKilledIsResumedOnAnotherAsOneStream) {
   const auto [prompt, completion] = Usage(got);
   EXPECT_EQ(completion, got.tokens) << "usage counts the tokens the client received";
   EXPECT_NEAR(prompt, whole_prompt, 2) << "and the prompt the client sent";
-  EXPECT_EQ(MetricValue(MetricsOf(gateway_->metrics_port()), "bmas_gateway_resumed_streams_total"), 1);
+  EXPECT_EQ(MetricValue(gateway_->OperatorGet("/metrics"), "bmas_gateway_resumed_streams_total"), 1);
   // The other backend serves what comes next.
   EXPECT_EQ(Post("/v1/completions", CompletionBody("after the crash", 3)).status, 200);
 }

@@ -79,6 +79,24 @@ TEST_F(GpuTelemetryTest, AJobsGpuMetricsCarryItsJobAndUser) {
   EXPECT_EQ(Str(At(gpu0, "user")), "bmastest1");
   EXPECT_EQ(Int(At(gpu0, "mem_total_mb")), 81559);
   EXPECT_EQ(Int(At(At(At(At(gpus, "sample"), "gpus"), 1), "job_id")), 0);
+  // Issue 23.4: which user and job holds each GPU is operator data. Another student asks the
+  // agent without the operator secret, or with a wrong one: 401 and nothing of the data.
+  const uint16_t port = AgentMetricsPort();
+  ASSERT_NE(port, 0);
+  for (const std::string target : {"/gpus", "/metrics", "/gpus?x=1"}) {
+    for (const std::string bearer :
+         {std::string(), std::string("Bearer wrong"), "Bearer " + std::string(64, 'a'),
+          std::string("Bearer ")}) {
+      SCOPED_TRACE(target + " with '" + bearer.substr(0, 12) + "'");
+      const HttpResponse r = GetAsUser("bmastest2", port, target, bearer);
+      EXPECT_EQ(r.status, 401) << r.body;
+      EXPECT_THAT(r.body, HasSubstr("operator secret"));
+      EXPECT_THAT(r.body, ::testing::Not(HasSubstr("bmastest1")));
+      EXPECT_THAT(r.body, ::testing::Not(HasSubstr(job)));
+    }
+  }
+  EXPECT_EQ(GetAsUser("bmastest2", port, "/health").status, 200);  // open, and says nothing
+  EXPECT_FALSE(UserCanRead("bmastest2", state_ + "/run/operator.secret"));
   ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
 
   // The driver goes away: the agent says so, and serves on.

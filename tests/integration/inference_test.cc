@@ -325,6 +325,7 @@ TEST_F(InferenceTest, ReplicasFollowLoadYieldToTrainingWithoutLosingAStreamAndCo
   }();
   ASSERT_FALSE(metrics_url.empty());
   HttpClient metrics(static_cast<uint16_t>(std::stoi(metrics_url)));
+  metrics.SetDefaultHeader("Authorization", OperatorBearerOf(state_));
   auto text = metrics.Get("/metrics");
   ASSERT_TRUE(text);
   EXPECT_GE(MetricValue(text->body, "bmas_gateway_resumed_streams_total").value_or(0), 1)

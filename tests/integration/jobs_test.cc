@@ -359,6 +359,7 @@ TEST_F(JobsTest, UpsMonitorShowsGpusHeldPerUserAndRecordsFinishedJobsForUsage) {
   const std::string line = summary.substr(at + 1, summary.find('\n', at + 1) - at - 1);
   ASSERT_THAT(line, HasSubstr("/metrics"));
   HttpClient metrics(PortOfUrl(line.substr(line.find("http://"))));
+  metrics.SetDefaultHeader("Authorization", OperatorBearerOf(state_));
   auto value = [&](std::string_view series) {
     auto r = metrics.Get("/metrics");
     return r ? MetricValue(r->body, series) : std::nullopt;

@@ -177,15 +177,23 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
     return r ? *r : CommandOutput{};
   }
 
-  // The agent's /metrics, "" when it cannot be read.
-  // GET `target` from the agent's metrics listener ("" when it does not answer).
-  std::string AgentMetrics(const std::string& target = "/metrics") {
+  // The port of the agent's metrics listener, 0 when it has not said.
+  uint16_t AgentMetricsPort() {
     std::smatch m;
     const std::string out = agent_->stdout_text();
     if (!std::regex_search(out, m, std::regex("metrics listening on http://[^:]+:([0-9]+)"))) {
-      return "";
+      return 0;
     }
-    HttpClient client(static_cast<uint16_t>(std::stoi(m[1].str())));
+    return static_cast<uint16_t>(std::stoi(m[1].str()));
+  }
+
+  // GET `target` from the agent's metrics listener, as an operator (with the operator secret);
+  // "" when it does not answer.
+  std::string AgentMetrics(const std::string& target = "/metrics") {
+    const uint16_t port = AgentMetricsPort();
+    if (port == 0) return "";
+    HttpClient client(port);
+    client.SetDefaultHeader("Authorization", OperatorBearerOf(state_));
     auto r = client.Get(target);
     return r ? r->body : "";
   }

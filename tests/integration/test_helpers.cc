@@ -131,6 +131,35 @@ std::string EnsureUnixUser(const std::string& name) {
   return name;
 }
 
+std::string OperatorSecretOf(const std::string& state_dir) {
+  std::ifstream in(state_dir + "/run/operator.secret");
+  std::string secret;
+  std::getline(in, secret);
+  return secret;
+}
+
+HttpResponse GetAsUser(const std::string& user, uint16_t port, const std::string& target,
+                       const std::string& authorization) {
+  std::vector<std::string> argv = {"setpriv", "--reuid=" + user, "--regid=" + user,
+                                   "--init-groups", "curl", "-sS", "-m", "10",
+                                   "-w", "\n%{http_code}"};
+  if (!authorization.empty()) argv.insert(argv.end(), {"-H", "Authorization: " + authorization});
+  argv.push_back(fmt::format("http://127.0.0.1:{}{}", port, target));
+  auto r = RunCommand(argv);
+  HttpResponse response;
+  if (!r || r->exit_code != 0) return response;
+  const size_t eol = r->out.rfind('\n');
+  response.body = r->out.substr(0, eol);
+  response.status = std::atoi(r->out.c_str() + eol + 1);
+  return response;
+}
+
+bool UserCanRead(const std::string& user, const std::string& path) {
+  auto r = RunCommand({"setpriv", "--reuid=" + user, "--regid=" + user, "--init-groups", "cat",
+                       path});
+  return r && r->exit_code == 0;
+}
+
 std::string SharedBinaryIn(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string copy = dir + "/bmas";

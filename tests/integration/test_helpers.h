@@ -69,6 +69,23 @@ std::vector<pid_t> HostProcesses(const std::string& needle);
 // A Unix account `name` for tests that act as a student; made once per machine. Returns name.
 std::string EnsureUnixUser(const std::string& name);
 
+// ---- Operator data ------------------------------------------------------------------------
+
+// The operator secret of `state_dir` (run/operator.secret, daemon/secret.h); "" when absent.
+std::string OperatorSecretOf(const std::string& state_dir);
+// "Bearer <secret>" for an operator listener: what HttpClient::SetDefaultHeader takes.
+inline std::string OperatorBearerOf(const std::string& state_dir) {
+  return "Bearer " + OperatorSecretOf(state_dir);
+}
+
+// GET http://127.0.0.1:`port``target` as Unix account `user` (curl under setpriv), with
+// `authorization` as the Authorization header when not empty. status 0 when curl failed.
+HttpResponse GetAsUser(const std::string& user, uint16_t port, const std::string& target,
+                       const std::string& authorization = "");
+
+// Whether Unix account `user` can read `path` (cat under setpriv).
+bool UserCanRead(const std::string& user, const std::string& path);
+
 // A copy of $BMAS_BINARY in `dir` that every user can run (the build tree may sit in a
 // private directory, such as a fresh clone under mktemp's 0700 one); made once.
 std::string SharedBinaryIn(const std::string& dir);

@@ -45,7 +45,10 @@ const jobLabel = (j) => (j.id ? String(j.id) : "another user's");
 async function api(p) {
   const r = await fetch(p, { credentials: "same-origin", headers: { Accept: "application/json" } });
   if (r.status === 401) {
-    location.assign(`/login?next=${encodeURIComponent(location.pathname)}`);
+    // A session whose key was revoked: the sign-in page says so.
+    const body = await r.json().catch(() => ({}));
+    const ended = body.error && body.error.param === "revoked" ? "&ended=revoked" : "";
+    location.assign(`/login?next=${encodeURIComponent(location.pathname)}${ended}`);
     throw new Error("signed out");
   }
   const body = await r.json().catch(() => ({}));

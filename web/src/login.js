@@ -1,5 +1,12 @@
 // Sends the key to /login, which answers with the session cookie (HttpOnly: this script never
 // sees it) or says why not.
+// Why the last session ended, when the server said (a page or /api/ call with a revoked key).
+if (new URLSearchParams(location.search).get("ended") === "revoked") {
+  document.getElementById("error").textContent =
+    "Your session ended: the API key you signed in with was revoked (bmas key revoke). " +
+    "Sign in with a valid key.";
+}
+
 document.getElementById("signin").addEventListener("submit", async (event) => {
   event.preventDefault();
   const error = document.getElementById("error");
