@@ -136,6 +136,11 @@ Result<void> FenceJobGpus(const std::string& init_proc_cgroup, int64_t job,
                  "no cgroup v2 hierarchy (mount cgroup2 at /sys/fs/cgroup or "
                  "/sys/fs/cgroup/unified): a job's GPUs cannot be fenced"};
   }
+  if (workspace == "/sys/fs/cgroup" || workspace == "/sys/fs/cgroup/unified") {
+    return Error{ErrorCode::kUnavailable,
+                 "the workspace's init is in the host's root cgroup: fencing it would fence the "
+                 "whole host"};
+  }
   if (auto r = RefuseDevicesIn(workspace, node_gpus); !r) return r.error();
   const std::string job_dir = fmt::format("{}/bmas-job-{}", UnifiedCgroupDir(init_proc_cgroup), job);
   if (mkdir(job_dir.c_str(), 0755) != 0 && errno != EEXIST) {
