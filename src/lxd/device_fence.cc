@@ -14,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/lxd_internal.h"
 #include "lxd/workspace.h"
@@ -182,6 +183,17 @@ Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, 
   }
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
+  // The job's GPUs plugged in already for its other nodes (a local cluster's nodes share one
+  // workspace) stay open to it.
+  for (const auto& [name, spec] : current->devices) {
+    auto d = ParseJobDeviceName(name);
+    auto source = spec.find("source");
+    struct stat st {};
+    if (d && d->job == job && source != spec.end() && stat(source->second.c_str(), &st) == 0 &&
+        S_ISCHR(st.st_mode)) {
+      mine.push_back(st.st_rdev);
+    }
+  }
   if (current->status != "Running") {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }
