@@ -14,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/lxd_internal.h"
 #include "lxd/workspace.h"
@@ -136,6 +137,11 @@ Result<void> FenceJobGpus(const std::string& init_proc_cgroup, int64_t job,
                  "no cgroup v2 hierarchy (mount cgroup2 at /sys/fs/cgroup or "
                  "/sys/fs/cgroup/unified): a job's GPUs cannot be fenced"};
   }
+  if (workspace == "/sys/fs/cgroup" || workspace == "/sys/fs/cgroup/unified") {
+    return Error{ErrorCode::kUnavailable,
+                 "the workspace's init is in the host's root cgroup: fencing it would fence the "
+                 "whole host"};
+  }
   if (auto r = RefuseDevicesIn(workspace, node_gpus); !r) return r.error();
   const std::string job_dir = fmt::format("{}/bmas-job-{}", UnifiedCgroupDir(init_proc_cgroup), job);
   if (mkdir(job_dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -177,6 +183,17 @@ Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, 
   }
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
+  // The job's GPUs plugged in already for its other nodes (a local cluster's nodes share one
+  // workspace) stay open to it.
+  for (const auto& [name, spec] : current->devices) {
+    auto d = ParseJobDeviceName(name);
+    auto source = spec.find("source");
+    struct stat st {};
+    if (d && d->job == job && source != spec.end() && stat(source->second.c_str(), &st) == 0 &&
+        S_ISCHR(st.st_mode)) {
+      mine.push_back(st.st_rdev);
+    }
+  }
   if (current->status != "Running") {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }

@@ -311,6 +311,158 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
       << HooksLog();
 }
 
+// A user's stand-in for a CUDA program, static so that it runs in the workspace:
+//   gpu probe DEV          prints how open(DEV, O_RDWR) ends: ENXIO when it reached the fake
+//                          GPU's (absent) driver, EPERM when the device cgroup refused it
+//   gpu nested-hold DEV    as under `unshare -Urpf`: a child in new user and pid namespaces
+//                          holds DEV (O_PATH: the fake GPU has no driver to open) until killed
+//   gpu receive SOCK MARK  the same, holding a device fd it accepts on SOCK (SCM_RIGHTS); MARK
+//                          is written once it has it
+//   gpu send DEV SOCK      opens DEV (O_PATH) and passes it to SOCK
+constexpr const char* kGpuTool = R"(#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+static struct sockaddr_un At(const char* path) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+  return a;
+}
+static void Nest(void) {  // the caller goes on as pid 1 of a pid namespace of its own
+  if (unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0 || fork() != 0) for (;;) pause();
+}
+int main(int argc, char** argv) {
+  if (argc == 3 && !strcmp(argv[1], "probe")) {
+    int fd = open(argv[2], O_RDWR);
+    puts(fd >= 0 ? "OPEN" : errno == ENXIO ? "ENXIO" : errno == EPERM ? "EPERM" : strerror(errno));
+    return 0;
+  }
+  if (argc == 3 && !strcmp(argv[1], "nested-hold")) {
+    Nest();
+    if (open(argv[2], O_PATH) < 0) return 1;
+    for (;;) pause();
+  }
+  if (argc == 4 && !strcmp(argv[1], "receive")) {
+    Nest();
+    struct sockaddr_un a = At(argv[2]);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    unlink(argv[2]);
+    if (bind(s, (struct sockaddr*)&a, sizeof a) != 0 || listen(s, 1) != 0) return 1;
+    int c = accept(s, 0, 0);
+    char byte, space[CMSG_SPACE(sizeof(int))];
+    struct iovec io = {&byte, 1};
+    struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = space,
+                       .msg_controllen = sizeof space};
+    if (recvmsg(c, &m, 0) != 1 || CMSG_FIRSTHDR(&m) == 0) return 1;
+    close(c);
+    close(s);
+    FILE* mark = fopen(argv[3], "w");
+    fputs("received\n", mark);
+    fclose(mark);
+    for (;;) pause();
+  }
+  if (argc == 4 && !strcmp(argv[1], "send")) {
+    int fd = open(argv[2], O_PATH), s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = At(argv[3]);
+    if (fd < 0 || connect(s, (struct sockaddr*)&a, sizeof a) != 0) return 1;
+    char byte = 'x', space[CMSG_SPACE(sizeof(int))];
+    struct iovec io = {&byte, 1};
+    struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = space,
+                       .msg_controllen = sizeof space};
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    return sendmsg(s, &m, 0) == 1 ? 0 : 1;
+  }
+  return 2;
+})";
+
+// A session of bmastest1's runs `args` in the workspace, in the background (its own session).
+void StartSession(const std::string& home, const std::string& bmas, const std::string& config,
+                  const std::string& state, const std::string& args) {
+  auto started = RunCommand(
+      {"sh", "-c",
+       fmt::format("cd {0} && setsid setpriv --reuid=bmastest1 --regid=bmastest1 --init-groups "
+                   "{1} --config {2} --state-dir {3} workspace exec bmastest1 -- {4} "
+                   "</dev/null >/dev/null 2>&1 &",
+                   home, bmas, config, state, args)});
+  ASSERT_TRUE(started && started->exit_code == 0);
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// While a job runs, its GPU opens from the job's own processes and from nothing else in the
+// workspace: the device cgroup of the workspace refuses it, the job's cgroup allows it.
+TEST_F(AgentSecurityTest, OnlyTheJobsOwnCgroupCanOpenItsGpu) {
+  const std::string home = Home("bmastest1"), gpu = home + "/gpu";
+  Compile(kGpuTool, gpu, "-static", "bmastest1");
+  for (const char* left : {"/probe-job", "/gpu.sock", "/received"}) fs::remove(home + left);
+  CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1", "--", "sh", "-c",
+                                           gpu + " probe /dev/nvidia0 >probe-job; exec sleep 3006"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([&] { return !ReadFileText(home + "/probe-job").empty(); },
+                         std::chrono::seconds(30)))
+      << HooksLog();
+  EXPECT_EQ(ReadFileText(home + "/probe-job"), "ENXIO\n") << "the job reaches the GPU's driver";
+  CommandOutput session =
+      InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", gpu, "probe", "/dev/nvidia0"});
+  EXPECT_EQ(session.exit_code, 0) << session.err;
+  EXPECT_EQ(session.out, "EPERM\n") << "a session of the same user, outside the job's cgroup";
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([] { return NoTestSleeps(); }, std::chrono::seconds(30)));
+}
+
+// A session holds the job's GPU from nested user and pid namespaces (`unshare -Urpf`), one
+// with an fd of its own, one with the job's fd passed over a unix socket: at the job's end both
+// are killed before the unplug, and the GPU's next job can use it.
+TEST_F(AgentSecurityTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBackAtTheJobsEnd) {
+  const std::string home = Home("bmastest1"), gpu = home + "/gpu";
+  Compile(kGpuTool, gpu, "-static", "bmastest1");
+  for (const char* left : {"/probe-job", "/gpu.sock", "/received"}) fs::remove(home + left);
+  StartSession(home, SharedBinary(), config_, state_,
+               fmt::format("{} receive {}/gpu.sock {}/received", gpu, home, home));
+  ASSERT_TRUE(Eventually([&] { return fs::exists(home + "/gpu.sock"); }, std::chrono::seconds(30)));
+  CommandOutput run = InHome(
+      "bmastest1", {"run", "--gpus", "1", "--", "sh", "-c",
+                    fmt::format("{0} send /dev/nvidia0 {1}/gpu.sock; exec sleep 3006", gpu, home)});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([&] { return fs::exists(home + "/received"); }, std::chrono::seconds(30)))
+      << HooksLog();
+  StartSession(home, SharedBinary(), config_, state_, gpu + " nested-hold /dev/nvidia0");
+  const std::string nested = gpu + " nested-hold /dev/nvidia0", receiver = gpu + " receive";
+  // Two of each: the one that made the namespaces, and pid 1 inside them.
+  ASSERT_TRUE(Eventually([&] { return HostProcesses(nested).size() == 2; },
+                         std::chrono::seconds(30)));
+  ASSERT_EQ(HostProcesses(receiver).size(), 2u);
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return HooksLog().find("released 1 device(s)") != std::string::npos; },
+      std::chrono::seconds(60)))
+      << HooksLog();
+  // The holders inside the namespaces are gone: each a zombie now, with no command line, beside
+  // its parent, which holds nothing and pauses on.
+  EXPECT_EQ(HostProcesses(nested).size(), 1u);
+  EXPECT_EQ(HostProcesses(receiver).size(), 1u);
+  CommandOutput next = InHome("bmastest1", {"run", "--gpus", "1", "--wait", "--", "sh", "-c",
+                                            "for d in /dev/nvidia*; do " + gpu + " probe $d; done"});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_EQ(next.out, "ENXIO\n") << "the next job has its GPU";
+}
+
 // The store is root's (finding 8). A user sees their own usage through the agent, which takes
 // who they are from the socket's credentials, and nobody else's.
 TEST_F(AgentSecurityTest, AUserSeesTheirOwnUsageThroughTheAgentAndNoOneElses) {
