@@ -60,7 +60,7 @@ bool CarriesAToken(const std::string& data) {
 
 class GatewaySecurityTest : public ::testing::Test {
  protected:
-  // One engine with `engine_args` that requires kBackendKey, and a gateway with
+  // One engine with `engine_args` whose key derives from kBackendKey, and a gateway with
   // `gateway_args` that sends it; user "alice" with a key (key_).
   void Start(const std::vector<std::string>& engine_args,
              const std::vector<std::string>& gateway_args = {}) {
@@ -413,7 +413,7 @@ TEST_F(GatewaySecurityTest, StopStringsAreBounded) {
   HttpResponse r = PostAs(key_, "/v1/completions", CompletionBody("hi", 2, R"("stop":)" + many));
   ExpectError(r, 400, "stop");
   EXPECT_THAT(r.body, HasSubstr("at most 4"));
-  r = PostAs(kBackendKey, "/v1/completions",
+  r = PostAs(DeriveBackendKey(kBackendKey, engine_->port()), "/v1/completions",
              CompletionBody("hi", 2, R"("stop":["a","b","c","d","e"])"), engine_->port());
   ExpectError(r, 400, "stop");
   EXPECT_EQ(PostAs(key_, "/v1/completions", CompletionBody("hi", 2, R"("stop":["a","b","c","d"])"))
