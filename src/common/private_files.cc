@@ -126,9 +126,12 @@ Result<void> HandOverInDir(int dir_fd, const std::string& dir, const std::string
     return InvalidArgument(fmt::format("\"{}\" is not a file name", name), "name");
   }
   const std::string path = dir + "/" + name;
-  // O_NONBLOCK: a FIFO planted there does not hang the open (it is refused below).
-  const int fd =
-      openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  // O_PATH: nothing is opened for reading, so a FIFO or device planted there is never opened,
+  // and closing the descriptor keeps this process's POSIX locks on the file (closing any other
+  // descriptor of a file drops them all: SQLite's locks on the store's -shm, say, which another
+  // process then takes for a dead store's and resets under this one's mapping). With
+  // O_NOFOLLOW, a symlink is opened as itself and refused below.
+  const int fd = openat(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) return {};
@@ -144,6 +147,9 @@ Result<void> HandOverInDir(int dir_fd, const std::string& dir, const std::string
   std::string wrong;
   if (fstat(fd, &st) != 0) {
     wrong = std::strerror(errno);
+  } else if (S_ISLNK(st.st_mode)) {
+    wrong = "it is a symlink, which only someone with write access to that directory could have "
+            "put there: remove it, and find out who made it";
   } else if (!S_ISREG(st.st_mode)) {
     wrong = "it is not a regular file";
   } else if (st.st_nlink != 1) {
@@ -162,10 +168,13 @@ Result<void> HandOverInDir(int dir_fd, const std::string& dir, const std::string
   }
   bool ok = true;
   if (what.uid || what.gid) {
-    ok = fchown(fd, what.uid.value_or(static_cast<uid_t>(-1)),
-                what.gid.value_or(static_cast<gid_t>(-1))) == 0;
+    ok = fchownat(fd, "", what.uid.value_or(static_cast<uid_t>(-1)),
+                  what.gid.value_or(static_cast<gid_t>(-1)), AT_EMPTY_PATH) == 0;
   }
-  if (ok && what.mode) ok = fchmod(fd, *what.mode) == 0;
+  // fchmod does not take an O_PATH descriptor; its /proc link names exactly this file.
+  if (ok && what.mode) {
+    ok = chmod(fmt::format("/proc/self/fd/{}", fd).c_str(), *what.mode) == 0;
+  }
   const int e = errno;
   close(fd);
   if (!ok) {
