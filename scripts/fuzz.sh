@@ -34,7 +34,8 @@ done
 build=${FUZZ_BUILD:-build-fuzz}
 if [[ ! -f $build/build.ninja ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DBMAS_FUZZ=ON \
-    -DBMAS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    -DBMAS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG'
 fi
 nice -n 19 ninja -C "$build" fuzzers
 
