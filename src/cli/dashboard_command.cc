@@ -3,12 +3,12 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "cli/slurm_commands.h"
+#include "common/listen_socket.h"
 #include "daemon/secret.h"
 #include "daemon/dashboard_main.h"
 #include "slurm/rest_client.h"
@@ -37,23 +37,13 @@ int DashboardCommand::Run(GlobalOptions& global) {
   DashboardOptions o;
   // "host:port" where port 0 picks a free one.
   const std::string listen = listen_.empty() ? config.dashboard.listen : listen_;
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    const char* first = listen.data() + colon + 1;
-    const char* last = listen.data() + listen.size();
-    auto [end, ec] = std::from_chars(first, last, port);
-    if (ec != std::errc() || end != last || port > 65535) port = -1;
-  }
-  if (colon == std::string::npos || colon == 0 || port < 0) {
-    fmt::print(stderr, "bmas dashboard: listen address \"{}\" is not host:port (e.g. "
-                       "127.0.0.1:8080; port 0 picks a free one)\n", listen);
+  auto address = SplitHostPort(listen);
+  if (!address) {
+    fmt::print(stderr, "bmas dashboard: listen address {}\n", address.error().message);
     return 2;
   }
-  o.host = listen.substr(0, colon);
-  if (o.host.size() > 2 && o.host.front() == '[' && o.host.back() == ']') {
-    o.host = o.host.substr(1, o.host.size() - 2);
-  }
+  o.host = address->first;
+  const int port = address->second;
   o.port = static_cast<uint16_t>(port_ >= 0 ? port_ : port);
   const double refresh = refresh_s_ > 0 ? refresh_s_ : config.dashboard.refresh_s;
   o.interval = std::chrono::milliseconds(static_cast<int64_t>(refresh * 1000));

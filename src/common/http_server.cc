@@ -1,10 +1,15 @@
 #include "common/http_server.h"
 
+#include <unistd.h>
+
 #include <charconv>
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "common/listen_socket.h"
 
 namespace bmas {
 
@@ -220,45 +225,29 @@ HttpServer::HttpServer(std::vector<net::io_context*> workers, HttpServerOptions 
       acceptor_(io_),
       connections_(workers_.size()) {}
 
-Result<uint16_t> HttpServer::Bind() {
-  beast::error_code ec;
-  auto address = net::ip::make_address(options_.host, ec);
-  if (ec) {
-    return InvalidArgument("'" + options_.host + "' is not an IP address: give a numeric host",
-                           "host");
-  }
-  tcp::endpoint endpoint(address, options_.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (ec) return CannotListen(ec);
-  port_ = acceptor_.local_endpoint().port();
-  return port_;
-}
-
 Result<uint16_t> HttpServer::Listen() {
-  auto bound = Bind();
-  if (!bound) return bound;
-  beast::error_code ec;
-  acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return CannotListen(ec);
-  return port_;
-}
-
-Error HttpServer::CannotListen(const beast::error_code& ec) const {
-  const std::string where = options_.host + ":" + std::to_string(options_.port);
-  if (ec == net::error::address_in_use) {
-    return Error{ErrorCode::kUnavailable,
-                 "cannot listen on " + where + ": another process holds port " +
-                     std::to_string(options_.port) + " (see who with `ss -ltnp 'sport = :" +
-                     std::to_string(options_.port) +
-                     "'`; stop it, or pick another port, or 0 for any free one)",
-                 "port"};
+  // A socket its parent holds for this address (bmas up), or a new one.
+  Result<int> fd = options_.port != 0 ? TakeInheritedListener(options_.host, options_.port)
+                                      : Result<int>(-1);
+  if (!fd) return fd.error();
+  if (*fd < 0) {
+    fd = ListenTcp(options_.host, options_.port);
+    if (!fd) return fd.error();
   }
-  return Error{ErrorCode::kUnavailable,
-               "cannot listen on " + where + ": " + ec.message() +
-                   " (pick another port, or 0 for any free one)",
-               "port"};
+  auto port = BoundPort(*fd);
+  if (!port) {
+    close(*fd);
+    return port.error();
+  }
+  beast::error_code ec;
+  const bool v6 = options_.host.find(':') != std::string::npos;
+  acceptor_.assign(v6 ? tcp::v6() : tcp::v4(), *fd, ec);
+  if (ec) {
+    close(*fd);
+    return Internal(fmt::format("listening on {}:{}: {}", options_.host, *port, ec.message()));
+  }
+  port_ = *port;
+  return port_;
 }
 
 void HttpServer::Start() { net::co_spawn(io_, AcceptLoop(), LogFailure("http accept loop")); }

@@ -108,8 +108,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens at once (a port bound but not listened on can be bound again by any
-  // account, with SO_REUSEADDR, and listened on first); returns the port. Errors name the port
+  // Listens on host:port (common/listen_socket.h): on the socket a parent passed down for that
+  // address, or on one it binds and listens on at once; returns the port. Errors name the port
   // and the fix.
   Result<uint16_t> Listen();
   // Starts accepting. REQUIRES: Listen() succeeded.
@@ -126,8 +126,6 @@ class HttpServer {
     TcpStream* stream;
     bool idle;
   };
-  Result<uint16_t> Bind();
-  Error CannotListen(const beast::error_code& ec) const;
   awaitable<void> AcceptLoop();
   awaitable<void> Session(TcpStream::socket_type socket, size_t worker);
   awaitable<void> LingeringClose(TcpStream& stream);

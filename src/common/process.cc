@@ -42,17 +42,34 @@ std::vector<char*> Pointers(const std::vector<std::string>& strings) {
   return out;
 }
 
-// posix_spawnp with `out_fd` and `err_fd` as stdout and stderr and stdin from /dev/null.
+// posix_spawnp with `out_fd` and `err_fd` as stdout and stderr, stdin from /dev/null and
+// `pass_fds` at 3, 4, ...
 Result<pid_t> SpawnWith(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                        int out_fd, int err_fd, bool detach, bool own_process_group = false) {
+                        int out_fd, int err_fd, bool detach, bool own_process_group = false,
+                        const std::vector<int>& pass_fds = {}) {
   if (args.empty()) return InvalidArgument("no command to run");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-  // Nothing of this process's beyond stdin, stdout and stderr (close_range in the child).
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  // Copies above the targets first, so that placing one never overwrites another's source.
+  const int first_free = 3 + static_cast<int>(pass_fds.size());
+  std::vector<int> copies;
+  for (size_t i = 0; i < pass_fds.size(); ++i) {
+    const int copy = fcntl(pass_fds[i], F_DUPFD_CLOEXEC, first_free);
+    if (copy < 0) {
+      const int err = errno;
+      for (int c : copies) close(c);
+      posix_spawn_file_actions_destroy(&actions);
+      return Internal(fmt::format("descriptor {} to pass to {}: {}", pass_fds[i], args[0],
+                                  std::strerror(err)));
+    }
+    copies.push_back(copy);
+    posix_spawn_file_actions_adddup2(&actions, copy, 3 + static_cast<int>(i));
+  }
+  // Nothing else of this process's (close_range in the child).
+  posix_spawn_file_actions_addclosefrom_np(&actions, first_free);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
@@ -73,6 +90,7 @@ Result<pid_t> SpawnWith(const std::vector<std::string>& args, const std::vector<
   std::vector<char*> envp = Pointers(merged);
   pid_t pid = -1;
   int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  for (int c : copies) close(c);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Internal(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
@@ -93,7 +111,7 @@ Result<pid_t> Spawn(const SpawnOptions& o) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (fd < 0) return Internal(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
   Result<pid_t> pid = SpawnWith(o.args, o.env, o.stdout_fd >= 0 ? o.stdout_fd : fd, fd, o.detach,
-                                o.own_process_group);
+                                o.own_process_group, o.pass_fds);
   close(fd);
   return pid;
 }

@@ -20,6 +20,7 @@ struct SpawnOptions {
   bool detach = false;            // a new session: no terminal, survives this process
   bool own_process_group = false; // a process group of its own: the terminal's ^C misses it
   int stdout_fd = -1;             // when set, stdout goes here and `output` gets stderr alone
+  std::vector<int> pass_fds;      // put at descriptors 3, 4, ... in the child; nothing else passes
 };
 
 // Starts the child and returns its pid; it runs with no signal blocked.

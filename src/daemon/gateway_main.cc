@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/listen_socket.h"
 #include "common/private_files.h"
 #include "daemon/secret.h"
 #include "daemon/serve.h"
@@ -114,28 +115,15 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   o.upstream_idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(s.upstream_idle_timeout_s * 1000));
   if (!s.metrics_listen.empty()) {
-    // "host:port"; the host may be a bracketed IPv6 address.
-    const auto colon = s.metrics_listen.rfind(':');
-    int metrics_port = -1;
-    if (colon != std::string::npos) {
-      try {
-        size_t used = 0;
-        metrics_port = std::stoi(s.metrics_listen.substr(colon + 1), &used);
-        if (used != s.metrics_listen.size() - colon - 1) metrics_port = -1;
-      } catch (const std::exception&) {
-        metrics_port = -1;
-      }
-    }
-    std::string host = colon == std::string::npos ? "" : s.metrics_listen.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    }
-    if (host.empty() || metrics_port < 0 || metrics_port > 65535) {
-      fmt::print(stderr, "bmas gateway: metrics_listen '{}' is not host:port\n", s.metrics_listen);
+    auto metrics = SplitHostPort(s.metrics_listen);
+    if (!metrics) {
+      fmt::print(stderr, "bmas gateway: metrics_listen {}\n", metrics.error().message);
       return 2;
     }
+    const std::string& host = metrics->first;
+    const uint16_t metrics_port = metrics->second;
     o.metrics_http.host = host;
-    o.metrics_http.port = static_cast<uint16_t>(metrics_port);
+    o.metrics_http.port = metrics_port;
     o.metrics_http.server_name = "bmas-gateway-metrics";
   } else {
     o.metrics_http.host.clear();

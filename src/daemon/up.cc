@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/listen_socket.h"
 #include "common/private_files.h"
 #include "common/process.h"
 #include "common/restart_backoff.h"
@@ -66,13 +67,17 @@ std::vector<std::string> SelfArgs(const UpOptions& options, const std::string& d
 // says why (it is not fatal).
 std::string StartHelper(const UpOptions& options, const std::string& dir, const std::string& name,
                         const std::string& log, const std::vector<std::string>& args,
-                        const std::string& port_flag, const std::string& what,
+                        const std::string& port_flag, uint16_t port, const std::string& what,
                         std::vector<Child>& children) {
   Child c;
   c.name = name;
   c.log = (fs::path(dir) / "logs" / log).string();
   c.args = SelfArgs(options, dir);
   c.args.insert(c.args.end(), args.begin(), args.end());
+  // Its listener is on loopback (slurm monitor's and agent's defaults), held by up.
+  auto held = HoldListener(c, "127.0.0.1", port);
+  if (!held) return fmt::format("  {:<10} not started: {}\n", name, held.error().message);
+  c.args.insert(c.args.end(), {port_flag, std::to_string(*held)});
   c.port_flag = port_flag;
   if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
     std::string why = started.error().message;
@@ -373,9 +378,11 @@ int RunUp(const UpOptions& options) {
     Child c;
     c.name = fmt::format("engine-{}", i);
     c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
-    int port = config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0;
+    auto port = HoldListener(
+        c, e.host, static_cast<uint16_t>(config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0));
+    if (!port) return fail(fmt::format("{} {}", c.name, port.error().message));
     c.args = service_args();
-    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(port)});
+    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(*port)});
     c.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
     c.port_flag = "--port";
     if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
@@ -391,8 +398,18 @@ int RunUp(const UpOptions& options) {
     Child g;
     g.name = "gateway";
     g.log = (fs::path(dir) / "logs" / "gateway.log").string();
+    auto port = HoldListener(g, config.gateway.host, static_cast<uint16_t>(config.gateway.port));
+    if (!port) return fail(fmt::format("gateway {}", port.error().message));
     g.args = service_args();
-    g.args.push_back("gateway");
+    g.args.insert(g.args.end(), {"gateway", "--port", std::to_string(*port)});
+    if (!config.gateway.metrics_listen.empty()) {
+      auto metrics = SplitHostPort(config.gateway.metrics_listen);
+      if (!metrics) return fail(fmt::format("gateway: metrics_listen {}", metrics.error().message));
+      auto metrics_port = HoldListener(g, metrics->first, metrics->second);
+      if (!metrics_port) return fail(fmt::format("gateway {}", metrics_port.error().message));
+      g.args.insert(g.args.end(),
+                    {"--metrics-listen", JoinHostPort(metrics->first, *metrics_port)});
+    }
     for (size_t i = 0; i < num_engines; ++i) {
       g.args.push_back("--backend");
       g.args.push_back(children[i].url);
@@ -450,7 +467,7 @@ int RunUp(const UpOptions& options) {
   if (slurm::RunningLocalCluster(dir)) {
     monitor_line = StartHelper(
         options, dir, "slurm-mon", "slurm-monitor.log",
-        {"slurm", "monitor", "--port", std::to_string(config.up.slurm_monitor_port)}, "--port",
+        {"slurm", "monitor"}, "--port", static_cast<uint16_t>(config.up.slurm_monitor_port),
         "Slurm jobs and GPUs per user and partition, mode", children);
   }
 
@@ -480,7 +497,7 @@ int RunUp(const UpOptions& options) {
   if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
       slurm::RunningLocalCluster(dir)) {
     agent_line = StartHelper(options, dir, "agent", "agent.log",
-                             {"agent", "--metrics-port", "0"}, "--metrics-port",
+                             {"agent"}, "--metrics-port", 0,
                              "runs jobs in workspaces, unplugs stray GPUs", children);
   }
 
@@ -491,8 +508,11 @@ int RunUp(const UpOptions& options) {
     Child d;
     d.name = "dashboard";
     d.log = (fs::path(dir) / "logs" / "dashboard.log").string();
+    // On [dashboard] listen's host, any free port (as before: the summary gives the URL).
+    auto listen = SplitHostPort(config.dashboard.listen);
+    auto port = listen ? HoldListener(d, listen->first, 0) : Result<uint16_t>(listen.error());
     d.args = service_args();
-    d.args.insert(d.args.end(), {"dashboard", "--port", "0"});
+    d.args.insert(d.args.end(), {"dashboard", "--port", port ? std::to_string(*port) : "0"});
     if (!gateway_metrics_url.empty()) {
       d.args.insert(d.args.end(), {"--gateway", HostPort(gateway_metrics_url)});
     }
@@ -501,7 +521,10 @@ int RunUp(const UpOptions& options) {
     }
     if (!slurm::RunningLocalCluster(dir)) d.args.push_back("--no-slurm");
     d.port_flag = "--port";
-    if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
+    if (!port) {
+      dashboard_line = fmt::format("  {:<10} not started: [dashboard] listen: {}\n", "dashboard",
+                                   port.error().message);
+    } else if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
       dashboard_line = fmt::format(
           "  {:<10} {:<28} web dashboard: sign in with a bmas API key (bmas key create NAME)\n"
           "  {:<10} {:<28} log {}\n",

@@ -26,13 +26,17 @@ namespace {
 // own (a Ctrl-C at the terminal reaches only `bmas up`, which then stops the children in order);
 // returns the pid and the pipe's read end. `env` ("NAME=value", secrets among them: never on
 // the command line) replaces variables of the same name.
+// `listeners` go to descriptors 3, 4, ...
 Result<std::pair<pid_t, int>> SpawnPiped(const std::vector<std::string>& args, const std::string& log,
-                                         const std::vector<std::string>& env) {
+                                         std::vector<std::string> env,
+                                         const std::vector<HeldListener>& listeners) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Internal(fmt::format("pipe: {}", std::strerror(errno)));
+  if (!listeners.empty()) env.push_back("BMAS_LISTEN_FDS=" + ListenFdsValue(listeners));
   SpawnOptions options{args, log, env};
   options.own_process_group = true;
   options.stdout_fd = out[1];
+  for (const HeldListener& l : listeners) options.pass_fds.push_back(l.fd);
   Result<pid_t> pid = bmas::Spawn(options);
   close(out[1]);
   if (!pid) {
@@ -118,7 +122,7 @@ std::string LogTail(const std::string& path) {
 }
 
 Result<void> StartChild(Child& c, std::chrono::seconds timeout) {
-  auto spawned = SpawnPiped(c.args, c.log, c.env);
+  auto spawned = SpawnPiped(c.args, c.log, c.env, c.listeners);
   if (!spawned) return spawned.error();
   c.pid = spawned->first;
   c.exited = false;
@@ -147,6 +151,18 @@ Result<void> StartChild(Child& c, std::chrono::seconds timeout) {
     }
   }
   return {};
+}
+
+Result<uint16_t> HoldListener(Child& c, const std::string& host, uint16_t port) {
+  auto fd = ListenTcp(host, port);
+  if (!fd) return fd.error();
+  auto bound = BoundPort(*fd);
+  if (!bound) {
+    close(*fd);
+    return bound.error();
+  }
+  c.listeners.push_back({host, *bound, *fd});
+  return *bound;
 }
 
 std::optional<std::string> ReapChild(Child& c) {

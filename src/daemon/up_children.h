@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/listen_socket.h"
 #include "common/restart_backoff.h"
 #include "common/process.h"
 #include "common/result.h"
@@ -22,6 +23,9 @@ struct Child {
   std::vector<std::string> args;  // its command line, to start it again
   std::vector<std::string> env;   // NAME=value over up's environment (secrets: never in args)
   std::string port_flag;          // the flag that sets its port: pinned after the first start
+  // The sockets up holds for it (HoldListener) and passes to every start, so that its ports
+  // stay taken between a crash and the next start.
+  std::vector<HeldListener> listeners;
   std::string log;                // its stderr
   pid_t pid = -1;
   unsigned long long start_ticks = 0;  // /proc/PID/stat's starttime: who `pid` is
@@ -42,6 +46,11 @@ struct Child {
 // url, start time and pins its port (so a restart keeps the URL others were given). One that
 // does not get ready is stopped, and the error carries the end of its log.
 Result<void> StartChild(Child& c, std::chrono::seconds timeout);
+
+// Binds host:port (0: a free port) for `c` and keeps the socket for up's life; returns the port.
+// Each start of `c` gets it at descriptor 3 + its index, named in BMAS_LISTEN_FDS, and `c`'s
+// HttpServer serves it instead of binding the port again (common/listen_socket.h).
+Result<uint16_t> HoldListener(Child& c, const std::string& host, uint16_t port);
 
 // Reaps `c` if it has exited; returns how it ended ("status 1", "signal 9"), or nullopt while it
 // runs.

@@ -19,11 +19,13 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <cstring>
 #include <vector>
 
 #include "common/process.h"
 #include "engine_process.h"
 #include "http_client.h"
+#include "port_squatter.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -265,20 +267,29 @@ const rapidjson::Value& Part(const rapidjson::Value& status, const std::string& 
 
 constexpr std::string_view kNoSlurmNoLxd = "[up]\nslurm = false\nlxd = false\n";
 
+// `bmas up --engines 1` on the instant profile, without Slurm or LXD, in `dir`'s state dir;
+// null (with a test failure) when it does not get to running.
+std::unique_ptr<Process> UpWithOneEngine(TempDir& dir, const std::string& state) {
+  const std::string config =
+      dir.WriteFile("bmas.toml", std::string(kInstantConfig) + std::string(kNoSlurmNoLxd));
+  auto up =
+      Process::Start({"--config", config, "up", "--engines", "1"}, {{"BMAS_STATE_DIR", state}});
+  EXPECT_TRUE(up) << up.error().message;
+  if (!up) return nullptr;
+  auto running = (*up)->WaitForLine("bmas up: running", 30s);
+  EXPECT_TRUE(running) << running.error().message << (*up)->StderrText();
+  return running ? std::move(*up) : nullptr;
+}
+
 // An engine or the gateway that dies is started again on its own port, with backoff; up goes
 // on running, says so on stderr, and `bmas up --status` shows the restart and the exit (issue
 // 15).
 TEST(UpTest, APartThatDiesIsStartedAgainOnItsPortAndStatusSaysSo) {
   TempDir dir;
   const std::string state = dir.path() + "/state";
-  const std::string config =
-      dir.WriteFile("bmas.toml", std::string(kInstantConfig) + std::string(kNoSlurmNoLxd));
-  auto up =
-      Process::Start({"--config", config, "up", "--engines", "1"}, {{"BMAS_STATE_DIR", state}});
-  ASSERT_TRUE(up) << up.error().message;
-  Process& p = **up;
-  auto running = p.WaitForLine("bmas up: running", 30s);
-  ASSERT_TRUE(running) << running.error().message << p.StderrText();
+  std::unique_ptr<Process> up = UpWithOneEngine(dir, state);
+  ASSERT_NE(up, nullptr);
+  Process& p = *up;
   const std::vector<std::string> engine = EngineUrls(p.stdout_text());
   const std::vector<std::string> gateway = ComponentUrls(p.stdout_text(), "gateway");
   ASSERT_EQ(engine.size(), 1u);
@@ -330,6 +341,74 @@ TEST(UpTest, APartThatDiesIsStartedAgainOnItsPortAndStatusSaysSo) {
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status.code, 1);
   EXPECT_THAT(after->out, HasSubstr("not running"));
+}
+
+// A part that dies leaves its ports held by up (common/listen_socket.h): between its death and
+// its next start no other account can bind them and receive the keys, prompts or operator bearer
+// sent there; a request sent meanwhile waits in the queue and the next start answers it.
+TEST(UpTest, APartsPortsStayHeldByUpWhileItStartsAgain) {
+  if (geteuid() != 0) GTEST_SKIP() << "binds as another account: needs root";
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  TempDir dir;
+  const std::string state = dir.path() + "/state";
+  std::unique_ptr<Process> up = UpWithOneEngine(dir, state);
+  ASSERT_NE(up, nullptr);
+  Process& p = *up;
+  struct Watched {
+    std::string part, url, path;
+    unsigned status;  // what `path` answers
+  };
+  std::vector<Watched> watched;
+  for (Watched w : {Watched{"engine-0", "", "/version", 200}, Watched{"gateway", "", "/v1/models", 401},
+                    Watched{"dashboard", "", "/login", 200}}) {
+    const std::vector<std::string> urls = ComponentUrls(p.stdout_text(), w.part);
+    if (w.part != "dashboard") {
+      ASSERT_EQ(urls.size(), 1u) << w.part << p.stdout_text();
+    }
+    if (urls.empty()) continue;
+    w.url = urls[0];
+    watched.push_back(w);
+  }
+  std::smatch metrics;
+  const std::string summary = p.stdout_text();
+  ASSERT_TRUE(std::regex_search(summary, metrics,
+                                std::regex(R"(operator metrics: http://127\.0\.0\.1:([0-9]+))")))
+      << summary;
+  const uint16_t metrics_port = static_cast<uint16_t>(std::stoi(metrics[1].str()));
+
+  for (const Watched& w : watched) {
+    SCOPED_TRACE(w.part);
+    const uint16_t port = PortOfUrl(w.url);
+    const pid_t before = static_cast<pid_t>(Int(At(Part(UpStatus(state), w.part), "pid")));
+    ASSERT_GT(before, 0);
+    ASSERT_EQ(kill(before, SIGKILL), 0);
+    ASSERT_TRUE(Eventually([&] { return !ProcessRunning(before); }, 10s));
+    // Dead, and not yet started again (up waits 1 s): the port is still up's.
+    int taken = BindAndListenAs(student, port);
+    EXPECT_EQ(taken, EADDRINUSE) << "as " << student << ": " << std::strerror(taken);
+    if (w.part == "gateway") {
+      taken = BindAndListenAs(student, metrics_port);
+      EXPECT_EQ(taken, EADDRINUSE) << "the operator listener, as " << student << ": "
+                                   << std::strerror(taken);
+    }
+    // Sent while the part is down: answered by its next start, on the same port.
+    HttpClient client(port, 20s);
+    auto answer = client.Get(w.path);
+    ASSERT_TRUE(answer) << answer.error().message << p.StderrText();
+    EXPECT_EQ(answer->status, w.status) << answer->body;
+    const rapidjson::Value& part = Part(UpStatus(state), w.part);
+    EXPECT_NE(Int(At(part, "pid")), before);
+    EXPECT_EQ(Str(At(part, "url")), w.url);
+  }
+  EXPECT_THAT(p.StderrText(), HasSubstr("started again"));
+  p.Signal(SIGINT);
+  auto stopped = p.Wait(20s);
+  ASSERT_TRUE(stopped.has_value());
+  EXPECT_TRUE(stopped->Success()) << stopped->ToString() << p.StderrText();
+  // Up's end closes them: the ports are free again.
+  for (const Watched& w : watched) {
+    EXPECT_EQ(BindAndListenAs(student, PortOfUrl(w.url)), 0) << w.part;
+  }
 }
 
 // A bmas up killed outright (SIGKILL: no clean-up) leaves its parts running; `up --status` says
