@@ -35,6 +35,7 @@
 #include "daemon/agent_spawn.h"
 #include "daemon/agent_wire.h"
 #include "daemon/serve.h"
+#include "lxd/device_fence.h"
 #include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/job_copy.h"
@@ -591,11 +592,15 @@ class Agent {
     // Copies of workspaces from other nodes whose jobs are all gone (their epilog did not
     // run): after the unplug above, so no device goes with a copy.
     auto copies = lxd::ReconcileCopies(client, o_.job_alive);
+    // Live jobs' GPUs in workspaces restarted under them: fenced again (lxd/device_fence.h).
+    auto refenced = lxd::ReconcileFences(client, o_.job_alive);
     auto instances = client.Instances();
     std::lock_guard lock(mu_);
     Note(ended, "killed {}, the cgroup of a job that is gone", nullptr);
     Note(copies, "deleted {}, a copy whose jobs are gone", &copies_deleted_);
     Note(removed, "unplugged {} (its job is gone)", &reconciled_);
+    Note(refenced, "fenced the GPUs of {} again: the workspace was restarted under its job",
+         nullptr);
     if (instances) {
       workspaces_running_ = 0;
       for (const auto& i : *instances) workspaces_running_ += i.status == "Running" ? 1 : 0;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -200,6 +201,58 @@ Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, 
   auto init = client.InitPid(instance);
   if (!init) return init.error();
   return FenceJobGpus(internal::ReadText(fmt::format("/proc/{}/cgroup", *init)), job, all, mine);
+}
+
+Result<std::vector<std::string>> ReconcileFences(
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive) {
+  auto instances = client.Instances();
+  if (!instances) return instances.error();
+  std::vector<std::string> fenced;
+  std::string failures;
+  for (const Instance& i : *instances) {
+    if (i.status != "Running") continue;
+    // Each live job's GPU device nodes on the host and LXD device names, by job.
+    std::map<int64_t, std::pair<std::vector<std::string>, std::vector<std::string>>> jobs;
+    for (const auto& [name, spec] : i.devices) {
+      auto d = ParseJobDeviceName(name);
+      auto source = spec.find("source");
+      if (!d || source == spec.end()) continue;
+      auto running = alive(d->job);
+      if (running && *running) {
+        jobs[d->job].first.push_back(source->second);
+        jobs[d->job].second.push_back(name);
+      }
+    }
+    if (jobs.empty()) continue;
+    auto init = client.InitPid(i.name);
+    if (!init) continue;
+    const std::string cgroup = internal::ReadText(fmt::format("/proc/{}/cgroup", *init));
+    const std::string unified = UnifiedCgroupDir(cgroup);
+    if (unified.empty()) continue;
+    for (const auto& [job, devices] : jobs) {
+      const auto& [sources, names] = devices;
+      struct stat st {};
+      if (stat(fmt::format("{}/bmas-job-{}", unified, job).c_str(), &st) == 0) continue;
+      // The node's GPUs: the other device nodes beside the job's.
+      const std::string dir = std::filesystem::path(sources.front()).parent_path().string();
+      auto r = FenceWorkspaceGpus(client, i.name, job, NodeGpuDevices(dir), sources);
+      if (r) {
+        fenced.push_back(fmt::format("{} (job {})", i.name, job));
+        continue;
+      }
+      // A GPU that cannot be fenced is not left plugged in.
+      auto unplugged = client.RemoveDevices(i.name, names);
+      failures += fmt::format("{}{} (job {}): {}; {}", failures.empty() ? "" : "; ", i.name, job,
+                              r.error().message,
+                              unplugged ? "its GPUs were unplugged"
+                                        : "unplugging its GPUs failed too: " +
+                                              unplugged.error().message);
+    }
+  }
+  if (!failures.empty()) {
+    return Error{ErrorCode::kInternal, "fencing a restarted workspace's GPUs again: " + failures};
+  }
+  return fenced;
 }
 
 }  // namespace bmas::lxd

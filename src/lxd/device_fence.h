@@ -15,6 +15,7 @@
 #include <linux/bpf.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,12 @@ std::vector<dev_t> NodeGpuDevices(const std::string& dir);
 Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, int64_t job,
                                 const std::vector<dev_t>& node_gpus,
                                 const std::vector<std::string>& job_gpu_paths);
+
+// Fences again the GPUs of live jobs in running workspaces whose job cgroup is gone: a workspace
+// restarted while a job of its ran comes back in cgroups made anew, with no device program, and
+// LXD plugs the job's GPUs back in at its start, open to every process in it. Returns
+// "INSTANCE (job N)" for each workspace fenced again. `alive` says whether a job still runs.
+Result<std::vector<std::string>> ReconcileFences(
+    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive);
 
 }  // namespace bmas::lxd

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace bmas::lxd {
 namespace {
@@ -115,6 +117,22 @@ TEST_F(DeviceHoldersTest, ProcessesNamedBesideAreKilledToo) {
   ASSERT_EQ(waitpid(children_[0], &status, 0), children_[0]);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   children_.clear();
+}
+
+// A holder that SIGKILL does not end (a process stuck in the driver, in uninterruptible sleep)
+// is an error that names it, after the timeout: the epilog then drains the node with that
+// reason instead of unplugging. A kernel thread stands in for it: signals never end one.
+TEST_F(DeviceHoldersTest, AHolderThatOutlivesSigkillIsAnErrorNamingIt) {
+  // kthreadd: pid 2, parent 0, where the kernel's threads are visible (not in a pid namespace).
+  std::ifstream stat_file("/proc/2/stat");
+  std::string stat_line;
+  std::getline(stat_file, stat_line);
+  if (stat_line.find("(kthreadd) S 0 ") == std::string::npos) {
+    GTEST_SKIP() << "no kernel thread visible here: " << stat_line;
+  }
+  auto held = KillHolders(match_, {2}, std::chrono::milliseconds(300));
+  ASSERT_FALSE(held);
+  EXPECT_EQ(held.error().message, "still held after SIGKILL by pid 2 (kthreadd)");
 }
 
 }  // namespace

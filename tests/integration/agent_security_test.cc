@@ -463,6 +463,48 @@ TEST_F(AgentSecurityTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBackAtTh
   EXPECT_EQ(next.out, "ENXIO\n") << "the next job has its GPU";
 }
 
+// A workspace restarted under a running job comes back in cgroups made anew, with no device
+// program, and LXD plugs the job's GPU back in at its start: the agent's reconcile pass fences it
+// again, and a session of the user cannot open it (lxd/device_fence.h).
+TEST_F(AgentSecurityTest, AWorkspaceRestartedUnderItsJobHasItsGpuFencedAgain) {
+  const std::string home = Home("bmastest1"), gpu = home + "/gpu";
+  Compile(kGpuTool, gpu, "-static", "bmastest1");
+  // The job's own process runs on the host (a plain batch script), so it outlives the restart.
+  const std::string script = home + "/hold.sh";
+  std::ofstream(script) << "#!/bin/sh\nexec sleep 3006\n";
+  chmod(script.c_str(), 0755);
+  auto job = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
+                         "sbatch", "--parsable", "--gpus=1", "-D", home, "-o", "/dev/null", script},
+                        {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"});
+  ASSERT_TRUE(job && job->exit_code == 0) << (job ? job->out + job->err : job.error().message);
+  const std::string id = job->out.substr(0, job->out.find_first_of(";\n"));
+  ASSERT_TRUE(Eventually([&] { return HooksLog().find("bound ") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << HooksLog();
+  auto probe = [&] {
+    return InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", gpu, "probe",
+                                "/dev/nvidia0"})
+        .out;
+  };
+  EXPECT_EQ(probe(), "EPERM\n") << "fenced by the prolog";
+  for (const char* verb : {"stop", "start"}) {
+    CommandOutput r = Bmas({"workspace", verb, "bmastest1"}, "", std::chrono::seconds(120));
+    ASSERT_EQ(r.exit_code, 0) << verb << ": " << r.out << r.err;
+  }
+  ASSERT_THAT(DevicesIn("bmastest1"), HasSubstr("nvidia0")) << "LXD plugged it back in";
+  EXPECT_TRUE(Eventually([&] { return probe() == "EPERM\n"; }, std::chrono::seconds(20)))
+      << probe() << agent_->StderrText();
+  EXPECT_THAT(agent_->StderrText(), HasSubstr("fenced the GPUs of"));
+  auto cancel = RunCommand({"setpriv", "--reuid=bmastest1", "--regid=bmastest1", "--init-groups",
+                            "scancel", id},
+                           {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"});
+  ASSERT_TRUE(cancel && cancel->exit_code == 0);
+  EXPECT_TRUE(Eventually([] { return NoTestSleeps(); }, std::chrono::seconds(30)));
+  EXPECT_TRUE(Eventually([&] { return DevicesIn("bmastest1").find("nvidia") == std::string::npos; },
+                         std::chrono::seconds(30)))
+      << DevicesIn("bmastest1");
+}
+
 // The store is root's (finding 8). A user sees their own usage through the agent, which takes
 // who they are from the socket's credentials, and nobody else's.
 TEST_F(AgentSecurityTest, AUserSeesTheirOwnUsageThroughTheAgentAndNoOneElses) {
