@@ -396,7 +396,8 @@ TEST(UpTest, APartsPortsStayHeldByUpWhileItStartsAgain) {
     auto answer = client.Get(w.path);
     ASSERT_TRUE(answer) << answer.error().message << p.StderrText();
     EXPECT_EQ(answer->status, w.status) << answer->body;
-    const rapidjson::Value& part = Part(UpStatus(state), w.part);
+    const rapidjson::Document after = UpStatus(state);
+    const rapidjson::Value& part = Part(after, w.part);
     EXPECT_NE(Int(At(part, "pid")), before);
     EXPECT_EQ(Str(At(part, "url")), w.url);
   }
