@@ -1,5 +1,6 @@
 #include "cli/agent_commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include "daemon/service_account.h"
 #include "daemon/secret.h"
 #include "lxd/local_lxd.h"
+#include "slurm/local_cluster.h"
+#include "slurm/node_drain.h"
 #include "slurm/slurm_json.h"
 #include "store/store.h"
 
@@ -90,6 +93,21 @@ int AgentCommands::Serve(GlobalOptions& global) {
     gethostname(host, sizeof host - 1);
     o.node = host;
   }
+  // The host's GPU device nodes for the reconcile pass's sweep: a local cluster's nodes' fake
+  // GPUs, else this node's /dev/nvidia<N>.
+  if (auto cluster = slurm::ReadLocalCluster(state_dir)) {
+    for (const std::string& n : cluster->nodes) o.gpu_dirs[cluster->device_dir + "/" + n] = n;
+  } else {
+    o.gpu_dirs["/dev"] = o.node;
+  }
+  o.service_uids = {0};
+  if (const passwd* service = getpwnam(kServiceAccount)) {
+    o.service_uids.insert(service->pw_uid);
+  }
+  o.drain = [state_dir](const std::string& node, const std::string& reason) -> Result<void> {
+    auto cluster = slurm::ReadLocalCluster(state_dir);
+    return slurm::DrainNode(cluster ? cluster->conf : "", node, reason);
+  };
   o.telemetry_interval = std::chrono::milliseconds(
       static_cast<int64_t>((telemetry_s_ > 0 ? telemetry_s_ : config.telemetry.interval_s) * 1000));
   // What Slurm says of a job, as root.

@@ -9,7 +9,6 @@
 #include <filesystem>
 
 #include "common/config.h"
-#include "common/process.h"
 #include "cli/lxd_commands.h"
 #include "daemon/agent.h"
 #include "gpu/nvml.h"
@@ -20,6 +19,7 @@
 #include "lxd/local_lxd.h"
 #include "lxd/workspace.h"
 #include "slurm/local_cluster.h"
+#include "slurm/node_drain.h"
 
 namespace bmas {
 namespace {
@@ -47,19 +47,6 @@ std::vector<pid_t> NvmlProcesses(const std::vector<int>& gpus) {
     }
   }
   return pids;
-}
-
-// `scontrol update` drains `node` with `reason` (on a local cluster, through its slurm.conf).
-Result<void> DrainNode(const std::string& state_dir, const std::string& node,
-                       const std::string& reason) {
-  std::vector<std::string> env;
-  if (auto cluster = slurm::ReadLocalCluster(state_dir)) env.push_back("SLURM_CONF=" + cluster->conf);
-  auto r = RunCommand({"scontrol", "update", "NodeName=" + node, "State=DRAIN",
-                       "Reason=" + reason.substr(0, 250)},
-                      env, std::chrono::seconds(15));
-  if (!r) return r.error();
-  if (r->exit_code != 0) return Error{ErrorCode::kUnavailable, r->err.empty() ? r->out : r->err};
-  return {};
 }
 
 }  // namespace
@@ -171,8 +158,10 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
         !ended) {
       // The GPU must not go to the next job while something still holds it.
       note("GPUs left plugged for the reconcile pass: " + ended.error().message);
-      auto drained = DrainNode(state_dir, node, "bmas: " + ended.error().message);
-      note(drained ? "drained " + node : "cannot drain " + node + ": " + drained.error().message);
+      auto cluster = slurm::ReadLocalCluster(state_dir);
+      auto drained = slurm::DrainNode(cluster ? cluster->conf : "", node,
+                                      "bmas: " + ended.error().message);
+      note(drained ? "drained " + node : drained.error().message);
       return 0;
     }
     auto released = lxd::ReleaseGpus(client, instance, job, node);

@@ -17,13 +17,15 @@
 // `max_connections_per_uid` connections.
 //
 // The agent also runs the reconcile pass, at start and then periodically: any bmas GPU device
-// whose job is gone is unplugged. And it serves /metrics.
+// whose job is gone is unplugged, and any process that uses a GPU outside the job it belongs
+// to is killed (lxd/gpu_sweep.h). And it serves /metrics.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,13 @@ struct AgentOptions {
   std::shared_ptr<GpuTelemetry> gpus;
   std::string node;
   std::chrono::milliseconds telemetry_interval{10'000};
+  // The sweep of the host's GPUs on each reconcile pass (lxd/gpu_sweep.h): their device-node
+  // dirs, each with the Slurm node it serves (none: no sweep of device nodes; NVML's
+  // processes, on `node`'s GPUs, are swept when `gpus` is set), the uids of the node's own
+  // services, and how to drain a node where a use outlives SIGKILL (unset: logged only).
+  std::map<std::string, std::string> gpu_dirs;
+  std::set<uid_t> service_uids;
+  std::function<Result<void>(const std::string& node, const std::string& reason)> drain;
   // Called with each good sample and who holds each GPU (idle-GPU policing); may be unset.
   std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>
       on_gpu_sample;

@@ -80,6 +80,7 @@ std::string StartHelper(const UpOptions& options, const std::string& dir, const 
   c.args.insert(c.args.end(), {port_flag, std::to_string(*held)});
   c.port_flag = port_flag;
   if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
+    ReleaseListeners(c);
     std::string why = started.error().message;
     if (!why.ends_with('\n')) why += '\n';
     return fmt::format("  {:<10} not started: {}", name, why);
@@ -522,6 +523,7 @@ int RunUp(const UpOptions& options) {
     if (!slurm::RunningLocalCluster(dir)) d.args.push_back("--no-slurm");
     d.port_flag = "--port";
     if (!port) {
+      ReleaseListeners(d);
       dashboard_line = fmt::format("  {:<10} not started: [dashboard] listen: {}\n", "dashboard",
                                    port.error().message);
     } else if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
@@ -531,6 +533,7 @@ int RunUp(const UpOptions& options) {
           d.name, d.url, "", "", d.log);
       children.push_back(d);
     } else {
+      ReleaseListeners(d);
       std::string why = started.error().message;
       if (!why.ends_with('\n')) why += '\n';
       dashboard_line = fmt::format("  {:<10} not started: {}", "dashboard", why);

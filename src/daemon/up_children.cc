@@ -165,6 +165,11 @@ Result<uint16_t> HoldListener(Child& c, const std::string& host, uint16_t port) 
   return *bound;
 }
 
+void ReleaseListeners(Child& c) {
+  for (const HeldListener& l : c.listeners) close(l.fd);
+  c.listeners.clear();
+}
+
 std::optional<std::string> ReapChild(Child& c) {
   if (c.exited) return std::nullopt;
   int status;

@@ -52,6 +52,10 @@ Result<void> StartChild(Child& c, std::chrono::seconds timeout);
 // HttpServer serves it instead of binding the port again (common/listen_socket.h).
 Result<uint16_t> HoldListener(Child& c, const std::string& host, uint16_t port);
 
+// Closes the sockets held for `c`, a part up gives up on (it did not start, and is not
+// supervised): its ports are free again.
+void ReleaseListeners(Child& c);
+
 // Reaps `c` if it has exited; returns how it ended ("status 1", "signal 9"), or nullopt while it
 // runs.
 std::optional<std::string> ReapChild(Child& c);

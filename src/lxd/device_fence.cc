@@ -156,17 +156,25 @@ Result<void> FenceJobGpus(const std::string& init_proc_cgroup, int64_t job,
   return RefuseDevicesIn(job_dir, others);
 }
 
-std::vector<dev_t> NodeGpuDevices(const std::string& dir) {
-  static const std::regex kGpu("nvidia[0-9]+");
-  std::vector<dev_t> out;
+std::map<int, dev_t> NodeGpus(const std::string& dir) {
+  static const std::regex kGpu("nvidia([0-9]{1,4})");
+  std::map<int, dev_t> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
     struct stat st {};
-    if (std::regex_match(e.path().filename().string(), kGpu) &&
-        stat(e.path().c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
-      out.push_back(st.st_rdev);
+    if (std::regex_match(name, m, kGpu) && stat(e.path().c_str(), &st) == 0 &&
+        S_ISCHR(st.st_mode)) {
+      out[std::stoi(m[1].str())] = st.st_rdev;
     }
   }
+  return out;
+}
+
+std::vector<dev_t> NodeGpuDevices(const std::string& dir) {
+  std::vector<dev_t> out;
+  for (const auto& [gpu, rdev] : NodeGpus(dir)) out.push_back(rdev);
   return out;
 }
 

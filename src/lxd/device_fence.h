@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ Result<void> FenceJobGpus(const std::string& init_proc_cgroup, int64_t job,
 
 // The character devices dir/nvidia<N> (a node's GPUs): their device numbers.
 std::vector<dev_t> NodeGpuDevices(const std::string& dir);
+
+// The same, by GPU number N.
+std::map<int, dev_t> NodeGpus(const std::string& dir);
 
 // FenceJobGpus for `instance`, started first if it is stopped; `job_gpu_paths` are the device
 // nodes on the host that will be plugged in for the job.

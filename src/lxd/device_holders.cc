@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -34,26 +35,22 @@ std::vector<pid_t> AllPids() {
   return pids;
 }
 
-bool HoldsByFd(pid_t pid, const FileMatch& match) {
+// Calls `each` with what each open fd of `pid` is, then each file it maps, as stat(2) says,
+// until `each` returns false. Mapped files are told apart by the "dev inode" pair maps shows;
+// each pair is stat'ed once, through the first mapping of it met, and kept in `seen`.
+void ForEachHeldFile(pid_t pid, std::map<std::string, std::optional<struct stat>>& seen,
+                     const std::function<bool(const struct stat&)>& each) {
   const std::string dir = fmt::format("/proc/{}/fd", pid);
-  DIR* fds = opendir(dir.c_str());
-  if (fds == nullptr) return false;
-  bool found = false;
-  while (dirent* e = readdir(fds)) {
-    if (e->d_name[0] == '.') continue;
-    struct stat st {};
-    if (stat((dir + "/" + e->d_name).c_str(), &st) == 0 && match(st)) {
-      found = true;
-      break;
+  if (DIR* fds = opendir(dir.c_str())) {
+    bool more = true;
+    while (dirent* e = more ? readdir(fds) : nullptr) {
+      if (e->d_name[0] == '.') continue;
+      struct stat st {};
+      if (stat((dir + "/" + e->d_name).c_str(), &st) == 0) more = each(st);
     }
+    closedir(fds);
+    if (!more) return;
   }
-  closedir(fds);
-  return found;
-}
-
-// Mapped files are told apart by the "dev inode" pair maps shows; each pair is stat'ed once,
-// through the first mapping of it met, and the answer kept in `seen`.
-bool HoldsByMapping(pid_t pid, const FileMatch& match, std::map<std::string, bool>& seen) {
   std::istringstream maps(ReadText(fmt::format("/proc/{}/maps", pid)));
   for (std::string line; std::getline(maps, line);) {
     std::istringstream words(line);
@@ -63,13 +60,12 @@ bool HoldsByMapping(pid_t pid, const FileMatch& match, std::map<std::string, boo
     auto it = seen.find(key);
     if (it == seen.end()) {
       struct stat st {};
-      const bool hit =
-          stat(fmt::format("/proc/{}/map_files/{}", pid, range).c_str(), &st) == 0 && match(st);
-      it = seen.emplace(key, hit).first;
+      std::optional<struct stat> found;
+      if (stat(fmt::format("/proc/{}/map_files/{}", pid, range).c_str(), &st) == 0) found = st;
+      it = seen.emplace(key, found).first;
     }
-    if (it->second) return true;
+    if (it->second && !each(*it->second)) return;
   }
-  return false;
 }
 
 std::string Comm(pid_t pid) {
@@ -88,15 +84,36 @@ FileMatch CharDevices(const std::vector<dev_t>& rdevs) {
 
 std::vector<FileHolder> FindHolders(const FileMatch& match) {
   std::vector<FileHolder> holders;
-  std::map<std::string, bool> seen;
+  std::map<std::string, std::optional<struct stat>> seen;
   const pid_t self = getpid();
   for (pid_t pid : AllPids()) {
     if (pid == self) continue;
-    if (HoldsByFd(pid, match) || HoldsByMapping(pid, match, seen)) {
-      holders.push_back({pid, Comm(pid)});
-    }
+    bool hit = false;
+    ForEachHeldFile(pid, seen, [&](const struct stat& st) {
+      hit = match(st);
+      return !hit;
+    });
+    if (hit) holders.push_back({pid, Comm(pid)});
   }
   return holders;
+}
+
+std::vector<DeviceHold> FindDeviceHolds(const std::vector<dev_t>& rdevs) {
+  std::vector<DeviceHold> holds;
+  std::map<std::string, std::optional<struct stat>> seen;
+  const pid_t self = getpid();
+  for (pid_t pid : AllPids()) {
+    if (pid == self) continue;
+    std::set<dev_t> held;
+    ForEachHeldFile(pid, seen, [&](const struct stat& st) {
+      if (S_ISCHR(st.st_mode) && std::find(rdevs.begin(), rdevs.end(), st.st_rdev) != rdevs.end()) {
+        held.insert(st.st_rdev);
+      }
+      return true;
+    });
+    for (dev_t d : held) holds.push_back({pid, Comm(pid), d});
+  }
+  return holds;
 }
 
 std::string DescribeHolders(const std::vector<FileHolder>& holders) {

@@ -32,6 +32,17 @@ FileMatch CharDevices(const std::vector<dev_t>& rdevs);
 // mapped (/proc/PID/maps, each file looked at once through /proc/PID/map_files). By pid.
 std::vector<FileHolder> FindHolders(const FileMatch& match);
 
+// One process's hold on one of the character devices looked for.
+struct DeviceHold {
+  pid_t pid = 0;
+  std::string command;  // /proc/PID/comm
+  dev_t rdev = 0;
+};
+
+// Every process other than this one that holds any of the character devices `rdevs` (as
+// FindHolders looks): once per process and device.
+std::vector<DeviceHold> FindDeviceHolds(const std::vector<dev_t>& rdevs);
+
 // "pid 12 (python), pid 40 (hold)".
 std::string DescribeHolders(const std::vector<FileHolder>& holders);
 

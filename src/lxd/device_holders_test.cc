@@ -15,6 +15,8 @@
 #include <fstream>
 #include <string>
 
+#include "lxd/holder_testing.h"
+
 namespace bmas::lxd {
 namespace {
 
@@ -42,20 +44,10 @@ class DeviceHoldersTest : public ::testing::Test {
     if (!path_.empty()) unlink(path_.c_str());
   }
 
-  // A child that runs `hold` (system calls only), then says so on a pipe and waits to be killed.
+  // A child that runs `hold` (system calls only), then waits to be killed.
   void Start(void (*hold)(const char* path)) {
-    int ready[2];
-    ASSERT_EQ(pipe(ready), 0);
-    const pid_t child = fork();
-    if (child == 0) {
-      hold(path_.c_str());
-      [[maybe_unused]] ssize_t w = write(ready[1], "x", 1);
-      for (;;) pause();
-    }
-    close(ready[1]);
-    char byte;
-    ASSERT_EQ(read(ready[0], &byte, 1), 1);
-    close(ready[0]);
+    const pid_t child = testing::StartHolder(hold, path_.c_str());
+    ASSERT_GT(child, 0);
     children_.push_back(child);
   }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/asio.h"
+#include "common/listen_socket.h"
 #include "slurm/jwt.h"
 
 namespace bmas {
@@ -127,40 +128,17 @@ class TcpRestTransport final : public RestTransport {
 }  // namespace
 
 Result<RestEndpoint> ParseRestAddress(std::string_view address) {
-  std::string_view host;
-  std::string_view port;
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return InvalidArgument(fmt::format("slurmrestd address \"{}\" is not [host]:port", address),
-                             "address");
-    }
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) {
-      return InvalidArgument(fmt::format("slurmrestd address \"{}\" is not host:port", address),
-                             "address");
-    }
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
+  auto split = SplitHostPort(address);
+  if (!split || split->second == 0) {
+    return InvalidArgument(
+        fmt::format("slurmrestd address \"{}\" is not host:port (e.g. 127.0.0.1:6820)", address),
+        "address");
   }
-  int value = 0;
-  for (char c : port) {
-    if (c < '0' || c > '9' || value > 65535) {
-      value = -1;
-      break;
-    }
-    value = value * 10 + (c - '0');
-  }
-  if (port.empty() || value <= 0 || value > 65535) {
-    return InvalidArgument(fmt::format("slurmrestd address \"{}\": bad port", address), "address");
-  }
+  const std::string& host = split->first;
+  const uint16_t port = split->second;
   // bmas speaks plain HTTP to slurmrestd, and every request carries a Slurm JWT (root's mints
   // tokens for any user): it must not cross a network in clear text.
-  const std::string literal(host);
+  const std::string& literal = host;
   in_addr v4{};
   in6_addr v6{};
   const bool loopback =
@@ -178,8 +156,8 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
                  "address"};
   }
   RestEndpoint e;
-  e.host = std::string(host);
-  e.port = static_cast<uint16_t>(value);
+  e.host = host;
+  e.port = port;
   return e;
 }
 

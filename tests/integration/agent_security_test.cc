@@ -272,7 +272,18 @@ TEST_F(AgentSecurityTest, AHungAgentDoesNotHoldUpTheEpilog) {
   agent_->Signal(SIGCONT);
 }
 
-TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
+// The agent's periodic reconcile pass runs only at its start: what these tests see is the
+// epilog's own work (the pass would kill these holders sooner: lxd/gpu_sweep.h), or what the
+// agent does on a workspace's start (lxd/workspace_starts.h).
+class WithoutPeriodicPassTest : public AgentSecurityTest {
+ protected:
+  void SetUp() override {
+    reconcile_interval_ = "3600";
+    AgentSecurityTest::SetUp();
+  }
+};
+
+TEST_F(WithoutPeriodicPassTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
   // A stand-in for a CUDA process: holds the device open (O_PATH: the fake GPU has no driver
   // to open) until killed.
   const std::string hold = Home("bmastest1") + "/hold";
@@ -319,11 +330,15 @@ TEST_F(AgentSecurityTest, AProcessThatHoldsAJobsGpuIsKilledBeforeTheUnplug) {
 //   gpu receive SOCK MARK  the same, holding a device fd it accepts on SOCK (SCM_RIGHTS); MARK
 //                          is written once it has it
 //   gpu send DEV SOCK      opens DEV (O_PATH) and passes it to SOCK
+//   gpu park SOCK MARK GO  as receive, but leaves the fd in flight (accepted, not received)
+//                          until the file GO exists; MARK says "accepted", then "received"
+//   gpu hold-for DEV S     holds DEV (O_PATH) for S seconds, then prints HELD
 constexpr const char* kGpuTool = R"(#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -347,13 +362,25 @@ int main(int argc, char** argv) {
     if (open(argv[2], O_PATH) < 0) return 1;
     for (;;) pause();
   }
-  if (argc == 4 && !strcmp(argv[1], "receive")) {
+  if (argc == 4 && !strcmp(argv[1], "hold-for")) {
+    if (open(argv[2], O_PATH) < 0) return 1;
+    sleep(atoi(argv[3]));
+    puts("HELD");
+    return 0;
+  }
+  if ((argc == 4 && !strcmp(argv[1], "receive")) || (argc == 5 && !strcmp(argv[1], "park"))) {
     Nest();
     struct sockaddr_un a = At(argv[2]);
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     unlink(argv[2]);
     if (bind(s, (struct sockaddr*)&a, sizeof a) != 0 || listen(s, 1) != 0) return 1;
     int c = accept(s, 0, 0);
+    if (argc == 5) {
+      FILE* accepted = fopen(argv[3], "w");
+      fputs("accepted\n", accepted);
+      fclose(accepted);
+      while (access(argv[4], F_OK) != 0) usleep(100000);
+    }
     char byte, space[CMSG_SPACE(sizeof(int))];
     struct iovec io = {&byte, 1};
     struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = space,
@@ -428,7 +455,7 @@ TEST_F(AgentSecurityTest, OnlyTheJobsOwnCgroupCanOpenItsGpu) {
 // A session holds the job's GPU from nested user and pid namespaces (`unshare -Urpf`), one
 // with an fd of its own, one with the job's fd passed over a unix socket: at the job's end both
 // are killed before the unplug, and the GPU's next job can use it.
-TEST_F(AgentSecurityTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBackAtTheJobsEnd) {
+TEST_F(WithoutPeriodicPassTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBackAtTheJobsEnd) {
   const std::string home = Home("bmastest1"), gpu = home + "/gpu";
   Compile(kGpuTool, gpu, "-static", "bmastest1");
   for (const char* left : {"/probe-job", "/gpu.sock", "/received"}) fs::remove(home + left);
@@ -463,10 +490,60 @@ TEST_F(AgentSecurityTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBackAtTh
   EXPECT_EQ(next.out, "ENXIO\n") << "the next job has its GPU";
 }
 
+// Issue 23.2's last gap: a job passes its GPU's fd over a unix socket to a session of its user
+// (in nested namespaces), which leaves it in flight, unreceived, past the job's end. No process
+// holds it at the release, so the epilog finds nothing. Once the session takes it, the agent's
+// reconcile pass finds the GPU held outside the job it belongs to, and kills the holder. A job
+// that holds its own GPU across many passes is left alone.
+TEST_F(AgentSecurityTest, AGpuFdInFlightAtTheJobsEndIsTakenBackWhenItLands) {
+  const std::string home = Home("bmastest1"), gpu = home + "/gpu";
+  Compile(kGpuTool, gpu, "-static", "bmastest1");
+  for (const char* left : {"/gpu.sock", "/parked", "/go", "/sent"}) fs::remove(home + left);
+  StartSession(home, SharedBinary(), config_, state_,
+               fmt::format("{0} park {1}/gpu.sock {1}/parked {1}/go", gpu, home));
+  ASSERT_TRUE(Eventually([&] { return fs::exists(home + "/gpu.sock"); }, std::chrono::seconds(30)));
+  CommandOutput run = InHome(
+      "bmastest1",
+      {"run", "--gpus", "1", "--", "sh", "-c",
+       fmt::format("{0} send /dev/nvidia0 {1}/gpu.sock && echo >{1}/sent; exec sleep 3006", gpu,
+                   home)});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually(
+      [&] { return fs::exists(home + "/sent") && ReadFileText(home + "/parked") == "accepted\n"; },
+      std::chrono::seconds(30)))
+      << HooksLog();
+  const std::string parked = gpu + " park";
+  ASSERT_EQ(HostProcesses(parked).size(), 2u);
+  ASSERT_EQ(InHome("bmastest1", {"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return HooksLog().find("released 1 device(s)") != std::string::npos; },
+      std::chrono::seconds(60)))
+      << HooksLog();
+  EXPECT_EQ(HostProcesses(parked).size(), 2u) << "it held nothing the epilog could see";
+  // The session takes the fd now: the GPU is held outside any job.
+  std::ofstream(home + "/go") << "\n";
+  EXPECT_TRUE(Eventually([&] { return HostProcesses(parked).size() == 1; },
+                         std::chrono::seconds(20)))
+      << agent_->StderrText();
+  // The pass says so once the process let go of the GPU.
+  EXPECT_TRUE(Eventually(
+      [&] { return AgentMetrics().find("bmas_agent_gpu_uses_killed_total 1.0\n") != std::string::npos; },
+      std::chrono::seconds(20)));
+  EXPECT_THAT(agent_->StderrText(), HasSubstr("outside the job the GPU belongs to"));
+  // The legitimate path: a job holds its own GPU for 3 s, several passes, and finishes.
+  CommandOutput next = InHome("bmastest1", {"run", "--gpus", "1", "--wait", "--", gpu,
+                                            "hold-for", "/dev/nvidia0", "3"});
+  EXPECT_EQ(next.exit_code, 0) << next.err << agent_->StderrText();
+  EXPECT_EQ(next.out, "HELD\n");
+  EXPECT_THAT(AgentMetrics(), HasSubstr("bmas_agent_gpu_uses_killed_total 1.0\n"));
+}
+
 // A workspace restarted under a running job comes back in cgroups made anew, with no device
-// program, and LXD plugs the job's GPU back in at its start: the agent's reconcile pass fences it
+// program, and LXD plugs the job's GPU back in at its start: the agent sees the workspace's
+// cgroup made (not its periodic pass, which runs only at its start here) and fences the GPU
 // again, and a session of the user cannot open it (lxd/device_fence.h).
-TEST_F(AgentSecurityTest, AWorkspaceRestartedUnderItsJobHasItsGpuFencedAgain) {
+TEST_F(WithoutPeriodicPassTest, AWorkspaceRestartedUnderItsJobHasItsGpuFencedAgain) {
   const std::string home = Home("bmastest1"), gpu = home + "/gpu";
   Compile(kGpuTool, gpu, "-static", "bmastest1");
   // The job's own process runs on the host (a plain batch script), so it outlives the restart.

@@ -35,6 +35,12 @@ class GpuTelemetryTest : public WorkspaceJobsTest {
     std::remove(values_.c_str());
   }
   void Write(const std::string& text) { std::ofstream(values_) << text; }
+  // What `scontrol ARGS...` prints about the local cluster.
+  std::string Scontrol(std::vector<std::string> args) {
+    args.insert(args.begin(), "scontrol");
+    auto r = RunCommand(args, {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"});
+    return r ? r->out + r->err : r.error().message;
+  }
 
   std::string values_;
 };
@@ -126,6 +132,12 @@ class IdleGpuTest : public GpuTelemetryTest {
     rapidjson::Document d = Show(job);
     return d.IsObject() && d.HasMember("state") ? Str(d["state"]) : "?";
   }
+  // The GPU a running one-GPU job was given on its node (scontrol's "gpu:1(IDX:N)"); -1 if none.
+  int GpuOf(const std::string& job) {
+    std::smatch m;
+    const std::string out = Scontrol({"show", "job", "-d", job});
+    return std::regex_search(out, m, std::regex("IDX:([0-9]+)")) ? std::stoi(m[1].str()) : -1;
+  }
 };
 
 TEST_F(IdleGpuTest, AJobThatOnlySleepsOnItsGpuIsWarnedThenCancelledAndABusyOneIsLeftAlone) {
@@ -141,14 +153,17 @@ TEST_F(IdleGpuTest, AJobThatOnlySleepsOnItsGpuIsWarnedThenCancelledAndABusyOneIs
   for (const std::string& job : {idle_job, busy_job}) {
     ASSERT_EQ(Str(At(At(Show(job), "nodes"), 0)), "oss01") << "job " << job;
   }
-  // Only the busy job's process runs on a GPU, on whichever of the four Slurm gave it: every GPU
-  // reads busy with that process on it. The idle job's GPU shows no process of its own.
+  // Only the busy job's process runs on a GPU: every GPU but the idle job's reads busy with that
+  // process on it. (NVML never lists a process on a GPU its job was not given, and the agent's
+  // sweep kills one that is: lxd/gpu_sweep.h.) The idle job's GPU shows no process.
   const std::string busy_pid = std::to_string(HostProcesses("sleep 3012").front());
+  const int idle_gpu = GpuOf(idle_job);
+  ASSERT_GE(idle_gpu, 0);
   std::string gpus;
   for (int i = 0; i < 4; ++i) {
-    gpus += fmt::format("uuid=GPU-{} name=NVIDIA_H100_80GB_HBM3 util=57 mem_total_mib=81559 "
+    gpus += fmt::format("uuid=GPU-{} name=NVIDIA_H100_80GB_HBM3 util={} mem_total_mib=81559 "
                         "pids={}\n",
-                        i, busy_pid);
+                        i, i == idle_gpu ? 0 : 57, i == idle_gpu ? "" : busy_pid);
   }
   Write(gpus);
   ASSERT_TRUE(Eventually([&] { return State(idle_job) == "CANCELLED"; }, std::chrono::seconds(60)))
@@ -173,6 +188,70 @@ TEST_F(IdleGpuTest, AJobThatOnlySleepsOnItsGpuIsWarnedThenCancelledAndABusyOneIs
     EXPECT_GE((*actions)[0].wasted_gpu_seconds, 7);
   }
   ASSERT_EQ(InHome("bmastest1", {"cancel", busy_job}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace bmas::testing
+
+namespace bmas::testing {
+namespace {
+
+// The agent's sweep through NVML's process list (lxd/gpu_sweep.h), on the local cluster's node
+// oss01: a process of another student, in no job, runs on a GPU. It is killed. NVML still lists
+// its context afterwards (as the driver does for a process stuck in it), so the agent drains
+// oss01 with the reason, for the admin to reset the GPU. The job beside it runs on.
+class GpuSweepDrainTest : public GpuTelemetryTest {
+ protected:
+  void SetUp() override {
+    config_extra_ = "[telemetry]\nnode = \"oss01\"\n";
+    GpuTelemetryTest::SetUp();
+  }
+};
+
+TEST_F(GpuSweepDrainTest, AProcessOnAGpuOutsideAnyJobIsKilledAndOneThatStaysDrainsTheNode) {
+  CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1", "--", "sleep", "3014"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string job = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3014").empty(); },
+                         std::chrono::seconds(30)));
+  auto outside = RunCommand({"sh", "-c",
+                             "setsid setpriv --reuid=bmastest2 --regid=bmastest2 --init-groups "
+                             "sleep 3013 </dev/null >/dev/null 2>&1 &"});
+  ASSERT_TRUE(outside && outside->exit_code == 0);
+  ASSERT_TRUE(Eventually([] { return !HostProcesses("sleep 3013").empty(); },
+                         std::chrono::seconds(10)));
+  const pid_t in_job = HostProcesses("sleep 3014").front();
+  const pid_t stranger = HostProcesses("sleep 3013").front();
+  std::string gpus;
+  for (int i = 0; i < 4; ++i) {
+    gpus += fmt::format("uuid=GPU-{} name=NVIDIA_H100_80GB_HBM3 util=50 mem_total_mib=81559 "
+                        "pids={}\n",
+                        i, i == 3 ? std::to_string(stranger) : std::to_string(in_job));
+  }
+  Write(gpus);
+  EXPECT_TRUE(Eventually([] { return HostProcesses("sleep 3013").empty(); },
+                         std::chrono::seconds(20)))
+      << agent_->StderrText();
+  std::string node;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        node = Scontrol({"show", "node", "oss01"});
+        return node.find("DRAIN") != std::string::npos;
+      },
+      std::chrono::seconds(40)))
+      << node << agent_->StderrText();
+  EXPECT_THAT(node, HasSubstr(fmt::format("Reason=bmas: GPU still in use after SIGKILL: pid {} "
+                                          "(gone) on oss01's GPU 3",
+                                          stranger)));
+  EXPECT_THAT(agent_->StderrText(),
+              HasSubstr(fmt::format("killed pid {} (sleep) of uid {} on oss01's GPU 3", stranger,
+                                    getpwnam("bmastest2")->pw_uid)));
+  EXPECT_THAT(agent_->StderrText(), HasSubstr("drained oss01; reset its GPU, then resume it"));
+  // The job's own process, on every other GPU as NVML says, runs on.
+  EXPECT_EQ(HostProcesses("sleep 3014").size(), 1u);
+  EXPECT_THAT(agent_->StderrText(), ::testing::Not(HasSubstr(fmt::format("killed pid {} ", in_job))));
+  Write("");
+  ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
     ASSERT_EQ(slurm.exit_code, 0) << slurm.out << slurm.err;
     slurm_ = true;
     std::vector<std::string> args = {"--config", config_, "--state-dir", state_, "agent",
-                                     "--reconcile-interval", "0.5"};
+                                     "--reconcile-interval", reconcile_interval_};
     args.insert(args.end(), agent_flags_.begin(), agent_flags_.end());
     auto agent = Process::Start(args);
     ASSERT_TRUE(agent) << agent.error().message;
@@ -205,6 +205,7 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
 
   bool slurm_ = false;
   std::vector<std::string> agent_flags_;  // more flags for `bmas agent`, set before SetUp
+  std::string reconcile_interval_ = "0.5";  // seconds between the agent's reconcile passes
   std::unique_ptr<Process> agent_;
 };
 
