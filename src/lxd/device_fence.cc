@@ -178,7 +178,7 @@ std::vector<dev_t> NodeGpuDevices(const std::string& dir) {
   return out;
 }
 
-Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, int64_t job,
+Result<void> FenceWorkspaceGpus(LxdApi& client, const std::string& instance, int64_t job,
                                 const std::vector<dev_t>& node_gpus,
                                 const std::vector<std::string>& job_gpu_paths) {
   std::vector<dev_t> mine, all = node_gpus;
@@ -212,7 +212,7 @@ Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, 
 }
 
 Result<std::vector<std::string>> ReconcileFences(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive) {
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive) {
   auto instances = client.Instances();
   if (!instances) return instances.error();
   std::vector<std::string> fenced;

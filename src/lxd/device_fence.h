@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "lxd/lxd_client.h"
+#include "lxd/lxd_api.h"
 
 namespace bmas::lxd {
 
@@ -56,7 +56,7 @@ std::map<int, dev_t> NodeGpus(const std::string& dir);
 
 // FenceJobGpus for `instance`, started first if it is stopped; `job_gpu_paths` are the device
 // nodes on the host that will be plugged in for the job.
-Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, int64_t job,
+Result<void> FenceWorkspaceGpus(LxdApi& client, const std::string& instance, int64_t job,
                                 const std::vector<dev_t>& node_gpus,
                                 const std::vector<std::string>& job_gpu_paths);
 
@@ -65,6 +65,6 @@ Result<void> FenceWorkspaceGpus(LxdClient& client, const std::string& instance, 
 // LXD plugs the job's GPUs back in at its start, open to every process in it. Returns
 // "INSTANCE (job N)" for each workspace fenced again. `alive` says whether a job still runs.
 Result<std::vector<std::string>> ReconcileFences(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive);
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive);
 
 }  // namespace bmas::lxd

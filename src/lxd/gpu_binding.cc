@@ -65,7 +65,7 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
   return out;
 }
 
-Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& instance,
+Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
                                           int64_t job, const std::string& node,
                                           const std::vector<int>& gpus,
                                           const std::function<std::string(int)>& source) {
@@ -81,7 +81,7 @@ Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& 
   return paths;
 }
 
-Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t job,
+Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,
                         const std::string& node) {
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
@@ -95,7 +95,7 @@ Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t 
 }
 
 Result<std::vector<std::string>> ReconcileGpus(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive,
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive,
     const EndJobFn& end_job) {
   auto instances = client.Instances();
   if (!instances) return instances.error();

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "lxd/lxd_client.h"
+#include "lxd/lxd_api.h"
 
 namespace bmas::lxd {
 
@@ -43,13 +43,13 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
 
 // Plugs the job's GPUs on `node` into `instance`, starting it first if it is stopped. Returns
 // the paths they appear at inside.
-Result<std::vector<std::string>> BindGpus(LxdClient& client, const std::string& instance,
+Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
                                           int64_t job, const std::string& node,
                                           const std::vector<int>& gpus,
                                           const std::function<std::string(int)>& source);
 
 // Unplugs the devices of `job` on `node` from `instance`; returns how many it had.
-Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t job,
+Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,
                         const std::string& node);
 
 // Every instance, every bmas job device whose job `alive` says is gone: unplugged, once
@@ -59,7 +59,7 @@ Result<int> ReleaseGpus(LxdClient& client, const std::string& instance, int64_t 
 using EndJobFn =
     std::function<bool(const std::string& instance, int64_t job, const std::string& node)>;
 Result<std::vector<std::string>> ReconcileGpus(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive,
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive,
     const EndJobFn& end_job = {});
 
 // "0,1,3" (SLURM_JOB_GPUS) as indexes; ranges "0-3" too. InvalidArgument otherwise.

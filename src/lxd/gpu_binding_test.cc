@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "lxd/fake_lxd_api.h"
+
 namespace bmas::lxd {
 namespace {
 
@@ -45,6 +47,79 @@ TEST(GpuBindingTest, SlurmGpuListsParse) {
   EXPECT_EQ(*ParseGpuList(""), std::vector<int>{});
   EXPECT_FALSE(ParseGpuList("a,b"));
   EXPECT_FALSE(ParseGpuList("3-1"));
+}
+
+}  // namespace
+}  // namespace bmas::lxd
+
+namespace bmas::lxd {
+namespace {
+
+// Against the in-memory LXD: no root, no LXD, milliseconds.
+class GpuBindingFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    lxd_.instances["ws-alice"] = {.name = "ws-alice", .status = "Stopped"};
+    lxd_.instances["ws-bob"] = {.name = "ws-bob", .status = "Running"};
+  }
+  std::vector<std::string> DevicesOf(const std::string& instance) {
+    std::vector<std::string> names;
+    for (const auto& [name, spec] : lxd_.instances[instance].devices) names.push_back(name);
+    return names;
+  }
+
+  FakeLxdApi lxd_;
+};
+
+TEST_F(GpuBindingFakeTest, BindingStartsAStoppedWorkspaceAndPlugsTheJobsGpusIn) {
+  auto paths = BindGpus(lxd_, "ws-alice", 7, "oss01", {0, 2}, Source);
+  ASSERT_TRUE(paths) << paths.error().message;
+  EXPECT_EQ(*paths, (std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia2"}));
+  EXPECT_EQ(lxd_.instances["ws-alice"].status, "Running");
+  const StringMap& gpu2 = lxd_.instances["ws-alice"].devices.at("bmas-j7-oss01-gpu2");
+  EXPECT_EQ(gpu2.at("source"), "/dev/bmas-x/oss01/nvidia2");
+  EXPECT_EQ(gpu2.at("type"), "unix-char");
+  EXPECT_FALSE(BindGpus(lxd_, "ws-carol", 7, "oss01", {0}, Source)) << "no such workspace";
+}
+
+TEST_F(GpuBindingFakeTest, ReleaseTakesOnlyThatJobsGpusOnThatNode) {
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 7, "oss01", {0}, Source));
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 7, "oss02", {0}, Source));
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 8, "oss01", {1}, Source));
+  lxd_.instances["ws-bob"].devices["home"] = {{"type", "disk"}};
+  auto released = ReleaseGpus(lxd_, "ws-bob", 7, "oss01");
+  ASSERT_TRUE(released) << released.error().message;
+  EXPECT_EQ(*released, 1);
+  EXPECT_EQ(DevicesOf("ws-bob"),
+            (std::vector<std::string>{"bmas-j7-oss02-gpu0", "bmas-j8-oss01-gpu1", "home"}));
+  EXPECT_EQ(*ReleaseGpus(lxd_, "ws-bob", 7, "oss01"), 0) << "twice is nothing";
+}
+
+TEST_F(GpuBindingFakeTest, ReconcileUnplugsTheGpusOfJobsThatAreGoneOnceTheirProcessesAreEnded) {
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 7, "oss01", {0}, Source));     // gone
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 8, "oss01", {1}, Source));     // running
+  ASSERT_TRUE(BindGpus(lxd_, "ws-alice", 9, "oss01", {2}, Source));   // Slurm does not answer
+  ASSERT_TRUE(BindGpus(lxd_, "ws-alice", 10, "oss01", {3}, Source));  // gone, will not end
+  auto alive = [](int64_t job) -> Result<bool> {
+    if (job == 9) return Error{ErrorCode::kUnavailable, "slurmrestd is down"};
+    return job == 8;
+  };
+  std::vector<std::string> ended;
+  auto end = [&](const std::string& i, int64_t job, const std::string& node) {
+    ended.push_back(i + " " + std::to_string(job) + " " + node);
+    return job != 10;
+  };
+  auto removed = ReconcileGpus(lxd_, alive, end);
+  ASSERT_TRUE(removed) << removed.error().message;
+  EXPECT_EQ(*removed, (std::vector<std::string>{"ws-bob/bmas-j7-oss01-gpu0"}));
+  EXPECT_EQ(ended, (std::vector<std::string>{"ws-alice 10 oss01", "ws-bob 7 oss01"}));
+  EXPECT_EQ(DevicesOf("ws-bob"), (std::vector<std::string>{"bmas-j8-oss01-gpu1"}));
+  EXPECT_EQ(DevicesOf("ws-alice"),
+            (std::vector<std::string>{"bmas-j10-oss01-gpu3", "bmas-j9-oss01-gpu2"}));
+  lxd_.down = true;
+  auto down = ReconcileGpus(lxd_, alive);
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
 }
 
 }  // namespace

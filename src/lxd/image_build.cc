@@ -325,7 +325,7 @@ Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const 
   return out;
 }
 
-Result<Image> NewestBuiltImage(LxdClient& client) {
+Result<Image> NewestBuiltImage(LxdApi& client) {
   auto images = client.Images();
   if (!images) return images.error();
   const Image* newest = nullptr;

@@ -49,6 +49,6 @@ Result<std::string> DebianMirrorIn(const std::vector<AptSourceFile>& files,
 
 // The newest image that BuildImage imported (by upload time); NotFound with the command that
 // makes one when there is none.
-Result<Image> NewestBuiltImage(LxdClient& client);
+Result<Image> NewestBuiltImage(LxdApi& client);
 
 }  // namespace bmas::lxd

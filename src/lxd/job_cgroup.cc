@@ -185,7 +185,7 @@ Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milli
   return static_cast<int>(signalled.size());
 }
 
-Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, int64_t job,
+Result<int> EndJobInWorkspace(LxdApi& client, const std::string& instance, int64_t job,
                               const std::string& node, const GpuProcessesFn& gpu_processes) {
   auto ws = client.GetInstance(instance);
   if (!ws) return ws.error().code == ErrorCode::kNotFound ? Result<int>(0) : ws.error();
@@ -221,7 +221,7 @@ Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, in
 }
 
 Result<std::vector<std::string>> ReconcileJobCgroups(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive) {
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive) {
   auto instances = client.Instances();
   if (!instances) return instances.error();
   std::vector<std::string> ended;

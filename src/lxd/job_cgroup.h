@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "lxd/lxd_client.h"
+#include "lxd/lxd_api.h"
 
 namespace bmas::lxd {
 
@@ -52,12 +52,12 @@ using GpuProcessesFn = std::function<std::vector<pid_t>(const std::vector<int>& 
 // names. The epilog and the reconcile pass call it before they unplug; an error (which names
 // the processes left) means something may still use the GPUs: do not unplug, drain the node.
 // Returns how many processes were killed.
-Result<int> EndJobInWorkspace(LxdClient& client, const std::string& instance, int64_t job,
+Result<int> EndJobInWorkspace(LxdApi& client, const std::string& instance, int64_t job,
                               const std::string& node, const GpuProcessesFn& gpu_processes = {});
 
 // Every running instance, every job cgroup in it whose job `alive` says is gone: killed and
 // removed (the epilog did not run, or failed). Returns "<instance>/bmas-job-<id>" for each.
 Result<std::vector<std::string>> ReconcileJobCgroups(
-    LxdClient& client, const std::function<Result<bool>(int64_t job)>& alive);
+    LxdApi& client, const std::function<Result<bool>(int64_t job)>& alive);
 
 }  // namespace bmas::lxd

@@ -26,11 +26,11 @@ std::vector<int64_t> JobsOf(const Instance& i) {
   return it == i.config.end() ? std::vector<int64_t>{} : ParseJobList(it->second);
 }
 
-Result<void> SetJobs(LxdClient& local, const std::string& name, const std::vector<int64_t>& jobs) {
+Result<void> SetJobs(LxdApi& local, const std::string& name, const std::vector<int64_t>& jobs) {
   return local.UpdateInstance(name, {{kCopyJobsKey, JobList(jobs)}}, {});
 }
 
-Result<void> DeleteCopy(LxdClient& local, const Instance& copy) {
+Result<void> DeleteCopy(LxdApi& local, const Instance& copy) {
   if (copy.status == "Running") {
     if (auto r = local.ChangeState(copy.name, "stop", /*force=*/true); !r) return r;
   }
@@ -38,7 +38,7 @@ Result<void> DeleteCopy(LxdClient& local, const Instance& copy) {
 }
 
 // Adds `job` to the jobs of copy `copy` and makes sure it runs.
-Result<void> UseCopy(LxdClient& local, const Instance& copy, int64_t job) {
+Result<void> UseCopy(LxdApi& local, const Instance& copy, int64_t job) {
   std::vector<int64_t> jobs = JobsOf(copy);
   if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
     jobs.push_back(job);
@@ -109,7 +109,7 @@ std::string JobList(const std::vector<int64_t>& jobs) {
 }
 
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
+    LxdApi& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
     const std::function<Result<Peer>(const LxdPeer& peer)>& open,
     const std::function<Result<void>()>& prepare) {
   const std::string& name = spec.name;
@@ -181,7 +181,7 @@ Result<JobContainer> EnsureJobContainer(
                   "instance");
 }
 
-Result<bool> ReleaseJobCopy(LxdClient& local, const std::string& name, int64_t job) {
+Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job) {
   auto lock = CreationLock::Acquire();
   if (!lock) return lock.error();
   auto copy = local.GetInstance(name);
@@ -201,7 +201,7 @@ Result<bool> ReleaseJobCopy(LxdClient& local, const std::string& name, int64_t j
 }
 
 Result<std::vector<std::string>> ReconcileCopies(
-    LxdClient& local, const std::function<Result<bool>(int64_t job)>& alive) {
+    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive) {
   auto instances = local.Instances();
   if (!instances) return instances.error();
   std::vector<std::string> deleted;

@@ -65,17 +65,17 @@ struct JobContainer {
 // when neither this node nor any peer has it; a peer that cannot be reached is skipped with
 // its error kept for that message.
 Result<JobContainer> EnsureJobContainer(
-    LxdClient& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
+    LxdApi& local, const InstanceSpec& spec, int64_t job, const std::vector<LxdPeer>& peers,
     const std::function<Result<Peer>(const LxdPeer& peer)>& open,
     const std::function<Result<void>()>& prepare);
 
 // The epilog's part: drops `job` from copy `name`'s jobs and deletes the copy when none is
 // left. True when it deleted it; false for a workspace (never deleted) or a copy still in use.
-Result<bool> ReleaseJobCopy(LxdClient& local, const std::string& name, int64_t job);
+Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job);
 
 // The reconcile pass's part: every copy loses the jobs `alive` says are gone (an error keeps a
 // job), and a copy left with none is deleted. Returns the copies deleted.
 Result<std::vector<std::string>> ReconcileCopies(
-    LxdClient& local, const std::function<Result<bool>(int64_t job)>& alive);
+    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive);
 
 }  // namespace bmas::lxd

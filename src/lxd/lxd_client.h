@@ -20,10 +20,10 @@
 #include <rapidjson/document.h>
 
 #include "common/result.h"
+#include "lxd/lxd_api.h"
+#include "lxd/lxd_types.h"
 
 namespace bmas::lxd {
-
-using StringMap = std::map<std::string, std::string>;
 
 // One HTTP request as the client builds it.
 struct LxdRequest {
@@ -57,98 +57,11 @@ using LxdTransportPtr = std::unique_ptr<LxdTransport>;
 // Thread-compatible.
 LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout);
 
-struct ServerInfo {
-  std::string version;  // "5.0.2"
-  std::string kernel;   // "5.10.0-..."
-  std::vector<std::string> storage_drivers;  // supported here, "btrfs", "dir", ...
-  std::string certificate;  // the server's own TLS certificate (PEM)
-  StringMap config;         // server config, "core.https_address", ...
-};
-
-struct Instance {
-  std::string name;
-  std::string status;  // "Running", "Stopped", ...
-  std::string type;    // "container"
-  std::string architecture;  // "x86_64"
-  StringMap config;    // as set (not expanded with profiles)
-  std::map<std::string, StringMap> devices;
-  std::vector<std::string> profiles;
-  std::string created_at;
-  std::string etag;  // from GetInstance only: for a PUT with If-Match
-};
-
-struct InstanceSpec {
-  std::string name;
-  std::string image;  // an alias or a fingerprint
-  std::vector<std::string> profiles;
-  StringMap config;
-  std::map<std::string, StringMap> devices;
-};
-
-struct ExecSpec {
-  std::vector<std::string> command;
-  StringMap environment;
-  uint32_t user = 0;
-  uint32_t group = 0;
-  std::string cwd;  // "" = LXD's default
-};
-
-struct ExecResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// An exec that LXD holds until all its websockets connect, each at
-// GET <operation>/websocket?secret=<secret>. Interactive: the pty's bytes both ways on "0".
-// Piped: stdin on "0", stdout on "1", stderr on "2". Either: signals (and a pty's window
-// sizes) on "control".
-struct WebsocketExec {
-  std::string operation;  // "/1.0/operations/<id>"
-  StringMap secrets;      // "0", "1", "2", "control" as LXD names them -> secret
-};
-
-// The source side of a copy to another LXD (migration, pull mode): the source LXD holds the
-// instance's file system until the target connects to `operation`'s websockets with `secrets`.
-struct MigrationSource {
-  std::string operation;  // "/1.0/operations/<id>" on the source
-  StringMap secrets;      // "control", "fs"
-};
-
-// Where the target LXD pulls a copy from.
-struct MigrationPull {
-  std::string operation_url;  // "https://<source>:8443/1.0/operations/<id>"
-  std::string certificate;    // the source's TLS certificate (PEM), which the target checks
-  StringMap secrets;
-};
-
-struct Image {
-  std::string fingerprint;
-  std::vector<std::string> aliases;
-  StringMap properties;
-  int64_t size = 0;
-  std::string uploaded_at;  // RFC 3339; sorts as text
-};
-
-struct StoragePool {
-  std::string name;
-  std::string driver;
-  StringMap config;
-  std::string status;
-};
-
-struct Profile {
-  std::string name;
-  std::string description;
-  StringMap config;
-  std::map<std::string, StringMap> devices;
-};
-
 // The API bmas uses. Every method blocks; one call at a time. Errors carry LXD's message
 // and map its error codes: 404 kNotFound, 409 kAlreadyExists, 403 kPermissionDenied,
 // 400 kInvalidArgument, other kInternal; kUnavailable when LXD cannot be reached (the message
 // names the socket and `bmas lxd up`). Methods that start an operation wait for it.
-class LxdClient {
+class LxdClient final : public LxdApi {
  public:
   explicit LxdClient(const std::string& socket,
                      std::chrono::milliseconds timeout = std::chrono::seconds(120));
@@ -164,13 +77,13 @@ class LxdClient {
   // Trusts a client certificate (PEM) under `name`.
   Result<void> TrustCertificate(const std::string& name, const std::string& pem);
 
-  Result<std::vector<Instance>> Instances();
-  Result<Instance> GetInstance(const std::string& name);
-  Result<void> CreateInstance(const InstanceSpec& spec);
+  Result<std::vector<Instance>> Instances() override;
+  Result<Instance> GetInstance(const std::string& name) override;
+  Result<void> CreateInstance(const InstanceSpec& spec) override;
   // action: "start", "stop", "restart", "freeze", "unfreeze".
   Result<void> ChangeState(const std::string& name, const std::string& action, bool force = false,
-                           int timeout_s = 30);
-  Result<void> DeleteInstance(const std::string& name);
+                           int timeout_s = 30) override;
+  Result<void> DeleteInstance(const std::string& name) override;
 
   // Copies between LXD servers without CRIU: the file system only, no snapshots, no process
   // state (a running source keeps running). On the source:
@@ -178,30 +91,32 @@ class LxdClient {
   // On the target: creates instance `spec.name` with `spec`'s config, devices and profiles
   // (`spec.image` unused) from the source's file system, and waits until it is there.
   Result<void> CreateInstanceByMigration(const InstanceSpec& spec, const std::string& architecture,
-                                         const MigrationPull& source);
+                                         const MigrationPull& source) override;
   // Cancels an operation that has not ended (a migration source whose target failed).
   Result<void> CancelOperation(const std::string& operation);
 
   // Adds (or replaces) one device, live (PATCH).
   Result<void> AddDevice(const std::string& name, const std::string& device, const StringMap& spec);
   // Adds (or replaces) several devices in one change, live.
-  Result<void> AddDevices(const std::string& name, const std::map<std::string, StringMap>& devices);
+  Result<void> AddDevices(const std::string& name,
+                          const std::map<std::string, StringMap>& devices) override;
   // Removes the named devices that the instance has, in one change (GET with its ETag, PUT
   // under If-Match); returns how many it had. Names it lacks are skipped.
-  Result<int> RemoveDevices(const std::string& name, const std::vector<std::string>& devices);
+  Result<int> RemoveDevices(const std::string& name,
+                            const std::vector<std::string>& devices) override;
   // The PID (on the host) of a running instance's init; Unavailable when it is not running.
-  Result<int64_t> InitPid(const std::string& name);
+  Result<int64_t> InitPid(const std::string& name) override;
   // Removes one device: GET with its ETag, PUT without it under If-Match (PATCH cannot delete).
   // NotFound when the instance has no such device.
   Result<void> RemoveDevice(const std::string& name, const std::string& device);
   // Sets (a value) or removes (nullopt) config keys and whole devices, in one change, live
   // where LXD can (limits are).
-  Result<void> UpdateInstance(const std::string& name,
-                              const std::map<std::string, std::optional<std::string>>& config,
-                              const std::map<std::string, std::optional<StringMap>>& devices);
+  Result<void> UpdateInstance(
+      const std::string& name, const std::map<std::string, std::optional<std::string>>& config,
+      const std::map<std::string, std::optional<StringMap>>& devices) override;
 
   // Runs a command to its end with its output recorded; the recorded logs are deleted after.
-  Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec);
+  Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec) override;
   // Starts a command on a pty of `width` x `height` in the instance. LXD holds it until both
   // of its websockets connect (lxd/interactive_exec.h speaks them).
   Result<WebsocketExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
@@ -212,7 +127,7 @@ class LxdClient {
   // Waits for a websocket command's operation to end; its exit code.
   Result<int> ExecExitCode(const std::string& operation);
 
-  Result<std::vector<Image>> Images();
+  Result<std::vector<Image>> Images() override;
   // Imports a unified image tarball (metadata.yaml + rootfs/ + templates/) and returns its
   // fingerprint; `alias`, when given, is pointed at it (moved from an older image).
   Result<std::string> ImportImage(std::string tarball, const std::string& alias);

@@ -172,7 +172,7 @@ Result<void> CheckCaller(uid_t caller, const std::string& user) {
                {}};
 }
 
-Workspaces::Workspaces(LxdClient& client, std::string pool_driver)
+Workspaces::Workspaces(LxdApi& client, std::string pool_driver)
     : client_(client), pool_driver_(std::move(pool_driver)) {}
 
 Result<CreationLock> CreationLock::Acquire(const std::string& dir) {
@@ -282,7 +282,7 @@ std::vector<std::string> AccountEntryCommand(const Account& account,
           account.shell.empty() ? "/bin/sh" : account.shell};
 }
 
-Result<void> StartInstance(LxdClient& client, const std::string& name,
+Result<void> StartInstance(LxdApi& client, const std::string& name,
                            std::chrono::milliseconds timeout) {
   if (auto r = client.ChangeState(name, "start"); !r) return r;
   auto instance = client.GetInstance(name);

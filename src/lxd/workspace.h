@@ -15,7 +15,7 @@
 #include "common/config.h"
 #include "common/private_files.h"
 #include "common/result.h"
-#include "lxd/lxd_client.h"
+#include "lxd/lxd_api.h"
 
 namespace bmas::lxd {
 
@@ -94,7 +94,7 @@ inline constexpr const char* kReadyMark = "/run/bmas-ready";
 // Starts instance `name` and, when its image's init marks readiness (kReadyMark), waits up to
 // `timeout` for the mark, so that nothing runs in it before its mounts are there. Other images
 // are ready when LXD says they run.
-Result<void> StartInstance(LxdClient& client, const std::string& name,
+Result<void> StartInstance(LxdApi& client, const std::string& name,
                            std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // One instance creation at a time on this host, held until the instance has started:
@@ -124,7 +124,7 @@ Result<void> MapUserIds(const Account& account, const std::string& subuid = "/et
 class Workspaces {
  public:
   // `pool_driver` as `bmas lxd up` recorded it ("" when unknown: disk limits are skipped).
-  Workspaces(LxdClient& client, std::string pool_driver);
+  Workspaces(LxdApi& client, std::string pool_driver);
 
   // Creates and starts `user`'s workspace from `image` ("" = the newest built image). Adds
   // root:UID:1 and root:GID:1 to `subuid`/`subgid`. Nothing is left behind on failure.
@@ -144,7 +144,7 @@ class Workspaces {
   Result<ExecResult> Exec(const std::string& user, const std::vector<std::string>& command);
 
  private:
-  LxdClient& client_;
+  LxdApi& client_;
   std::string pool_driver_;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "lxd/local_lxd.h"
+#include "lxd/lxd_client.h"
 
 namespace bmas::lxd {
 namespace {

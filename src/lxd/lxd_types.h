@@ -1,0 +1,103 @@
+#pragma once
+
+// What LXD's API carries, as bmas's callers see it: instances, their specs and exec, images,
+// storage pools, profiles, and the two ends of a copy between servers. JSON stays in
+// lxd_client.cc.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace bmas::lxd {
+
+using StringMap = std::map<std::string, std::string>;
+
+struct ServerInfo {
+  std::string version;  // "5.0.2"
+  std::string kernel;   // "5.10.0-..."
+  std::vector<std::string> storage_drivers;  // supported here, "btrfs", "dir", ...
+  std::string certificate;  // the server's own TLS certificate (PEM)
+  StringMap config;         // server config, "core.https_address", ...
+};
+
+struct Instance {
+  std::string name;
+  std::string status;  // "Running", "Stopped", ...
+  std::string type;    // "container"
+  std::string architecture;  // "x86_64"
+  StringMap config;    // as set (not expanded with profiles)
+  std::map<std::string, StringMap> devices;
+  std::vector<std::string> profiles;
+  std::string created_at;
+  std::string etag;  // from GetInstance only: for a PUT with If-Match
+};
+
+struct InstanceSpec {
+  std::string name;
+  std::string image;  // an alias or a fingerprint
+  std::vector<std::string> profiles;
+  StringMap config;
+  std::map<std::string, StringMap> devices;
+};
+
+struct ExecSpec {
+  std::vector<std::string> command;
+  StringMap environment;
+  uint32_t user = 0;
+  uint32_t group = 0;
+  std::string cwd;  // "" = LXD's default
+};
+
+struct ExecResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// An exec that LXD holds until all its websockets connect, each at
+// GET <operation>/websocket?secret=<secret>. Interactive: the pty's bytes both ways on "0".
+// Piped: stdin on "0", stdout on "1", stderr on "2". Either: signals (and a pty's window
+// sizes) on "control".
+struct WebsocketExec {
+  std::string operation;  // "/1.0/operations/<id>"
+  StringMap secrets;      // "0", "1", "2", "control" as LXD names them -> secret
+};
+
+// The source side of a copy to another LXD (migration, pull mode): the source LXD holds the
+// instance's file system until the target connects to `operation`'s websockets with `secrets`.
+struct MigrationSource {
+  std::string operation;  // "/1.0/operations/<id>" on the source
+  StringMap secrets;      // "control", "fs"
+};
+
+// Where the target LXD pulls a copy from.
+struct MigrationPull {
+  std::string operation_url;  // "https://<source>:8443/1.0/operations/<id>"
+  std::string certificate;    // the source's TLS certificate (PEM), which the target checks
+  StringMap secrets;
+};
+
+struct Image {
+  std::string fingerprint;
+  std::vector<std::string> aliases;
+  StringMap properties;
+  int64_t size = 0;
+  std::string uploaded_at;  // RFC 3339; sorts as text
+};
+
+struct StoragePool {
+  std::string name;
+  std::string driver;
+  StringMap config;
+  std::string status;
+};
+
+struct Profile {
+  std::string name;
+  std::string description;
+  StringMap config;
+  std::map<std::string, StringMap> devices;
+};
+
+}  // namespace bmas::lxd
