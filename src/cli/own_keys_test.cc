@@ -5,38 +5,28 @@
 #include <unistd.h>
 
 #include <ctime>
-#include <filesystem>
+
+#include "store/mem_store.h"
 
 namespace bmas {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class OwnKeysTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("bmas_own_keys_test_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    auto s = OpenSqliteStore((dir_ / "bmas.db").string());
-    ASSERT_TRUE(s) << s.error().message;
-    store_ = std::move(*s);
+    store_ = NewMemStore([this] { return now_; });
     ASSERT_TRUE(store_->AddUser("alice", UserLimits{}));
     ASSERT_TRUE(store_->AddUser("bob", UserLimits{}));
-  }
-  void TearDown() override {
-    store_.reset();
-    fs::remove_all(dir_);
   }
   Result<std::string> Ask(const std::string& user, const std::string& action,
                           const std::string& id = "") {
     return AnswerOwnKeys(*store_, user, action, id, now_);
   }
 
-  fs::path dir_;
   StorePtr store_;
-  int64_t now_ = std::time(nullptr);  // the store stamps keys with the real time
+  int64_t now_ = std::time(nullptr);  // the store stamps keys with it
 };
 
 TEST_F(OwnKeysTest, AUserCreatesListsAndRevokesTheirOwnKeys) {

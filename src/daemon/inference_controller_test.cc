@@ -8,6 +8,7 @@
 
 #include "common/backend_identity.h"
 #include "slurm/fake_slurm_api.h"
+#include "store/mem_store.h"
 
 namespace bmas {
 namespace {
@@ -17,9 +18,7 @@ class InferenceControllerTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/bmas-ctl-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    auto store = OpenSqliteStore(dir_ + "/bmas.db");
-    ASSERT_TRUE(store) << store.error().message;
-    store_ = std::move(*store);
+    store_ = NewMemStore();
     options_.user = "bmas";
     options_.bmas = "/usr/bin/bmas";
     options_.replica_dir = dir_;

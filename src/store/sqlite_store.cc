@@ -1,11 +1,8 @@
 #include <fcntl.h>
 #include <sqlite3.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <array>
 #include <cerrno>
@@ -19,6 +16,7 @@
 #include "common/private_files.h"
 #include "store/sqlite_statement.h"
 #include "store/store.h"
+#include "store/store_rules.h"
 
 namespace bmas {
 namespace {
@@ -133,31 +131,6 @@ constexpr const char* kMigrations[] = {
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
-constexpr std::string_view kKeyPrefix = "sk-bmas-";
-constexpr size_t kKeyIdHex = 12;
-constexpr size_t kSecretHex = 48;
-
-
-std::string RandomHex(size_t hex_chars) {
-  std::string bytes((hex_chars + 1) / 2, '\0');
-  size_t got = 0;
-  while (got < bytes.size()) {
-    ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  std::string hex;
-  for (unsigned char c : bytes) hex += fmt::format("{:02x}", c);
-  hex.resize(hex_chars);
-  return hex;
-}
-
-std::array<unsigned char, 32> Sha256(std::string_view data) {
-  std::array<unsigned char, 32> digest{};
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest.data(), &len, EVP_sha256(), nullptr);
-  return digest;
-}
-
 class SqliteStore final : public Store {
  public:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
@@ -208,14 +181,8 @@ class SqliteStore final : public Store {
   }
 
   Result<void> AddUser(const std::string& name, const UserLimits& l) override {
-    if (!IsValidUserName(name)) {
-      return InvalidArgument(
-          fmt::format("'{}' is not a valid user name: use a Unix account name (a lowercase "
-                      "letter or _, then lowercase letters, digits, _ or -, at most 32)",
-                      name),
-          "name");
-    }
-    if (auto r = CheckLimits(l); !r) return r;
+    if (auto r = store_rules::CheckUserName(name); !r) return r;
+    if (auto r = store_rules::CheckLimits(l); !r) return r;
     Statement s(db_,
                 "INSERT INTO users (name, weight, rpm, tpm, tokens_per_day, max_concurrent, "
                 "created_at, ws_cpus, ws_memory, ws_processes, ws_disk) "
@@ -225,9 +192,7 @@ class SqliteStore final : public Store {
     s.Bind(8, l.workspace.cpus).BindOptText(9, l.workspace.memory);
     s.Bind(10, l.workspace.processes).BindOptText(11, l.workspace.disk);
     int rc = s.Step();
-    if (rc == SQLITE_CONSTRAINT) {
-      return Error{ErrorCode::kAlreadyExists, fmt::format("user '{}' already exists", name)};
-    }
+    if (rc == SQLITE_CONSTRAINT) return store_rules::UserExists(name);
     if (rc != SQLITE_DONE) return Fail("adding a user");
     return {};
   }
@@ -235,30 +200,11 @@ class SqliteStore final : public Store {
   Result<void> ChangeUser(const std::string& name, const UserChange& c) override {
     auto found = FindUser(name);
     if (!found) return found.error();
-    if (!*found) return NotFoundError(name);
-    UserLimits l = (*found)->limits;
-    if (c.weight) l.weight = *c.weight;
-    if (c.rpm) l.rpm = c.rpm;
-    if (c.tpm) l.tpm = c.tpm;
-    if (c.tokens_per_day) l.tokens_per_day = c.tokens_per_day;
-    if (c.max_concurrent) l.max_concurrent = c.max_concurrent;
-    WorkspaceLimits& w = l.workspace;
-    if (c.workspace.cpus) w.cpus = c.workspace.cpus;
-    if (c.workspace.memory) w.memory = c.workspace.memory;
-    if (c.workspace.processes) w.processes = c.workspace.processes;
-    if (c.workspace.disk) w.disk = c.workspace.disk;
-    for (const std::string& field : c.clear) {
-      if (field == "rpm") l.rpm.reset();
-      else if (field == "tpm") l.tpm.reset();
-      else if (field == "tokens_per_day") l.tokens_per_day.reset();
-      else if (field == "max_concurrent") l.max_concurrent.reset();
-      else if (field == "cpus") w.cpus.reset();
-      else if (field == "memory") w.memory.reset();
-      else if (field == "processes") w.processes.reset();
-      else if (field == "disk") w.disk.reset();
-      else return InvalidArgument(fmt::format("'{}' is not a limit that can be cleared", field));
-    }
-    if (auto r = CheckLimits(l); !r) return r;
+    if (!*found) return store_rules::NoSuchUser(name);
+    auto changed = store_rules::ApplyChange((*found)->limits, c);
+    if (!changed) return changed.error();
+    const UserLimits& l = *changed;
+    const WorkspaceLimits& w = l.workspace;
     Statement s(db_,
                 "UPDATE users SET weight = ?, rpm = ?, tpm = ?, tokens_per_day = ?, "
                 "max_concurrent = ?, ws_cpus = ?, ws_memory = ?, ws_processes = ?, ws_disk = ? "
@@ -285,7 +231,7 @@ class SqliteStore final : public Store {
     }
     if (sqlite3_changes(db_) == 0) {
       (void)Exec("ROLLBACK;");  // the error being returned says more
-      return NotFoundError(name);
+      return store_rules::NoSuchUser(name);
     }
     Statement revoke(db_, "UPDATE api_keys SET revoked_at = ? WHERE user = ? AND revoked_at IS NULL");
     revoke.Bind(1, UnixNow()).Bind(2, name);
@@ -317,33 +263,27 @@ class SqliteStore final : public Store {
   Result<std::string> CreateKey(const std::string& user) override {
     auto found = FindUser(user);
     if (!found) return found.error();
-    if (!*found) return NotFoundError(user);
-    std::string id = RandomHex(kKeyIdHex);
-    std::string secret = RandomHex(kSecretHex);
-    auto digest = Sha256(secret);
+    if (!*found) return store_rules::NoSuchUser(user);
+    const store_rules::NewKey key = store_rules::MintKey();
     Statement s(db_, "INSERT INTO api_keys (id, user, secret_sha256, created_at) VALUES (?, ?, ?, ?)");
-    s.Bind(1, id).Bind(2, user).BindBlob(3, digest.data(), static_cast<int>(digest.size()));
-    s.Bind(4, UnixNow());
+    s.Bind(1, key.id).Bind(2, user);
+    s.BindBlob(3, key.digest.data(), static_cast<int>(key.digest.size())).Bind(4, UnixNow());
     if (s.Step() != SQLITE_DONE) return Fail("creating a key");
-    return fmt::format("{}{}-{}", kKeyPrefix, id, secret);
+    return key.key;
   }
 
   Result<void> RevokeKey(const std::string& key_id) override {
     Statement s(db_, "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL");
     s.Bind(1, UnixNow()).Bind(2, key_id);
     if (s.Step() != SQLITE_DONE) return Fail("revoking a key");
-    if (sqlite3_changes(db_) == 0) {
-      return Error{ErrorCode::kNotFound,
-                   fmt::format("no active key with id '{}' (see `bmas key list USER`)", key_id),
-                   "id"};
-    }
+    if (sqlite3_changes(db_) == 0) return store_rules::NoSuchKey(key_id);
     return {};
   }
 
   Result<std::vector<KeyInfo>> ListKeys(const std::string& user) override {
     auto found = FindUser(user);
     if (!found) return found.error();
-    if (!*found) return NotFoundError(user);
+    if (!*found) return store_rules::NoSuchUser(user);
     Statement s(db_,
                 "SELECT id, user, created_at, revoked_at FROM api_keys WHERE user = ? "
                 "ORDER BY created_at, id");
@@ -358,26 +298,16 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<std::string>> Authenticate(const std::string& key) override {
-    std::string_view k = key;
-    if (k.substr(0, kKeyPrefix.size()) != kKeyPrefix) return std::optional<std::string>();
-    k.remove_prefix(kKeyPrefix.size());
-    if (k.size() != kKeyIdHex + 1 + kSecretHex || k[kKeyIdHex] != '-') {
-      return std::optional<std::string>();
-    }
-    std::string id(k.substr(0, kKeyIdHex));
-    auto digest = Sha256(k.substr(kKeyIdHex + 1));
+    auto presented = store_rules::ParseKey(key);
+    if (!presented) return std::optional<std::string>();
     Statement s(db_,
                 "SELECT k.user, k.secret_sha256 FROM api_keys k JOIN users u ON u.name = k.user "
                 "WHERE k.id = ? AND k.revoked_at IS NULL");
-    s.Bind(1, id);
+    s.Bind(1, presented->id);
     int rc = s.Step();
     if (rc == SQLITE_DONE) return std::optional<std::string>();
     if (rc != SQLITE_ROW) return Fail("checking a key");
-    std::string_view stored = s.Blob(1);
-    if (stored.size() != digest.size() ||
-        CRYPTO_memcmp(stored.data(), digest.data(), digest.size()) != 0) {
-      return std::optional<std::string>();
-    }
+    if (!store_rules::SameDigest(s.Blob(1), presented->digest)) return std::optional<std::string>();
     return std::optional<std::string>(s.Text(0));
   }
 
@@ -493,9 +423,7 @@ class SqliteStore final : public Store {
     Statement s(db_, "INSERT INTO backends (url, added_at) VALUES (?, ?)");
     s.Bind(1, url).Bind(2, UnixNow());
     int rc = s.Step();
-    if (rc == SQLITE_CONSTRAINT) {
-      return Error{ErrorCode::kAlreadyExists, fmt::format("backend {} is already listed", url)};
-    }
+    if (rc == SQLITE_CONSTRAINT) return store_rules::BackendListed(url);
     if (rc != SQLITE_DONE) return Fail("adding a backend");
     return {};
   }
@@ -504,9 +432,7 @@ class SqliteStore final : public Store {
     Statement s(db_, "DELETE FROM backends WHERE url = ?");
     s.Bind(1, url);
     if (s.Step() != SQLITE_DONE) return Fail("removing a backend");
-    if (sqlite3_changes(db_) == 0) {
-      return Error{ErrorCode::kNotFound, fmt::format("no backend {} (see `bmas gateway backend list`)", url)};
-    }
+    if (sqlite3_changes(db_) == 0) return store_rules::NoSuchBackend(url);
     return {};
   }
 
@@ -534,11 +460,7 @@ class SqliteStore final : public Store {
       return Fail("removing a deployment");
     }
     if (auto r = Exec("COMMIT;"); !r) return r;
-    if (!*removed) {
-      return Error{ErrorCode::kNotFound,
-                   fmt::format("no deployment of model '{}' (see `bmas inference list`)", model),
-                   "model"};
-    }
+    if (!*removed) return store_rules::NoSuchDeployment(model);
     return {};
   }
 
@@ -583,31 +505,6 @@ class SqliteStore final : public Store {
     u.limits.workspace.processes = s.OptInt(9);
     u.limits.workspace.disk = s.OptText(10);
     return u;
-  }
-
-  static Result<void> CheckLimits(const UserLimits& l) {
-    if (auto r = CheckLimits(l.weight, {l.rpm, l.tpm, l.tokens_per_day, l.max_concurrent}); !r) {
-      return r;
-    }
-    if (std::string why = CheckWorkspaceLimits(l.workspace); !why.empty()) {
-      return InvalidArgument(why);
-    }
-    return {};
-  }
-
-  static Result<void> CheckLimits(double weight, std::initializer_list<std::optional<int64_t>> limits) {
-    if (!(weight > 0 && weight <= 1e6)) {
-      return InvalidArgument(fmt::format("weight must be above 0 (got {})", weight), "weight");
-    }
-    for (const auto& l : limits) {
-      if (l && *l < 0) return InvalidArgument(fmt::format("limits cannot be negative (got {})", *l));
-    }
-    return {};
-  }
-
-  Error NotFoundError(const std::string& name) const {
-    return Error{ErrorCode::kNotFound,
-                 fmt::format("no user '{}' (add it with `bmas user add {}`)", name, name), "name"};
   }
 
   Error Fail(const char* what) const {

@@ -1,0 +1,327 @@
+// The store conformance suite: what every Store must do, run against each one (SQLite, the
+// embedded default, and MemStore, the in-memory one for tests and simulations). A new store
+// joins by adding its factory to kStores. What is SQLite's own (its file, WAL, migrations,
+// permissions) is tested in sqlite_store_test.cc.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "store/mem_store.h"
+#include "store/store.h"
+
+namespace bmas {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "memory") {
+      store_ = NewMemStore();
+      return;
+    }
+    dir_ = fs::temp_directory_path() /
+           ("bmas_store_conformance_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto s = OpenSqliteStore(StorePath(dir_.string()));
+    ASSERT_TRUE(s) << s.error().message;
+    store_ = std::move(*s);
+  }
+  void TearDown() override {
+    store_.reset();
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  fs::path dir_;
+  StorePtr store_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreConformanceTest, ::testing::Values("sqlite", "memory"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(StoreConformanceTest, AddFindListUsers) {
+  UserLimits limits;
+  limits.weight = 2;
+  limits.rpm = 60;
+  ASSERT_TRUE(store_->AddUser("bob", limits));
+  ASSERT_TRUE(store_->AddUser("alice", {}));
+  auto users = store_->ListUsers();
+  ASSERT_TRUE(users);
+  ASSERT_EQ(users->size(), 2u);
+  EXPECT_EQ((*users)[0].name, "alice");  // by name
+  EXPECT_EQ((*users)[0].limits.weight, 1.0);
+  EXPECT_FALSE((*users)[0].limits.rpm.has_value());  // unset = unlimited
+  auto bob = store_->FindUser("bob");
+  ASSERT_TRUE(bob && *bob);
+  EXPECT_EQ((*bob)->limits.weight, 2.0);
+  EXPECT_EQ((*bob)->limits.rpm, 60);
+  EXPECT_GT((*bob)->created_at, 0);
+  auto nobody = store_->FindUser("nobody");
+  ASSERT_TRUE(nobody);
+  EXPECT_FALSE(nobody->has_value());
+}
+
+TEST_P(StoreConformanceTest, BadUsersAreRefusedAndChangeNothing) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  auto dup = store_->AddUser("bob", {});
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code, ErrorCode::kAlreadyExists);
+  for (const char* name : {"", "Bob", "9lives", "a b", "x/../y", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+    auto r = store_->AddUser(name, {});
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << name;
+  }
+  UserLimits negative;
+  negative.tpm = -1;
+  EXPECT_FALSE(store_->AddUser("carol", negative));
+  UserLimits zero_weight;
+  zero_weight.weight = 0;
+  EXPECT_FALSE(store_->AddUser("carol", zero_weight));
+  EXPECT_EQ(store_->ListUsers()->size(), 1u);
+}
+
+TEST_P(StoreConformanceTest, ChangeUserSetsAndClearsLimits) {
+  UserLimits limits;
+  limits.rpm = 10;
+  limits.tpm = 1000;
+  ASSERT_TRUE(store_->AddUser("bob", limits));
+  UserChange change;
+  change.weight = 3;
+  change.max_concurrent = 4;
+  change.clear = {"rpm"};
+  ASSERT_TRUE(store_->ChangeUser("bob", change));
+  auto bob = store_->FindUser("bob");
+  EXPECT_EQ((*bob)->limits.weight, 3.0);
+  EXPECT_EQ((*bob)->limits.max_concurrent, 4);
+  EXPECT_FALSE((*bob)->limits.rpm.has_value());
+  EXPECT_EQ((*bob)->limits.tpm, 1000);
+  auto missing = store_->ChangeUser("nobody", change);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  UserChange bad;
+  bad.clear = {"weight"};
+  EXPECT_FALSE(store_->ChangeUser("bob", bad));
+  // Admin is off until set, and a change of limits leaves it as it is.
+  EXPECT_FALSE((*store_->FindUser("bob"))->admin);
+  UserChange admin;
+  admin.admin = true;
+  ASSERT_TRUE(store_->ChangeUser("bob", admin));
+  ASSERT_TRUE(store_->ChangeUser("bob", change));
+  EXPECT_TRUE((*store_->FindUser("bob"))->admin);
+  admin.admin = false;
+  ASSERT_TRUE(store_->ChangeUser("bob", admin));
+  EXPECT_FALSE((*store_->ListUsers())[0].admin);
+}
+
+TEST_P(StoreConformanceTest, KeysAuthenticateUntilRevoked) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  auto key = store_->CreateKey("bob");
+  ASSERT_TRUE(key);
+  EXPECT_EQ(key->rfind("sk-bmas-", 0), 0u);
+  auto who = store_->Authenticate(*key);
+  ASSERT_TRUE(who);
+  EXPECT_EQ(*who, std::optional<std::string>("bob"));
+
+  auto keys = store_->ListKeys("bob");
+  ASSERT_TRUE(keys);
+  ASSERT_EQ(keys->size(), 1u);
+  const std::string id = (*keys)[0].id;
+  EXPECT_NE(key->find(id), std::string::npos);
+  EXPECT_EQ(key->find((*keys)[0].id + "-"), 8u);
+  EXPECT_FALSE((*keys)[0].revoked_at.has_value());
+
+  ASSERT_TRUE(store_->RevokeKey(id));
+  EXPECT_EQ(*store_->Authenticate(*key), std::nullopt);
+  EXPECT_TRUE((*store_->ListKeys("bob"))[0].revoked_at.has_value());
+  auto again = store_->RevokeKey(id);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+TEST_P(StoreConformanceTest, WrongOrMalformedKeysDoNotAuthenticate) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  std::string wrong_secret = key;
+  wrong_secret.back() = wrong_secret.back() == '0' ? '1' : '0';
+  for (const std::string& k : {wrong_secret, std::string(), std::string("sk-bmas-"),
+                               key.substr(0, key.size() - 1), key + "0", std::string("Bearer ") + key,
+                               std::string("sk-other-") + key.substr(8)}) {
+    auto who = store_->Authenticate(k);
+    ASSERT_TRUE(who) << k;
+    EXPECT_EQ(*who, std::nullopt) << k;
+  }
+}
+
+TEST_P(StoreConformanceTest, RemovingAUserRevokesTheirKeys) {
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  std::string key = *store_->CreateKey("bob");
+  ASSERT_TRUE(store_->RemoveUser("bob"));
+  EXPECT_EQ(*store_->Authenticate(key), std::nullopt);
+  // A new user of the same name does not inherit the old key.
+  ASSERT_TRUE(store_->AddUser("bob", {}));
+  EXPECT_EQ(*store_->Authenticate(key), std::nullopt);
+  auto missing = store_->RemoveUser("nobody");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_FALSE(store_->CreateKey("nobody"));
+}
+
+TEST_P(StoreConformanceTest, UsageAddsUpPerUserModelBackend) {
+  const int64_t minute = 29'000'000;  // some minute in 2025
+  ASSERT_TRUE(store_->RecordUsage({{minute, "alice", "m", "http://a", 1, 10, 20},
+                                   {minute, "alice", "m", "http://a", 2, 5, 5},
+                                   {minute + 1, "alice", "m", "http://b", 1, 1, 1},
+                                   {minute + 5, "bob", "m", "http://a", 1, 7, 8}}));
+  auto all = store_->QueryUsage(std::nullopt, 0);
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].user, "alice");
+  EXPECT_EQ((*all)[0].backend, "http://a");
+  EXPECT_EQ((*all)[0].requests, 3);
+  EXPECT_EQ((*all)[0].prompt_tokens, 15);
+  EXPECT_EQ((*all)[0].completion_tokens, 25);
+  auto bob = store_->QueryUsage(std::string("bob"), 0);
+  ASSERT_EQ(bob->size(), 1u);
+  EXPECT_EQ((*bob)[0].completion_tokens, 8);
+  auto recent = store_->QueryUsage(std::nullopt, (minute + 1) * 60);
+  ASSERT_EQ(recent->size(), 2u);  // the first minute is before `since`
+}
+
+TEST_P(StoreConformanceTest, FinishedJobsAreRecordedOnceAndSumToGpuSeconds) {
+  JobRecord a{"c", 7, "alice", "train", "lab", "COMPLETED", 2, {"oss01"}, 100, 1000, 1600, 0};
+  JobRecord b{"c", 8, "alice", "x", "lab", "FAILED", 4, {"oss01", "oss02"}, 100, 2000, 2100, 1};
+  JobRecord never{"c", 9, "bob", "y", "lab", "CANCELLED", 1, {}, 100, 0, 3000, 0};
+  auto added = store_->RecordJobs({a, b, never});
+  ASSERT_TRUE(added) << added.error().message;
+  EXPECT_EQ(*added, 3);
+  EXPECT_EQ(*store_->RecordJobs({a}), 0);  // seen again by the next poll: no double count
+  JobRecord requeued = a;                  // the same id, run again later
+  requeued.start_time = 5000;
+  requeued.end_time = 5100;
+  EXPECT_EQ(*store_->RecordJobs({requeued}), 1);
+
+  auto rows = store_->QueryJobUsage(std::nullopt, 0);
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].user, "alice");
+  EXPECT_EQ((*rows)[0].jobs, 3);
+  EXPECT_EQ((*rows)[0].gpu_seconds, 2 * 600 + 4 * 100 + 2 * 100);
+  EXPECT_EQ((*rows)[1].user, "bob");
+  EXPECT_EQ((*rows)[1].gpu_seconds, 0);  // cancelled before it started
+  auto late = store_->QueryJobUsage(std::string("alice"), 2100);
+  ASSERT_EQ(late->size(), 1u);
+  EXPECT_EQ((*late)[0].jobs, 2);
+}
+
+TEST_P(StoreConformanceTest, BackendsAreSharedThroughTheStore) {
+  ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8001"));
+  ASSERT_TRUE(store_->AddBackend("http://127.0.0.1:8002"));
+  EXPECT_EQ(store_->AddBackend("http://127.0.0.1:8001").error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(store_->ListBackends()->size(), 2u);
+  ASSERT_TRUE(store_->RemoveBackend("http://127.0.0.1:8001"));
+  EXPECT_EQ(store_->RemoveBackend("http://127.0.0.1:8001").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(*store_->ListBackends(), std::vector<std::string>{"http://127.0.0.1:8002"});
+}
+
+TEST_P(StoreConformanceTest, WorkspaceLimitsAreKeptChangedClearedAndChecked) {
+  UserLimits l;
+  l.workspace.cpus = 2;
+  l.workspace.memory = "4GiB";
+  ASSERT_TRUE(store_->AddUser("ws", l));
+  UserChange c;
+  c.workspace.processes = 300;
+  c.workspace.disk = "20GiB";
+  c.clear = {"cpus"};
+  ASSERT_TRUE(store_->ChangeUser("ws", c));
+  auto u = store_->FindUser("ws");
+  ASSERT_TRUE(u && *u);
+  const WorkspaceLimits& w = (*u)->limits.workspace;
+  EXPECT_EQ(w.cpus, std::nullopt);
+  EXPECT_EQ(w.memory, "4GiB");
+  EXPECT_EQ(w.processes, 300);
+  EXPECT_EQ(w.disk, "20GiB");
+
+  for (const auto& [memory, disk, cpus] :
+       std::vector<std::tuple<std::string, std::string, int64_t>>{
+           {"4 GiB", "1GiB", 1}, {"4GB", "lots", 1}, {"50%", "1GiB", 0}}) {
+    UserChange bad;
+    bad.workspace.memory = memory;
+    bad.workspace.disk = disk;
+    bad.workspace.cpus = cpus;
+    auto r = store_->ChangeUser("ws", bad);
+    ASSERT_FALSE(r) << memory << " " << disk << " " << cpus;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  }
+  u = store_->FindUser("ws");
+  EXPECT_EQ((*u)->limits.workspace.memory, "4GiB");  // nothing changed
+  EXPECT_EQ(CheckWorkspaceLimits({.memory = "50%"}), "");
+  EXPECT_EQ(CheckWorkspaceLimits({.memory = "512MB", .disk = "1.5TiB"}), "");
+}
+
+// Finding 8 of issue 11: the store (every user's usage, limits and key hashes) was 0644 in a 0755
+// directory. Now only its owner can enter its directory or read it.
+TEST_P(StoreConformanceTest, IdleActionsAreRecordedOnceAndQueriedPerUser) {
+  const IdleRecord warn{7, "alice", "lab", "warn", 1000, 100, 2, 1800, "warning: ..."};
+  const IdleRecord cancel{7, "alice", "lab", "cancel", 2000, 100, 2, 3800, "cancelled: ..."};
+  const IdleRecord bobs{9, "bob", "lab", "warn", 1500, 500, 1, 1000, "warning: ..."};
+  for (const IdleRecord& r : {warn, cancel, bobs, warn}) ASSERT_TRUE(store_->RecordIdle(r));
+  auto all = store_->QueryIdle(std::nullopt, 0);
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 3u);  // the repeated warning is kept once
+  EXPECT_EQ((*all)[0].kind, "cancel");  // newest first
+  EXPECT_EQ((*all)[0].wasted_gpu_seconds, 3800);
+  auto alices = store_->QueryIdle(std::string("alice"), 1500);
+  ASSERT_TRUE(alices);
+  ASSERT_EQ(alices->size(), 1u);
+  EXPECT_EQ((*alices)[0].reason, "cancelled: ...");
+  EXPECT_EQ((*alices)[0].gpus, 2);
+}
+
+
+TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithTheirReplicas) {
+  Deployment d{.model = "m1", .min_replicas = 0, .max_replicas = 3, .gpus_per_replica = 2,
+               .profile = "llama-3.1-8b-h100", .ttft_slo_ms = 500, .command = ""};
+  ASSERT_TRUE(store_->PutDeployment(d));
+  d.max_replicas = 4;
+  ASSERT_TRUE(store_->PutDeployment(d));  // an update, not a second row
+  ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m0"}));
+  auto all = store_->ListDeployments();
+  ASSERT_TRUE(all) << all.error().message;
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].model, "m0");
+  EXPECT_EQ((*all)[1].max_replicas, 4);
+  EXPECT_EQ((*all)[1].min_replicas, 0);
+  EXPECT_EQ((*all)[1].profile, "llama-3.1-8b-h100");
+  EXPECT_GT((*all)[1].updated_at, 0);
+
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "ready", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 5},
+                                       {12, "m0", "pending", "", 18101, "", 1, false, 6}}));
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "draining", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 7},
+                                       {13, "m1", "starting", "oss02", 18102, "http://127.0.0.1:18102", 2, false, 8}}));
+  auto replicas = store_->ListReplicas();
+  ASSERT_TRUE(replicas);
+  ASSERT_EQ(replicas->size(), 2u);  // replaced whole: job 12 is gone
+  EXPECT_EQ((*replicas)[0].state, "draining");
+  EXPECT_TRUE((*replicas)[0].floor);
+  EXPECT_EQ((*replicas)[1].port, 18102);
+
+  ASSERT_TRUE(store_->RemoveDeployment("m1"));
+  EXPECT_TRUE(store_->ListReplicas()->empty());
+  auto missing = store_->RemoveDeployment("m1");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(missing.error().message.find("bmas inference list"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bmas

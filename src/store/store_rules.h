@@ -1,0 +1,52 @@
+#pragma once
+
+// What every Store checks, answers and keeps the same way, whatever holds the data (SQLite, or
+// MemStore in memory): user names and limits, changes to them, API keys (only a SHA-256 of
+// the secret is kept; a presented key is compared in constant time), and the errors callers
+// see, with the command that fixes each.
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "store/store.h"
+
+namespace bmas::store_rules {
+
+using Digest = std::array<unsigned char, 32>;
+
+// InvalidArgument, naming the rule, for a name that is not a Unix account name.
+Result<void> CheckUserName(const std::string& name);
+// InvalidArgument for a weight out of (0, 1e6], a negative limit, or a bad workspace limit.
+Result<void> CheckLimits(const UserLimits& limits);
+// `limits` with `change` applied (the fields it sets, then those it clears), checked.
+Result<UserLimits> ApplyChange(UserLimits limits, const UserChange& change);
+
+// A new key: what the user is given once, its id, and what is kept of its secret.
+struct NewKey {
+  std::string key;  // "sk-bmas-<id>-<secret>"
+  std::string id;
+  Digest digest{};
+};
+NewKey MintKey();
+
+// A presented key split into its id and its secret's digest; nullopt when it is not one.
+struct PresentedKey {
+  std::string id;
+  Digest digest{};
+};
+std::optional<PresentedKey> ParseKey(std::string_view key);
+
+// Whether a kept digest is the presented one (constant time).
+bool SameDigest(std::string_view kept, const Digest& presented);
+
+Error UserExists(const std::string& name);
+Error NoSuchUser(const std::string& name);
+Error NoSuchKey(const std::string& key_id);
+Error BackendListed(const std::string& url);
+Error NoSuchBackend(const std::string& url);
+Error NoSuchDeployment(const std::string& model);
+
+}  // namespace bmas::store_rules
