@@ -1,13 +1,22 @@
 #pragma once
 
-// The gateway's per-backend state, shared by gateway.cc (the request path) and
-// gateway_views.cc (what operators read). Guarded by Gateway::mu_.
+// What the gateway's files share: a backend's state (guarded by Gateway::mu_), a request as it
+// goes through admission and the relay, and small helpers. gateway.cc handles requests and
+// their attempts; gateway_keys.cc checks API keys; gateway_relay.cc relays to a backend;
+// gateway_metering.cc meters and flushes usage; gateway_backends.cc checks backends' health
+// and follows the store's list; gateway_views.cc answers operators and /v1/usage.
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <simdjson.h>
+
 #include "gateway/gateway.h"
+#include "gateway/resume.h"
 #include "gateway/upstream.h"
 
 namespace bmas::gateway {
@@ -32,5 +41,56 @@ struct Gateway::Backend {
   int checks = 0;
   std::vector<std::string> model_cards;  // /v1/models entries, as JSON, of admission's models
 };
+
+using Clock = std::chrono::steady_clock;
+
+struct Gateway::Request {
+  size_t worker = 0;  // the worker the client's connection runs on
+  std::string user;
+  double weight = 1;
+  std::string model;
+  std::string target;         // /v1/completions or /v1/chat/completions
+  std::string upstream_body;  // the client's body, with include_usage added to streams
+  bool stream = false;
+  bool client_wants_usage = false;
+  int64_t prompt_chars = 0;     // bytes of prompt text
+  int64_t prompt_estimate = 0;  // tokens, from prompt_chars, until the backend reports usage
+  std::optional<uint64_t> prefix_key;
+  std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes of the lead
+  size_t unhashed_blocks = 0;          // cache_aware: prompt blocks past the lead's
+  Clock::time_point start;
+  // A stream that reached the client: what it was sent, to resume it on another backend.
+  std::optional<StreamResume> resume;
+  std::string cut_reason;  // set by RelayOnce when the stream was cut and may be resumed
+};
+
+// A request waiting for admission. Dispatch() (on any worker, under mu_) picks its backend and
+// wakes it on its own worker.
+struct Gateway::Waiter {
+  explicit Waiter(Request* r) : request(r) {}
+  // Made (under mu_) only when the request cannot be admitted at once, so before any other
+  // worker can admit it; a request admitted while it is queued never needs one.
+  std::optional<net::steady_timer> wake;
+  Request* request;
+  std::shared_ptr<Backend> backend;  // set under mu_
+};
+
+inline int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline double UnixNowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The gateway's reused parser; replaced first if an earlier large document grew its buffers
+// past 1 MiB, so that one large body does not stay in memory.
+inline simdjson::dom::parser& Reusable(std::unique_ptr<simdjson::dom::parser>& parser) {
+  if (parser->capacity() > (size_t{1} << 20)) parser = std::make_unique<simdjson::dom::parser>();
+  return *parser;
+}
 
 }  // namespace bmas::gateway

@@ -1,4 +1,5 @@
-// The gateway's views for operators and the dashboard: /v1/models, /metrics and /load.
+// The gateway's views for operators and the dashboard: /v1/models, /metrics and /load; and a
+// user's own /v1/usage.
 
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "common/json_object.h"
+#include "common/operator_auth.h"
+#include "gateway/usage_report.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_internal.h"
 
@@ -134,6 +137,43 @@ std::string Gateway::LoadJson() {
     histogram(w, "ttft_s", ttft_);
     histogram(w, "queue_wait_s", queue_wait_);
   });
+}
+
+awaitable<void> Gateway::HandleMetrics(HttpRequest& request, ResponseWriter& writer) {
+  if (!co_await RequireOperator(request, writer, options_.operator_secret)) co_return;
+  std::string target(request.target().substr(0, request.target().find('?')));
+  if (target == "/metrics" && request.method() == http::verb::get) {
+    std::string text = RenderMetrics();
+    co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                         std::move(text));
+  } else if (target == "/load" && request.method() == http::verb::get) {
+    co_await writer.Send(http::status::ok, "application/json", LoadJson());
+  } else {
+    co_await writer.SendError(http::status::not_found, "no such path: " + target);
+  }
+}
+
+awaitable<void> Gateway::HandleUsage(const std::string& user, ResponseWriter& writer) {
+  // Today (UTC), as tokens_per_day counts, and the caller's own limits.
+  const int64_t since = UnixNow() / 86400 * 86400;
+  // An optional, not a Result: what the store thread hands back must be default-constructible.
+  auto query = [user, since](Store& store) {
+    auto found = store.QueryUsage(user, since);
+    return found ? std::optional<std::vector<UsageRow>>(std::move(*found)) : std::nullopt;
+  };
+  std::optional<std::vector<UsageRow>> rows = co_await store_.Run(std::move(query));
+  if (!rows) {
+    co_await writer.SendError(http::status::service_unavailable,
+                              "usage cannot be read right now; try again later");
+    co_return;
+  }
+  UserLimits limits;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = users_.find(user); it != users_.end()) limits = it->second;
+  }
+  std::string body = UsageReportJson(user, since, *rows, limits);
+  co_await writer.Send(http::status::ok, "application/json", std::move(body));
 }
 
 }  // namespace bmas::gateway

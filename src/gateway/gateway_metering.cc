@@ -1,0 +1,99 @@
+// The gateway's metering: tokens per (minute, user, model, backend), the limiter's token
+// counts, the prompt-size estimate, and the flush of usage to the store.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include "common/backend_identity.h"
+#include "common/operator_auth.h"
+#include "gateway/backend_source.h"
+#include "gateway/gateway.h"
+#include "gateway/gateway_internal.h"
+#include "gateway/request.h"
+#include "gateway/sse.h"
+#include "gateway/usage_report.h"
+
+namespace bmas::gateway {
+
+int64_t Gateway::EstimatePromptTokensLocked(const std::string& model, int64_t chars) const {
+  auto it = prompt_ratio_.find(model);
+  return it != prompt_ratio_.end() ? it->second.Estimate(chars) : CharsPerToken().Estimate(chars);
+}
+
+void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens) {
+  std::lock_guard lock(mu_);
+  prompt_ratio_[model].Learn(chars, tokens);
+}
+
+void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion,
+                    int64_t already_charged) {
+  const int64_t minute = UnixNow() / 60;
+  const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
+      minute, r.user, r.model, b.id);
+  std::lock_guard lock(mu_);
+  auto entry = unflushed_.find(key);
+  if (entry == unflushed_.end()) {
+    entry = unflushed_
+                .emplace(std::make_tuple(minute, r.user, r.model, b.id),
+                         UsageDelta{minute, r.user, r.model, b.id, 0, 0, 0})
+                .first;
+  }
+  UsageDelta& d = entry->second;
+  d.requests += 1;
+  d.prompt_tokens += prompt;
+  d.completion_tokens += completion;
+  limiter_.OnTokens(r.user, prompt + completion, UnixNowSeconds());
+  // The fair queue was charged the prompt estimate at admission and streamed tokens as they
+  // passed; the rest of the true usage is charged now.
+  admission_.Charge(r.model, r.user, r.weight,
+                    prompt - r.prompt_estimate + completion - already_charged);
+  for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
+    auto it = tokens_.find(std::tuple<std::string_view, std::string_view, std::string_view>(
+        r.user, r.model, kind));
+    if (it == tokens_.end()) {
+      it = tokens_
+               .emplace(std::make_tuple(r.user, r.model, std::string(kind)),
+                        &metrics_.AddCounter(
+                               "bmas_gateway_tokens_total", "Tokens metered, by user, model and kind.",
+                               fmt::format("user=\"{}\",model=\"{}\",kind=\"{}\"",
+                                           EscapeLabelValue(r.user), EscapeLabelValue(r.model), kind)))
+               .first;
+    }
+    it->second->Inc(static_cast<double>(n));
+  }
+}
+
+// ---- Background work ----------------------------------------------------------------------
+
+awaitable<void> Gateway::Flush() {
+  std::vector<UsageDelta> deltas;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, d] : unflushed_) deltas.push_back(std::move(d));
+    unflushed_.clear();
+  }
+  if (deltas.empty()) co_return;
+  auto write = [deltas = std::move(deltas)](Store& store) { return store.RecordUsage(deltas); };
+  Result<void> written = co_await store_.Run(std::move(write));
+  if (!written) spdlog::error("gateway: usage not recorded: {}", written.error().message);
+}
+
+awaitable<void> Gateway::FlushLoop() {
+  net::steady_timer timer(io_);
+  while (!stopping_) {
+    timer.expires_after(options_.flush_interval);
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await Flush();
+  }
+}
+
+}  // namespace bmas::gateway
