@@ -32,17 +32,13 @@
 #include "common/operator_auth.h"
 #include "daemon/gpu_sampler.h"
 #include "daemon/agent_protocol.h"
+#include "daemon/agent_reconciler.h"
 #include "daemon/agent_spawn.h"
 #include "daemon/agent_wire.h"
 #include "daemon/serve.h"
-#include "lxd/device_fence.h"
-#include "lxd/gpu_binding.h"
-#include "lxd/gpu_sweep.h"
 #include "lxd/job_cgroup.h"
-#include "lxd/job_copy.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
-#include "lxd/workspace_starts.h"
 
 namespace bmas {
 namespace {
@@ -115,13 +111,7 @@ class Agent {
 
   void Start() {
     acceptor_ = std::thread([this] { AcceptLoop(); });
-    reconciler_ = std::thread([this] { ReconcileLoop(); });
-    if (auto watch = lxd::WorkspaceStartWatch::Open()) {
-      watcher_ = std::thread([this, w = std::shared_ptr(std::move(*watch))] { WatchStarts(*w); });
-    } else {
-      spdlog::warn("bmas agent: {}; a restarted workspace's GPUs are fenced again at the next "
-                   "reconcile pass", watch.error().message);
-    }
+    reconciler_.Start();
     if (o_.gpus) {
       sampler_ = std::make_unique<GpuSampler>(o_.gpus, o_.node, o_.telemetry_interval,
                                               o_.on_gpu_sample);
@@ -140,8 +130,7 @@ class Agent {
     if (acceptor_.joinable()) acceptor_.join();
     close(listen_fd_);
     unlink(o_.socket.c_str());
-    if (reconciler_.joinable()) reconciler_.join();
-    if (watcher_.joinable()) watcher_.join();
+    reconciler_.Stop();
     if (sampler_) sampler_->Stop();
     for (auto& [id, t] : connections_) t.join();
     connections_.clear();
@@ -154,6 +143,7 @@ class Agent {
   }
 
   std::string Metrics() {
+    const AgentReconciler::Counts reconciled = reconciler_.counts();
     std::lock_guard lock(mu_);
     MetricsRegistry r;
     r.AddGauge("bmas_agent_jobs_in_containers", "Job commands running in workspaces now", "")
@@ -164,7 +154,7 @@ class Agent {
         .Set(static_cast<double>(open_));
     r.AddGauge("bmas_agent_workspaces_running", "Workspaces (LXD instances) running, as of the "
                "last reconcile pass", "")
-        .Set(static_cast<double>(workspaces_running_));
+        .Set(static_cast<double>(reconciled.workspaces_running));
     r.AddCounter("bmas_agent_execs_total", "Job commands started in workspaces", "")
         .Inc(static_cast<double>(execs_));
     r.AddCounter("bmas_agent_sessions_total", "Sessions users started in their workspaces", "")
@@ -176,15 +166,15 @@ class Agent {
         .Inc(static_cast<double>(over_cap_));
     r.AddCounter("bmas_agent_reconcile_removed_total",
                  "GPU devices the reconcile pass unplugged (their job was gone)", "")
-        .Inc(static_cast<double>(reconciled_));
+        .Inc(static_cast<double>(reconciled.removed));
     r.AddCounter("bmas_agent_reconcile_copies_deleted_total",
                  "Copies of other nodes' workspaces the reconcile pass deleted (their jobs were "
                  "gone)", "")
-        .Inc(static_cast<double>(copies_deleted_));
+        .Inc(static_cast<double>(reconciled.copies_deleted));
     r.AddCounter("bmas_agent_gpu_uses_killed_total",
                  "Processes the reconcile pass killed for using a GPU outside the job it "
                  "belongs to", "")
-        .Inc(static_cast<double>(gpu_uses_killed_));
+        .Inc(static_cast<double>(reconciled.gpu_uses_killed));
     r.AddHistogram("bmas_agent_gpu_bind_seconds",
                    "Job start (prolog) to GPUs visible in the workspace", "", kLatencyBounds) =
         bind_seconds_;
@@ -576,159 +566,6 @@ class Agent {
     SendMessage(fd, IntReply("killed", count));
   }
 
-  // Nothing a pass meets may end the loop: it is what finishes jobs whose epilog failed.
-  static void Guarded(const std::function<void()>& pass) {
-    try {
-      pass();
-    } catch (const std::exception& e) {
-      spdlog::error("bmas agent: reconcile: {}", e.what());
-    } catch (...) {
-      spdlog::error("bmas agent: reconcile: an unknown exception");
-    }
-  }
-
-  // A full pass every reconcile interval; in between, for a while after a workspace started
-  // (WatchStarts), the fence step alone every 200 ms until the workspace runs and is fenced.
-  void ReconcileLoop() {
-    using Steady = std::chrono::steady_clock;
-    while (!Stopping()) {
-      Guarded([this] { ReconcileOnce(); });
-      const auto next = Steady::now() + o_.reconcile_interval;
-      std::unique_lock lock(mu_);
-      while (!stopping_ && Steady::now() < next) {
-        if (Steady::now() < fence_until_) {
-          lock.unlock();
-          Guarded([this] { FenceRestarted(); });
-          lock.lock();
-          wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
-        } else {
-          wake_.wait_until(lock, next, [&] { return stopping_ || Steady::now() < fence_until_; });
-        }
-      }
-    }
-  }
-
-  void WatchStarts(lxd::WorkspaceStartWatch& watch) {
-    while (!Stopping()) {
-      if (!watch.Wait(std::chrono::milliseconds(200))) continue;
-      std::lock_guard lock(mu_);
-      fence_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      wake_.notify_all();
-    }
-  }
-
-  // One answer from Slurm per job and pass, whichever steps ask.
-  std::function<Result<bool>(int64_t)> AliveThisPass() {
-    auto answers = std::make_shared<std::map<int64_t, Result<bool>>>();
-    return [this, answers](int64_t job) -> Result<bool> {
-      auto it = answers->find(job);
-      if (it == answers->end()) it = answers->emplace(job, o_.job_alive(job)).first;
-      return it->second;
-    };
-  }
-
-  // The fence step of a pass, and the sweep once it fenced something: whatever opened the GPU
-  // before the fence went back is not in the job's cgroup.
-  void FenceRestarted() {
-    lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
-    auto alive = AliveThisPass();
-    auto refenced = lxd::ReconcileFences(client, alive);
-    Note(refenced, "fenced the GPUs of {} again: the workspace was restarted under its job",
-         nullptr);
-    if (refenced && !refenced->empty()) {
-      if (auto instances = client.Instances()) SweepGpus(*instances, alive);
-    }
-  }
-
-  void ReconcileOnce() {
-    lxd::LxdClient client(o_.lxd_socket, std::chrono::seconds(30));
-    auto alive = AliveThisPass();
-    // Jobs that are gone: their processes first (whatever they hold), then their GPUs.
-    auto ended = lxd::ReconcileJobCgroups(client, alive);
-    auto removed = lxd::ReconcileGpus(
-        client, alive,
-        [&](const std::string& instance, int64_t job, const std::string& node) {
-          auto r = lxd::EndJobInWorkspace(client, instance, job, node);
-          if (!r) spdlog::warn("bmas agent: reconcile: job {}: {}", job, r.error().message);
-          return r.has_value();
-        });
-    // Copies of workspaces from other nodes whose jobs are all gone (their epilog did not
-    // run): after the unplug above, so no device goes with a copy.
-    auto copies = lxd::ReconcileCopies(client, alive);
-    // Live jobs' GPUs in workspaces restarted under them: fenced again (lxd/device_fence.h).
-    auto refenced = lxd::ReconcileFences(client, alive);
-    auto instances = client.Instances();
-    if (instances) SweepGpus(*instances, alive);
-    std::lock_guard lock(mu_);
-    Note(ended, "killed {}, the cgroup of a job that is gone", nullptr);
-    Note(copies, "deleted {}, a copy whose jobs are gone", &copies_deleted_);
-    Note(removed, "unplugged {} (its job is gone)", &reconciled_);
-    Note(refenced, "fenced the GPUs of {} again: the workspace was restarted under its job",
-         nullptr);
-    if (instances) {
-      workspaces_running_ = 0;
-      for (const auto& i : *instances) workspaces_running_ += i.status == "Running" ? 1 : 0;
-    }
-  }
-
-  // Kills whatever uses a GPU outside the job it belongs to (lxd/gpu_sweep.h), and drains the
-  // node of one that outlives SIGKILL: once for each distinct reason.
-  void SweepGpus(const std::vector<lxd::Instance>& instances,
-                 const std::function<Result<bool>(int64_t)>& alive) {
-    if (o_.gpu_dirs.empty() && !o_.gpus) return;
-    lxd::GpuSweepInput in;
-    in.dirs = o_.gpu_dirs;
-    in.services = o_.service_uids;
-    in.alive = alive;
-    in.stopping = [this] { return Stopping(); };
-    for (const lxd::Instance& i : instances) {
-      for (const auto& [name, spec] : i.devices) {
-        if (auto d = lxd::ParseJobDeviceName(name)) in.plugged[{d->node, d->gpu}] = d->job;
-      }
-    }
-    if (o_.gpus) {
-      in.nvml_node = o_.node;
-      in.nvml = [this]() -> Result<std::map<int, std::vector<pid_t>>> {
-        auto readings = o_.gpus->Read();
-        if (!readings) return readings.error();
-        std::map<int, std::vector<pid_t>> pids;
-        for (const GpuReading& r : *readings) pids[r.index] = r.pids;
-        return pids;
-      };
-    }
-    const lxd::GpuSweepReport report = lxd::SweepGpus(in);
-    for (const std::string& k : report.killed) {
-      spdlog::warn("bmas agent: reconcile: killed {}: outside the job the GPU belongs to", k);
-    }
-    for (const auto& [node, why] : report.stuck) {
-      const std::string reason = "bmas: GPU still in use after SIGKILL: " + why;
-      if (!drained_.insert(node + "\n" + reason).second) continue;
-      spdlog::error("bmas agent: reconcile: {}: {}", node, reason);
-      if (!o_.drain) continue;
-      auto r = o_.drain(node, reason);
-      if (r) {
-        spdlog::error("bmas agent: reconcile: drained {}; reset its GPU, then resume it", node);
-      } else {
-        spdlog::error("bmas agent: reconcile: {}", r.error().message);
-      }
-    }
-    std::lock_guard lock(mu_);
-    gpu_uses_killed_ += static_cast<int64_t>(report.killed.size());
-  }
-
-  // Logs each thing a reconcile step did (`what` formats one) and counts them, or its error.
-  static void Note(const Result<std::vector<std::string>>& done, std::string_view what,
-                   int64_t* counter) {
-    if (!done) {
-      spdlog::warn("bmas agent: reconcile: {}", done.error().message);
-      return;
-    }
-    if (counter != nullptr) *counter += static_cast<int64_t>(done->size());
-    for (const std::string& d : *done) {
-      spdlog::info("bmas agent: reconcile: {}", fmt::format(fmt::runtime(what), d));
-    }
-  }
-
   struct JobRun {
     std::set<pid_t> pids;             // the commands' parents, as SpawnInWorkspace gave them
     std::vector<std::string> cgroup;  // the job's cgroup; empty for sessions (job 0)
@@ -736,9 +573,8 @@ class Agent {
 
   const AgentOptions& o_;
   int listen_fd_ = -1;
-  std::thread acceptor_, reconciler_, watcher_;
-  // Until when the fence step runs every 200 ms: a workspace started (WatchStarts).
-  std::chrono::steady_clock::time_point fence_until_;
+  std::thread acceptor_;
+  AgentReconciler reconciler_{o_};
   std::unique_ptr<GpuSampler> sampler_;  // with o_.gpus
   std::map<int64_t, std::thread> connections_;  // the acceptor's, then Stop()'s
   int64_t next_connection_ = 0;
@@ -750,9 +586,7 @@ class Agent {
   std::map<uid_t, int> per_uid_;   // open connections per uid
   int open_ = 0;
   std::map<int64_t, JobRun> jobs_;
-  int64_t running_ = 0, execs_ = 0, refused_ = 0, reconciled_ = 0, workspaces_running_ = 0;
-  int64_t copies_deleted_ = 0, over_cap_ = 0, gpu_uses_killed_ = 0;
-  std::set<std::string> drained_;  // node and reason of each drain asked for (reconciler's)
+  int64_t running_ = 0, execs_ = 0, refused_ = 0, over_cap_ = 0;
   int64_t sessions_ = 0, sessions_total_ = 0;  // job 0: users in their own workspace
   Histogram bind_seconds_{kLatencyBounds}, release_seconds_{kLatencyBounds};
 };
