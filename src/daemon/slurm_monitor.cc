@@ -19,13 +19,6 @@
 namespace bmas {
 namespace {
 
-bool IsRunning(const std::string& state) {
-  return state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" ||
-         state == "STOPPED" || state == "SUSPENDED";
-}
-
-bool IsPending(const std::string& state) { return state == "PENDING" || state == "REQUEUED"; }
-
 std::string Label(const char* key, const std::string& value) {
   return fmt::format("{}=\"{}\"", key, EscapeLabelValue(value));
 }
@@ -57,11 +50,11 @@ std::string RenderSlurmMetrics(const SlurmSnapshot& s, int64_t jobs_recorded,
   std::map<std::pair<std::string, std::string>, Held> held;
   std::map<std::string, int> pending;
   for (const JobInfo& j : s.jobs) {
-    if (IsRunning(j.state)) {
+    if (JobHoldsGpus(j.state)) {
       Held& h = held[{j.user, j.partition}];
       ++h.running;
       h.gpus += j.gpus;
-    } else if (IsPending(j.state)) {
+    } else if (JobIsPending(j.state)) {
       ++held[{j.user, j.partition}].pending;
       ++pending[j.partition];
     }

@@ -17,7 +17,6 @@ bool Drained(const NodeInfo& n) {
   });
 }
 
-bool Holds(const JobInfo& j) { return j.state == "RUNNING" || j.state == "COMPLETING"; }
 
 const NodeTelemetry* TelemetryOf(const ClusterState& s, const std::string& name,
                                  const std::string& hostname) {
@@ -91,7 +90,7 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
     // first free GPUs (their count shared out over their nodes).
     std::vector<const JobInfo*> unindexed;
     for (const JobInfo& j : s.jobs) {
-      if (!Holds(j) || j.gpus <= 0) continue;
+      if (!JobHoldsGpus(j.state) || j.gpus <= 0) continue;
       if (std::find(j.nodes.begin(), j.nodes.end(), n.name) == j.nodes.end()) continue;
       bool indexed = false;
       for (const NodeGpus& a : j.gpu_alloc) {

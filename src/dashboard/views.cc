@@ -132,10 +132,10 @@ std::map<std::string, UserTotals> TotalsPerUser(const ClusterState& s) {
   }
   for (const auto& [user, hours] : WastedGpuHoursPerUser(s)) t[user].wasted += hours;
   for (const JobInfo& j : s.jobs) {
-    if (j.state == "RUNNING") {
+    if (JobHoldsGpus(j.state)) {
       ++t[j.user].running;
       t[j.user].gpus_held += j.gpus;
-    } else if (j.state == "PENDING") {
+    } else if (JobIsPending(j.state)) {
       ++t[j.user].pending;
     }
   }
@@ -251,8 +251,8 @@ std::string QueueJson(const ClusterState& s, const Viewer& v) {
   const QueueOutlook outlook(s);
   std::vector<const JobInfo*> pending, running, recent;
   for (const JobInfo& j : s.jobs) {
-    if (j.state == "PENDING") pending.push_back(&j);
-    else if (j.state == "RUNNING" || j.state == "COMPLETING") running.push_back(&j);
+    if (JobIsPending(j.state)) pending.push_back(&j);
+    else if (JobHoldsGpus(j.state)) running.push_back(&j);
     else if (Sees(v, j.user)) recent.push_back(&j);
   }
   std::sort(pending.begin(), pending.end(), [](const JobInfo* a, const JobInfo* b) {

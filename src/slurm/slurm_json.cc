@@ -570,6 +570,16 @@ Result<int64_t> ParseDiagResponse(std::string_view body) {
   return req_time;
 }
 
+bool JobHoldsGpus(std::string_view state) {
+  return state == "RUNNING" || state == "CONFIGURING" || state == "COMPLETING" ||
+         state == "SUSPENDED" || state == "STOPPED";
+}
+
+bool JobIsPending(std::string_view state) {
+  return state == "PENDING" || state == "REQUEUED" || state == "REQUEUE_HOLD" ||
+         state == "REQUEUE_FED";
+}
+
 bool IsJobStateFinal(std::string_view state) {
   static constexpr std::array<std::string_view, 10> kFinal = {
       "COMPLETED", "FAILED",    "CANCELLED", "TIMEOUT",       "NODE_FAIL",

@@ -154,6 +154,15 @@ Result<int64_t> ParseDiagResponse(std::string_view body);
 // PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY, REVOKED.
 bool IsJobStateFinal(std::string_view state);
 
+// Whether a job in `state` holds its allocation, GPUs included; the one definition the
+// monitor, the dashboard and the controller share. RUNNING; CONFIGURING (its nodes are being
+// readied); COMPLETING (until its epilog ends); SUSPENDED and STOPPED (Slurm keeps their GRES).
+bool JobHoldsGpus(std::string_view state);
+
+// Whether a job in `state` waits for an allocation: PENDING, REQUEUED, REQUEUE_HOLD,
+// REQUEUE_FED.
+bool JobIsPending(std::string_view state);
+
 // GPUs in one GRES string: "gpu:h100:4(IDX:0-3)", "gpu:2", "gres:gpu:2", "gres/gpu:h100=2",
 // comma-separated lists; other GRES are ignored. 0 when there is no GPU.
 int CountGpusInGres(std::string_view gres);

@@ -519,3 +519,27 @@ TEST(ExpandFilenamePatternTest, Patterns) {
 
 }  // namespace
 }  // namespace bmas
+
+namespace bmas {
+namespace {
+
+// The one definition the monitor, the dashboard and the controller share (they had four).
+TEST(JobStateTest, WhichStatesHoldGpusAndWhichWait) {
+  for (const char* holds : {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"}) {
+    EXPECT_TRUE(JobHoldsGpus(holds)) << holds;
+    EXPECT_FALSE(JobIsPending(holds)) << holds;
+    EXPECT_FALSE(IsJobStateFinal(holds)) << holds;
+  }
+  for (const char* waits : {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}) {
+    EXPECT_TRUE(JobIsPending(waits)) << waits;
+    EXPECT_FALSE(JobHoldsGpus(waits)) << waits;
+  }
+  for (const char* ended : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED"}) {
+    EXPECT_TRUE(IsJobStateFinal(ended)) << ended;
+    EXPECT_FALSE(JobHoldsGpus(ended)) << ended;
+    EXPECT_FALSE(JobIsPending(ended)) << ended;
+  }
+}
+
+}  // namespace
+}  // namespace bmas
