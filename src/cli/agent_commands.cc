@@ -100,9 +100,12 @@ int AgentCommands::Serve(GlobalOptions& global) {
   } else {
     o.gpu_dirs["/dev"] = o.node;
   }
+  // The node's own services, whose hold on a GPU's device node is theirs to keep: root's, the
+  // service account's, and the driver's persistence daemon, which NVIDIA's packages run as
+  // `nvidia-persistenced` and which keeps every /dev/nvidiaN open.
   o.service_uids = {0};
-  if (const passwd* service = getpwnam(kServiceAccount)) {
-    o.service_uids.insert(service->pw_uid);
+  for (const char* account : {kServiceAccount, "nvidia-persistenced"}) {
+    if (const passwd* service = getpwnam(account)) o.service_uids.insert(service->pw_uid);
   }
   o.drain = [state_dir](const std::string& node, const std::string& reason) -> Result<void> {
     auto cluster = slurm::ReadLocalCluster(state_dir);
