@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "daemon/agent_main.h"
 
 namespace bmas {
 
@@ -20,13 +21,7 @@ class AgentCommands {
   int Serve(GlobalOptions& global);
 
   CLI::App* agent_ = nullptr;
-  std::string socket_;
-  int metrics_port_ = 0;
-  double reconcile_s_ = 60;
-  double io_timeout_s_ = 10;
-  std::string nvml_library_;  // "" = [telemetry] nvml_library
-  double telemetry_s_ = 0;     // 0 = [telemetry] interval_s
-  int max_per_uid_ = 64;
+  AgentFlags flags_;
   std::vector<std::string> command_;
 };
 

@@ -11,6 +11,7 @@
 
 namespace bmas {
 
+class Services;
 class Store;
 
 // Prints "bmas COMMAND: message" on stderr; returns the exit code for it: 2 for bad input or
@@ -31,6 +32,8 @@ struct GlobalOptions {
   std::string state_dir;
   std::string log_level = "info";
   int exit_code = 0;
+  // The adapters commands use (daemon/services.h); main sets the real ones.
+  Services* services = nullptr;
 
   // The config file's settings (defaults when none is given). Throws ConfigError.
   Config LoadConfigOrDefaults() const;

@@ -12,7 +12,7 @@
 #include "common/config.h"
 #include "doctor/node_facts.h"
 #include "doctor/report.h"
-#include "gpu/nvml.h"
+#include "daemon/services.h"
 
 namespace bmas {
 namespace {
@@ -33,9 +33,9 @@ doctor::SlurmClockFacts ReadSlurmClock(GlobalOptions& global) {
     return f;
   }
   f.controller = fmt::format("{}:{}", target->endpoint.host, target->endpoint.port);
-  SlurmRestClient client(target->endpoint, std::chrono::seconds(5));
+  auto client = global.services->Slurm(target->endpoint, std::chrono::seconds(5));
   f.asked_at = UnixNow();
-  auto controller_time = client.ControllerTime();
+  auto controller_time = client->ControllerTime();
   f.answered_at = UnixNow();
   if (!controller_time) {
     f.why_not = controller_time.error().code == ErrorCode::kUnavailable
@@ -75,7 +75,7 @@ int DoctorCommand::Run(GlobalOptions& global) {
   options.state_dir = ResolveStateDir(global.state_dir, config);
   doctor::NodeFacts facts = doctor::ReadNodeFacts(options);
   facts.slurm_clock = ReadSlurmClock(global);
-  auto gpus = OpenNvml(config.telemetry.nvml_library)->Read();
+  auto gpus = global.services->Gpus(config.telemetry.nvml_library)->Read();
   const doctor::Report report = doctor::Diagnose(facts, gpus, config.lxd.users);
   fmt::print("{}", json_ ? doctor::FormatJson(report) : doctor::FormatText(report));
   return report.ok ? 0 : 1;

@@ -16,6 +16,7 @@
 #include "common/operator_auth.h"
 #include "daemon/gateway_main.h"
 #include "daemon/secret.h"
+#include "daemon/services.h"
 #include "gateway/upstream.h"
 #include "slurm/rest_client.h"
 #include "store/store.h"
@@ -27,8 +28,8 @@ constexpr std::chrono::milliseconds kTimeout{1000};
 
 // GET `path` below the base URL `url` (http://host:port[/prefix]), sending `authorization`
 // when not empty; the body of a 200.
-Result<std::string> Get(const std::string& url, const std::string& path, const std::string& peer,
-                        const std::string& authorization = {}) {
+Result<std::string> Get(Services& services, const std::string& url, const std::string& path,
+                        const std::string& peer, const std::string& authorization = {}) {
   auto parsed = gateway::ParseBackendUrl(url);
   if (!parsed) return parsed.error();
   std::string host = parsed->host;
@@ -41,7 +42,7 @@ Result<std::string> Get(const std::string& url, const std::string& path, const s
       port <= 0 || port > 65535) {
     return InvalidArgument(fmt::format("{} {}: port {} is out of range", peer, url, digits));
   }
-  auto transport = NewTcpRestTransport(host, static_cast<uint16_t>(port), kTimeout, peer);
+  auto transport = services.Http(host, static_cast<uint16_t>(port), kTimeout, peer);
   RestRequest request{"GET", parsed->base_path + path, {}, ""};
   if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
   auto response = transport->RoundTrip(request);
@@ -55,7 +56,8 @@ Result<std::string> Get(const std::string& url, const std::string& path, const s
 
 // The backends of the gateway running on `state_dir`, from its operator listener's /metrics;
 // an error saying why there is no answer.
-Result<std::vector<RunningBackend>> AskGateway(const std::string& state_dir) {
+Result<std::vector<RunningBackend>> AskGateway(Services& services,
+                                               const std::string& state_dir) {
   const std::string path = GatewayOperatorUrlPath(state_dir);
   // In the service account's directory: a link there is not followed (root runs this).
   std::string url(512, '\0');
@@ -70,7 +72,7 @@ Result<std::vector<RunningBackend>> AskGateway(const std::string& state_dir) {
   }
   auto secret = EnsureOperatorSecret(state_dir);
   if (!secret) return secret.error();
-  auto metrics = Get(url, "/metrics", "the gateway", OperatorBearer(*secret));
+  auto metrics = Get(services, url, "/metrics", "the gateway", OperatorBearer(*secret));
   if (!metrics) {
     return Error{metrics.error().code,
                  fmt::format("the gateway that left {} does not answer (it may have been killed): "
@@ -91,7 +93,7 @@ int GatewayCommand::ListBackends(GlobalOptions& global, Store& store) {
   }
   auto added = store.ListBackends();
   if (!added) return ReportFailure("gateway backend list", added.error());
-  auto running = AskGateway(ResolveStateDir(global.state_dir, config));
+  auto running = AskGateway(*global.services, ResolveStateDir(global.state_dir, config));
   std::vector<BackendRow> rows = MergeBackends(
       configured, *added, running ? std::optional(std::move(*running)) : std::nullopt);
   if (!running) {
@@ -100,7 +102,7 @@ int GatewayCommand::ListBackends(GlobalOptions& global, Store& store) {
                "backends given to a gateway on its command line are not listed\n",
                running.error().message);
     for (BackendRow& row : rows) {
-      auto health = Get(row.url, "/health", "the backend");
+      auto health = Get(*global.services, row.url, "/health", "the backend");
       row.healthy = health.has_value();
       row.health = health ? "up (its /health answers)" : "down: " + health.error().message;
     }

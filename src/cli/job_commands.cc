@@ -31,6 +31,8 @@
 #include "common/process.h"
 #include "core/job_shape.h"
 #include "daemon/agent.h"
+#include "daemon/services.h"
+#include "slurm/gpu_cap.h"
 #include "slurm/jwt.h"
 #include "slurm/local_cluster.h"
 #include "slurm/rest_client.h"
@@ -92,7 +94,7 @@ extern "C" void OnInterrupt(int) { g_interrupted = 1; }
 
 // Streams the job's output until it finishes, or until `*interrupted` is set (nullptr: never);
 // returns the job's last state (not final when interrupted).
-Result<JobInfo> Follow(SlurmRestClient& client, int64_t id,
+Result<JobInfo> Follow(SlurmApi& client, int64_t id,
                        const volatile std::sig_atomic_t* interrupted = nullptr) {
   size_t offset = 0;
   // Often at first, when a short job's first line is what the user waits for (Slurm starts a
@@ -153,11 +155,11 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
 // does for `bmas usage`, so a student sees the warnings on their own jobs and no one else's.
 // When neither works (no store yet, no agent on this node, an agent that refuses), this gives
 // no records and says nothing: the warning is extra to `bmas jobs`, which works without it.
-std::vector<IdleRecord> ReadIdleRecords(const std::string& state_dir,
+std::vector<IdleRecord> ReadIdleRecords(Services& services, const std::string& state_dir,
                                         const std::optional<std::string>& user, int64_t since) {
   const std::string path = StorePath(state_dir);
   if (access(path.c_str(), R_OK) == 0) {
-    auto store = OpenSqliteStore(path);
+    auto store = services.OpenStore(state_dir);
     if (store) {
       auto records = (*store)->QueryIdle(user, since);
       if (records) return std::move(*records);
@@ -189,7 +191,8 @@ class IdleNotes {
       if (j.start_time > 0 && (since == 0 || j.start_time < since)) since = j.start_time;
     }
     if (since > 0) {
-      records_ = ReadIdleRecords(ResolveStateDir(global.state_dir, config), user, since);
+      records_ = ReadIdleRecords(*global.services, ResolveStateDir(global.state_dir, config), user,
+                                 since);
     }
   }
 
@@ -215,50 +218,6 @@ std::string StateAndReason(const JobInfo& j) {
   if (plain.empty()) return j.state;
   if (plain == j.reason) return fmt::format("{} ({})", j.state, j.reason);
   return fmt::format("{}: {} [{}]", j.state, plain, j.reason);
-}
-
-// Lab-mode guardrail: the partition's cap on GPUs one user holds at once. Slurm enforces it
-// too (the partition QOS), but would leave a job over the cap pending with a terse reason;
-// this says why at once and what would fit. Running and pending jobs both count: a pending
-// one holds its GPUs as soon as it starts.
-Result<void> CheckGpuCap(SlurmRestClient& client, const Cluster& inventory, const JobShape& shape,
-                         const std::string& user) {
-  const auto partition =
-      std::find_if(inventory.partitions.begin(), inventory.partitions.end(),
-                   [&](const Partition& p) { return p.name == shape.partition; });
-  if (partition == inventory.partitions.end() || partition->max_gpus_per_user <= 0 ||
-      !inventory.slurm.accounting) {
-    return {};
-  }
-  const int cap = partition->max_gpus_per_user;
-  const int asked = shape.nodes * shape.gpus_per_node;
-  if (asked > cap) {
-    const std::string other = PartitionThatAllows(inventory, shape.partition, asked);
-    return InvalidArgument(fmt::format(
-        "partition {} lets one user hold at most {} GPU(s) at once and this job asks for {}: "
-        "ask for at most {}{}",
-        shape.partition, cap, asked, cap,
-        other.empty() ? "" : fmt::format(", or use another partition (--partition {})", other)));
-  }
-  auto jobs = client.Jobs();
-  if (!jobs) return jobs.error();
-  int held = 0;
-  std::vector<std::string> ids;
-  for (const JobInfo& j : *jobs) {
-    if (j.user != user || j.partition != shape.partition || IsJobStateFinal(j.state)) continue;
-    if (j.gpus == 0) continue;
-    held += j.gpus;
-    ids.push_back(fmt::format("{}", j.id));
-  }
-  if (held + asked > cap) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("partition {} lets one user hold at most {} GPU(s) at once; {} "
-                             "holds or waits for {} (job(s) {}) and this job asks for {}: wait "
-                             "for one to end (`bmas jobs`), cancel one, or ask for at most {}",
-                             shape.partition, cap, user, held, fmt::join(ids, ", "), asked,
-                             std::max(0, cap - held))};
-  }
-  return {};
 }
 
 // "500M", "16G", "1T" or plain megabytes, as Slurm's --mem takes them.
@@ -454,7 +413,8 @@ int JobCommands::Run(GlobalOptions& global) {
   // In research mode, its users' jobs go to the nodes they own.
   spec.reservation = ReservationFor(*target, account->name);
 
-  SlurmRestClient client(target->endpoint);
+  auto slurm = global.services->Slurm(target->endpoint);
+  SlurmApi& client = *slurm;
   if (auto within = CheckGpuCap(client, target->inventory, *shape, account->name); !within) {
     return ReportFailure("run", within.error());
   }
@@ -518,8 +478,7 @@ int JobCommands::Jobs(GlobalOptions& global) {
   if (!caller) return ReportFailure("jobs", caller.error());
   auto target = ResolveSlurm(global, caller->name);
   if (!target) return ReportFailure("jobs", target.error());
-  SlurmRestClient client(target->endpoint);
-  auto jobs = client.Jobs();
+  auto jobs = global.services->Slurm(target->endpoint)->Jobs();
   if (!jobs) return ReportFailure("jobs", jobs.error());
   const std::string only = all_ ? "" : (user_.empty() ? caller->name : user_);
   std::vector<JobInfo> shown;
@@ -552,7 +511,7 @@ int JobCommands::Jobs(GlobalOptions& global) {
 
 // A client acting as the caller, and job `id` when the caller may read it (theirs, or root).
 struct OwnedJob {
-  std::unique_ptr<SlurmRestClient> client;
+  std::unique_ptr<SlurmApi> client;
   JobInfo job;
 };
 
@@ -561,7 +520,7 @@ static Result<OwnedJob> OpenOwnJob(GlobalOptions& global, int64_t id) {
   if (!caller) return caller.error();
   auto target = ResolveSlurm(global, caller->name);
   if (!target) return target.error();
-  OwnedJob owned{std::make_unique<SlurmRestClient>(target->endpoint), {}};
+  OwnedJob owned{global.services->Slurm(target->endpoint), {}};
   auto job = owned.client->Job(id);
   if (!job && job.error().code == ErrorCode::kNotFound) {
     return NotFound(fmt::format("there is no job {} (Slurm knows none by that id; it forgets "

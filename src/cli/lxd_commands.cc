@@ -24,7 +24,7 @@
 #include "lxd/image_build.h"
 #include "lxd/interactive_exec.h"
 #include "lxd/local_lxd.h"
-#include "lxd/lxd_client.h"
+#include "daemon/services.h"
 #include "lxd/lxd_tls.h"
 #include "daemon/up_record.h"
 #include "lxd/workspace.h"
@@ -71,10 +71,11 @@ Result<WorkspaceSettings> LimitsFor(const Config& config, Store& store, const st
 
 }  // namespace
 
-Result<WorkspaceSettings> WorkspaceLimitsFor(const Config& config, const std::string& state_dir,
+Result<WorkspaceSettings> WorkspaceLimitsFor(Services& services, const Config& config,
+                                             const std::string& state_dir,
                                              const std::string& user) {
   if (!std::filesystem::exists(StorePath(state_dir))) return config.workspace;
-  auto store = OpenSqliteStore(StorePath(state_dir));
+  auto store = services.OpenStore(state_dir);
   if (!store) return store.error();
   return LimitsFor(config, **store, user);
 }
@@ -140,7 +141,8 @@ std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std:
     return fmt::format("{}'s workspace gets them when root creates it or runs `bmas user set`",
                        user);
   }
-  lxd::LxdClient client(c.socket, std::chrono::seconds(10));
+  auto lxd = global.services->Lxd(c.socket, std::chrono::seconds(10));
+  lxd::LxdApi& client = *lxd;
   if (!client.Server()) {
     return fmt::format("LXD does not answer on {}: {}'s workspace gets them when it is created",
                        c.socket, user);
@@ -276,7 +278,8 @@ int LxdCommands::RunDown(GlobalOptions& global) {
 
 int LxdCommands::RunStatus(GlobalOptions& global) {
   LxdContext c = Context(global);
-  lxd::LxdClient client(c.socket, std::chrono::seconds(5));
+  auto lxd = global.services->Lxd(c.socket, std::chrono::seconds(5));
+  lxd::LxdApi& client = *lxd;
   auto server = client.Server();
   std::string driver = c.pool_driver;
   if (server) {
@@ -378,8 +381,7 @@ int LxdCommands::RunImageBuild(GlobalOptions& global) {
                          Error{ErrorCode::kPermissionDenied,
                                "importing an image needs LXD's root-only socket: run as root", {}});
   }
-  lxd::LxdClient client(c.socket, std::chrono::seconds(600));
-  auto built = lxd::BuildImage(client, base_, init_, alias_, c.state_dir);
+  auto built = lxd::BuildImage(*global.services->Lxd(c.socket, std::chrono::seconds(600)), base_, init_, alias_, c.state_dir);
   if (!built) return ReportFailure("image build", built.error());
   fmt::print("bmas image: built {} ({} bytes) in {:.1f} s, alias {}, fingerprint {}\n", base_,
              built->size, built->seconds, built->alias, built->fingerprint.substr(0, 12));
@@ -388,8 +390,7 @@ int LxdCommands::RunImageBuild(GlobalOptions& global) {
 
 int LxdCommands::RunImageList(GlobalOptions& global) {
   LxdContext c = Context(global);
-  lxd::LxdClient client(c.socket);
-  auto images = client.Images();
+  auto images = global.services->Lxd(c.socket)->Images();
   if (!images) return ReportFailure("image list", images.error());
   if (json_) {
     rapidjson::StringBuffer buf;
@@ -463,7 +464,8 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
       !allowed) {
     return ReportFailure(command, allowed.error());
   }
-  lxd::LxdClient client(c.socket);
+  auto lxd = global.services->Lxd(c.socket);
+  lxd::LxdApi& client = *lxd;
   lxd::Workspaces workspaces(client, c.pool_driver);
   if (verb == "create") {
     auto account = lxd::LookUpAccount(user_);
@@ -471,7 +473,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
     auto owner = lxd::CheckWorkspaceOwner(*account, lxd::ReadLoginDefs(), allow_system_account_);
     if (!owner) return ReportFailure(command, owner.error());
     auto given = [this](const char* flag) { return create_->count(flag) > 0; };
-    auto store = OpenSqliteStore(StorePath(c.state_dir));
+    auto store = global.services->OpenStore(c.state_dir);
     if (!store) return ReportFailure(command, store.error());
     auto stored = LimitsFor(c.config, **store, user_);
     if (!stored) return ReportFailure(command, stored.error());

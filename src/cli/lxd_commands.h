@@ -21,7 +21,8 @@ std::string ApplyWorkspaceLimits(GlobalOptions& global, Store& store, const std:
 
 // USER's workspace limits: the config's [workspace], overridden by what `bmas user add|set`
 // stored for them in the store under `state_dir` (the config's alone when there is no store).
-Result<WorkspaceSettings> WorkspaceLimitsFor(const Config& config, const std::string& state_dir,
+Result<WorkspaceSettings> WorkspaceLimitsFor(Services& services, const Config& config,
+                                             const std::string& state_dir,
                                              const std::string& user);
 
 class LxdCommands {

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/version.h"
+#include "daemon/services.h"
 
 int main(int argc, char** argv) {
   using namespace bmas;
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fmt::format("bmas {}", kBmasVersion), "Print bmas's version");
 
   GlobalOptions global;
+  global.services = &RealServices();
   app.add_option("--config", global.config_file,
                  "TOML config file (see examples/bmas.toml; default: $BMAS_CONFIG, else "
                  "/etc/bmas/bmas.toml when it exists)")

@@ -14,6 +14,8 @@
 #include "cli/slurm_target.h"
 #include "common/process.h"
 #include "core/hostlist.h"
+#include "daemon/services.h"
+#include "slurm/mode_switch.h"
 #include "slurm/modes.h"
 
 namespace bmas {
@@ -22,16 +24,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // `scontrol ARGS...` against the target's Slurm; its stderr becomes the error.
-Result<std::string> Scontrol(const SlurmTarget& t, std::vector<std::string> args) {
-  args.insert(args.begin(), "scontrol");
-  auto r = RunCommand(args, t.env, std::chrono::seconds(15));
-  if (!r) return r.error();
-  if (r->exit_code != 0) {
-    std::string err = r->err.empty() ? r->out : r->err;
-    while (!err.empty() && err.back() == '\n') err.pop_back();
-    return Error{ErrorCode::kUnavailable, fmt::format("scontrol {}: {}", args[1], err)};
-  }
-  return r->out;
+slurm::Scontrol ScontrolOf(const SlurmTarget& t) {
+  return [env = t.env](std::vector<std::string> args) -> Result<std::string> {
+    args.insert(args.begin(), "scontrol");
+    auto r = RunCommand(args, env, std::chrono::seconds(15));
+    if (!r) return r.error();
+    if (r->exit_code != 0) {
+      std::string err = r->err.empty() ? r->out : r->err;
+      while (!err.empty() && err.back() == '\n') err.pop_back();
+      return Error{ErrorCode::kUnavailable, fmt::format("scontrol {}: {}", args[1], err)};
+    }
+    return r->out;
+  };
 }
 
 double Since(Clock::time_point start) {
@@ -40,11 +44,7 @@ double Since(Clock::time_point start) {
 
 }  // namespace
 
-Result<slurm::Mode> CurrentMode(const SlurmTarget& t) {
-  auto out = Scontrol(t, {"-o", "show", "reservation"});
-  if (!out) return out.error();
-  return slurm::ParseMode(*out);
-}
+Result<slurm::Mode> CurrentMode(const SlurmTarget& t) { return slurm::CurrentMode(ScontrolOf(t)); }
 
 // Exposed for `bmas run`: research users' jobs go into their reservation.
 std::string ReservationFor(const SlurmTarget& target, const std::string& user) {
@@ -133,77 +133,29 @@ int ModeCommands::Research(GlobalOptions& global) {
   }
   auto target = ResolveSlurm(global, "root");
   if (!target) return ReportFailure("mode research", target.error());
-  SlurmRestClient client(target->endpoint);
-
-  std::vector<std::string> nodes;
+  slurm::ResearchRequest request;
+  request.users = users_;
+  request.count = count_;
+  request.add = add_;
+  request.force = force_;
   if (!nodes_.empty()) {
     auto expanded = ExpandHostlist(nodes_);
     if (!expanded) return ReportFailure("mode research", expanded.error());
-    nodes = *expanded;
-    for (const std::string& n : nodes) {
-      if (target->inventory.FindNode(n) == nullptr) {
-        return ReportFailure("mode research",
-                    InvalidArgument(fmt::format("node {} is not in the cluster", n)));
-      }
-    }
-  } else {
-    auto all = client.Nodes();
-    if (!all) return ReportFailure("mode research", all.error());
-    std::stable_sort(all->begin(), all->end(), [](const NodeInfo& a, const NodeInfo& b) {
-      return (a.state == "idle") > (b.state == "idle");
-    });
-    if (static_cast<size_t>(count_) > all->size()) {
-      return ReportFailure("mode research", InvalidArgument(fmt::format(
-                                       "the cluster has {} nodes, not {}", all->size(), count_)));
-    }
-    for (int i = 0; i < count_; ++i) nodes.push_back((*all)[i].name);
-    std::sort(nodes.begin(), nodes.end());
+    request.nodes = *expanded;
   }
-
-  // One research reservation at a time: a new one replaces it, or with --add takes in its
-  // users and nodes.
-  auto mode = CurrentMode(*target);
-  if (!mode) return ReportFailure("mode research", mode.error());
-  std::string replaced;
-  if (mode->research && add_) {
-    std::vector<std::string> users = mode->users;
-    for (const std::string& u : users_) {
-      if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
-    }
-    users_ = std::move(users);
-    for (const std::string& n : mode->nodes) {
-      if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
-    }
-    std::sort(nodes.begin(), nodes.end());
-  } else if (mode->research) {
-    replaced = fmt::format("; this replaces {} on {} (--add keeps them)",
-                           fmt::join(mode->users, ","), CompressHostlist(mode->nodes));
-  }
-  if (mode->research) {
-    auto deleted = Scontrol(*target, {"delete", fmt::format("ReservationName={}",
-                                                              slurm::kResearchReservation)});
-    if (!deleted) return ReportFailure("mode research", deleted.error());
-  }
-  auto created = Scontrol(*target, slurm::CreateResearchArgs(users_, nodes));
-  if (!created) return ReportFailure("mode research", created.error());
-
-  int requeued = 0;
-  if (force_) {
-    auto jobs = client.Jobs();
-    if (!jobs) return ReportFailure("mode research", jobs.error());
-    for (const JobInfo& j : *jobs) {
-      const bool theirs = std::find(users_.begin(), users_.end(), j.user) != users_.end();
-      const bool there = std::any_of(j.nodes.begin(), j.nodes.end(), [&](const std::string& n) {
-        return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
-      });
-      if (j.state == "RUNNING" && there && !theirs) {
-        if (Scontrol(*target, {"requeue", std::to_string(j.id)})) ++requeued;
-      }
-    }
-  }
+  auto done = slurm::SwitchToResearch(*global.services->Slurm(target->endpoint),
+                                      ScontrolOf(*target), target->inventory, std::move(request));
+  if (!done) return ReportFailure("mode research", done.error());
+  const std::string replaced =
+      done->replaced.research
+          ? fmt::format("; this replaces {} on {} (--add keeps them)",
+                        fmt::join(done->replaced.users, ","),
+                        CompressHostlist(done->replaced.nodes))
+          : "";
   fmt::print("research: {} own {} (reservation {}); {}switched in {:.2f} s{}\n",
-             fmt::join(users_, ","), CompressHostlist(nodes), slurm::kResearchReservation,
-             force_ ? fmt::format("{} job(s) of others requeued; ", requeued) : "",
+             fmt::join(done->users, ","), CompressHostlist(done->nodes),
+             slurm::kResearchReservation,
+             force_ ? fmt::format("{} job(s) of others requeued; ", done->requeued) : "",
              Since(start), replaced);
   return 0;
 }
@@ -215,15 +167,12 @@ int ModeCommands::Lab(GlobalOptions& global) {
   }
   auto target = ResolveSlurm(global, "root");
   if (!target) return ReportFailure("mode lab", target.error());
-  auto mode = CurrentMode(*target);
+  auto mode = slurm::SwitchToLab(ScontrolOf(*target));
   if (!mode) return ReportFailure("mode lab", mode.error());
   if (!mode->research) {
     fmt::print("lab: already; every node is shared\n");
     return 0;
   }
-  auto deleted = Scontrol(
-      *target, {"delete", fmt::format("ReservationName={}", slurm::kResearchReservation)});
-  if (!deleted) return ReportFailure("mode lab", deleted.error());
   fmt::print("lab: {} shared again; switched in {:.2f} s\n", CompressHostlist(mode->nodes),
              Since(start));
   return 0;

@@ -22,6 +22,7 @@
 #include "cli/slurm_hook.h"
 #include "cli/slurm_target.h"
 #include "daemon/secret.h"
+#include "daemon/services.h"
 #include "daemon/slurm_monitor.h"
 #include "daemon/up_record.h"
 #include "store/store.h"
@@ -118,7 +119,8 @@ std::function<Result<SlurmSnapshot>()> SlurmPoller(GlobalOptions& global, std::s
   return [&global, user, with_accounting, last_accounted]() -> Result<SlurmSnapshot> {
     auto target = ResolveSlurm(global, user);
     if (!target) return target.error();
-    SlurmRestClient client(target->endpoint, std::chrono::seconds(10));
+    auto slurm = global.services->Slurm(target->endpoint, std::chrono::seconds(10));
+    SlurmApi& client = *slurm;
     SlurmSnapshot s;
     s.cluster = target->inventory.slurm.cluster_name;
     const auto now = std::chrono::steady_clock::now();

@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "cli/lxd_commands.h"
 #include "daemon/agent.h"
-#include "gpu/nvml.h"
+#include "daemon/services.h"
 #include "lxd/device_fence.h"
 #include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
@@ -37,9 +37,9 @@ double MillisecondsSince(Clock::time_point start) {
 }
 
 // The processes NVML sees on GPUs `gpus` of this node (none where there is no driver).
-std::vector<pid_t> NvmlProcesses(const std::vector<int>& gpus) {
+std::vector<pid_t> NvmlProcesses(Services& services, const std::vector<int>& gpus) {
   std::vector<pid_t> pids;
-  auto readings = OpenNvml()->Read();
+  auto readings = services.Gpus()->Read();
   if (!readings) return pids;
   for (const GpuReading& r : *readings) {
     if (std::find(gpus.begin(), gpus.end(), r.index) != gpus.end()) {
@@ -71,7 +71,8 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
   const std::string socket = local_lxd ? local_lxd->socket : lxd::SocketPath(config.lxd);
   if (!fs::exists(socket)) return 0;  // no LXD on this node: plain Slurm jobs
 
-  lxd::LxdClient client(socket, std::chrono::seconds(30));
+  auto lxd = global.services->Lxd(socket, std::chrono::seconds(30));
+  lxd::LxdApi& client = *lxd;
   const std::string instance = lxd::WorkspaceName(user);
   if (phase == "prolog") {
     // The job's container: the workspace when it lives on this node, else a copy pulled from
@@ -83,7 +84,7 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     }
     // A copy is configured from this node's own template and the user's limits; of a peer's
     // instance only the file system comes over.
-    auto limits = WorkspaceLimitsFor(config, state_dir, user);
+    auto limits = WorkspaceLimitsFor(*global.services, config, state_dir, user);
     if (!limits) {
       note(limits.error().message);
       return 0;
@@ -154,7 +155,9 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
         !killed && killed.error().code != ErrorCode::kNotFound) {
       note("the agent: " + killed.error().message);
     }
-    if (auto ended = lxd::EndJobInWorkspace(client, instance, job, node, NvmlProcesses);
+    if (auto ended = lxd::EndJobInWorkspace(
+            client, instance, job, node,
+            [&global](const std::vector<int>& gpus) { return NvmlProcesses(*global.services, gpus); });
         !ended) {
       // The GPU must not go to the next job while something still holds it.
       note("GPUs left plugged for the reconcile pass: " + ended.error().message);

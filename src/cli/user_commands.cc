@@ -1,5 +1,7 @@
 #include "cli/user_commands.h"
 
+#include "daemon/services.h"
+
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
@@ -316,7 +318,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   }
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
-  auto opened = OpenSqliteStore(StorePath(state_dir));
+  auto opened = global.services->OpenStore(state_dir);
   if (!opened) {
     fmt::print(stderr, "bmas: {}\n", opened.error().message);
     return 1;
@@ -441,7 +443,7 @@ Result<StorePtr> OpenStateStore(GlobalOptions& global) {
   if (geteuid() != 0 && StoreIsOthers(state_dir)) return StoreNeedsRoot(state_dir);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
-  return OpenSqliteStore(StorePath(state_dir));
+  return global.services->OpenStore(state_dir);
 }
 
 int GatewayCommand::RunBackendCommand(GlobalOptions& global, const std::string& verb) {

@@ -120,9 +120,36 @@ class FakeLxdApi final : public LxdApi {
     if (down) return Down();
     return images;
   }
+  Result<std::string> ImportImage(std::string, const std::string& alias) override {
+    if (down) return Down();
+    Image image;
+    image.fingerprint = "fake" + std::to_string(images.size());
+    if (!alias.empty()) image.aliases.push_back(alias);
+    images.push_back(image);
+    return image.fingerprint;
+  }
+  Result<ServerInfo> Server() override {
+    if (down) return Down();
+    return server;
+  }
+  Result<std::vector<StoragePool>> StoragePools() override {
+    if (down) return Down();
+    return pools;
+  }
+  // Websocket commands need LXD's sockets: the fake has none.
+  Result<WebsocketExec> StartInteractiveExec(const std::string&, const ExecSpec&, int,
+                                             int) override {
+    return NoWebsockets();
+  }
+  Result<WebsocketExec> StartPipedExec(const std::string&, const ExecSpec&) override {
+    return NoWebsockets();
+  }
+  Result<int> ExecExitCode(const std::string&) override { return NoWebsockets(); }
 
   std::map<std::string, Instance> instances;
   std::vector<Image> images;
+  ServerInfo server;
+  std::vector<StoragePool> pools;
   int64_t init_pid = 1;
   ExecResult exec_result{0, "", ""};
   std::vector<ExecSpec> execs;
@@ -133,6 +160,9 @@ class FakeLxdApi final : public LxdApi {
  private:
   static Error Down() {
     return Error{ErrorCode::kUnavailable, "fake: LXD is not running (bmas lxd up)"};
+  }
+  static Error NoWebsockets() {
+    return Error{ErrorCode::kUnavailable, "fake: no exec websockets (use a real LXD)"};
   }
   static Error Missing(const std::string& name) {
     return Error{ErrorCode::kNotFound, "fake: no instance " + name};

@@ -263,7 +263,7 @@ Result<std::string> AptMirror() {
   return DebianMirrorIn(files, kDebianSuite);
 }
 
-Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& init,
+Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std::string& init,
                               const std::string& alias, const std::string& work_dir) {
   const auto started = std::chrono::steady_clock::now();
   if (base != "busybox" && base != "debian") {

@@ -25,7 +25,7 @@ struct BuiltImage {
 // ~20 MiB more per workspace; journald, logind, the console getty and dbus are masked).
 // `work_dir` holds the build tree (removed after). `alias` "" = "bmas-<base>". Debian needs
 // root and debootstrap; the suite is the host's (bookworm).
-Result<BuiltImage> BuildImage(LxdClient& client, const std::string& base, const std::string& init,
+Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std::string& init,
                               const std::string& alias, const std::string& work_dir);
 
 // The suite the Debian image is built from.

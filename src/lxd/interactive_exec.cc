@@ -342,7 +342,7 @@ Result<int> RunRelay(net::io_context& io, R& relay, const std::string& socket,
 
 }  // namespace
 
-Result<int> RunInteractive(LxdClient& client, const std::string& socket, const std::string& name,
+Result<int> RunInteractive(LxdApi& client, const std::string& socket, const std::string& name,
                            const ExecSpec& spec, int in_fd, int out_fd) {
   const auto [width, height] = WindowSize(out_fd);
   auto exec = client.StartInteractiveExec(name, spec, width, height);
@@ -357,7 +357,7 @@ Result<int> RunInteractive(LxdClient& client, const std::string& socket, const s
   return RunRelay(io, relay, socket, exec->operation);
 }
 
-Result<int> RunPiped(LxdClient& client, const std::string& socket, const std::string& name,
+Result<int> RunPiped(LxdApi& client, const std::string& socket, const std::string& name,
                      const ExecSpec& spec, int in_fd, int out_fd, int err_fd) {
   auto exec = client.StartPipedExec(name, spec);
   if (!exec) return exec.error();

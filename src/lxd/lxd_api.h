@@ -45,6 +45,15 @@ class LxdApi {
                                                  const MigrationPull& source) = 0;
   virtual Result<ExecResult> Exec(const std::string& name, const ExecSpec& spec) = 0;
   virtual Result<std::vector<Image>> Images() = 0;
+  // Imports a unified image tarball; returns its fingerprint, `alias` pointed at it.
+  virtual Result<std::string> ImportImage(std::string tarball, const std::string& alias) = 0;
+  virtual Result<ServerInfo> Server() = 0;
+  virtual Result<std::vector<StoragePool>> StoragePools() = 0;
+  // Commands wired to websockets (lxd/interactive_exec.h): on a pty, or on pipes.
+  virtual Result<WebsocketExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
+                                                     int width, int height) = 0;
+  virtual Result<WebsocketExec> StartPipedExec(const std::string& name, const ExecSpec& spec) = 0;
+  virtual Result<int> ExecExitCode(const std::string& operation) = 0;
 };
 
 }  // namespace bmas::lxd

@@ -69,7 +69,7 @@ class LxdClient final : public LxdApi {
   explicit LxdClient(LxdTransportPtr transport,
                      std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
-  Result<ServerInfo> Server();
+  Result<ServerInfo> Server() override;
   // Sets server config keys (PATCH /1.0), "core.https_address" for one.
   Result<void> SetServerConfig(const StringMap& config);
   // The SHA-256 fingerprints of the client certificates LXD trusts.
@@ -120,19 +120,19 @@ class LxdClient final : public LxdApi {
   // Starts a command on a pty of `width` x `height` in the instance. LXD holds it until both
   // of its websockets connect (lxd/interactive_exec.h speaks them).
   Result<WebsocketExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
-                                             int width, int height);
+                                             int width, int height) override;
   // Starts a command with pipes, not a pty, for its stdin, stdout and stderr: so it sees the
   // end of its input. LXD holds it until its websockets connect.
-  Result<WebsocketExec> StartPipedExec(const std::string& name, const ExecSpec& spec);
+  Result<WebsocketExec> StartPipedExec(const std::string& name, const ExecSpec& spec) override;
   // Waits for a websocket command's operation to end; its exit code.
-  Result<int> ExecExitCode(const std::string& operation);
+  Result<int> ExecExitCode(const std::string& operation) override;
 
   Result<std::vector<Image>> Images() override;
   // Imports a unified image tarball (metadata.yaml + rootfs/ + templates/) and returns its
   // fingerprint; `alias`, when given, is pointed at it (moved from an older image).
-  Result<std::string> ImportImage(std::string tarball, const std::string& alias);
+  Result<std::string> ImportImage(std::string tarball, const std::string& alias) override;
 
-  Result<std::vector<StoragePool>> StoragePools();
+  Result<std::vector<StoragePool>> StoragePools() override;
   Result<void> CreateStoragePool(const std::string& name, const std::string& driver,
                                  const StringMap& config);
 

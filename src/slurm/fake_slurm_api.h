@@ -43,6 +43,14 @@ class FakeSlurmApi final : public SlurmApi {
     return {};
   }
   Result<std::vector<NodeInfo>> Nodes() override { return nodes; }
+  Result<std::string> Ping() override { return std::string("22.05.8"); }
+  Result<int64_t> ControllerTime() override { return controller_time; }
+  Result<std::vector<JobInfo>> AccountedJobs(int64_t) override { return Jobs(); }
+  Result<JobInfo> Job(int64_t id) override {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return Error{ErrorCode::kNotFound, "fake: no such job"};
+    return it->second;
+  }
 
   // Test controls.
   void Run(int64_t id, const std::string& node) {
@@ -58,6 +66,7 @@ class FakeSlurmApi final : public SlurmApi {
   std::map<int64_t, JobSpec> specs;
   std::vector<int64_t> cancelled;
   std::vector<NodeInfo> nodes;
+  int64_t controller_time = 1'700'000'000;
 };
 
 }  // namespace bmas

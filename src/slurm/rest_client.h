@@ -70,13 +70,18 @@ Result<std::string> HttpGet(const std::string& address, const std::string& targe
                             const std::string& peer, const std::string& authorization = {},
                             std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
-// The part of Slurm the inference controller drives, so that it can be run against a fake
-// (slurm/fake_slurm_api.h). SlurmRestClient is the real one.
+// Slurm as bmas drives it: the seam between bmas's commands and services and slurmrestd, so
+// that they can be run against a fake (slurm/fake_slurm_api.h). SlurmRestClient is the real
+// one, and documents each call; daemon/services.h hands it out.
 class SlurmApi {
  public:
   virtual ~SlurmApi() = default;
+  virtual Result<std::string> Ping() = 0;
+  virtual Result<int64_t> ControllerTime() = 0;
   virtual Result<int64_t> Submit(const JobSpec& spec) = 0;
   virtual Result<std::vector<JobInfo>> Jobs() = 0;
+  virtual Result<std::vector<JobInfo>> AccountedJobs(int64_t seconds) = 0;
+  virtual Result<JobInfo> Job(int64_t id) = 0;
   virtual Result<void> Cancel(int64_t id, int signal = 0) = 0;
   virtual Result<std::vector<NodeInfo>> Nodes() = 0;
 };
@@ -93,10 +98,10 @@ class SlurmRestClient final : public SlurmApi {
   SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport);
 
   // The Slurm release ("22.05.8") when slurmctld answers UP.
-  Result<std::string> Ping();
+  Result<std::string> Ping() override;
 
   // slurmctld's clock when it answered (unix seconds, whole), from GET /diag.
-  Result<int64_t> ControllerTime();
+  Result<int64_t> ControllerTime() override;
 
   // Submits a batch job as endpoint().user; returns its id. InvalidArgument for a spec that
   // RenderJobSubmit refuses or that Slurm cannot satisfy (bad partition, too many GPUs, ...).
@@ -110,10 +115,10 @@ class SlurmRestClient final : public SlurmApi {
 
   // Jobs slurmdbd recorded that ran or were pending at some point in the last `seconds`
   // (openapi/dbv0.0.38: slurmrestd must load it, and the cluster must have slurmdbd).
-  Result<std::vector<JobInfo>> AccountedJobs(int64_t seconds);
+  Result<std::vector<JobInfo>> AccountedJobs(int64_t seconds) override;
 
   // One job. NotFound when slurmctld does not know it (never existed, or purged).
-  Result<JobInfo> Job(int64_t id);
+  Result<JobInfo> Job(int64_t id) override;
 
   // signal 0: cancel the job (Slurm sends SIGKILL; the job ends CANCELLED). Otherwise sends
   // that signal (one of HUP INT QUIT ABRT KILL ALRM TERM USR1 USR2 URG CONT STOP TSTP TTIN

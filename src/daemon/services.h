@@ -1,0 +1,50 @@
+#pragma once
+
+// The one place bmas picks its adapters. Commands and services ask a Services for Slurm, LXD,
+// the store, the GPUs and plain HTTP to other bmas daemons, and never name a concrete class:
+// RealServices() hands out the real ones (slurmrestd over TCP, LXD over its unix socket,
+// SQLite, NVML); a test hands out fakes (slurm/fake_slurm_api.h, lxd/fake_lxd_api.h,
+// store/mem_store.h).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "gpu/gpu_telemetry.h"
+#include "lxd/lxd_api.h"
+#include "slurm/rest_client.h"
+#include "store/store.h"
+
+namespace bmas {
+
+class Services {
+ public:
+  virtual ~Services() = default;
+
+  // Slurm's REST API at `endpoint`, acting as endpoint.user; each call bounded by `timeout`.
+  virtual std::unique_ptr<SlurmApi> Slurm(
+      const RestEndpoint& endpoint,
+      std::chrono::milliseconds timeout = std::chrono::seconds(30)) = 0;
+
+  // LXD's REST API on its unix socket; `timeout` bounds each read.
+  virtual std::unique_ptr<lxd::LxdApi> Lxd(
+      const std::string& socket, std::chrono::milliseconds timeout = std::chrono::seconds(120)) = 0;
+
+  // The store of `state_dir` (StorePath), created and migrated as needed.
+  virtual Result<StorePtr> OpenStore(const std::string& state_dir) = 0;
+
+  // This node's GPUs, through NVML at `nvml_library` ("" = the driver's).
+  virtual std::unique_ptr<GpuTelemetry> Gpus(const std::string& nvml_library = "") = 0;
+
+  // Plain HTTP/1.1 to a bmas daemon at host:port (one connection per request); `peer` names
+  // it in errors.
+  virtual RestTransportPtr Http(const std::string& host, uint16_t port,
+                                std::chrono::milliseconds timeout, const std::string& peer) = 0;
+};
+
+// The real adapters. One per process; safe to use from any thread (each call builds anew).
+Services& RealServices();
+
+}  // namespace bmas
