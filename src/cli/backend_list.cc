@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "common/json_object.h"
+
 namespace bmas {
 namespace {
 
@@ -109,14 +111,12 @@ std::string FormatBackends(const std::vector<BackendRow>& rows, bool json) {
     w.StartArray();
     for (const BackendRow& r : rows) {
       w.StartObject();
-      w.Key("url");
-      w.String(r.url.c_str());
+      Member(w, "url", r.url);
       w.Key("origins");
       w.StartArray();
       for (const std::string& o : r.origins) w.String(o.c_str());
       w.EndArray();
-      w.Key("health");
-      w.String(r.health.c_str());
+      Member(w, "health", r.health);
       w.Key("healthy");
       if (r.healthy)
         w.Bool(*r.healthy);

@@ -64,6 +64,18 @@ void GlobalOptions::SetUpLogging() const {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 }
 
+// The flags the engine and the gateway share: the largest body and the drain on SIGTERM.
+template <typename Bytes, typename Seconds>
+void AddServerLimitFlags(CLI::App& c, Bytes& max_body_bytes, Seconds& shutdown_timeout_s) {
+  c.add_option("--max-body-bytes", max_body_bytes, "Largest request body; larger gets 413")
+      ->check(kPositive)
+      ->default_str("4194304");
+  c.add_option("--shutdown-timeout", shutdown_timeout_s,
+               "Seconds in-flight requests get to finish after SIGTERM")
+      ->check(kNonNegative)
+      ->default_str("30");
+}
+
 // Flags given on the command line win over the config file; an option counts as given when
 // CLI11 saw it.
 void EngineCommand::ApplyFlags(EngineSettings& s) const {
@@ -119,13 +131,7 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->default_str("fcfs");
   c.add_flag("--no-prefix-caching", no_prefix_caching_, "Disable automatic prefix caching");
-  c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
-      ->check(kPositive)
-      ->default_str("4194304");
-  c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
-               "Seconds in-flight requests get to finish after SIGTERM")
-      ->check(kNonNegative)
-      ->default_str("30");
+  AddServerLimitFlags(c, flags_.max_body_bytes, flags_.shutdown_timeout_s);
   c.add_option("--default-chat-max-tokens", flags_.default_chat_max_tokens,
                "Output length of a chat completion that sets no max_tokens")
       ->check(kPositive)
@@ -264,13 +270,7 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
                "Seconds a request may wait for a backend before a 503")
       ->check(kPositive)
       ->default_str("30");
-  c.add_option("--max-body-bytes", flags_.max_body_bytes, "Largest request body; larger gets 413")
-      ->check(kPositive)
-      ->default_str("4194304");
-  c.add_option("--shutdown-timeout", flags_.shutdown_timeout_s,
-               "Seconds in-flight requests get to finish after SIGTERM")
-      ->check(kNonNegative)
-      ->default_str("30");
+  AddServerLimitFlags(c, flags_.max_body_bytes, flags_.shutdown_timeout_s);
   c.add_option("--metrics-listen", flags_.metrics_listen,
                "host:port of the operator listener serving /metrics (\"\" = none); never the "
                "users' port")

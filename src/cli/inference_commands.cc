@@ -13,6 +13,7 @@
 #include "autoscale/replica_job.h"
 #include "cli/slurm_target.h"
 #include "cli/user_commands.h"
+#include "common/json_object.h"
 #include "daemon/secret.h"
 #include "daemon/inference_controller.h"
 
@@ -177,33 +178,22 @@ std::string DeploymentsJson(const std::vector<Deployment>& deployments,
     w.StartObject();
     w.Key("model");
     w.String(d.model.c_str(), static_cast<rapidjson::SizeType>(d.model.size()));
-    w.Key("min");
-    w.Int(d.min_replicas);
-    w.Key("max");
-    w.Int(d.max_replicas);
-    w.Key("gpus_per_replica");
-    w.Int(d.gpus_per_replica);
-    w.Key("profile");
-    w.String(d.profile.c_str());
-    w.Key("ttft_slo_ms");
-    w.Int(d.ttft_slo_ms);
+    Member(w, "min", d.min_replicas);
+    Member(w, "max", d.max_replicas);
+    Member(w, "gpus_per_replica", d.gpus_per_replica);
+    Member(w, "profile", d.profile);
+    Member(w, "ttft_slo_ms", d.ttft_slo_ms);
     w.Key("replicas");
     w.StartArray();
     for (const ReplicaRecord& r : replicas) {
       if (r.model != d.model) continue;
       w.StartObject();
-      w.Key("job_id");
-      w.Int64(r.job_id);
-      w.Key("state");
-      w.String(r.state.c_str());
-      w.Key("node");
-      w.String(r.node.c_str());
-      w.Key("url");
-      w.String(r.url.c_str());
-      w.Key("gpus");
-      w.Int(r.gpus);
-      w.Key("floor");
-      w.Bool(r.floor);
+      Member(w, "job_id", r.job_id);
+      Member(w, "state", r.state);
+      Member(w, "node", r.node);
+      Member(w, "url", r.url);
+      Member(w, "gpus", r.gpus);
+      Member(w, "floor", r.floor);
       w.EndObject();
     }
     w.EndArray();

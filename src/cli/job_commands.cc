@@ -28,6 +28,7 @@
 #include "cli/slurm_target.h"
 #include "common/config.h"
 #include "common/config_table.h"
+#include "common/json_object.h"
 #include "common/process.h"
 #include "core/job_shape.h"
 #include "daemon/agent.h"
@@ -116,33 +117,25 @@ Result<JobInfo> Follow(SlurmApi& client, int64_t id,
 // Job `j` as one JSON object; `idle` is its "idle" member's JSON (IdleStatusJson).
 void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& j,
                   const std::string& idle) {
-  auto str = [&](const char* key, const std::string& v) {
-    w.Key(key);
-    w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
-  };
-  auto num = [&](const char* key, int64_t v) {
-    w.Key(key);
-    w.Int64(v);
-  };
   w.StartObject();
-  num("id", j.id);
-  str("name", j.name);
-  str("user", j.user);
-  str("partition", j.partition);
-  str("state", j.state);
-  str("reason", j.reason);
-  str("reason_text", PlainJobReason(j.reason));
+  Member(w, "id", j.id);
+  Member(w, "name", j.name);
+  Member(w, "user", j.user);
+  Member(w, "partition", j.partition);
+  Member(w, "state", j.state);
+  Member(w, "reason", j.reason);
+  Member(w, "reason_text", PlainJobReason(j.reason));
   w.Key("nodes");
   w.StartArray();
   for (const std::string& n : j.nodes) w.String(n.c_str());
   w.EndArray();
-  num("gpus", j.gpus);
-  num("restart_count", j.restart_count);
-  num("exit_code", j.exit_code);
-  num("submit_time", j.submit_time);
-  num("start_time", j.start_time);
-  num("end_time", j.end_time);
-  str("stdout", j.stdout_path);
+  Member(w, "gpus", j.gpus);
+  Member(w, "restart_count", j.restart_count);
+  Member(w, "exit_code", j.exit_code);
+  Member(w, "submit_time", j.submit_time);
+  Member(w, "start_time", j.start_time);
+  Member(w, "end_time", j.end_time);
+  Member(w, "stdout", j.stdout_path);
   w.Key("idle");
   w.RawValue(idle.c_str(), idle.size(),
              idle == "null" ? rapidjson::kNullType : rapidjson::kObjectType);

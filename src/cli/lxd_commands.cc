@@ -19,6 +19,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "common/json_object.h"
 #include "common/process.h"
 #include "daemon/agent.h"
 #include "lxd/image_build.h"
@@ -300,14 +301,11 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
     w.StartObject();
     Str(w, "socket", c.socket);
-    w.Key("running");
-    w.Bool(static_cast<bool>(server));
+    Member(w, "running", static_cast<bool>(server));
     Str(w, "version", server ? server->version : "");
     Str(w, "pool_driver", driver);
-    w.Key("lxcfs");
-    w.Bool(lxd::LxcfsServes());
-    w.Key("disk_limits_enforced");
-    w.Bool(driver == "btrfs");
+    Member(w, "lxcfs", lxd::LxcfsServes());
+    Member(w, "disk_limits_enforced", driver == "btrfs");
     Str(w, "https_address", server ? server->config["core.https_address"] : "");
     Str(w, "certificate_fingerprint", fingerprint);
     w.Key("peers");
@@ -325,10 +323,8 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
       for (const auto& d : local->started) {
         w.StartObject();
         Str(w, "name", d.name);
-        w.Key("pid");
-        w.Int(d.pid);
-        w.Key("running");
-        w.Bool(d.Runs());
+        Member(w, "pid", d.pid);
+        Member(w, "running", d.Runs());
         w.EndObject();
       }
     }
@@ -405,8 +401,7 @@ int LxdCommands::RunImageList(GlobalOptions& global) {
       w.EndArray();
       auto base = i.properties.find("bmas.base");
       Str(w, "base", base == i.properties.end() ? "" : base->second);
-      w.Key("size");
-      w.Int64(i.size);
+      Member(w, "size", i.size);
       Str(w, "uploaded_at", i.uploaded_at);
       w.EndObject();
     }

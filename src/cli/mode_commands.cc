@@ -12,6 +12,7 @@
 #include <rapidjson/writer.h>
 
 #include "cli/slurm_target.h"
+#include "common/json_object.h"
 #include "common/process.h"
 #include "core/hostlist.h"
 #include "daemon/services.h"
@@ -92,19 +93,16 @@ int ModeCommands::Show(GlobalOptions& global) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
     w.StartObject();
-    w.Key("mode");
-    w.String(mode->research ? "research" : "lab");
+    Member(w, "mode", mode->research ? "research" : "lab");
     if (mode->research) {
-      w.Key("reservation");
-      w.String(std::string(slurm::kResearchReservation).c_str());
+      Member(w, "reservation", std::string(slurm::kResearchReservation));
       for (const auto& [key, list] : {std::pair{"users", &mode->users}, {"nodes", &mode->nodes}}) {
         w.Key(key);
         w.StartArray();
         for (const std::string& v : *list) w.String(v.c_str());
         w.EndArray();
       }
-      w.Key("since");
-      w.String(mode->start_time.c_str());
+      Member(w, "since", mode->start_time);
     }
     w.EndObject();
     fmt::print("{}\n", buf.GetString());

@@ -26,10 +26,8 @@ Result<std::string> AnswerOwnKeys(Store& store, const std::string& user,
       w.StartArray();
       for (const KeyInfo& k : *keys) {
         w.StartObject();
-        w.Key("id");
-        w.String(k.id.c_str());
-        w.Key("created_at");
-        w.Int64(k.created_at);
+        Member(w, "id", k.id);
+        Member(w, "created_at", k.created_at);
         w.Key("revoked_at");
         if (k.revoked_at) w.Int64(*k.revoked_at); else w.Null();
         w.EndObject();
@@ -55,8 +53,7 @@ Result<std::string> AnswerOwnKeys(Store& store, const std::string& user,
     auto key = store.CreateKey(user);
     if (!key) return key.error();
     return JsonObject([&](JsonWriter& w) {
-      w.Key("key");
-      w.String(key->c_str());
+      Member(w, "key", key->c_str());
     });
   }
   if (action == "revoke") {
@@ -70,8 +67,7 @@ Result<std::string> AnswerOwnKeys(Store& store, const std::string& user,
     }
     if (auto r = store.RevokeKey(key_id); !r) return r.error();
     return JsonObject([&](JsonWriter& w) {
-      w.Key("revoked");
-      w.String(key_id.c_str());
+      Member(w, "revoked", key_id);
     });
   }
   return InvalidArgument(fmt::format("unknown key action '{}' (list, create or revoke)", action));

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
+#include "common/json_object.h"
 #include "core/cluster.h"
 #include "common/config.h"
 #include "common/process.h"
@@ -236,22 +237,16 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
     rapidjson::StringBuffer buf;
     rapidjson::Writer<rapidjson::StringBuffer> w(buf);
     w.StartObject();
-    w.Key("root");
-    w.String(c->root.c_str());
-    w.Key("slurmrestd");
-    w.String(c->rest_url().c_str());
-    w.Key("slurm_conf");
-    w.String(c->conf.c_str());
+    Member(w, "root", c->root);
+    Member(w, "slurmrestd", c->rest_url());
+    Member(w, "slurm_conf", c->conf);
     w.Key("daemons");
     w.StartArray();
     for (const auto& d : c->daemons) {
       w.StartObject();
-      w.Key("name");
-      w.String(d.name.c_str());
-      w.Key("pid");
-      w.Int(d.pid);
-      w.Key("running");
-      w.Bool(slurm::DaemonRuns(d));
+      Member(w, "name", d.name);
+      Member(w, "pid", d.pid);
+      Member(w, "running", slurm::DaemonRuns(d));
       w.EndObject();
     }
     w.EndArray();
@@ -261,10 +256,8 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
       auto it = state_of.find(node);
       const std::string state = it != state_of.end() ? it->second : "unknown";
       w.StartObject();
-      w.Key("name");
-      w.String(node.c_str());
-      w.Key("state");
-      w.String(state.c_str());
+      Member(w, "name", node);
+      Member(w, "state", state);
       w.EndObject();
     }
     w.EndArray();

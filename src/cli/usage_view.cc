@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cli/reply_read.h"
+#include "common/json_object.h"
 
 namespace bmas {
 namespace {
@@ -46,22 +47,16 @@ std::string PerUserUsage(const UsageView& v, bool json) {
     w.StartArray();
     for (const auto& [user, r] : by_user) {
       w.StartObject();
-      w.Key("user");
-      w.String(user.c_str());
-      w.Key("jobs");
-      w.Int64(r.jobs);
+      Member(w, "user", user);
+      Member(w, "jobs", r.jobs);
       w.Key("gpu_hours");
       w.Double(static_cast<double>(r.gpu_seconds) / 3600.0);
-      w.Key("gpu_seconds");
-      w.Int64(r.gpu_seconds);
+      Member(w, "gpu_seconds", r.gpu_seconds);
       w.Key("wasted_gpu_hours");
       w.Double(static_cast<double>(r.wasted_gpu_seconds) / 3600.0);
-      w.Key("wasted_gpu_seconds");
-      w.Int64(r.wasted_gpu_seconds);
-      w.Key("prompt_tokens");
-      w.Int64(r.prompt_tokens);
-      w.Key("completion_tokens");
-      w.Int64(r.completion_tokens);
+      Member(w, "wasted_gpu_seconds", r.wasted_gpu_seconds);
+      Member(w, "prompt_tokens", r.prompt_tokens);
+      Member(w, "completion_tokens", r.completion_tokens);
       w.EndObject();
     }
     w.EndArray();
@@ -81,18 +76,12 @@ std::string PerUserUsage(const UsageView& v, bool json) {
 
 void TokenRowJson(Writer& w, const UsageRow& u) {
   w.StartObject();
-  w.Key("user");
-  w.String(u.user.c_str());
-  w.Key("model");
-  w.String(u.model.c_str());
-  w.Key("backend");
-  w.String(u.backend.c_str());
-  w.Key("requests");
-  w.Int64(u.requests);
-  w.Key("prompt_tokens");
-  w.Int64(u.prompt_tokens);
-  w.Key("completion_tokens");
-  w.Int64(u.completion_tokens);
+  Member(w, "user", u.user);
+  Member(w, "model", u.model);
+  Member(w, "backend", u.backend);
+  Member(w, "requests", u.requests);
+  Member(w, "prompt_tokens", u.prompt_tokens);
+  Member(w, "completion_tokens", u.completion_tokens);
   w.EndObject();
 }
 
@@ -156,12 +145,9 @@ std::string UsageReplyJson(const UsageView& v) {
   w.StartArray();
   for (const JobUsageRow& j : v.jobs) {
     w.StartObject();
-    w.Key("user");
-    w.String(j.user.c_str());
-    w.Key("jobs");
-    w.Int64(j.jobs);
-    w.Key("gpu_seconds");
-    w.Int64(j.gpu_seconds);
+    Member(w, "user", j.user);
+    Member(w, "jobs", j.jobs);
+    Member(w, "gpu_seconds", j.gpu_seconds);
     w.EndObject();
   }
   w.EndArray();
@@ -169,10 +155,8 @@ std::string UsageReplyJson(const UsageView& v) {
   w.StartArray();
   for (const auto& [user, seconds] : v.wasted_gpu_seconds) {
     w.StartObject();
-    w.Key("user");
-    w.String(user.c_str());
-    w.Key("wasted_gpu_seconds");
-    w.Int64(seconds);
+    Member(w, "user", user);
+    Member(w, "wasted_gpu_seconds", seconds);
     w.EndObject();
   }
   w.EndArray();

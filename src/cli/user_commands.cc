@@ -1,5 +1,6 @@
 #include "cli/user_commands.h"
 
+#include "common/json_object.h"
 #include "daemon/services.h"
 
 #include <algorithm>
@@ -44,8 +45,7 @@ std::string UsersJson(const std::vector<User>& users) {
   w.StartArray();
   for (const User& u : users) {
     w.StartObject();
-    w.Key("name");
-    w.String(u.name.c_str());
+    Member(w, "name", u.name);
     w.Key("weight");
     w.Double(u.limits.weight);
     OptionalInt(w, "rpm", u.limits.rpm);
@@ -59,10 +59,8 @@ std::string UsersJson(const std::vector<User>& users) {
     OptionalInt(w, "processes", u.limits.workspace.processes);
     OptionalText(w, "disk", u.limits.workspace.disk);
     w.EndObject();
-    w.Key("created_at");
-    w.String(UtcTime(u.created_at).c_str());
-    w.Key("admin");
-    w.Bool(u.admin);
+    Member(w, "created_at", UtcTime(u.created_at));
+    Member(w, "admin", u.admin);
     w.EndObject();
   }
   w.EndArray();
@@ -75,12 +73,9 @@ std::string KeysJson(const std::vector<KeyInfo>& keys) {
   w.StartArray();
   for (const KeyInfo& k : keys) {
     w.StartObject();
-    w.Key("id");
-    w.String(k.id.c_str());
-    w.Key("user");
-    w.String(k.user.c_str());
-    w.Key("created_at");
-    w.String(UtcTime(k.created_at).c_str());
+    Member(w, "id", k.id);
+    Member(w, "user", k.user);
+    Member(w, "created_at", UtcTime(k.created_at));
     w.Key("revoked_at");
     if (k.revoked_at) w.String(UtcTime(*k.revoked_at).c_str()); else w.Null();
     w.EndObject();

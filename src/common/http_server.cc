@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/json_object.h"
 #include "common/listen_socket.h"
 
 namespace bmas {
@@ -64,12 +65,10 @@ std::string ErrorJson(http::status status, std::string_view message, std::string
   w.StartObject();
   w.Key("message");
   w.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
-  w.Key("type");
-  w.String(ErrorType(status));
+  Member(w, "type", ErrorType(status));
   w.Key("param");
   if (param.empty()) w.Null(); else w.String(param.data(), static_cast<rapidjson::SizeType>(param.size()));
-  w.Key("code");
-  w.Int(static_cast<int>(status));
+  Member(w, "code", static_cast<int>(status));
   w.EndObject();
   w.EndObject();
   return std::string(buf.GetString(), buf.GetSize());

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/http_server.h"
+#include "common/json_object.h"
 #include "common/metrics.h"
 #include "common/operator_auth.h"
 #include "daemon/gpu_sampler.h"
@@ -274,8 +275,7 @@ class Agent {
 
   static std::string ErrorReply(const std::string& why) {
     return JsonObject([&](JsonWriter& w) {
-      w.Key("error");
-      w.String(why.c_str());
+      Member(w, "error", why);
     });
   }
 
@@ -374,8 +374,7 @@ class Agent {
       // Root's commands are not run by the agent: a job runs on the node, a session uses LXD.
       if (job == 0) return Refuse(fd, "root enters workspaces through LXD (bmas workspace exec)");
       SendMessage(fd, JsonObject([](JsonWriter& w) {
-                    w.Key("plain");
-                    w.String("root's jobs run on the node");
+                    Member(w, "plain", "root's jobs run on the node");
                   }));
       return;
     }
@@ -405,8 +404,7 @@ class Agent {
     if (!ws) {
       // No workspace (or no LXD): the job runs as a plain Slurm job.
       SendMessage(fd, JsonObject([&](JsonWriter& w) {
-                    w.Key("plain");
-                    w.String(ws.error().message.c_str());
+                    Member(w, "plain", ws.error().message);
                   }));
       return;
     }

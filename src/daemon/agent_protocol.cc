@@ -10,6 +10,8 @@
 #include <array>
 #include <set>
 
+#include "common/json_object.h"
+
 namespace bmas {
 namespace {
 
@@ -157,8 +159,7 @@ std::string RenderAgentRequest(const AgentRequest& r) {
   w.StartObject();
   w.Key("op");
   w.String(r.op.c_str(), static_cast<unsigned>(r.op.size()));
-  w.Key("job");
-  w.Int64(r.job);
+  Member(w, "job", r.job);
   if (!r.cwd.empty()) {
     w.Key("cwd");
     w.String(r.cwd.c_str(), static_cast<unsigned>(r.cwd.size()));
@@ -170,16 +171,13 @@ std::string RenderAgentRequest(const AgentRequest& r) {
     w.Double(r.seconds);
   }
   if (r.login) {
-    w.Key("login");
-    w.Bool(true);
+    Member(w, "login", true);
   }
   if (r.rows > 0) {
-    w.Key("rows");
-    w.Int(r.rows);
+    Member(w, "rows", r.rows);
   }
   if (r.cols > 0) {
-    w.Key("cols");
-    w.Int(r.cols);
+    Member(w, "cols", r.cols);
   }
   if (!r.action.empty()) {
     w.Key("action");
@@ -190,8 +188,7 @@ std::string RenderAgentRequest(const AgentRequest& r) {
     w.String(r.key_id.c_str(), static_cast<unsigned>(r.key_id.size()));
   }
   if (r.op == "usage" || r.op == "idle") {
-    w.Key("since");
-    w.Int64(r.since);
+    Member(w, "since", r.since);
   }
   w.EndObject();
   return buf.GetString();

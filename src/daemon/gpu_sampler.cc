@@ -72,10 +72,8 @@ std::string GpuSampler::Metrics() {
 std::string GpuSampler::Json() {
   std::lock_guard lock(mu_);
   return JsonObject([&](JsonWriter& w) {
-    w.Key("up");
-    w.Bool(up_);
-    w.Key("error");
-    w.String(last_error_.c_str());
+    Member(w, "up", up_);
+    Member(w, "error", last_error_);
     w.Key("sample");
     if (up_) {
       w.RawValue(json_.data(), json_.size(), rapidjson::kObjectType);

@@ -40,42 +40,26 @@ bool Bool(const rapidjson::Value& v, const char* key) {
 }
 
 void WriteRecord(JsonWriter& w, const UpRecord& r, bool running) {
-  w.Key("running");
-  w.Bool(running);
-  w.Key("pid");
-  w.Int64(r.pid);
-  w.Key("start_ticks");
-  w.Uint64(r.start_ticks);
-  w.Key("since");
-  w.Int64(r.since);
-  w.Key("state_dir");
-  w.String(r.state_dir.c_str());
-  w.Key("owns_slurm");
-  w.Bool(r.owns_slurm);
-  w.Key("owns_lxd");
-  w.Bool(r.owns_lxd);
+  Member(w, "running", running);
+  Member(w, "pid", r.pid);
+  Member(w, "start_ticks", r.start_ticks);
+  Member(w, "since", r.since);
+  Member(w, "state_dir", r.state_dir);
+  Member(w, "owns_slurm", r.owns_slurm);
+  Member(w, "owns_lxd", r.owns_lxd);
   w.Key("parts");
   w.StartArray();
   for (const UpRecord::Part& p : r.parts) {
     w.StartObject();
-    w.Key("name");
-    w.String(p.name.c_str());
-    w.Key("pid");
-    w.Int64(p.pid);
-    w.Key("start_ticks");
-    w.Uint64(p.start_ticks);
-    w.Key("url");
-    w.String(p.url.c_str());
-    w.Key("log");
-    w.String(p.log.c_str());
-    w.Key("state");
-    w.String(p.state.c_str());
-    w.Key("restart_at");
-    w.Int64(p.restart_at);
-    w.Key("restarts");
-    w.Int(p.restarts);
-    w.Key("last_exit");
-    w.String(p.last_exit.c_str());
+    Member(w, "name", p.name);
+    Member(w, "pid", p.pid);
+    Member(w, "start_ticks", p.start_ticks);
+    Member(w, "url", p.url);
+    Member(w, "log", p.log);
+    Member(w, "state", p.state);
+    Member(w, "restart_at", p.restart_at);
+    Member(w, "restarts", p.restarts);
+    Member(w, "last_exit", p.last_exit);
     w.EndObject();
   }
   w.EndArray();
@@ -205,10 +189,8 @@ int PrintUpStatus(const std::string& state_dir, bool json) {
   if (json) {
     if (!record) {
       fmt::print("{}\n", JsonObject([&](JsonWriter& w) {
-                   w.Key("running");
-                   w.Bool(false);
-                   w.Key("state_dir");
-                   w.String(state_dir.c_str());
+                   Member(w, "running", false);
+                   Member(w, "state_dir", state_dir);
                  }));
     } else {
       fmt::print("{}\n", JsonObject([&](JsonWriter& w) { WriteRecord(w, *record, running); }));

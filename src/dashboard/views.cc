@@ -38,8 +38,7 @@ void OptNum(JsonWriter& w, const char* key, const std::optional<int64_t>& value)
 void Source(JsonWriter& w, const char* key, bool ok, const std::string& error) {
   w.Key(key);
   w.StartObject();
-  w.Key("ok");
-  w.Bool(ok);
+  Member(w, "ok", ok);
   Str(w, "error", error);
   w.EndObject();
 }
@@ -72,8 +71,7 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Num(w, "id", seen ? j.id : 0);
   Str(w, "user", seen ? j.user : "");
   Str(w, "name", seen ? j.name : "");
-  w.Key("mine");
-  w.Bool(j.user == v.user);
+  Member(w, "mine", j.user == v.user);
   Str(w, "partition", j.partition);
   Str(w, "state", j.state);
   Num(w, "gpus", j.gpus);
@@ -144,10 +142,8 @@ std::map<std::string, UserTotals> TotalsPerUser(const ClusterState& s) {
 
 void UserRow(JsonWriter& w, const std::string& name, const User* u, const UserTotals& t) {
   Str(w, "user", name);
-  w.Key("admin");
-  w.Bool(u != nullptr && u->admin);
-  w.Key("in_store");
-  w.Bool(u != nullptr);
+  Member(w, "admin", u != nullptr && u->admin);
+  Member(w, "in_store", u != nullptr);
   Num(w, "jobs_30d", t.jobs);
   Real(w, "gpu_hours_30d", t.gpu_hours);
   Real(w, "wasted_gpu_hours_30d", t.wasted);
@@ -184,8 +180,7 @@ const User* FindUser(const ClusterState& s, std::string_view name) {
 std::string MeJson(const ClusterState& s, const Viewer& v) {
   return JsonObject([&](JsonWriter& w) {
     Str(w, "user", v.user);
-    w.Key("admin");
-    w.Bool(v.admin);
+    Member(w, "admin", v.admin);
     Num(w, "now", s.now);
     w.Key("sources");
     w.StartObject();
@@ -211,8 +206,7 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
       Str(w, "name", n.name);
       Str(w, "state", n.state);
       Str(w, "reason", n.reason);
-      w.Key("telemetry");
-      w.Bool(n.telemetry);
+      Member(w, "telemetry", n.telemetry);
       w.Key("gpus");
       w.StartArray();
       for (const GpuCell& g : n.gpus) {
@@ -226,8 +220,7 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
         Str(w, "user", seen ? g.user : "");
         Str(w, "job_name", seen ? g.job_name : "");
         Str(w, "partition", g.partition);
-        w.Key("mine");
-        w.Bool(!g.user.empty() && g.user == v.user);
+        Member(w, "mine", !g.user.empty() && g.user == v.user);
         w.Key("util");
         if (g.util >= 0) w.Int(g.util); else w.Null();
         Num(w, "mem_used_mb", static_cast<int64_t>(g.mem_used_mb));
@@ -291,8 +284,7 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
   return JsonObject([&](JsonWriter& w) {
     w.Key("gateway");
     w.StartObject();
-    w.Key("reachable");
-    w.Bool(s.gateway.reachable);
+    Member(w, "reachable", s.gateway.reachable);
     Str(w, "error", s.gateway.error);
     w.EndObject();
     w.Key("models");

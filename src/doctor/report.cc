@@ -119,16 +119,14 @@ std::string FormatJson(const Report& report) {
       w.Key(key);
       w.String(value.c_str());
     };
-    w.Key("ok");
-    w.Bool(report.ok);
+    Member(w, "ok", report.ok);
     w.Key("checks");
     w.StartArray();
     for (const Check& c : report.checks) {
       w.StartObject();
       member("name", c.name);
       member("kind", KindName(c.kind));
-      w.Key("ok");
-      w.Bool(c.ok);
+      Member(w, "ok", c.ok);
       member("required", c.required);
       member("found", c.found);
       member("fix", c.fix);

@@ -5,6 +5,7 @@
 #include <rapidjson/writer.h>
 #include <simdjson.h>
 
+#include "common/json_object.h"
 #include "engine/kv_cache.h"
 
 namespace bmas::engine {
@@ -311,10 +312,8 @@ void Str(Writer& w, std::string_view s) {
 void Head(Writer& w, const ResponseContext& ctx, const char* object) {
   w.Key("id");
   Str(w, ctx.id);
-  w.Key("object");
-  w.String(object);
-  w.Key("created");
-  w.Int64(ctx.created);
+  Member(w, "object", object);
+  Member(w, "created", ctx.created);
   w.Key("model");
   Str(w, ctx.model);
 }
@@ -329,16 +328,12 @@ void FinishFields(Writer& w, FinishReason reason, std::string_view stop_reason) 
 void UsageObject(Writer& w, const Usage& u) {
   w.Key("usage");
   w.StartObject();
-  w.Key("prompt_tokens");
-  w.Int(u.prompt_tokens);
-  w.Key("total_tokens");
-  w.Int(u.prompt_tokens + u.completion_tokens);
-  w.Key("completion_tokens");
-  w.Int(u.completion_tokens);
+  Member(w, "prompt_tokens", u.prompt_tokens);
+  Member(w, "total_tokens", u.prompt_tokens + u.completion_tokens);
+  Member(w, "completion_tokens", u.completion_tokens);
   w.Key("prompt_tokens_details");
   w.StartObject();
-  w.Key("cached_tokens");
-  w.Int(u.cached_tokens);
+  Member(w, "cached_tokens", u.cached_tokens);
   w.EndObject();
   w.EndObject();
 }
@@ -354,14 +349,12 @@ void WriteChoices(Writer& w, bool chat, bool streaming, bool first, std::string_
   w.Key("choices");
   w.StartArray();
   w.StartObject();
-  w.Key("index");
-  w.Int(0);
+  Member(w, "index", 0);
   if (chat) {
     w.Key(streaming ? "delta" : "message");
     w.StartObject();
     if (!streaming || first) {
-      w.Key("role");
-      w.String("assistant");
+      Member(w, "role", "assistant");
     }
     w.Key("content");
     Str(w, text);
@@ -429,29 +422,22 @@ std::string ModelsJson(const ModelCard& card) {
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
-  w.Key("object");
-  w.String("list");
+  Member(w, "object", "list");
   w.Key("data");
   w.StartArray();
   w.StartObject();
   w.Key("id");
   Str(w, card.id);
-  w.Key("object");
-  w.String("model");
-  w.Key("created");
-  w.Int64(card.created);
-  w.Key("owned_by");
-  w.String("bmas-simulated");
+  Member(w, "object", "model");
+  Member(w, "created", card.created);
+  Member(w, "owned_by", "bmas-simulated");
   w.Key("root");
   Str(w, card.id);
   w.Key("parent");
   w.Null();
-  w.Key("max_model_len");
-  w.Int(card.max_model_len);
-  w.Key("max_num_seqs");
-  w.Int(card.max_num_seqs);
-  w.Key("simulated");
-  w.Bool(true);
+  Member(w, "max_model_len", card.max_model_len);
+  Member(w, "max_num_seqs", card.max_num_seqs);
+  Member(w, "simulated", true);
   w.Key("profile");
   Str(w, card.profile);
   w.Key("permission");

@@ -80,8 +80,7 @@ std::string Gateway::LoadJson() {
   auto histogram = [](JsonWriter& w, const char* name, const Histogram& h) {
     w.Key(name);
     w.StartObject();
-    w.Key("count");
-    w.Uint64(h.count());
+    Member(w, "count", h.count());
     w.Key("sum");
     w.Double(h.sum());
     w.Key("bounds");
@@ -115,20 +114,15 @@ std::string Gateway::LoadJson() {
     for (const auto& known : admission_.backends()) {
       const AdmissionBackend* b = known.get();
       w.StartObject();
-      w.Key("url");
-      w.String(b->state.id.c_str());
+      Member(w, "url", b->state.id);
       w.Key("models");
       w.StartArray();
       for (const std::string& m : b->models) w.String(m.c_str());
       w.EndArray();
-      w.Key("healthy");
-      w.Bool(b->state.healthy);
-      w.Key("draining");
-      w.Bool(b->state.draining);
-      w.Key("in_flight");
-      w.Int(b->state.in_flight);
-      w.Key("capacity");
-      w.Int(b->state.capacity);
+      Member(w, "healthy", b->state.healthy);
+      Member(w, "draining", b->state.draining);
+      Member(w, "in_flight", b->state.in_flight);
+      Member(w, "capacity", b->state.capacity);
       w.Key("kv_usage");
       w.Double(b->state.kv_usage);
       w.EndObject();

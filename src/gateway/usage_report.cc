@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 
+#include "common/json_object.h"
+
 namespace bmas::gateway {
 
 std::string UsageReportJson(const std::string& user, int64_t since,
@@ -23,14 +25,10 @@ std::string UsageReportJson(const std::string& user, int64_t since,
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   auto counts = [&w](const UsageRow& r) {
-    w.Key("requests");
-    w.Int64(r.requests);
-    w.Key("prompt_tokens");
-    w.Int64(r.prompt_tokens);
-    w.Key("completion_tokens");
-    w.Int64(r.completion_tokens);
-    w.Key("total_tokens");
-    w.Int64(r.prompt_tokens + r.completion_tokens);
+    Member(w, "requests", r.requests);
+    Member(w, "prompt_tokens", r.prompt_tokens);
+    Member(w, "completion_tokens", r.completion_tokens);
+    Member(w, "total_tokens", r.prompt_tokens + r.completion_tokens);
   };
   auto limit = [&w](const char* name, const std::optional<int64_t>& v) {
     w.Key(name);
@@ -40,12 +38,10 @@ std::string UsageReportJson(const std::string& user, int64_t since,
       w.Null();
   };
   w.StartObject();
-  w.Key("object");
-  w.String("usage");
+  Member(w, "object", "usage");
   w.Key("user");
   w.String(user.c_str(), static_cast<rapidjson::SizeType>(user.size()));
-  w.Key("since");
-  w.Int64(since);
+  Member(w, "since", since);
   counts(total);
   w.Key("models");
   w.StartArray();

@@ -59,33 +59,23 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& gpus, const std::st
 std::string RenderGpuJson(const std::vector<GpuReading>& gpus, const std::string& node,
                           const std::map<int, GpuHolder>& holders) {
   return JsonObject([&](JsonWriter& w) {
-    w.Key("node");
-    w.String(node.c_str());
+    Member(w, "node", node);
     w.Key("gpus");
     w.StartArray();
     for (const GpuReading& g : gpus) {
       const auto held = holders.find(g.index);
       w.StartObject();
-      w.Key("index");
-      w.Int(g.index);
-      w.Key("uuid");
-      w.String(g.uuid.c_str());
-      w.Key("name");
-      w.String(g.name.c_str());
-      w.Key("util");
-      w.Uint(g.util_pct);
-      w.Key("mem_used_mb");
-      w.Uint64(g.mem_used_bytes >> 20);
-      w.Key("mem_total_mb");
-      w.Uint64(g.mem_total_bytes >> 20);
+      Member(w, "index", g.index);
+      Member(w, "uuid", g.uuid);
+      Member(w, "name", g.name);
+      Member(w, "util", g.util_pct);
+      Member(w, "mem_used_mb", g.mem_used_bytes >> 20);
+      Member(w, "mem_total_mb", g.mem_total_bytes >> 20);
       w.Key("power_w");
       w.Double(g.power_w);
-      w.Key("temperature_c");
-      w.Uint(g.temperature_c);
-      w.Key("job_id");
-      w.Int64(held == holders.end() ? 0 : held->second.job);
-      w.Key("user");
-      w.String(held == holders.end() ? "" : held->second.user.c_str());
+      Member(w, "temperature_c", g.temperature_c);
+      Member(w, "job_id", held == holders.end() ? 0 : held->second.job);
+      Member(w, "user", held == holders.end() ? "" : held->second.user);
       w.EndObject();
     }
     w.EndArray();

@@ -8,6 +8,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "common/json_object.h"
+
 namespace bmas::plan {
 namespace {
 
@@ -21,8 +23,7 @@ using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 void WriteStats(JsonWriter& w, const Stats& s) {
   w.StartObject();
-  w.Key("count");
-  w.Int64(s.count);
+  Member(w, "count", s.count);
   w.Key("mean");
   w.Double(s.mean);
   w.Key("p50");
@@ -111,14 +112,10 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   w.String(verdict.c_str(), static_cast<rapidjson::SizeType>(verdict.size()));
   w.Key("jobs");
   w.StartObject();
-  w.Key("count");
-  w.Int64(r.count);
-  w.Key("started");
-  w.Int64(r.started);
-  w.Key("cannot_run");
-  w.Int64(r.cannot_run);
-  w.Key("requeues");
-  w.Int64(r.requeues);
+  Member(w, "count", r.count);
+  Member(w, "started", r.started);
+  Member(w, "cannot_run", r.cannot_run);
+  Member(w, "requeues", r.requeues);
   w.Key("wait_s");
   WriteStats(w, r.wait_s);
   w.Key("completion_s");
@@ -129,8 +126,7 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   w.StartArray();
   for (const auto& [gpus, s] : r.wait_by_gpus) {
     w.StartObject();
-    w.Key("gpus");
-    w.Int(gpus);
+    Member(w, "gpus", gpus);
     w.Key("wait_s");
     WriteStats(w, s);
     w.Key("completion_s");
@@ -143,8 +139,7 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   w.Null();
   w.Key("gpus");
   w.StartObject();
-  w.Key("total");
-  w.Int(r.total_gpus);
+  Member(w, "total", r.total_gpus);
   w.Key("allocated_fraction");
   w.Double(r.allocated_fraction);
   w.Key("inference_fraction");
@@ -160,8 +155,7 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   w.Double(sim.wall_s);
   w.Key("simulated_s");
   w.Double(sim.simulated_s);
-  w.Key("events");
-  w.Int64(sim.events);
+  Member(w, "events", sim.events);
   w.EndObject();
   w.EndObject();
   return buf.GetString();

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "common/json_object.h"
 #include "engine/calibrate.h"
 #include "plan/workload.h"
 
@@ -287,8 +289,7 @@ void Opt(JsonWriter& w, const std::optional<double>& v) {
 
 void StatsJson(JsonWriter& w, const Stats& s) {
   w.StartObject();
-  w.Key("count");
-  w.Int64(s.count);
+  Member(w, "count", s.count);
   for (const auto& [k, v] : {std::pair{"mean", s.mean}, {"p50", s.p50}, {"p95", s.p95}, {"p99", s.p99}}) {
     w.Key(k);
     Num(w, v);
@@ -307,30 +308,48 @@ void CdfJson(JsonWriter& w, const std::vector<std::pair<double, double>>& cdf) {
   w.EndArray();
 }
 
+// The same, as the member `key` of the object being written.
+void Key(JsonWriter& w, std::string_view key) {
+  w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+}
+void Str(JsonWriter& w, std::string_view key, const std::string& s) {
+  Key(w, key);
+  Str(w, s);
+}
+void Num(JsonWriter& w, std::string_view key, double v) {
+  Key(w, key);
+  Num(w, v);
+}
+void Opt(JsonWriter& w, std::string_view key, const std::optional<double>& v) {
+  Key(w, key);
+  Opt(w, v);
+}
+void StatsJson(JsonWriter& w, std::string_view key, const Stats& s) {
+  Key(w, key);
+  StatsJson(w, s);
+}
+void CdfJson(JsonWriter& w, std::string_view key,
+             const std::vector<std::pair<double, double>>& cdf) {
+  Key(w, key);
+  CdfJson(w, cdf);
+}
+
 }  // namespace
 
 std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep) {
   rapidjson::StringBuffer buf;
   JsonWriter w(buf);
   w.StartObject();
-  w.Key("verdict");
-  Str(w, r.verdict);
-  w.Key("met");
-  w.Bool(r.met);
+  Str(w, "verdict", r.verdict);
+  Member(w, "met", r.met);
   w.Key("scenario");
   w.StartObject();
-  w.Key("source");
-  Str(w, s.source);
-  w.Key("users");
-  w.Int(r.users);
-  w.Key("gpus");
-  w.Int(r.jobs.total_gpus);
-  w.Key("nodes");
-  w.Int(static_cast<int>(s.cluster->nodes.size()));
-  w.Key("days");
-  Num(w, s.simulation.days);
-  w.Key("seed");
-  w.Uint64(s.simulation.seed);
+  Str(w, "source", s.source);
+  Member(w, "users", r.users);
+  Member(w, "gpus", r.jobs.total_gpus);
+  Member(w, "nodes", static_cast<int>(s.cluster->nodes.size()));
+  Num(w, "days", s.simulation.days);
+  Member(w, "seed", s.simulation.seed);
   w.Key("cohorts");
   w.StartArray();
   for (const Cohort& c : s.cohorts) Str(w, c.name);
@@ -338,18 +357,15 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   w.EndObject();
   w.Key("engine");
   w.StartObject();
-  w.Key("model");
-  Str(w, s.engine.model);
-  w.Key("profile");
-  Str(w, r.engine.profile);
+  Str(w, "model", s.engine.model);
+  Str(w, "profile", r.engine.profile);
   w.Key("calibration_reference");
   if (r.engine.reference.empty()) {
     w.Null();
   } else {
     Str(w, r.engine.reference);
   }
-  w.Key("calibration_worst_error");
-  Opt(w, r.engine.worst_error);
+  Opt(w, "calibration_worst_error", r.engine.worst_error);
   w.EndObject();
   w.Key("slo");
   w.StartObject();
@@ -363,30 +379,20 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
 
   w.Key("jobs");
   w.StartObject();
-  w.Key("count");
-  w.Int64(r.jobs.count);
-  w.Key("started");
-  w.Int64(r.jobs.started);
-  w.Key("cannot_run");
-  w.Int64(r.jobs.cannot_run);
-  w.Key("requeues");
-  w.Int64(r.jobs.requeues);
-  w.Key("wait_s");
-  StatsJson(w, r.jobs.wait_s);
-  w.Key("completion_s");
-  StatsJson(w, r.jobs.completion_s);
-  w.Key("makespan_s");
-  Num(w, r.jobs.makespan_s);
+  Member(w, "count", r.jobs.count);
+  Member(w, "started", r.jobs.started);
+  Member(w, "cannot_run", r.jobs.cannot_run);
+  Member(w, "requeues", r.jobs.requeues);
+  StatsJson(w, "wait_s", r.jobs.wait_s);
+  StatsJson(w, "completion_s", r.jobs.completion_s);
+  Num(w, "makespan_s", r.jobs.makespan_s);
   w.Key("by_gpus");
   w.StartArray();
   for (const auto& [gpus, st] : r.jobs.wait_by_gpus) {
     w.StartObject();
-    w.Key("gpus");
-    w.Int(gpus);
-    w.Key("wait_s");
-    StatsJson(w, st);
-    w.Key("completion_s");
-    StatsJson(w, r.jobs.completion_by_gpus.at(gpus));
+    Member(w, "gpus", gpus);
+    StatsJson(w, "wait_s", st);
+    StatsJson(w, "completion_s", r.jobs.completion_by_gpus.at(gpus));
     w.EndObject();
   }
   w.EndArray();
@@ -394,14 +400,10 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   w.StartArray();
   for (const CohortJobs& c : r.jobs_by_cohort) {
     w.StartObject();
-    w.Key("cohort");
-    Str(w, c.cohort);
-    w.Key("wait_s");
-    StatsJson(w, c.wait_s);
-    w.Key("completion_s");
-    StatsJson(w, c.completion_s);
-    w.Key("gpu_hours");
-    Num(w, c.gpu_hours);
+    Str(w, "cohort", c.cohort);
+    StatsJson(w, "wait_s", c.wait_s);
+    StatsJson(w, "completion_s", c.completion_s);
+    Num(w, "gpu_hours", c.gpu_hours);
     w.EndObject();
   }
   w.EndArray();
@@ -415,34 +417,22 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
     w.Key(k);
     w.Int64(v);
   }
-  w.Key("ttft_s");
-  StatsJson(w, r.ttft_s);
-  w.Key("itl_s");
-  StatsJson(w, r.itl_s);
-  w.Key("e2e_s");
-  StatsJson(w, r.e2e_s);
-  w.Key("slo_hours_met_fraction");
-  Num(w, r.slo_hours_met_fraction);
-  w.Key("hours_with_load");
-  w.Int(r.hours_with_load);
-  w.Key("replicas_max");
-  w.Int(r.replicas_max);
-  w.Key("gpu_hours");
-  Num(w, r.inference_gpu_hours);
+  StatsJson(w, "ttft_s", r.ttft_s);
+  StatsJson(w, "itl_s", r.itl_s);
+  StatsJson(w, "e2e_s", r.e2e_s);
+  Num(w, "slo_hours_met_fraction", r.slo_hours_met_fraction);
+  Member(w, "hours_with_load", r.hours_with_load);
+  Member(w, "replicas_max", r.replicas_max);
+  Num(w, "gpu_hours", r.inference_gpu_hours);
   w.Key("by_cohort");
   w.StartArray();
   for (const CohortInference& c : r.inference_by_cohort) {
     w.StartObject();
-    w.Key("cohort");
-    Str(w, c.cohort);
-    w.Key("requests");
-    w.Int64(c.requests);
-    w.Key("ttft_s");
-    StatsJson(w, c.ttft_s);
-    w.Key("itl_s");
-    StatsJson(w, c.itl_s);
-    w.Key("e2e_s");
-    StatsJson(w, c.e2e_s);
+    Str(w, "cohort", c.cohort);
+    Member(w, "requests", c.requests);
+    StatsJson(w, "ttft_s", c.ttft_s);
+    StatsJson(w, "itl_s", c.itl_s);
+    StatsJson(w, "e2e_s", c.e2e_s);
     w.EndObject();
   }
   w.EndArray();
@@ -450,16 +440,11 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
 
   w.Key("gpus");
   w.StartObject();
-  w.Key("total");
-  w.Int(r.jobs.total_gpus);
-  w.Key("allocated_fraction");
-  Num(w, r.allocated_fraction);
-  w.Key("inference_fraction");
-  Num(w, r.inference_fraction);
-  w.Key("training_fraction");
-  Num(w, r.training_fraction);
-  w.Key("busy_fraction");
-  Num(w, r.busy_fraction);
+  Member(w, "total", r.jobs.total_gpus);
+  Num(w, "allocated_fraction", r.allocated_fraction);
+  Num(w, "inference_fraction", r.inference_fraction);
+  Num(w, "training_fraction", r.training_fraction);
+  Num(w, "busy_fraction", r.busy_fraction);
   w.EndObject();
 
   w.Key("timeline");
@@ -467,14 +452,10 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   for (size_t h = 0; h < r.timeline.size(); ++h) {
     const HourPoint& p = r.timeline[h];
     w.StartObject();
-    w.Key("hour");
-    w.Int(static_cast<int>(h));
-    w.Key("inference");
-    Num(w, p.inference);
-    w.Key("training");
-    Num(w, p.training);
-    w.Key("idle");
-    Num(w, p.idle);
+    Member(w, "hour", static_cast<int>(h));
+    Num(w, "inference", p.inference);
+    Num(w, "training", p.training);
+    Num(w, "idle", p.idle);
     w.Key("slo_met");
     if (p.slo_met) {
       w.Bool(*p.slo_met);
@@ -486,28 +467,19 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
   w.EndArray();
   w.Key("cdf");
   w.StartObject();
-  w.Key("ttft_s");
-  CdfJson(w, r.ttft_cdf);
-  w.Key("wait_s");
-  CdfJson(w, r.wait_cdf);
+  CdfJson(w, "ttft_s", r.ttft_cdf);
+  CdfJson(w, "wait_s", r.wait_cdf);
   w.EndObject();
 
   w.Key("cost");
   w.StartObject();
-  w.Key("currency");
-  Str(w, r.cost.currency);
-  w.Key("cluster_per_month");
-  Num(w, r.cost.cluster_per_month);
-  w.Key("per_user_month");
-  Opt(w, r.cost.per_user_month);
-  w.Key("per_gpu_hour");
-  Opt(w, r.cost.per_gpu_hour);
-  w.Key("cloud_on_demand_per_user_month");
-  Opt(w, r.cost.cloud_on_demand_per_user_month);
-  w.Key("cloud_reserved_per_user_month");
-  Opt(w, r.cost.cloud_reserved_per_user_month);
-  w.Key("gpu_per_user_per_user_month");
-  Opt(w, r.cost.gpu_per_user_per_user_month);
+  Str(w, "currency", r.cost.currency);
+  Num(w, "cluster_per_month", r.cost.cluster_per_month);
+  Opt(w, "per_user_month", r.cost.per_user_month);
+  Opt(w, "per_gpu_hour", r.cost.per_gpu_hour);
+  Opt(w, "cloud_on_demand_per_user_month", r.cost.cloud_on_demand_per_user_month);
+  Opt(w, "cloud_reserved_per_user_month", r.cost.cloud_reserved_per_user_month);
+  Opt(w, "gpu_per_user_per_user_month", r.cost.gpu_per_user_per_user_month);
   w.EndObject();
 
   w.Key("sweep");
@@ -515,44 +487,31 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
     w.Null();
   } else {
     w.StartObject();
-    w.Key("key");
-    Str(w, sweep->key);
+    Str(w, "key", sweep->key);
     w.Key("results");
     w.StartArray();
     for (const SweepPoint& p : sweep->points) {
       w.StartObject();
-      w.Key("value");
-      Num(w, p.value);
-      w.Key("met");
-      w.Bool(p.met);
-      w.Key("slo_hours_met_fraction");
-      Num(w, p.slo_hours_met_fraction);
-      w.Key("job_wait_p95_s");
-      Num(w, p.job_wait_p95_s);
-      w.Key("ttft_p99_s");
-      Num(w, p.ttft_p99_s);
-      w.Key("per_user_month");
-      Opt(w, p.per_user_month);
+      Num(w, "value", p.value);
+      Member(w, "met", p.met);
+      Num(w, "slo_hours_met_fraction", p.slo_hours_met_fraction);
+      Num(w, "job_wait_p95_s", p.job_wait_p95_s);
+      Num(w, "ttft_p99_s", p.ttft_p99_s);
+      Opt(w, "per_user_month", p.per_user_month);
       w.EndObject();
     }
     w.EndArray();
-    w.Key("smallest_meeting");
-    Opt(w, sweep->smallest_meeting);
+    Opt(w, "smallest_meeting", sweep->smallest_meeting);
     w.EndObject();
   }
 
   w.Key("sim");
   w.StartObject();
-  w.Key("wall_s");
-  Num(w, r.sim.wall_s);
-  w.Key("simulated_s");
-  Num(w, r.sim.simulated_s);
-  w.Key("events");
-  w.Int64(r.sim.events);
-  w.Key("simulated_s_per_wall_s");
-  Num(w, r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0);
-  w.Key("events_per_s");
-  Num(w, r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
+  Num(w, "wall_s", r.sim.wall_s);
+  Num(w, "simulated_s", r.sim.simulated_s);
+  Member(w, "events", r.sim.events);
+  Num(w, "simulated_s_per_wall_s", r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0);
+  Num(w, "events_per_s", r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
   w.EndObject();
   w.EndObject();
   return buf.GetString();

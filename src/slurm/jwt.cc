@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/json_object.h"
+
 namespace bmas {
 
 // Both directions go through OpenSSL's standard base64 and swap the two characters that
@@ -85,10 +87,8 @@ Result<std::string> MintSlurmJwt(std::string_view key, std::string_view username
   rapidjson::StringBuffer payload;
   rapidjson::Writer<rapidjson::StringBuffer> w(payload);
   w.StartObject();
-  w.Key("exp");
-  w.Int64(issued_at + lifetime_s);
-  w.Key("iat");
-  w.Int64(issued_at);
+  Member(w, "exp", issued_at + lifetime_s);
+  Member(w, "iat", issued_at);
   w.Key("sun");
   w.String(username.data(), static_cast<rapidjson::SizeType>(username.size()));
   w.EndObject();
