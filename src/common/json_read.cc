@@ -14,4 +14,14 @@ std::string JsonString(const rapidjson::Value& v, const char* key) {
                                        : std::string();
 }
 
+std::vector<std::string> JsonStringList(const rapidjson::Value& v, const char* key) {
+  std::vector<std::string> out;
+  const rapidjson::Value* m = JsonMember(v, key);
+  if (m == nullptr || !m->IsArray()) return out;
+  for (const rapidjson::Value& e : m->GetArray()) {
+    if (e.IsString()) out.emplace_back(e.GetString(), e.GetStringLength());
+  }
+  return out;
+}
+
 }  // namespace bmas

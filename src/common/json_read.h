@@ -7,6 +7,7 @@
 #include <rapidjson/document.h>
 
 #include <string>
+#include <vector>
 
 namespace bmas {
 
@@ -15,5 +16,9 @@ const rapidjson::Value* JsonMember(const rapidjson::Value& v, const char* key);
 
 // The string member `key` of `v` (embedded NULs kept), or "" when it is missing or not a string.
 std::string JsonString(const rapidjson::Value& v, const char* key);
+
+// The string elements of the array member `key` of `v` (embedded NULs kept; elements that are
+// not strings skipped), or none when it is missing or not an array.
+std::vector<std::string> JsonStringList(const rapidjson::Value& v, const char* key);
 
 }  // namespace bmas

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace bmas {
 namespace {
@@ -57,6 +58,19 @@ TEST(JsonStringTest, MissingOrWrongTypeIsEmpty) {
     EXPECT_EQ(JsonString(d, key), "") << key;
   }
   EXPECT_EQ(JsonString(Parse(R"(["x"])"), "x"), "");
+}
+
+TEST(JsonStringListTest, ReadsTheStringsOfAnArray) {
+  const auto d = Parse(R"({"a": ["x", 3, "a\u0000b", null, ""]})");
+  EXPECT_EQ(JsonStringList(d, "a"),
+            (std::vector<std::string>{"x", std::string("a\0b", 3), ""}));
+}
+
+TEST(JsonStringListTest, MissingOrWrongTypeIsEmpty) {
+  const auto d = Parse(R"({"s": "x", "o": {"x": "y"}, "z": null})");
+  for (const char* key : {"missing", "s", "o", "z"}) {
+    EXPECT_TRUE(JsonStringList(d, key).empty()) << key;
+  }
 }
 
 }  // namespace

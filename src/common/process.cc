@@ -170,6 +170,18 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& args,
   return result;
 }
 
+Result<DetachedChild> SpawnDetached(std::vector<std::string> args, std::vector<std::string> env,
+                                    const std::string& output) {
+  SpawnOptions o;
+  o.args = std::move(args);
+  o.output = output;
+  o.env = std::move(env);
+  o.detach = true;
+  auto pid = Spawn(o);
+  if (!pid) return pid.error();
+  return DetachedChild{*pid, ProcessStartTicks(*pid)};
+}
+
 unsigned long long ProcessStartTicks(pid_t pid) {
   if (pid <= 0) return 0;
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
@@ -222,6 +234,17 @@ bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds g
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+bool WaitFor(const std::function<bool()>& ready, pid_t pid,
+             std::chrono::steady_clock::duration timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (ready()) return true;
+    if (pid > 0 && !ProcessRunning(pid)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return ready();
 }
 
 }  // namespace bmas

@@ -1,11 +1,13 @@
 #pragma once
 
 // Child processes: start one (attached, or detached into its own session so that it outlives
-// bmas), run a short command to completion with its output captured, and stop one politely.
+// bmas), run a short command to completion with its output captured, wait for one to be ready,
+// and stop one politely.
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,17 @@ struct SpawnOptions {
 
 // Starts the child and returns its pid; it runs with no signal blocked.
 Result<pid_t> Spawn(const SpawnOptions& options);
+
+// A child started detached (SpawnOptions::detach): its pid and, to recognise it later,
+// ProcessStartTicks.
+struct DetachedChild {
+  pid_t pid = -1;
+  unsigned long long start_ticks = 0;
+};
+
+// Spawns `args` detached, with `env` added and stdout and stderr appended to `output`.
+Result<DetachedChild> SpawnDetached(std::vector<std::string> args, std::vector<std::string> env,
+                                    const std::string& output);
 
 struct CommandOutput {
   int exit_code = -1;  // 128 + N when killed by signal N
@@ -51,5 +64,12 @@ bool ProcessRunning(pid_t pid, const std::string& comm = {}, unsigned long long 
 // start_ticks) recognises (nothing to one it does not). Returns false if it still runs.
 bool StopProcess(pid_t pid, const std::string& comm, std::chrono::milliseconds grace,
                  unsigned long long start_ticks = 0);
+
+// Asks `ready` every 50 ms until it is true (true) or `timeout` has passed (false, unless it is
+// true at that last ask). With `pid` > 0, gives up (false) as soon as that process no longer runs:
+// a daemon that died will never be ready. By pid alone, as right after a spawn the child may
+// not have exec'd its program yet.
+bool WaitFor(const std::function<bool()>& ready, pid_t pid,
+             std::chrono::steady_clock::duration timeout);
 
 }  // namespace bmas

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 #include <rapidjson/document.h>
@@ -21,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/process.h"
+#include "common/traversable.h"
 #include "lxd/lxd_client.h"
 #include "lxd/lxd_internal.h"
 #include "lxd/lxd_tls.h"
@@ -29,7 +29,6 @@ namespace bmas::lxd {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using internal::WriteAtomically;
 
 constexpr const char* kLxcfsMount = "/var/lib/lxcfs";
@@ -51,16 +50,6 @@ bool Mounted(const std::string& path, const std::string& type = "") {
 bool Answers(const std::string& socket) {
   LxdClient client(socket, std::chrono::seconds(2));
   return static_cast<bool>(client.Server());
-}
-
-bool WaitFor(const std::function<bool()>& ready, pid_t pid, Clock::duration timeout) {
-  const auto until = Clock::now() + timeout;
-  while (Clock::now() < until) {
-    if (ready()) return true;
-    if (pid > 0 && !ProcessRunning(pid)) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return ready();
 }
 
 std::string LogTail(const std::string& path) {
@@ -115,28 +104,19 @@ Result<void> Save(const LocalLxd& l) {
 Result<StartedDaemon> StartDetached(const std::string& name, const std::string& comm,
                                     std::vector<std::string> args, std::vector<std::string> env,
                                     const std::string& log) {
-  SpawnOptions o;
-  o.args = std::move(args);
-  o.output = log;
-  o.env = std::move(env);
-  o.detach = true;
-  auto pid = Spawn(o);
-  if (!pid) return pid.error();
-  return StartedDaemon{name, comm, *pid, log, ProcessStartTicks(*pid)};
+  auto child = SpawnDetached(std::move(args), std::move(env), log);
+  if (!child) return child.error();
+  return StartedDaemon{name, comm, child->pid, log, child->start_ticks};
 }
 
 // Every directory above `path` must let unprivileged containers' root (a high host uid)
 // through, or their root file systems under LXD_DIR cannot be reached.
 Result<void> CheckTraversable(const fs::path& path) {
-  for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
-    struct stat st;
-    if (stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
-      return InvalidArgument(fmt::format(
-          "{} is not traversable by other users, so unprivileged containers cannot reach "
-          "their root file systems under {}: `chmod o+x {}` or choose another lxd.dir",
-          p.string(), path.string(), p.string()));
-    }
-    if (p == p.root_path()) break;
+  if (auto p = UntraversableAncestor(path)) {
+    return InvalidArgument(fmt::format(
+        "{} is not traversable by other users, so unprivileged containers cannot reach "
+        "their root file systems under {}: `chmod o+x {}` or choose another lxd.dir",
+        p->string(), path.string(), p->string()));
   }
   return {};
 }

@@ -4,8 +4,8 @@
 // devices and exec; operations; images; storage pools and profiles.
 //
 // Below it sits a transport seam (LxdTransport): the real one speaks HTTP/1.1 over the unix
-// socket with Beast; tests pass canned responses instead. JSON stays inside lxd_client.cc:
-// callers see the structs below.
+// socket with Beast; tests pass canned responses instead. JSON stays inside lxd_client*.cc
+// (lxd_client_internal.h): callers see the structs below.
 
 #include <chrono>
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 // What LXD's API carries, as bmas's callers see it: instances, their specs and exec, images,
 // storage pools, profiles, and the two ends of a copy between servers. JSON stays in
-// lxd_client.cc.
+// lxd_client*.cc.
 
 #include <cstdint>
 #include <map>

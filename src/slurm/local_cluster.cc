@@ -1,34 +1,32 @@
+// Starting a local Slurm cluster and what is done to one as a whole: its ports and layout
+// (Localize), the checks before, StartLocalCluster itself (directories, keys, config, hooks and
+// fake GPUs, then the daemons), and whether it runs, its nodes' states and its stop. The files,
+// the daemons and the accounting it starts are in local_cluster_files.cc,
+// local_cluster_daemons.cc and local_cluster_accounting.cc.
+
 #include "slurm/local_cluster.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <netinet/in.h>
-#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <map>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <rapidjson/document.h>
-#include <rapidjson/prettywriter.h>
-#include <rapidjson/stringbuffer.h>
-#include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
 #include "common/process.h"
 #include "core/job_shape.h"
+#include "slurm/local_cluster_internal.h"
 #include "slurm/slurm_config.h"
 
 namespace bmas::slurm {
@@ -38,11 +36,18 @@ extern const char kBuiltinLocalClusterToml[];
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using internal::CheckTraversable;
+using internal::kInstallHint;
+using internal::LookUp;
+using internal::MakeDir;
+using internal::MakeKey;
+using internal::RestartDead;
+using internal::SaveLocalCluster;
+using internal::SlurmEnv;
+using internal::StartDaemons;
+using internal::StopDaemons;
+using internal::WriteFile;
 
-constexpr const char* kInstallHint =
-    "apt-get install -y --no-install-recommends slurm-wlm slurmctld slurmd slurmrestd "
-    "slurm-client slurm-wlm-jwt-plugin munge";
 constexpr int kNvidiaMajor = 195;  // the NVIDIA driver's character device major
 
 // FNV-1a: stable across runs and builds, unlike std::hash.
@@ -70,7 +75,6 @@ bool TryLoopback(int port, bool connect) {
 }
 
 bool PortFree(int port) { return TryLoopback(port, /*connect=*/false); }
-bool PortAccepts(int port) { return TryLoopback(port, /*connect=*/true); }
 
 // The first port the kernel hands out for outgoing connections (32768 by default).
 int FirstEphemeralPort() {
@@ -103,84 +107,13 @@ Result<int> PickBasePort(const std::string& state_dir, int count) {
                            kFirst + blocks * kStride)};
 }
 
-Result<void> WriteFile(const fs::path& path, std::string_view text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return Internal(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = fchmod(fd, mode) == 0 && ok;
-  close(fd);
-  if (!ok) return Internal(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
-  return {};
-}
-
-// A key of `bytes` random bytes, made once and kept across restarts.
-Result<void> MakeKey(const fs::path& path, size_t bytes, uid_t uid, gid_t gid) {
-  if (!fs::exists(path)) {
-    std::ifstream random("/dev/urandom", std::ios::binary);
-    std::string key(bytes, '\0');
-    if (!random.read(key.data(), static_cast<std::streamsize>(bytes))) {
-      return Internal("cannot read /dev/urandom");
-    }
-    if (auto w = WriteFile(path, key, 0400); !w) return w;
-  }
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  const bool ok = fd >= 0 && fchown(fd, uid, gid) == 0;
-  const int e = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) return Internal(fmt::format("cannot chown {}: {}", path.string(), std::strerror(e)));
-  return {};
-}
-
-Result<void> MakeDir(const fs::path& path, mode_t mode, uid_t uid = 0, gid_t gid = 0) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return Internal(fmt::format("cannot create {}: {}", path.string(), ec.message()));
-  // Through a descriptor: a link put in its place is refused, never followed.
-  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  const bool ok = fd >= 0 && fchmod(fd, mode) == 0 && fchown(fd, uid, gid) == 0;
-  const int e = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) {
-    return Internal(fmt::format("cannot set the owner or mode of {}: {}", path.string(),
-                                std::strerror(e)));
-  }
-  return {};
-}
-
-// Every directory above `path` must let the daemons' users (munge, nobody, the jobs' users)
-// through.
-Result<void> CheckTraversable(const fs::path& path) {
-  for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
-    struct stat st;
-    if (stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
-      return InvalidArgument(fmt::format(
-          "{} is not traversable by other users, so munge, nobody and the jobs' users cannot "
-          "reach the state dir {}: `chmod o+x {}` or use another --state-dir",
-          p.string(), path.string(), p.string()));
-    }
-    if (p == p.root_path()) break;
-  }
-  return {};
-}
-
-struct Account {
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
-
-Result<Account> LookUp(const char* user) {
-  passwd* pw = getpwnam(user);
-  if (pw == nullptr) {
-    return Error{ErrorCode::kNotFound,
-                 fmt::format("there is no user '{}' on this host: install munge ({})", user,
-                             kInstallHint)};
-  }
-  return Account{pw->pw_uid, pw->pw_gid};
-}
-
-std::vector<std::string> SlurmEnv(const LocalCluster& c) { return {"SLURM_CONF=" + c.conf}; }
-
 }  // namespace
+
+namespace internal {
+
+bool PortAccepts(int port) { return TryLoopback(port, /*connect=*/true); }
+
+}  // namespace internal
 
 Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalCluster& c) {
   // One line per node and partition; the state is the node's in each.
@@ -197,372 +130,6 @@ Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalC
   }
   return states;
 }
-
-namespace {
-
-std::string LogTail(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  std::string line;
-  while (std::getline(in, line)) all.push_back(line);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
-    out += "  " + all[i] + "\n";
-  }
-  return out;
-}
-
-// Waits until `ready()` or `timeout`; false on timeout or when `daemon` died.
-bool WaitFor(const std::function<bool()>& ready, const LocalDaemon* daemon, Clock::duration timeout) {
-  const auto until = Clock::now() + timeout;
-  while (Clock::now() < until) {
-    if (ready()) return true;
-    // By pid alone: right after the spawn it may not have exec'd its program yet.
-    if (daemon != nullptr && !ProcessRunning(daemon->pid)) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return ready();
-}
-
-Result<void> SaveLocalCluster(const LocalCluster& c) {
-  rapidjson::StringBuffer buf;
-  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buf);
-  auto str = [&](const char* key, const std::string& value) {
-    if (key != nullptr) w.Key(key);
-    w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
-  };
-  w.StartObject();
-  str("state_dir", c.state_dir);
-  str("inventory", c.inventory);
-  str("root", c.root);
-  str("id", c.id);
-  str("conf", c.conf);
-  str("device_dir", c.device_dir);
-  str("jwt_key", c.jwt_key);
-  w.Key("slurmctld_port");
-  w.Int(c.slurmctld_port);
-  w.Key("rest_port");
-  w.Int(c.rest_port);
-  w.Key("gpus_per_node");
-  w.Int(c.gpus_per_node);
-  w.Key("accounting");
-  w.Bool(c.accounting);
-  w.Key("nodes");
-  w.StartArray();
-  for (const std::string& n : c.nodes) w.String(n.c_str());
-  w.EndArray();
-  w.Key("daemons");
-  w.StartArray();
-  for (const LocalDaemon& d : c.daemons) {
-    w.StartObject();
-    str("name", d.name);
-    str("comm", d.comm);
-    w.Key("pid");
-    w.Int(d.pid);
-    w.Key("start_ticks");
-    w.Uint64(d.start_ticks);
-    str("log", d.log);
-    for (const auto& [key, list] : {std::pair{"args", &d.args}, std::pair{"env", &d.env}}) {
-      w.Key(key);
-      w.StartArray();
-      for (const std::string& s : *list) str(nullptr, s);
-      w.EndArray();
-    }
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  return WriteFile(fs::path(c.root) / "local.json", std::string(buf.GetString()) + "\n", 0644);
-}
-
-// Starts one daemon, detached, with its output in <root>/log/<file>.out.
-Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
-                                std::vector<std::string> args, std::vector<std::string> env,
-                                const std::string& file) {
-  LocalDaemon d{std::move(name), std::move(comm), -1, 0, c.root + "/log/" + file + ".out", args,
-                env};
-  SpawnOptions o;
-  o.args = std::move(args);
-  o.output = d.log;
-  o.env = std::move(env);
-  o.detach = true;
-  auto pid = Spawn(o);
-  if (!pid) return pid.error();
-  d.pid = *pid;
-  d.start_ticks = ProcessStartTicks(d.pid);
-  c.daemons.push_back(d);
-  return d;
-}
-
-Error DaemonFailed(const LocalDaemon& d, const std::string& what) {
-  return Error{ErrorCode::kUnavailable,
-               fmt::format("{} {}; its log {} ends with:\n{}", d.name, what, d.log,
-                           LogTail(d.log, 15))};
-}
-
-// A cluster whose daemons partly died (a slurmctld killed alone, say): starts the dead ones
-// again as they were started, in their order, and leaves the others and their jobs alone.
-Result<LocalCluster> RestartDead(LocalCluster c) {
-  for (LocalDaemon& d : c.daemons) {
-    if (DaemonRuns(d)) continue;
-    SpawnOptions o;
-    o.args = d.args;
-    o.output = d.log;
-    o.env = d.env;
-    o.detach = true;
-    auto pid = Spawn(o);
-    if (!pid) return pid.error();
-    d.pid = *pid;
-    d.start_ticks = ProcessStartTicks(d.pid);
-    c.restarted.push_back(d.name);
-    const int port = d.comm == "slurmctld" ? c.slurmctld_port
-                     : d.comm == "slurmrestd" ? c.rest_port
-                                              : 0;
-    if (port != 0 &&
-        !WaitFor([&] { return PortAccepts(port); }, &d, std::chrono::seconds(15))) {
-      [[maybe_unused]] auto saved = SaveLocalCluster(c);  // the pids that did start
-      return DaemonFailed(d, "did not start listening again");
-    }
-  }
-  if (auto saved = SaveLocalCluster(c); !saved) return saved.error();
-  return c;
-}
-
-void StopDaemons(const LocalCluster& c) {
-  for (auto it = c.daemons.rbegin(); it != c.daemons.rend(); ++it) {
-    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(5), it->start_ticks)) {
-      spdlog::warn("slurm: {} (pid {}) did not stop", it->name, it->pid);
-    }
-  }
-}
-
-// `sacctmgr -i ARGS...` against the cluster's slurmdbd; its output becomes the error.
-Result<void> Sacctmgr(const LocalCluster& c, std::vector<std::string> args) {
-  args.insert(args.begin(), {"sacctmgr", "-i"});
-  auto r = RunCommand(args, SlurmEnv(c), std::chrono::seconds(30));
-  if (!r) return r.error();
-  // "Nothing new added" (exit 1) is what a second `up` on the same database gets.
-  if (r->exit_code != 0 && r->out.find("Nothing new added") == std::string::npos &&
-      r->err.find("already exists") == std::string::npos) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("{}: {}{}", fmt::join(args, " "), r->err, r->out)};
-  }
-  return {};
-}
-
-// Accounts for every user who may run jobs here: root and the regular accounts (uid >= 1000).
-std::vector<std::string> JobUsers() {
-  std::vector<std::string> users = {"root"};
-  setpwent();
-  while (passwd* pw = getpwent()) {
-    if (pw->pw_uid >= 1000 && pw->pw_uid < 60000) users.emplace_back(pw->pw_name);
-  }
-  endpwent();
-  return users;
-}
-
-// MariaDB with a database user for slurmdbd, slurmdbd, and in it the cluster, the `bmas`
-// account with every job user, and the partitions' QOS with their per-user GPU caps.
-Result<void> StartAccounting(LocalCluster& c, const Cluster& local) {
-  auto mysql = LookUp("mysql");
-  if (!mysql) {
-    return Error{ErrorCode::kUnavailable,
-                 "accounting = true needs MariaDB and slurmdbd: apt-get install -y "
-                 "--no-install-recommends mariadb-server slurmdbd"};
-  }
-  const std::string data = c.root + "/mysql";
-  // MariaDB runs as mysql and writes only under its data dir.
-  const std::string socket = data + "/mysqld.sock";
-  const int db_port = local.slurm.slurmdbd_port + 1;
-  if (!fs::exists(data + "/mysql")) {
-    if (auto r = MakeDir(data, 0700, mysql->uid, mysql->gid); !r) return r;
-    auto init = RunCommand({"mariadb-install-db", "--no-defaults", "--user=mysql",
-                            "--datadir=" + data, "--auth-root-authentication-method=socket",
-                            "--skip-test-db"},
-                           {}, std::chrono::seconds(120));
-    if (!init || init->exit_code != 0) {
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("mariadb-install-db failed: {}",
-                               init ? init->err + init->out : init.error().message)};
-    }
-  }
-  auto db = StartDaemon(
-      c, "mariadbd", "mariadbd",
-      {"/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", "--datadir=" + data,
-       "--socket=" + socket, fmt::format("--port={}", db_port), "--bind-address=127.0.0.1",
-       "--skip-name-resolve", "--pid-file=" + data + "/mariadbd.pid",
-       "--log-error=" + data + "/mariadbd.log"},
-      {}, "mariadbd");
-  if (!db) return db.error();
-  if (!WaitFor([&] { return PortAccepts(db_port); }, &*db, std::chrono::seconds(60))) {
-    return DaemonFailed(*db, "did not start listening");
-  }
-  // A password of its own, kept in slurmdbd.conf (root only).
-  std::string password;
-  {
-    std::ifstream random("/dev/urandom", std::ios::binary);
-    for (int i = 0; i < 24; ++i) password += "0123456789abcdef"[random.get() & 15];
-  }
-  // The statement that sets it goes through a root-only file, never a command line (which
-  // every user can read in /proc).
-  // In root's etc/, not MariaDB's data dir: the mysql account writes that one, and could put a
-  // link there for root's write to follow.
-  const std::string grant_sql = c.root + "/etc/grant-slurm.sql";
-  if (auto r = WriteFile(grant_sql,
-                         fmt::format("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1';\n"
-                                     "ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{}';\n"
-                                     "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';\n",
-                                     password),
-                         0600);
-      !r) {
-    return r;
-  }
-  auto grant = RunCommand({"mariadb", "--no-defaults", "--socket=" + socket, "-u", "root", "-e",
-                           "source " + grant_sql},
-                          {}, std::chrono::seconds(30));
-  unlink(grant_sql.c_str());
-  if (!grant || grant->exit_code != 0) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("cannot create slurmdbd's database user: {}",
-                             grant ? grant->err : grant.error().message)};
-  }
-  const SlurmSettings& s = local.slurm;
-  const std::string dbd_conf = fmt::format(
-      "# generated by bmas slurm up\nAuthType=auth/munge\nAuthInfo=socket={}\n"
-      "DbdHost=localhost\nDbdPort={}\nSlurmUser=root\nLogFile={}/slurmdbd.log\n"
-      "PidFile={}/slurmdbd.pid\nStorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\n"
-      "StoragePort={}\nStorageUser=slurm\nStoragePass={}\nStorageLoc=slurm_acct_db\n"
-      "# slurmrestd's requests carry the user's JWT.\n"
-      "AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={}\n",
-      s.munge_socket, s.slurmdbd_port, s.log_dir, s.run_dir, db_port, password, s.jwt_key);
-  if (auto r = WriteFile(c.root + "/etc/slurmdbd.conf", dbd_conf, 0600); !r) return r;
-  auto dbd = StartDaemon(c, "slurmdbd", "slurmdbd", {"/usr/sbin/slurmdbd", "-D"},
-                         SlurmEnv(c), "slurmdbd");
-  if (!dbd) return dbd.error();
-  if (!WaitFor([&] { return PortAccepts(s.slurmdbd_port); }, &*dbd, std::chrono::seconds(60))) {
-    return DaemonFailed(*dbd, "did not start listening");
-  }
-  if (auto r = Sacctmgr(c, {"add", "cluster", s.cluster_name}); !r) return r;
-  if (auto r = Sacctmgr(c, {"add", "account", "bmas", "Cluster=" + s.cluster_name,
-                            "Description=bmas users", "Organization=bmas"});
-      !r) {
-    return r;
-  }
-  if (auto r = Sacctmgr(c, {"add", "user", fmt::format("{}", fmt::join(JobUsers(), ",")),
-                            "Account=bmas", "Cluster=" + s.cluster_name});
-      !r) {
-    return r;
-  }
-  for (const Partition& p : local.partitions) {
-    if (p.max_gpus_per_user <= 0) continue;
-    const std::string qos = p.EffectiveQos();
-    const std::string cap = fmt::format("MaxTRESPerUser=gres/gpu={}", p.max_gpus_per_user);
-    if (auto r = Sacctmgr(c, {"add", "qos", qos}); !r) return r;
-  }
-  return {};
-}
-
-// The partitions' per-user GPU caps. slurmdbd knows the gres/gpu TRES only once slurmctld
-// has registered with it, so this runs after slurmctld starts, and retries until then.
-Result<void> SetGpuCaps(const LocalCluster& c, const Cluster& local) {
-  for (const Partition& p : local.partitions) {
-    if (p.max_gpus_per_user <= 0) continue;
-    const std::string cap = fmt::format("MaxTRESPerUser=gres/gpu={}", p.max_gpus_per_user);
-    // DenyOnLimit: a job that alone exceeds the cap is refused at submission, not left pending.
-    const std::vector<std::string> args = {"modify", "qos", p.EffectiveQos(), "set", cap,
-                                           "Flags=DenyOnLimit"};
-    Result<void> set = Sacctmgr(c, args);
-    WaitFor([&] { return static_cast<bool>(set = Sacctmgr(c, args)); }, nullptr,
-            std::chrono::seconds(20));
-    if (!set) return set;
-  }
-  return {};
-}
-
-Result<void> StartDaemons(LocalCluster& c, const Account& munge, const Cluster* accounting,
-                          std::chrono::seconds timeout) {
-  const std::string munge_dir = c.root + "/munge";
-  const std::string socket = munge_dir + "/munge.sock";
-  auto munged = StartDaemon(
-      c, "munged", "munged",
-      {"setpriv", fmt::format("--reuid={}", munge.uid), fmt::format("--regid={}", munge.gid),
-       "--clear-groups", "/usr/sbin/munged", "--foreground", "--socket=" + socket,
-       "--key-file=" + c.root + "/etc/munge.key", "--pid-file=" + munge_dir + "/munged.pid",
-       "--log-file=" + munge_dir + "/munged.log", "--seed-file=" + munge_dir + "/munged.seed"},
-      {}, "munged");
-  if (!munged) return munged.error();
-  if (!WaitFor([&] { return fs::exists(socket); }, &*munged, std::chrono::seconds(10))) {
-    return DaemonFailed(*munged, "did not create its socket");
-  }
-
-  if (accounting != nullptr) {
-    if (auto r = StartAccounting(c, *accounting); !r) return r;
-  }
-
-  auto ctld = StartDaemon(c, "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D", "-f", c.conf},
-                          {}, "slurmctld");
-  if (!ctld) return ctld.error();
-  if (!WaitFor([&] { return PortAccepts(c.slurmctld_port); }, &*ctld, std::chrono::seconds(15))) {
-    return DaemonFailed(*ctld, "did not start listening");
-  }
-  if (accounting != nullptr) {
-    if (auto r = SetGpuCaps(c, *accounting); !r) return r;
-  }
-
-  for (const std::string& node : c.nodes) {
-    // Its own UTS namespace: the node's jobs see its name as the host name (OpenMPI needs
-    // distinct host names).
-    auto slurmd = StartDaemon(
-        c, "slurmd " + node, "slurmd",
-        {"unshare", "--uts", "/bin/sh", "-c",
-         "hostname \"$0\" && exec /usr/sbin/slurmd -D -f \"$1\" -N \"$0\"", node, c.conf},
-        {}, "slurmd-" + node);
-    if (!slurmd) return slurmd.error();
-  }
-
-  // slurmrestd refuses to run as root; tokens name the user each request acts for.
-  auto rest = StartDaemon(
-      c, "slurmrestd", "slurmrestd",
-      {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/sbin/slurmrestd",
-       "-a", "rest_auth/jwt", "-s",
-       // With slurmdbd, also its API: finished jobs, for accounting.
-       c.accounting ? "openapi/v0.0.38,openapi/dbv0.0.38" : "openapi/v0.0.38",
-       fmt::format("127.0.0.1:{}", c.rest_port)},
-      {"SLURM_JWT=daemon", "SLURM_CONF=" + c.conf}, "slurmrestd");
-  if (!rest) return rest.error();
-  if (!WaitFor([&] { return PortAccepts(c.rest_port); }, &*rest, std::chrono::seconds(10))) {
-    return DaemonFailed(*rest, "did not start listening");
-  }
-
-  std::string last;
-  bool idle = WaitFor(
-      [&] {
-        auto states = NodeStates(c);
-        if (!states) {
-          last = states.error().message;
-          return false;
-        }
-        std::map<std::string, std::string> state_of(states->begin(), states->end());
-        last.clear();
-        bool all_idle = true;
-        for (const std::string& node : c.nodes) {
-          const std::string state = state_of.contains(node) ? state_of[node] : "missing";
-          last += fmt::format("{}{} {}", last.empty() ? "" : ", ", node, state);
-          all_idle = all_idle && state == "idle";
-        }
-        return all_idle;
-      },
-      nullptr, timeout);
-  if (!idle) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("the nodes were not all idle within {} s ({}); see the slurmd logs "
-                             "in {}/log",
-                             timeout.count(), last, c.root)};
-  }
-  return {};
-}
-
-}  // namespace
 
 Cluster BuiltinLocalCluster() { return ParseCluster(kBuiltinLocalClusterToml, "cluster-local.toml"); }
 
@@ -741,68 +308,6 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   return c;
 }
 
-Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
-  const fs::path path = fs::absolute(state_dir) / "slurm" / "local.json";
-  std::ifstream in(path);
-  if (!in) {
-    return Error{ErrorCode::kNotFound,
-                 fmt::format("no local Slurm cluster was started in {} (`bmas slurm up` starts "
-                             "one)",
-                             state_dir)};
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  rapidjson::Document d;
-  d.Parse(text.str().c_str());
-  auto bad = [&] { return Internal(fmt::format("{} is not what bmas wrote", path.string())); };
-  if (d.HasParseError() || !d.IsObject()) return bad();
-  LocalCluster c;
-  auto str = [&](const char* key, std::string& out) {
-    if (d.HasMember(key) && d[key].IsString()) out = d[key].GetString();
-  };
-  auto num = [&](const char* key, int& out) {
-    if (d.HasMember(key) && d[key].IsInt()) out = d[key].GetInt();
-  };
-  str("state_dir", c.state_dir);
-  str("inventory", c.inventory);
-  str("root", c.root);
-  str("id", c.id);
-  str("conf", c.conf);
-  str("device_dir", c.device_dir);
-  str("jwt_key", c.jwt_key);
-  num("slurmctld_port", c.slurmctld_port);
-  num("rest_port", c.rest_port);
-  num("gpus_per_node", c.gpus_per_node);
-  c.accounting = d.HasMember("accounting") && d["accounting"].IsBool() && d["accounting"].GetBool();
-  if (!d.HasMember("nodes") || !d["nodes"].IsArray() || !d.HasMember("daemons") ||
-      !d["daemons"].IsArray()) {
-    return bad();
-  }
-  for (const auto& n : d["nodes"].GetArray()) {
-    if (n.IsString()) c.nodes.emplace_back(n.GetString());
-  }
-  for (const auto& e : d["daemons"].GetArray()) {
-    if (!e.IsObject() || !e.HasMember("pid") || !e["pid"].IsInt()) return bad();
-    LocalDaemon daemon;
-    daemon.pid = e["pid"].GetInt();
-    if (e.HasMember("start_ticks") && e["start_ticks"].IsUint64()) {
-      daemon.start_ticks = e["start_ticks"].GetUint64();
-    }
-    if (e.HasMember("name") && e["name"].IsString()) daemon.name = e["name"].GetString();
-    if (e.HasMember("comm") && e["comm"].IsString()) daemon.comm = e["comm"].GetString();
-    if (e.HasMember("log") && e["log"].IsString()) daemon.log = e["log"].GetString();
-    for (const auto& [key, list] :
-         {std::pair{"args", &daemon.args}, std::pair{"env", &daemon.env}}) {
-      if (!e.HasMember(key) || !e[key].IsArray()) continue;
-      for (const auto& s : e[key].GetArray()) {
-        if (s.IsString()) list->emplace_back(s.GetString());
-      }
-    }
-    c.daemons.push_back(std::move(daemon));
-  }
-  return c;
-}
-
 bool DaemonRuns(const LocalDaemon& d) { return ProcessRunning(d.pid, d.comm, d.start_ticks); }
 
 Result<LocalCluster> RunningLocalCluster(const std::string& state_dir) {
@@ -840,7 +345,7 @@ Result<void> StopLocalCluster(const std::string& state_dir) {
                                    std::chrono::seconds(5));
             return !left || left->out.empty();
           },
-          nullptr, std::chrono::seconds(15));
+          0, std::chrono::seconds(15));
     }
   }
   StopDaemons(*c);

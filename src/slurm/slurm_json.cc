@@ -40,16 +40,6 @@ int64_t Int(const Value& v, const char* key, int64_t fallback = 0) {
   return fallback;
 }
 
-std::vector<std::string> Strings(const Value& v, const char* key) {
-  std::vector<std::string> out;
-  const Value* m = JsonMember(v, key);
-  if (m == nullptr || !m->IsArray()) return out;
-  for (const Value& e : m->GetArray()) {
-    if (e.IsString()) out.emplace_back(e.GetString(), e.GetStringLength());
-  }
-  return out;
-}
-
 Result<rapidjson::Document> ParseDocument(std::string_view body, std::string_view what) {
   rapidjson::Document doc;
   doc.Parse(body.data(), body.size());
@@ -191,7 +181,7 @@ JobInfo ParseJob(const Value& j) {
   if (ended) DecodeExitStatus(Int(j, "exit_code"), job);
 
   // GPUs held now, node by node; gres_detail follows the order of `nodes`.
-  const std::vector<std::string> detail = Strings(j, "gres_detail");
+  const std::vector<std::string> detail = JsonStringList(j, "gres_detail");
   int held = 0;
   for (size_t i = 0; i < detail.size(); ++i) {
     const int count = CountGpusInGres(detail[i]);
@@ -225,7 +215,7 @@ NodeInfo ParseNode(const Value& n) {
   NodeInfo node;
   node.name = JsonString(n, "name");
   node.state = JsonString(n, "state");
-  node.state_flags = Strings(n, "state_flags");
+  node.state_flags = JsonStringList(n, "state_flags");
   node.address = JsonString(n, "address");
   node.hostname = JsonString(n, "hostname");
   node.reason = JsonString(n, "reason");
@@ -237,7 +227,7 @@ NodeInfo ParseNode(const Value& n) {
   node.gpus = CountGpusInGres(gres);
   node.gpu_type = GpuTypeInGres(gres);
   node.gpus_used = CountGpusInGres(JsonString(n, "gres_used"));
-  node.partitions = Strings(n, "partitions");
+  node.partitions = JsonStringList(n, "partitions");
   return node;
 }
 

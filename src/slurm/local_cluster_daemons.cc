@@ -1,0 +1,168 @@
+// The local cluster's daemons: starting each (and the dead ones again), waiting for them to
+// listen and for the nodes to be idle, the ends of their logs when they fail, and stopping them.
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/process.h"
+#include "slurm/local_cluster.h"
+#include "slurm/local_cluster_internal.h"
+
+namespace bmas::slurm::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string LogTail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
+    out += "  " + all[i] + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
+                                std::vector<std::string> args, std::vector<std::string> env,
+                                const std::string& file) {
+  LocalDaemon d{std::move(name), std::move(comm), -1, 0, c.root + "/log/" + file + ".out", args,
+                env};
+  auto child = SpawnDetached(std::move(args), std::move(env), d.log);
+  if (!child) return child.error();
+  d.pid = child->pid;
+  d.start_ticks = child->start_ticks;
+  c.daemons.push_back(d);
+  return d;
+}
+
+Error DaemonFailed(const LocalDaemon& d, const std::string& what) {
+  return Error{ErrorCode::kUnavailable,
+               fmt::format("{} {}; its log {} ends with:\n{}", d.name, what, d.log,
+                           LogTail(d.log, 15))};
+}
+
+Result<LocalCluster> RestartDead(LocalCluster c) {
+  for (LocalDaemon& d : c.daemons) {
+    if (DaemonRuns(d)) continue;
+    auto child = SpawnDetached(d.args, d.env, d.log);
+    if (!child) return child.error();
+    d.pid = child->pid;
+    d.start_ticks = child->start_ticks;
+    c.restarted.push_back(d.name);
+    const int port = d.comm == "slurmctld" ? c.slurmctld_port
+                     : d.comm == "slurmrestd" ? c.rest_port
+                                              : 0;
+    if (port != 0 &&
+        !WaitFor([&] { return PortAccepts(port); }, d.pid, std::chrono::seconds(15))) {
+      [[maybe_unused]] auto saved = SaveLocalCluster(c);  // the pids that did start
+      return DaemonFailed(d, "did not start listening again");
+    }
+  }
+  if (auto saved = SaveLocalCluster(c); !saved) return saved.error();
+  return c;
+}
+
+void StopDaemons(const LocalCluster& c) {
+  for (auto it = c.daemons.rbegin(); it != c.daemons.rend(); ++it) {
+    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(5), it->start_ticks)) {
+      spdlog::warn("slurm: {} (pid {}) did not stop", it->name, it->pid);
+    }
+  }
+}
+
+Result<void> StartDaemons(LocalCluster& c, const Account& munge, const Cluster* accounting,
+                          std::chrono::seconds timeout) {
+  const std::string munge_dir = c.root + "/munge";
+  const std::string socket = munge_dir + "/munge.sock";
+  auto munged = StartDaemon(
+      c, "munged", "munged",
+      {"setpriv", fmt::format("--reuid={}", munge.uid), fmt::format("--regid={}", munge.gid),
+       "--clear-groups", "/usr/sbin/munged", "--foreground", "--socket=" + socket,
+       "--key-file=" + c.root + "/etc/munge.key", "--pid-file=" + munge_dir + "/munged.pid",
+       "--log-file=" + munge_dir + "/munged.log", "--seed-file=" + munge_dir + "/munged.seed"},
+      {}, "munged");
+  if (!munged) return munged.error();
+  if (!WaitFor([&] { return fs::exists(socket); }, munged->pid, std::chrono::seconds(10))) {
+    return DaemonFailed(*munged, "did not create its socket");
+  }
+
+  if (accounting != nullptr) {
+    if (auto r = StartAccounting(c, *accounting); !r) return r;
+  }
+
+  auto ctld = StartDaemon(c, "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D", "-f", c.conf},
+                          {}, "slurmctld");
+  if (!ctld) return ctld.error();
+  if (!WaitFor([&] { return PortAccepts(c.slurmctld_port); }, ctld->pid,
+               std::chrono::seconds(15))) {
+    return DaemonFailed(*ctld, "did not start listening");
+  }
+  if (accounting != nullptr) {
+    if (auto r = SetGpuCaps(c, *accounting); !r) return r;
+  }
+
+  for (const std::string& node : c.nodes) {
+    // Its own UTS namespace: the node's jobs see its name as the host name (OpenMPI needs
+    // distinct host names).
+    auto slurmd = StartDaemon(
+        c, "slurmd " + node, "slurmd",
+        {"unshare", "--uts", "/bin/sh", "-c",
+         "hostname \"$0\" && exec /usr/sbin/slurmd -D -f \"$1\" -N \"$0\"", node, c.conf},
+        {}, "slurmd-" + node);
+    if (!slurmd) return slurmd.error();
+  }
+
+  // slurmrestd refuses to run as root; tokens name the user each request acts for.
+  auto rest = StartDaemon(
+      c, "slurmrestd", "slurmrestd",
+      {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/sbin/slurmrestd",
+       "-a", "rest_auth/jwt", "-s",
+       // With slurmdbd, also its API: finished jobs, for accounting.
+       c.accounting ? "openapi/v0.0.38,openapi/dbv0.0.38" : "openapi/v0.0.38",
+       fmt::format("127.0.0.1:{}", c.rest_port)},
+      {"SLURM_JWT=daemon", "SLURM_CONF=" + c.conf}, "slurmrestd");
+  if (!rest) return rest.error();
+  if (!WaitFor([&] { return PortAccepts(c.rest_port); }, rest->pid, std::chrono::seconds(10))) {
+    return DaemonFailed(*rest, "did not start listening");
+  }
+
+  std::string last;
+  bool idle = WaitFor(
+      [&] {
+        auto states = NodeStates(c);
+        if (!states) {
+          last = states.error().message;
+          return false;
+        }
+        std::map<std::string, std::string> state_of(states->begin(), states->end());
+        last.clear();
+        bool all_idle = true;
+        for (const std::string& node : c.nodes) {
+          const std::string state = state_of.contains(node) ? state_of[node] : "missing";
+          last += fmt::format("{}{} {}", last.empty() ? "" : ", ", node, state);
+          all_idle = all_idle && state == "idle";
+        }
+        return all_idle;
+      },
+      0, timeout);
+  if (!idle) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("the nodes were not all idle within {} s ({}); see the slurmd logs "
+                             "in {}/log",
+                             timeout.count(), last, c.root)};
+  }
+  return {};
+}
+
+}  // namespace bmas::slurm::internal
