@@ -48,19 +48,19 @@ namespace {
 
 constexpr const char* kOperatorSecretName = "operator.secret";
 
-std::string RandomHex(size_t bytes) {
-  std::string hex;
-  unsigned char buf[64];
+}  // namespace
+
+std::string NewSecretHex(size_t bytes) {
+  std::string buf(bytes, '\0');
   size_t got = 0;
   while (got < bytes) {
-    ssize_t n = getrandom(buf + got, bytes - got, 0);
+    ssize_t n = getrandom(buf.data() + got, bytes - got, 0);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  for (size_t i = 0; i < bytes; ++i) hex += fmt::format("{:02x}", buf[i]);
+  std::string hex;
+  for (unsigned char b : buf) hex += fmt::format("{:02x}", b);
   return hex;
 }
-
-}  // namespace
 
 std::string OperatorSecretPath(const std::string& state_dir) {
   return (std::filesystem::path(state_dir) / "run" / kOperatorSecretName).string();
@@ -90,7 +90,7 @@ Result<std::string> EnsureOperatorSecret(const std::string& state_dir) {
     close(*dir);
     return fd.error();
   }
-  const std::string text = RandomHex(32) + "\n";
+  const std::string text = NewSecretHex(32) + "\n";
   const bool written = write(*fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(*fd);
   // link() fails with EEXIST when another daemon made it first: then that one is the secret.

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 
 #include "common/result.h"
@@ -15,6 +16,9 @@ namespace bmas {
 // secret in `file` (surrounding whitespace dropped), else "". Errors: the file cannot be
 // read, is readable or writable by group or others, or is empty.
 Result<std::string> ReadSecret(const std::string& file, const char* env_var);
+
+// `bytes` random bytes (getrandom) in hex: a fresh secret.
+std::string NewSecretHex(size_t bytes);
 
 // The environment variable that overrides the operator secret's file (ReadSecret).
 inline constexpr const char* kOperatorSecretEnv = "BMAS_OPERATOR_SECRET";

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "common/process.h"
 #include "common/restart_backoff.h"
 #include "daemon/up_children.h"
+#include "daemon/up_plan.h"
 #include "daemon/up_record.h"
 #include "daemon/secret.h"
 #include "daemon/service_account.h"
@@ -50,44 +50,6 @@ std::string ClockTime() {
 long long SecondsUntil(std::chrono::steady_clock::time_point at,
                        std::chrono::steady_clock::time_point now) {
   return std::chrono::ceil<std::chrono::seconds>(at - now).count();
-}
-
-// `bmas --state-dir DIR [--config FILE]`: the start of a child's command line.
-std::vector<std::string> SelfArgs(const UpOptions& options, const std::string& dir) {
-  std::vector<std::string> args = {options.self_exe, "--state-dir", dir};
-  if (!options.config.source.empty()) {
-    args.push_back("--config");
-    args.push_back(options.config.source);
-  }
-  return args;
-}
-
-// Starts `bmas ARGS...` beside the others: a helper that serves /metrics on the port that
-// `port_flag` sets. Returns its summary lines; one that fails to start is stopped and the line
-// says why (it is not fatal).
-std::string StartHelper(const UpOptions& options, const std::string& dir, const std::string& name,
-                        const std::string& log, const std::vector<std::string>& args,
-                        const std::string& port_flag, uint16_t port, const std::string& what,
-                        std::vector<Child>& children) {
-  Child c;
-  c.name = name;
-  c.log = (fs::path(dir) / "logs" / log).string();
-  c.args = SelfArgs(options, dir);
-  c.args.insert(c.args.end(), args.begin(), args.end());
-  // Its listener is on loopback (slurm monitor's and agent's defaults), held by up.
-  auto held = HoldListener(c, "127.0.0.1", port);
-  if (!held) return fmt::format("  {:<10} not started: {}\n", name, held.error().message);
-  c.args.insert(c.args.end(), {port_flag, std::to_string(*held)});
-  c.port_flag = port_flag;
-  if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
-    ReleaseListeners(c);
-    std::string why = started.error().message;
-    if (!why.ends_with('\n')) why += '\n';
-    return fmt::format("  {:<10} not started: {}", name, why);
-  }
-  children.push_back(c);
-  return fmt::format("  {:<10} {:<28} {}: {}/metrics\n  {:<10} {:<28} log {}\n", name, c.url,
-                     what, c.url, "", "", c.log);
 }
 
 // Operator data stays with operators (../shared/SECURITY.md): the logs directory is closed to
@@ -120,7 +82,7 @@ void WriteRunFile(const std::string& run_dir, const std::string& name, const std
 
 // "host:port" of "http://host:port/...".
 std::string HostPort(std::string url) {
-  if (url.starts_with("http://")) url = url.substr(7);
+  if (size_t scheme = url.find("://"); scheme != std::string::npos) url = url.substr(scheme + 3);
   return url.substr(0, url.find('/'));
 }
 
@@ -148,20 +110,13 @@ std::string PrometheusConfig(const std::vector<std::pair<std::string, std::strin
   return text;
 }
 
-}  // namespace
 
-namespace {
-
-// The cluster's config for every user's bmas (common/config.h, kSystemConfigPath), written
-// when absent by root's `bmas up` on the default state dir with no config of its own: then a
-// student's `bmas run` and `bmas workspace shell` find this cluster with nothing set. Returns
-// the summary's line, "" when nothing was written.
-std::string WriteSystemConfig(const Config& config, const std::string& dir) {
+// The cluster's config for every user's bmas (common/config.h, kSystemConfigPath), written by
+// root's `bmas up` on the default state dir with no config of its own when there is none
+// (UpPlan::write_system_config): then a student's `bmas run` and `bmas workspace shell` find
+// this cluster with nothing set. Returns the summary's line.
+std::string WriteSystemConfig() {
   std::error_code ec;
-  if (geteuid() != 0 || !config.source.empty() || fs::exists(kSystemConfigPath, ec) ||
-      fs::weakly_canonical(dir, ec) != fs::path(kDefaultStateDir)) {
-    return "";
-  }
   const fs::path path(kSystemConfigPath);
   fs::create_directories(path.parent_path(), ec);
   std::ofstream out(path);
@@ -177,43 +132,45 @@ std::string WriteSystemConfig(const Config& config, const std::string& dir) {
                      kSystemConfigPath);
 }
 
-}  // namespace
-
-int RunUp(const UpOptions& options) {
-  const std::string& dir = options.state_dir;
+// Makes the state dir and takes its lock (one `bmas up` per state dir). nullopt, having said
+// why, when up cannot go on.
+std::optional<int> LockStateDir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "logs", ec);
   fs::create_directories(fs::path(dir) / "run", ec);
   if (ec) {
     fmt::print(stderr, "bmas up: cannot create the state dir {}: {} (pick another with --state-dir "
                "or BMAS_STATE_DIR)\n", dir, ec.message());
-    return 1;
+    return std::nullopt;
   }
   // The state dir is read by daemons running under their own users; make it traversable.
   chmod(dir.c_str(), 0755);
   RestrictLogs(fs::path(dir) / "logs");
 
-  // One `bmas up` per state dir.
   const std::string run_dir = (fs::path(dir) / "run").string();
   auto locked = LockPrivateFile(run_dir, "up.lock", /*wait=*/false);
   if (!locked) {
     if (locked.error().code != ErrorCode::kUnavailable) {
       fmt::print(stderr, "bmas up: {}\n", locked.error().message);
-      return 1;
+      return std::nullopt;
     }
     std::ifstream in(run_dir + "/up.lock");
     std::string pid;
     std::getline(in, pid);
     fmt::print(stderr, "bmas up: another bmas up (pid {}) is running with state dir {}; stop it "
                "first or use another --state-dir\n", pid.empty() ? "?" : pid, dir);
-    return 1;
+    return std::nullopt;
   }
   const int lock = *locked;
   if (ftruncate(lock, 0) == 0) {
     std::string pid = std::to_string(getpid()) + "\n";
     [[maybe_unused]] ssize_t n = write(lock, pid.data(), pid.size());
   }
+  return lock;
+}
 
+// Up waits for these with sigtimedwait; blocked, so that none ends it before it stops its parts.
+sigset_t BlockSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -221,62 +178,162 @@ int RunUp(const UpOptions& options) {
   sigaddset(&signals, SIGHUP);  // the terminal closed: stop everything, as on Ctrl-C
   sigaddset(&signals, SIGCHLD);
   sigprocmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
-  const Config& config = options.config;
-  const EngineSettings& e = config.engine;
-  fmt::print("bmas up: state dir {}\n", dir);
-  // A bmas up that died (SIGKILL, a crash) left its parts running: stop them, so that this one
-  // does not start a second set beside them, and take over the Slurm and LXD it owned. The
-  // processes are not adopted: they are not this process's children (it could not wait for
-  // them), and the engines' key to the gateway died with their parent.
-  std::optional<UpRecord> previous;
-  if (auto stale = StopStaleRun(dir)) {
-    fmt::print("{}", stale->second);
-    previous = stale->first;
-  }
-  // The engines and the gateway face the network: as root, they run as the service account,
-  // which owns the store (the gateway meters into it).
-  const ServiceAccount service =
-      PrepareServiceAccount(options.self_exe, dir, options.config.source);
+// The engines and the gateway face the network: as root, they run as the service account,
+// which owns the store (the gateway meters into it) and reads the operator secret. nullopt,
+// having said why, when up cannot go on.
+std::optional<ServiceAccount> PrepareAccounts(const UpOptions& options) {
+  const std::string& dir = options.state_dir;
+  ServiceAccount service = PrepareServiceAccount(options.self_exe, dir, options.config.source);
   if (!service.name.empty()) {
     if (auto r = HandStoreTo(dir, service.uid, service.gid); !r) {
       fmt::print(stderr, "bmas up: {}\n", r.error().message);
-      return 1;
+      return std::nullopt;
     }
   }
   // The secret every operator listener asks for: root and the service account (which runs the
   // gateway, the dashboard and the controller) read it; no one else.
   if (auto secret = EnsureOperatorSecret(dir); !secret) {
     fmt::print(stderr, "bmas up: {}\n", secret.error().message);
-    return 1;
+    return std::nullopt;
   }
   if (!service.name.empty()) {
     if (auto r = HandOperatorSecretTo(dir, service.uid, service.gid); !r) {
       fmt::print(stderr, "bmas up: {}\n", r.error().message);
-      return 1;
+      return std::nullopt;
     }
   }
-  const std::string runs_as = service.name.empty()
-                                  ? fmt::format("as uid {} ({})", geteuid(), service.why_not)
-                                  : fmt::format("as the {} account", service.name);
-  // `bmas ...` as the service account.
-  auto service_args = [&] {
-    std::vector<std::string> args = service.Prefix();
-    const std::vector<std::string> self = SelfArgs(options, dir);
-    args.insert(args.end(), self.begin(), self.end());
-    return args;
-  };
-  std::vector<Child> children;
-  UpRecord record;
-  record.pid = getpid();
-  record.start_ticks = ProcessStartTicks(getpid());
-  record.since = std::time(nullptr);
-  record.state_dir = dir;
+  return service;
+}
+
+// What PlanUp decides from: the machine as up finds it before it starts anything.
+UpFacts GatherUpFacts(const UpOptions& options, const ServiceAccount& service,
+                      const std::optional<UpRecord>& previous) {
+  const std::string& dir = options.state_dir;
+  UpFacts facts;
+  facts.service_name = service.name;
+  facts.service_why_not = service.why_not;
+  facts.service_prefix = service.Prefix();
+  facts.euid = geteuid();
+  if (previous) {
+    facts.previous_pid = previous->pid;
+    facts.previous_owns_slurm = previous->owns_slurm;
+    facts.previous_owns_lxd = previous->owns_lxd;
+  }
+  if (auto running = slurm::RunningLocalCluster(dir)) {
+    facts.slurm_running_url = running->rest_url();
+  }
+  if (options.config.up.slurm) facts.slurm_why_not = slurm::LocalClusterPrerequisites();
+  if (options.config.up.lxd) facts.lxd_why_not = lxd::LxdPrerequisites();
+  std::error_code ec;
+  facts.system_config_exists = fs::exists(kSystemConfigPath, ec);
+  facts.default_state_dir = fs::weakly_canonical(dir, ec) == fs::path(kDefaultStateDir);
+  return facts;
+}
+
+// A part's summary line once it started, and its log's.
+std::string StartedLine(const UpPartPlan& p, const Child& c) {
+  std::string what = p.what;
+  if (p.what_names_metrics) what += fmt::format(": {}/metrics", c.url);
+  if (p.what_names_operator_metrics && !c.metrics_url.empty()) {
+    what += "; operator metrics: " + c.metrics_url;
+  }
+  return fmt::format("  {:<10} {:<28} {}\n  {:<10} {:<28} log {}\n", p.name,
+                     p.shown.empty() ? c.url : p.shown, what, "", "", c.log);
+}
+
+// Runs an UpPlan: brings up Slurm, the deployment, the parts and LXD in the plan's order, then
+// supervises the parts (starting one that dies again) until signalled, and stops it all.
+class UpRun {
+ public:
+  UpRun(const UpOptions& options, const ServiceAccount& service)
+      : options_(options), dir_(options.state_dir),
+        run_dir_((fs::path(options.state_dir) / "run").string()), service_(service) {
+    record_.pid = getpid();
+    record_.start_ticks = ProcessStartTicks(getpid());
+    record_.since = std::time(nullptr);
+    record_.state_dir = dir_;
+  }
+
+  // Starts what PlanUp says for `facts` and prints the summary; false (all it started stopped,
+  // and said why) when up must stop.
+  bool Start(UpFacts& facts) {
+    Save();
+    // One random backend secret for this machine's gateway, engines and controller, handed
+    // over in their environment, which only their owner can read. Each engine's key (vLLM's
+    // --api-key) is derived from it and the engine's port (common/backend_identity.h).
+    backend_key_ = NewSecretHex(32);
+    plan_ = PlanUp(options_, facts);
+    slurm_line_ = plan_.slurm_line;
+    if (plan_.slurm == UpSlurm::kStart) StartSlurm(facts);
+    if (!plan_.deploy.empty() && !Deploy()) return false;
+    for (size_t i = 0; i <= plan_.parts.size(); ++i) {
+      if (i == plan_.lxd_at) StartLxd();
+      if (i < plan_.parts.size() && !StartPart(i)) return false;
+    }
+    record_.owns_slurm = plan_.owns_slurm;
+    record_.owns_lxd = owns_lxd_;
+    Save();
+    PrintSummary();
+    return true;
+  }
+
+  // Until SIGINT, SIGTERM or SIGHUP: a part that died is started again after a backoff.
+  void Supervise(const sigset_t& signals) {
+    while (true) {
+      siginfo_t info;
+      timespec tick{1, 0};
+      int sig = sigtimedwait(&signals, &info, &tick);
+      if (sig == SIGHUP) {
+        // The terminal is gone: what up still has to say goes to its own log.
+        const std::string log = (fs::path(dir_) / "logs" / "up.log").string();
+        const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+          std::fflush(stdout);
+          std::fflush(stderr);
+          dup2(fd, STDOUT_FILENO);
+          dup2(fd, STDERR_FILENO);
+          close(fd);
+        }
+      }
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+        fmt::print("bmas up: stopping{}...\n", sig == SIGHUP ? " (its terminal hung up)" : "");
+        return;
+      }
+      bool changed = false;
+      for (Child& c : children_) changed = Restart(c) || changed;
+      if (changed) Save();
+    }
+  }
+
+  // Stops the parts, and the Slurm and LXD this up owns.
+  void Stop() {
+    StopAll(children_, plan_.stop_grace);
+    if (plan_.owns_slurm) {
+      if (auto stopped = slurm::StopLocalCluster(dir_); !stopped) {
+        fmt::print(stderr, "bmas up: stopping Slurm: {}\n", stopped.error().message);
+      }
+    }
+    if (owns_lxd_) {
+      if (auto stopped = lxd::StopLocalLxd(dir_); !stopped) {
+        fmt::print(stderr, "bmas up: stopping LXD: {}\n", stopped.error().message);
+      }
+    }
+    std::error_code ec;
+    fs::remove(fs::path(run_dir_) / "up.txt", ec);
+    fs::remove(fs::path(run_dir_) / "prometheus.yml", ec);
+    RemoveUpRecord(dir_);
+    fmt::print("bmas up: stopped.\n");
+  }
+
+ private:
   // run/up.json: what runs now, for `bmas up --status`, the downs and the next up.
-  auto save = [&] {
-    record.parts.clear();
+  void Save() {
+    record_.parts.clear();
     const auto now = std::chrono::steady_clock::now();
-    for (const Child& c : children) {
+    for (const Child& c : children_) {
       UpRecord::Part part{c.name, c.pid, c.start_ticks, c.url, c.log, "running", 0,
                           c.restarts, c.last_exit};
       if (c.exited) {
@@ -287,388 +344,262 @@ int RunUp(const UpOptions& options) {
                                 .count();
         }
       }
-      record.parts.push_back(std::move(part));
+      record_.parts.push_back(std::move(part));
     }
-    if (auto written = WriteUpRecord(dir, record); !written) {
+    if (auto written = WriteUpRecord(dir_, record_); !written) {
       fmt::print(stderr, "bmas up: {} (`bmas up --status` cannot see this run)\n",
                  written.error().message);
     }
-  };
-  auto fail = [&](const std::string& message) {
+  }
+
+  bool Fail(const std::string& message) {
     fmt::print(stderr, "bmas up: {}\n", message);
-    StopAll(children, std::chrono::seconds(5));
-    RemoveUpRecord(dir);
-    return 1;
-  };
-  save();
-  // One random backend secret for this machine's gateway, engines and controller, handed over
-  // in their environment, which only their owner can read. Each engine's key (vLLM's
-  // --api-key) is derived from it and the engine's port (common/backend_identity.h).
-  std::string backend_key;
-  {
-    unsigned char bytes[32];
-    size_t got = 0;
-    while (got < sizeof bytes) {
-      ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-      if (n > 0) got += static_cast<size_t>(n);
-    }
-    for (unsigned char b : bytes) backend_key += fmt::format("{:02x}", b);
-  }
-  // A local Slurm when this machine can run one; otherwise why not. Left alone when
-  // `bmas slurm up` already runs one in this state dir.
-  std::string slurm_line;
-  bool slurm_started = false;
-  if (config.up.slurm) {
-    auto running = slurm::RunningLocalCluster(dir);
-    std::string why = slurm::LocalClusterPrerequisites();
-    if (running && previous && previous->owns_slurm) {
-      slurm_started = true;
-      slurm_line = fmt::format("  {:<10} {:<28} local Slurm started by the last bmas up (pid {}), "
-                               "which died; adopted: this one stops it\n",
-                               "slurm", running->rest_url(), previous->pid);
-    } else if (running) {
-      slurm_line = fmt::format("  {:<10} {:<28} local Slurm started by `bmas slurm up`; left "
-                               "running\n",
-                               "slurm", running->rest_url());
-    } else if (!why.empty()) {
-      slurm_line = fmt::format("  {:<10} not started: {}\n", "slurm", why);
-    } else {
-      auto cluster = slurm::StartLocalCluster(slurm::BuiltinLocalCluster(), "", dir,
-                                              std::chrono::seconds(60));
-      if (cluster) {
-        slurm_started = true;
-        slurm_line = fmt::format(
-            "  {:<10} {:<28} local Slurm (slurmrestd): nodes {}, {} fake GPUs each\n"
-            "  {:<10} {:<28} SLURM_CONF={}; `bmas run` submits jobs\n",
-            "slurm", cluster->rest_url(), fmt::join(cluster->nodes, " "),
-            cluster->gpus_per_node, "", "", cluster->conf);
-      } else {
-        slurm_line = fmt::format("  {:<10} not started: {}\n", "slurm", cluster.error().message);
-      }
-    }
+    StopAll(children_, std::chrono::seconds(5));
+    RemoveUpRecord(dir_);
+    return false;
   }
 
+  // The plan said to start a local Slurm. When it does not start, the plan is made again
+  // without it (the engines run as processes, nothing watches Slurm).
+  void StartSlurm(UpFacts& facts) {
+    auto cluster = slurm::StartLocalCluster(slurm::BuiltinLocalCluster(), "", dir_,
+                                            std::chrono::seconds(60));
+    if (!cluster) {
+      facts.slurm_start_error = cluster.error().message;
+      plan_ = PlanUp(options_, facts);
+      slurm_line_ = plan_.slurm_line;
+      return;
+    }
+    slurm_line_ = fmt::format(
+        "  {:<10} {:<28} local Slurm (slurmrestd): nodes {}, {} fake GPUs each\n"
+        "  {:<10} {:<28} SLURM_CONF={}; `bmas run` submits jobs\n",
+        "slurm", cluster->rest_url(), fmt::join(cluster->nodes, " "), cluster->gpus_per_node, "",
+        "", cluster->conf);
+  }
 
-  // With a Slurm, the engines are an inference deployment whose replicas are Slurm jobs
-  // (`bmas inference`); without one, plain processes, and the summary says why.
-  std::string inference_why;
-  const bool elastic = [&] {
-    if (config.up.engines == 0 || !config.up.gateway) return false;
-    if (config.up.inference != "slurm") {
-      inference_why = "[up] inference = \"processes\"";
-      return false;
-    }
-    if (!slurm::RunningLocalCluster(dir)) {
-      inference_why = "no Slurm runs here";
-      return false;
-    }
-    return true;
-  }();
-  if (elastic) {
-    std::vector<std::string> deploy = service_args();
-    deploy.insert(deploy.end(), {"inference", "deploy", e.model, "--min", "1", "--max",
-                                 std::to_string(std::max(1, config.up.engines)), "--profile",
-                                 e.profile, "--if-missing"});
-    auto deployed = RunCommand(deploy, {}, std::chrono::seconds(30));
+  // The inference deployment whose replicas the controller runs.
+  bool Deploy() {
+    auto deployed = RunCommand(plan_.deploy, {}, std::chrono::seconds(30));
     if (!deployed || deployed->exit_code != 0) {
-      return fail(fmt::format("deploying {}: {}", e.model,
+      return Fail(fmt::format("deploying {}: {}", plan_.model,
                               deployed ? deployed->err : deployed.error().message));
     }
-  }
-  for (int i = 0; !elastic && i < config.up.engines; ++i) {
-    Child c;
-    c.name = fmt::format("engine-{}", i);
-    c.log = (fs::path(dir) / "logs" / (c.name + ".log")).string();
-    auto port = HoldListener(
-        c, e.host, static_cast<uint16_t>(config.up.engine_base_port > 0 ? config.up.engine_base_port + i : 0));
-    if (!port) return fail(fmt::format("{} {}", c.name, port.error().message));
-    c.args = service_args();
-    c.args.insert(c.args.end(), {"engine", "--port", std::to_string(*port)});
-    c.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
-    c.port_flag = "--port";
-    if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
-      return fail(fmt::format("{} {}", c.name, started.error().message));
-    }
-    children.push_back(c);
-    save();
+    return true;
   }
 
-  const size_t num_engines = children.size();
-  std::string gateway_metrics_url;
-  if (config.up.gateway && (num_engines > 0 || elastic)) {
-    Child g;
-    g.name = "gateway";
-    g.log = (fs::path(dir) / "logs" / "gateway.log").string();
-    auto port = HoldListener(g, config.gateway.host, static_cast<uint16_t>(config.gateway.port));
-    if (!port) return fail(fmt::format("gateway {}", port.error().message));
-    g.args = service_args();
-    g.args.insert(g.args.end(), {"gateway", "--port", std::to_string(*port)});
-    if (!config.gateway.metrics_listen.empty()) {
-      auto metrics = SplitHostPort(config.gateway.metrics_listen);
-      if (!metrics) return fail(fmt::format("gateway: metrics_listen {}", metrics.error().message));
-      auto metrics_port = HoldListener(g, metrics->first, metrics->second);
-      if (!metrics_port) return fail(fmt::format("gateway {}", metrics_port.error().message));
-      g.args.insert(g.args.end(),
-                    {"--metrics-listen", JoinHostPort(metrics->first, *metrics_port)});
+  // LXD for workspaces. An LXD that runs already (the system's, or `bmas lxd up`'s) is only
+  // prepared, and left running.
+  void StartLxd() {
+    if (plan_.lxd == UpLxd::kCannot) machine_lines_ += plan_.lxd_line;
+    if (plan_.lxd != UpLxd::kStart) return;
+    auto before = lxd::ReadLocalLxd(dir_);
+    auto ready = lxd::StartLocalLxd(options_.config.lxd, dir_);
+    if (!ready) {
+      machine_lines_ += fmt::format("  {:<10} not started: {}\n", "lxd", ready.error().message);
+      return;
     }
-    for (size_t i = 0; i < num_engines; ++i) {
-      g.args.push_back("--backend");
-      g.args.push_back(children[i].url);
-    }
-    g.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
-    g.port_flag = "--port";
-    if (auto started = StartChild(g, std::chrono::seconds(15)); !started) {
-      return fail(fmt::format("gateway {}", started.error().message));
-    }
-    children.push_back(g);
-    gateway_metrics_url = g.metrics_url;
-    save();
+    lxd_ready_ = true;
+    owns_lxd_ = !ready->started.empty() && (!before || before->started.empty());
+    // The LXD a dead bmas up started is adopted, as its Slurm is.
+    if (plan_.previous_owns_lxd && before && !before->started.empty()) owns_lxd_ = true;
+    machine_lines_ += fmt::format(
+        "  {:<10} {:<28} LXD for workspaces (pool {}); `bmas workspace create USER`\n", "lxd",
+        ready->socket, ready->pool_driver);
   }
 
-  // The controller that runs the deployments' replicas as Slurm jobs of the service account.
-  std::string controller_line;
-  if (elastic && !gateway_metrics_url.empty()) {
-    Child k;
-    k.name = "controller";
-    k.log = (fs::path(dir) / "logs" / "controller.log").string();
-    std::string gw = gateway_metrics_url.substr(gateway_metrics_url.find("://") + 3);
-    gw = gw.substr(0, gw.find('/'));
-    k.args = service_args();
-    k.args.insert(k.args.end(), {"inference", "controller", "--gateway", gw, "--port-base",
-                                 std::to_string(config.up.replica_port_base), "--listen-host",
-                                 "127.0.0.1", "--cancel-on-exit", "--scale-down-idle",
-                                 fmt::format("{}", config.up.replica_scale_down_idle_s),
-                                 "--load-window", fmt::format("{}", config.up.replica_load_window_s),
-                                 "--breach-settle",
-                                 fmt::format("{}", config.up.replica_breach_settle_s)});
-    k.env = {"BMAS_BACKEND_API_KEY=" + backend_key};
-    // The replica jobs' working directory and logs, the service account's.
-    const fs::path replicas = fs::path(dir) / "replicas";
-    fs::create_directories(replicas, ec);
-    chmod(replicas.c_str(), 0750);  // the replicas' logs: operator data
-    if (!service.name.empty()) {
-      if (auto handed = HandDirTo(replicas.string(), service.uid, service.gid); !handed) {
-        return fail(fmt::format("cannot hand {} to {}: {}", replicas.string(), service.name,
-                                handed.error().message));
+  // The flags and values of `p`'s links; nullopt when a link it needs has no value.
+  std::optional<std::vector<std::string>> LinkArgs(const UpPartPlan& p) const {
+    std::vector<std::string> args;
+    for (const UpLink& link : p.links) {
+      std::vector<std::string> values;
+      for (size_t i = 0; i < children_.size(); ++i) {
+        const UpPartKind kind = plan_.parts[started_[i]].kind;
+        const Child& c = children_[i];
+        if (link.to == UpLinkTo::kEngines && kind == UpPartKind::kEngine) {
+          values.push_back(c.url);
+        } else if (link.to == UpLinkTo::kGatewayMetrics && kind == UpPartKind::kGateway &&
+                   !c.metrics_url.empty()) {
+          values.push_back(HostPort(c.metrics_url));
+        } else if (link.to == UpLinkTo::kAgent && kind == UpPartKind::kAgent) {
+          values.push_back(HostPort(c.url));
+        }
+      }
+      if (values.empty() && link.required) return std::nullopt;
+      for (std::string& value : values) {
+        args.push_back(link.flag);
+        args.push_back(std::move(value));
       }
     }
-    if (auto started = StartChild(k, std::chrono::seconds(15)); !started) {
-      return fail(fmt::format("inference controller {}", started.error().message));
-    }
-    children.push_back(k);
-    save();
-    controller_line = fmt::format(
-        "  {:<10} {:<28} replicas of {} as Slurm jobs (min 1, max {}), sized to load; "
-        "`bmas inference list`\n  {:<10} {:<28} log {}\n",
-        k.name, "(Slurm jobs)", e.model, std::max(1, config.up.engines), "", "", k.log);
+    return args;
   }
 
-  // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
-  std::string monitor_line;
-  if (slurm::RunningLocalCluster(dir)) {
-    monitor_line = StartHelper(
-        options, dir, "slurm-mon", "slurm-monitor.log",
-        {"slurm", "monitor"}, "--port", static_cast<uint16_t>(config.up.slurm_monitor_port),
-        "Slurm jobs and GPUs per user and partition, mode", children);
+  // Made 0750 (operator data), and handed to the service account; "" or why not.
+  std::string MakePrivateDir(const std::string& path) {
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    chmod(path.c_str(), 0750);
+    if (service_.name.empty()) return "";
+    if (auto handed = HandDirTo(path, service_.uid, service_.gid); !handed) {
+      return fmt::format("cannot hand {} to {}: {}", path, service_.name, handed.error().message);
+    }
+    return "";
   }
 
-  // LXD for workspaces, when this machine can run it; otherwise why not. An LXD that runs
-  // already (the system's, or `bmas lxd up`'s) is only prepared, and left running.
-  std::string lxd_line;
-  bool lxd_started = false;
-  if (config.up.lxd) {
-    std::string why = lxd::LxdPrerequisites();
-    auto before = lxd::ReadLocalLxd(dir);
-    auto ready = why.empty() ? lxd::StartLocalLxd(config.lxd, dir)
-                             : Result<lxd::LocalLxd>(Error{ErrorCode::kUnavailable, why});
-    if (ready) {
-      lxd_started = !ready->started.empty() && (!before || before->started.empty());
-      // The LXD a dead bmas up started is adopted, as its Slurm is.
-      if (previous && previous->owns_lxd && before && !before->started.empty()) lxd_started = true;
-      lxd_line = fmt::format(
-          "  {:<10} {:<28} LXD for workspaces (pool {}); `bmas workspace create USER`\n", "lxd",
-          ready->socket, ready->pool_driver);
-    } else {
-      lxd_line = fmt::format("  {:<10} not started: {}\n", "lxd", ready.error().message);
+  // Starts plan_.parts[index]; false when up must stop (an essential part did not start).
+  bool StartPart(size_t index) {
+    const UpPartPlan& p = plan_.parts[index];
+    if (p.needs_lxd && !lxd_ready_) return true;
+    auto linked = LinkArgs(p);
+    if (!linked) return true;
+    const auto labelled = [&](const std::string& why) {
+      return p.essential ? fmt::format("{} {}", p.fail_label, why) : why;
+    };
+    Child c;
+    c.name = p.name;
+    c.log = p.log;
+    c.args = p.args;
+    for (const UpListenerPlan& l : p.listeners) {
+      if (!l.error.empty()) return GiveUp(p, c, l.error);
+      auto port = HoldListener(c, l.host, l.port);
+      if (!port) return GiveUp(p, c, labelled(l.bind_error_prefix + port.error().message));
+      c.args.insert(c.args.end(),
+                    {l.flag, l.pass_host ? JoinHostPort(l.host, *port) : std::to_string(*port)});
     }
+    c.args.insert(c.args.end(), linked->begin(), linked->end());
+    c.args.insert(c.args.end(), p.trailing_args.begin(), p.trailing_args.end());
+    if (p.backend_key) c.env = {"BMAS_BACKEND_API_KEY=" + backend_key_};
+    c.port_flag = p.port_flag;
+    if (!p.private_dir.empty()) {
+      if (std::string why = MakePrivateDir(p.private_dir); !why.empty()) return GiveUp(p, c, why);
+    }
+    if (auto started = StartChild(c, std::chrono::seconds(15)); !started) {
+      return GiveUp(p, c, labelled(started.error().message));
+    }
+    children_.push_back(c);
+    started_.push_back(index);
+    LinesOf(p) += StartedLine(p, c);
+    Save();
+    return true;
   }
 
-  // With both: `bmas agent` runs jobs in their users' workspaces and unplugs stray GPUs.
-  std::string agent_line;
-  if (!lxd_line.empty() && lxd_line.find("not started") == std::string::npos &&
-      slurm::RunningLocalCluster(dir)) {
-    agent_line = StartHelper(options, dir, "agent", "agent.log",
-                             {"agent"}, "--metrics-port", 0,
-                             "runs jobs in workspaces, unplugs stray GPUs", children);
+  // Where the summary says how `p` went.
+  std::string& LinesOf(const UpPartPlan& p) { return p.serving ? serving_lines_ : machine_lines_; }
+
+  // `p` did not start: up stops when it is essential; otherwise the summary says why.
+  bool GiveUp(const UpPartPlan& p, Child& c, std::string why) {
+    ReleaseListeners(c);
+    if (p.essential) return Fail(why);
+    if (!why.ends_with('\n')) why += '\n';
+    LinesOf(p) += fmt::format("  {:<10} not started: {}", p.name, why);
+    return true;
   }
 
-  // The web dashboard, as the service account (it faces the network): it reads Slurm, the
-  // store, the gateway's /load and the agent's /gpus.
-  std::string dashboard_line;
-  if (config.up.dashboard) {
-    Child d;
-    d.name = "dashboard";
-    d.log = (fs::path(dir) / "logs" / "dashboard.log").string();
-    // On [dashboard] listen's host, any free port (as before: the summary gives the URL).
-    auto listen = SplitHostPort(config.dashboard.listen);
-    auto port = listen ? HoldListener(d, listen->first, 0) : Result<uint16_t>(listen.error());
-    d.args = service_args();
-    d.args.insert(d.args.end(), {"dashboard", "--port", port ? std::to_string(*port) : "0"});
-    if (!gateway_metrics_url.empty()) {
-      d.args.insert(d.args.end(), {"--gateway", HostPort(gateway_metrics_url)});
+  // Reaps `c` when it died, and starts it again when its backoff is over (on the same port:
+  // engines keep their URLs in the gateway's list). Up goes on running meanwhile: one engine's
+  // crash must not take the gateway and every user's stream with it. Whether `c` changed.
+  bool Restart(Child& c) {
+    bool changed = false;
+    const auto now = std::chrono::steady_clock::now();
+    if (auto how = ReapChild(c)) {
+      c.last_exit = fmt::format("{} at {}", *how, ClockTime());
+      c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, now);
+      fmt::print(stderr, "bmas up: {} (pid {}) exited unexpectedly ({}); starting it again in {} "
+                 "s; its log {} ends with:\n{}",
+                 c.name, c.pid, *how, SecondsUntil(*c.restart_at, now), c.log, LogTail(c.log));
+      changed = true;
     }
-    for (const Child& c : children) {
-      if (c.name == "agent") d.args.insert(d.args.end(), {"--agent", HostPort(c.url)});
+    if (c.restart_at && now >= *c.restart_at) {
+      c.restart_at.reset();
+      ++c.restarts;
+      if (auto started = StartChild(c, std::chrono::seconds(15)); started) {
+        fmt::print(stderr, "bmas up: {} started again (pid {}, restart {}), {}\n", c.name, c.pid,
+                   c.restarts, c.url);
+      } else {
+        const std::string why = started.error().message.substr(
+            0, started.error().message.find(';'));
+        c.last_exit = fmt::format("did not start again ({}) at {}", why, ClockTime());
+        const auto after = std::chrono::steady_clock::now();
+        c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, after);
+        fmt::print(stderr, "bmas up: {} did not start again: {}\nbmas up: next try in {} s\n",
+                   c.name, started.error().message, SecondsUntil(*c.restart_at, after));
+      }
+      changed = true;
     }
-    if (!slurm::RunningLocalCluster(dir)) d.args.push_back("--no-slurm");
-    d.port_flag = "--port";
-    if (!port) {
-      ReleaseListeners(d);
-      dashboard_line = fmt::format("  {:<10} not started: [dashboard] listen: {}\n", "dashboard",
-                                   port.error().message);
-    } else if (auto started = StartChild(d, std::chrono::seconds(15)); started) {
-      dashboard_line = fmt::format(
-          "  {:<10} {:<28} web dashboard: sign in with a bmas API key (bmas key create NAME)\n"
-          "  {:<10} {:<28} log {}\n",
-          d.name, d.url, "", "", d.log);
-      children.push_back(d);
-    } else {
-      ReleaseListeners(d);
-      std::string why = started.error().message;
-      if (!why.ends_with('\n')) why += '\n';
-      dashboard_line = fmt::format("  {:<10} not started: {}", "dashboard", why);
-    }
+    return changed;
   }
 
-  record.owns_slurm = slurm_started;
-  record.owns_lxd = lxd_started;
-  save();
-
-  std::string summary;
-  for (const Child& c : children) {
-    // After Slurm's and LXD's lines.
-    if (c.name == "slurm-mon" || c.name == "agent" || c.name == "dashboard" ||
-        c.name == "controller") {
-      continue;
+  // What runs where, printed and kept in run/up.txt; run/prometheus.yml beside it.
+  void PrintSummary() {
+    std::string summary = serving_lines_;
+    if (children_.empty() && slurm_line_.empty()) {
+      summary = "  (no components configured: [up] engines = 0)\n";
     }
-    if (c.name == "gateway") {
-      summary += fmt::format("  {:<10} {:<28} OpenAI-compatible gateway ({} routing, {} fairness) "
-                             "over the engines{}\n",
-                             c.name, c.url, config.gateway.routing, config.gateway.fairness,
-                             gateway_metrics_url.empty()
-                                 ? std::string()
-                                 : "; operator metrics: " + gateway_metrics_url);
-    } else {
-      summary += fmt::format("  {:<10} {:<28} simulated vLLM engine, model {}, profile {}\n",
-                             c.name, c.url, e.model, e.profile);
-    }
-    summary += fmt::format("  {:<10} {:<28} log {}\n", "", "", c.log);
-  }
-  if (children.empty() && slurm_line.empty()) {
-    summary = "  (no components configured: [up] engines = 0)\n";
-  }
-  summary += controller_line;
-  if (num_engines > 0 && !inference_why.empty()) {
-    summary += fmt::format("  engines are plain processes: {}\n", inference_why);
-  }
-  if (num_engines > 0 || elastic) {
-    summary += fmt::format("  engines and gateway run {}\n", runs_as);
-  }
-  summary += WriteSystemConfig(config, dir);
-  summary += slurm_line + monitor_line + lxd_line + agent_line + dashboard_line;
-  {
+    summary += plan_.notes;
+    if (plan_.write_system_config) summary += WriteSystemConfig();
+    summary += slurm_line_ + machine_lines_;
     std::vector<std::pair<std::string, std::string>> targets;
-    if (!gateway_metrics_url.empty()) {
-      targets.emplace_back("gateway", HostPort(gateway_metrics_url));
-    }
-    for (const Child& c : children) {
-      if (c.name == "agent" || c.name == "slurm-mon") {
+    for (size_t i = 0; i < children_.size(); ++i) {
+      const Child& c = children_[i];
+      const UpScrape scrape = plan_.parts[started_[i]].scrape;
+      if (scrape == UpScrape::kMetricsUrl && !c.metrics_url.empty()) {
+        targets.emplace_back(c.name, HostPort(c.metrics_url));
+      } else if (scrape == UpScrape::kUrl) {
         targets.emplace_back(c.name, HostPort(c.url));
       }
     }
-    WriteRunFile(run_dir, "prometheus.yml", PrometheusConfig(targets, OperatorSecretPath(dir)));
+    WriteRunFile(run_dir_, "prometheus.yml", PrometheusConfig(targets, OperatorSecretPath(dir_)));
     summary += fmt::format(
         "  {:<10} {:<28} scrape config with the operator secret: {}/prometheus.yml\n",
-        "prometheus", "", run_dir);
+        "prometheus", "", run_dir_);
+    fmt::print("{}", summary);
+    if (plan_.key_hint) {
+      fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
+                 "--state-dir)\n");
+    }
+    WriteRunFile(run_dir_, "up.txt", summary);
+    fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
+    std::fflush(stdout);
   }
-  fmt::print("{}", summary);
-  if ((num_engines > 0 || elastic) && config.up.gateway) {
-    fmt::print("Call the gateway with a key: bmas user add NAME && bmas key create NAME (same "
-               "--state-dir)\n");
-  }
-  WriteRunFile(run_dir, "up.txt", summary);
-  fmt::print("bmas up: running; press Ctrl-C to stop everything it started.\n");
-  std::fflush(stdout);
 
-  while (true) {
-    siginfo_t info;
-    timespec tick{1, 0};
-    int sig = sigtimedwait(&signals, &info, &tick);
-    if (sig == SIGHUP) {
-      // The terminal is gone: what up still has to say goes to its own log.
-      const std::string log = (fs::path(dir) / "logs" / "up.log").string();
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-      if (fd >= 0) {
-        std::fflush(stdout);
-        std::fflush(stderr);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
-      }
-    }
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-      fmt::print("bmas up: stopping{}...\n", sig == SIGHUP ? " (its terminal hung up)" : "");
-      break;
-    }
-    // A part that died is started again after a backoff, on the same port (engines keep their
-    // URLs in the gateway's list). Up goes on running meanwhile: one engine's crash must not
-    // take the gateway and every user's stream with it.
-    bool changed = false;
-    for (Child& c : children) {
-      const auto now = std::chrono::steady_clock::now();
-      if (auto how = ReapChild(c)) {
-        c.last_exit = fmt::format("{} at {}", *how, ClockTime());
-        c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, now);
-        fmt::print(stderr, "bmas up: {} (pid {}) exited unexpectedly ({}); starting it again in {} "
-                   "s; its log {} ends with:\n{}",
-                   c.name, c.pid, *how, SecondsUntil(*c.restart_at, now), c.log, LogTail(c.log));
-        changed = true;
-      }
-      if (c.restart_at && now >= *c.restart_at) {
-        c.restart_at.reset();
-        ++c.restarts;
-        if (auto started = StartChild(c, std::chrono::seconds(15)); started) {
-          fmt::print(stderr, "bmas up: {} started again (pid {}, restart {}), {}\n", c.name, c.pid,
-                     c.restarts, c.url);
-        } else {
-          const std::string why = started.error().message.substr(
-              0, started.error().message.find(';'));
-          c.last_exit = fmt::format("did not start again ({}) at {}", why, ClockTime());
-          const auto after = std::chrono::steady_clock::now();
-          c.restart_at = NextRestart(kRestartBackoff, c.deaths, c.started, after);
-          fmt::print(stderr, "bmas up: {} did not start again: {}\nbmas up: next try in {} s\n",
-                     c.name, started.error().message, SecondsUntil(*c.restart_at, after));
-        }
-        changed = true;
-      }
-    }
-    if (changed) save();
+  const UpOptions& options_;
+  const std::string dir_;
+  const std::string run_dir_;
+  const ServiceAccount service_;
+  std::string backend_key_;
+  UpPlan plan_;
+  std::vector<Child> children_;
+  std::vector<size_t> started_;  // children_[i] is plan_.parts[started_[i]]
+  UpRecord record_;
+  std::string slurm_line_;
+  std::string serving_lines_;  // engines', the gateway's and the controller's summary lines
+  std::string machine_lines_;  // the helpers', LXD's and the dashboard's, after Slurm's
+  bool lxd_ready_ = false;
+  bool owns_lxd_ = false;
+};
+
+}  // namespace
+
+int RunUp(const UpOptions& options) {
+  const std::string& dir = options.state_dir;
+  if (!LockStateDir(dir)) return 1;  // held until up exits
+  const sigset_t signals = BlockSignals();
+  fmt::print("bmas up: state dir {}\n", dir);
+  // A bmas up that died (SIGKILL, a crash) left its parts running: stop them, so that this one
+  // does not start a second set beside them, and take over the Slurm and LXD it owned. The
+  // processes are not adopted: they are not this process's children (it could not wait for
+  // them), and the engines' key to the gateway died with their parent.
+  std::optional<UpRecord> previous;
+  if (auto stale = StopStaleRun(dir)) {
+    fmt::print("{}", stale->second);
+    previous = stale->first;
   }
-  StopAll(children, std::chrono::seconds(e.shutdown_timeout_s + 5));
-  if (slurm_started) {
-    if (auto stopped = slurm::StopLocalCluster(dir); !stopped) {
-      fmt::print(stderr, "bmas up: stopping Slurm: {}\n", stopped.error().message);
-    }
-  }
-  if (lxd_started) {
-    if (auto stopped = lxd::StopLocalLxd(dir); !stopped) {
-      fmt::print(stderr, "bmas up: stopping LXD: {}\n", stopped.error().message);
-    }
-  }
-  fs::remove(fs::path(dir) / "run" / "up.txt", ec);
-  fs::remove(fs::path(dir) / "run" / "prometheus.yml", ec);
-  RemoveUpRecord(dir);
-  fmt::print("bmas up: stopped.\n");
+  const std::optional<ServiceAccount> service = PrepareAccounts(options);
+  if (!service) return 1;
+  UpFacts facts = GatherUpFacts(options, *service, previous);
+  UpRun run(options, *service);
+  if (!run.Start(facts)) return 1;
+  run.Supervise(signals);
+  run.Stop();
   return 0;
 }
 
