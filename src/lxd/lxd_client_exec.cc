@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_object.h"
 #include "common/json_read.h"
 #include "lxd/lxd_client_internal.h"
 
@@ -34,22 +35,15 @@ std::string ExecBody(const ExecSpec& spec, ExecMode mode, int width = 0, int hei
   WriteStrings(w, spec.command);
   w.Key("environment");
   WriteMap(w, spec.environment);
-  w.Key("wait-for-websocket");
-  w.Bool(mode != ExecMode::kRecorded);
-  w.Key("interactive");
-  w.Bool(mode == ExecMode::kInteractive);
-  w.Key("record-output");
-  w.Bool(mode == ExecMode::kRecorded);
+  Member(w, "wait-for-websocket", mode != ExecMode::kRecorded);
+  Member(w, "interactive", mode == ExecMode::kInteractive);
+  Member(w, "record-output", mode == ExecMode::kRecorded);
   if (mode == ExecMode::kInteractive) {
-    w.Key("width");
-    w.Int(width);
-    w.Key("height");
-    w.Int(height);
+    Member(w, "width", width);
+    Member(w, "height", height);
   }
-  w.Key("user");
-  w.Uint(spec.user);
-  w.Key("group");
-  w.Uint(spec.group);
+  Member(w, "user", spec.user);
+  Member(w, "group", spec.group);
   if (!spec.cwd.empty()) {
     w.Key("cwd");
     WriteString(w, spec.cwd);

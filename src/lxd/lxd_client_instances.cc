@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "common/json_object.h"
 #include "common/json_read.h"
 #include "lxd/lxd_client_internal.h"
 
@@ -51,8 +52,7 @@ Result<Instance> LxdClient::GetInstance(const std::string& name) {
 
 Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
   const std::string body = CreateBody(spec, "", [&spec](Writer& w) {
-    w.Key("type");
-    w.String("image");
+    Member(w, "type", "image");
     // 64 hex digits name an image by fingerprint; anything else is an alias.
     const bool fingerprint = spec.image.size() == 64 &&
                              spec.image.find_first_not_of("0123456789abcdef") == std::string::npos;

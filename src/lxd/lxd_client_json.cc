@@ -5,6 +5,7 @@
 #include <cctype>
 #include <exception>
 
+#include "common/json_object.h"
 #include "common/json_read.h"
 #include "lxd/lxd_client_internal.h"
 
@@ -122,8 +123,7 @@ std::string CreateBody(const InstanceSpec& spec, const std::string& architecture
   w.StartObject();
   w.Key("name");
   WriteString(w, spec.name);
-  w.Key("type");
-  w.String("container");
+  Member(w, "type", "container");
   if (!architecture.empty()) {
     w.Key("architecture");
     WriteString(w, architecture);

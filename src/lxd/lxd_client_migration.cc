@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_object.h"
 #include "common/json_read.h"
 #include "lxd/lxd_client_internal.h"
 
@@ -40,18 +41,15 @@ Result<void> LxdClient::CreateInstanceByMigration(const InstanceSpec& spec,
                                                   const std::string& architecture,
                                                   const MigrationPull& source) {
   const std::string body = CreateBody(spec, architecture, [&source](Writer& w) {
-    w.Key("type");
-    w.String("migration");
-    w.Key("mode");
-    w.String("pull");
+    Member(w, "type", "migration");
+    Member(w, "mode", "pull");
     w.Key("operation");
     WriteString(w, source.operation_url);
     w.Key("certificate");
     WriteString(w, source.certificate);
     w.Key("secrets");
     WriteMap(w, source.secrets);
-    w.Key("instance_only");
-    w.Bool(true);
+    Member(w, "instance_only", true);
   });
   auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, body},
                        fmt::format("copy instance {} from {}", spec.name, source.operation_url));

@@ -7,6 +7,7 @@
 
 #include <sstream>
 
+#include "common/json_object.h"
 #include "common/json_read.h"
 #include "lxd/lxd_client_internal.h"
 
@@ -113,8 +114,7 @@ Result<void> LxdClient::TrustCertificate(const std::string& name, const std::str
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
-  w.Key("type");
-  w.String("client");
+  Member(w, "type", "client");
   w.Key("name");
   WriteString(w, name);
   w.Key("certificate");

@@ -20,6 +20,7 @@
 #include <rapidjson/prettywriter.h>
 #include <rapidjson/stringbuffer.h>
 
+#include "common/json_object.h"
 #include "common/traversable.h"
 #include "slurm/local_cluster.h"
 #include "slurm/local_cluster_internal.h"
@@ -120,8 +121,7 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
     w.Key(key);
     w.Int(c.*field);
   }
-  w.Key("accounting");
-  w.Bool(c.accounting);
+  Member(w, "accounting", c.accounting);
   w.Key("nodes");
   w.StartArray();
   for (const std::string& n : c.nodes) w.String(n.c_str());
@@ -132,10 +132,8 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
     w.StartObject();
     str("name", d.name);
     str("comm", d.comm);
-    w.Key("pid");
-    w.Int(d.pid);
-    w.Key("start_ticks");
-    w.Uint64(d.start_ticks);
+    Member(w, "pid", d.pid);
+    Member(w, "start_ticks", d.start_ticks);
     str("log", d.log);
     for (const auto& [key, list] : {std::pair{"args", &d.args}, std::pair{"env", &d.env}}) {
       w.Key(key);
