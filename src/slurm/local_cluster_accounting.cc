@@ -139,9 +139,7 @@ Result<void> StartAccounting(LocalCluster& c, const Cluster& local) {
   }
   for (const Partition& p : local.partitions) {
     if (p.max_gpus_per_user <= 0) continue;
-    const std::string qos = p.EffectiveQos();
-    const std::string cap = fmt::format("MaxTRESPerUser=gres/gpu={}", p.max_gpus_per_user);
-    if (auto r = Sacctmgr(c, {"add", "qos", qos}); !r) return r;
+    if (auto r = Sacctmgr(c, {"add", "qos", p.EffectiveQos()}); !r) return r;
   }
   return {};
 }
@@ -153,7 +151,8 @@ Result<void> SetGpuCaps(const LocalCluster& c, const Cluster& local) {
     // DenyOnLimit: a job that alone exceeds the cap is refused at submission, not left pending.
     const std::vector<std::string> args = {"modify", "qos", p.EffectiveQos(), "set", cap,
                                            "Flags=DenyOnLimit"};
-    Result<void> set = Sacctmgr(c, args);
+    // The QOS that SetUpAccounting added can take slurmdbd a moment to show.
+    Result<void> set = Internal("sacctmgr was not run");
     WaitFor([&] { return static_cast<bool>(set = Sacctmgr(c, args)); }, 0,
             std::chrono::seconds(20));
     if (!set) return set;
