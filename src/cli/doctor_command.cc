@@ -17,11 +17,6 @@
 namespace bmas {
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // slurmctld's clock, from the Slurm bmas talks to (the local cluster, or --config's
 // slurmrestd), asked as the caller with a short deadline, and this node's clock around it.
 doctor::SlurmClockFacts ReadSlurmClock(GlobalOptions& global) {
@@ -34,9 +29,10 @@ doctor::SlurmClockFacts ReadSlurmClock(GlobalOptions& global) {
   }
   f.controller = fmt::format("{}:{}", target->endpoint.host, target->endpoint.port);
   auto client = global.services->Slurm(target->endpoint, std::chrono::seconds(5));
-  f.asked_at = UnixNow();
+  const Env& env = global.services->env();
+  f.asked_at = env.UnixNow();
   auto controller_time = client->ControllerTime();
-  f.answered_at = UnixNow();
+  f.answered_at = env.UnixNow();
   if (!controller_time) {
     f.why_not = controller_time.error().code == ErrorCode::kUnavailable
                     ? fmt::format("no Slurm reachable ({})", controller_time.error().message)

@@ -172,7 +172,7 @@ class IdleNotes {
             const std::optional<std::string>& user) {
     const Config config = global.LoadConfigOrDefaults();
     cancel_after_s_ = static_cast<int64_t>(config.idle.cancel_after_min * 60);
-    now_ = std::time(nullptr);
+    now_ = static_cast<int64_t>(global.services->env().UnixNow());
     std::tm local{};
     const std::time_t t = now_;
     localtime_r(&t, &local);

@@ -377,7 +377,8 @@ int LxdCommands::RunImageBuild(GlobalOptions& global) {
                          Error{ErrorCode::kPermissionDenied,
                                "importing an image needs LXD's root-only socket: run as root", {}});
   }
-  auto built = lxd::BuildImage(*global.services->Lxd(c.socket, std::chrono::seconds(600)), base_, init_, alias_, c.state_dir);
+  auto built = lxd::BuildImage(*global.services->Lxd(c.socket, std::chrono::seconds(600)), base_,
+                               init_, alias_, c.state_dir, global.services->env());
   if (!built) return ReportFailure("image build", built.error());
   fmt::print("bmas image: built {} ({} bytes) in {:.1f} s, alias {}, fingerprint {}\n", base_,
              built->size, built->seconds, built->alias, built->fingerprint.substr(0, 12));

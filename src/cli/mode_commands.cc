@@ -22,8 +22,6 @@
 namespace bmas {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // `scontrol ARGS...` against the target's Slurm; its stderr becomes the error.
 slurm::Scontrol ScontrolOf(const SlurmTarget& t) {
   return [env = t.env](std::vector<std::string> args) -> Result<std::string> {
@@ -39,9 +37,7 @@ slurm::Scontrol ScontrolOf(const SlurmTarget& t) {
   };
 }
 
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double Since(const Clock& clock, TimePoint start) { return (clock.Now() - start).count(); }
 
 }  // namespace
 
@@ -116,7 +112,8 @@ int ModeCommands::Show(GlobalOptions& global) {
 }
 
 int ModeCommands::Research(GlobalOptions& global) {
-  const auto start = Clock::now();
+  const Env& env = global.services->env();
+  const TimePoint start = env.Now();
   if (geteuid() != 0) {
     return ReportFailure("mode research", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
   }
@@ -154,12 +151,13 @@ int ModeCommands::Research(GlobalOptions& global) {
              fmt::join(done->users, ","), CompressHostlist(done->nodes),
              slurm::kResearchReservation,
              force_ ? fmt::format("{} job(s) of others requeued; ", done->requeued) : "",
-             Since(start), replaced);
+             Since(env, start), replaced);
   return 0;
 }
 
 int ModeCommands::Lab(GlobalOptions& global) {
-  const auto start = Clock::now();
+  const Env& env = global.services->env();
+  const TimePoint start = env.Now();
   if (geteuid() != 0) {
     return ReportFailure("mode lab", Error{ErrorCode::kPermissionDenied, "only root switches modes"});
   }
@@ -172,7 +170,7 @@ int ModeCommands::Lab(GlobalOptions& global) {
     return 0;
   }
   fmt::print("lab: {} shared again; switched in {:.2f} s\n", CompressHostlist(mode->nodes),
-             Since(start));
+             Since(env, start));
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/config.h"
+#include "daemon/services.h"
 #include "engine/timing.h"
 #include "plan/cluster_sim.h"
 #include "plan/html_report.h"
@@ -59,7 +60,7 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd->callback([this, &global] { global.exit_code = Run(global); });
 }
 
-int PlanCommand::RunScenario() {
+int PlanCommand::RunScenario(const Clock& clock) {
   plan::Scenario scenario = plan::LoadScenario(scenario_, cluster_);
   if (!scenario.cluster) {
     fmt::print(stderr, "bmas plan: {} names no cluster: set `cluster = \"FILE\"` in it or give "
@@ -88,8 +89,10 @@ int PlanCommand::RunScenario() {
   settings.slurm.backfill_interval = Duration{backfill_interval_s_};
   settings.inference.launch_delay_s = launch_delay_s_;
   auto run = [&](const plan::Scenario& s) {
-    const plan::PlanRun r =
+    const TimePoint started = clock.Now();
+    plan::PlanRun r =
         plan::RunPlan(s, profile->second, trace_jobs ? &*trace_jobs : nullptr, settings);
+    r.wall_s = (clock.Now() - started).count();
     plan::PlanReport report = plan::BuildPlanReport(s, r);
     report.engine = plan::CalibrateProfile(profile->second);
     return report;
@@ -137,8 +140,9 @@ bool PlanCommand::WriteHtml(const std::string& json) const {
   return true;
 }
 
-int PlanCommand::Run(GlobalOptions&) {
-  if (!scenario_.empty()) return RunScenario();
+int PlanCommand::Run(GlobalOptions& global) {
+  const Env& env = global.services->env();
+  if (!scenario_.empty()) return RunScenario(env);
   if (!sweep_.empty()) {
     fmt::print(stderr, "bmas plan: --sweep needs --scenario FILE\n");
     return 2;
@@ -157,10 +161,10 @@ int PlanCommand::Run(GlobalOptions&) {
   plan::SlurmModelSettings settings;
   settings.launch_delay = Duration{launch_delay_s_};
   settings.backfill_interval = Duration{backfill_interval_s_};
-  const auto started = std::chrono::steady_clock::now();
+  const TimePoint started = env.Now();
   const plan::SlurmModelResult result = plan::RunSlurmModel(cluster, jobs, settings);
   plan::SimInfo sim;
-  sim.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  sim.wall_s = (env.Now() - started).count();
   sim.events = result.events;
   const plan::JobsReport report = plan::ReportJobs(cluster, jobs, result);
   sim.simulated_s = report.makespan_s;

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/clock.h"
 
 namespace bmas {
 
@@ -35,7 +36,7 @@ class PlanCommand {
   std::string html_;
   int64_t seed_ = -1;  // -1: the scenario's
 
-  int RunScenario();
+  int RunScenario(const Clock& clock);
   // Writes the report to --html's file, if given; false (having said why) when it cannot.
   bool WriteHtml(const std::string& json) const;
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -116,7 +117,7 @@ std::function<Result<SlurmSnapshot>()> SlurmPoller(GlobalOptions& global, std::s
   // Resolved on every poll: a local cluster may come up after the monitor, and tokens expire.
   // With slurmdbd, its finished jobs too: all it has at start (30 days back), then every
   // minute the last ten. Jobs seen before are recorded once.
-  auto last_accounted = std::make_shared<std::chrono::steady_clock::time_point>();
+  auto last_accounted = std::make_shared<std::optional<TimePoint>>();  // none yet
   return [&global, user, with_accounting, last_accounted]() -> Result<SlurmSnapshot> {
     auto target = ResolveSlurm(global, user);
     if (!target) return target.error();
@@ -124,9 +125,10 @@ std::function<Result<SlurmSnapshot>()> SlurmPoller(GlobalOptions& global, std::s
     SlurmApi& client = *slurm;
     SlurmSnapshot s;
     s.cluster = target->inventory.slurm.cluster_name;
-    const auto now = std::chrono::steady_clock::now();
-    if (with_accounting && target->inventory.slurm.accounting && now - *last_accounted >= std::chrono::minutes(1)) {
-      const bool first = *last_accounted == std::chrono::steady_clock::time_point();
+    const TimePoint now = global.services->env().Now();
+    const bool first = !last_accounted->has_value();
+    if (with_accounting && target->inventory.slurm.accounting &&
+        (first || now - **last_accounted >= std::chrono::minutes(1))) {
       auto accounted = client.AccountedJobs(first ? 30 * 86400 : 600);
       if (accounted) {
         s.accounted = std::move(*accounted);

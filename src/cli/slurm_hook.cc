@@ -25,15 +25,14 @@ namespace bmas {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
-std::string Env(const char* name) {
+std::string Variable(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
 }
 
-double MillisecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+double MillisecondsSince(const Clock& clock, TimePoint start) {
+  return (clock.Now() - start).count() * 1000;
 }
 
 // The processes NVML sees on GPUs `gpus` of this node (none where there is no driver).
@@ -52,9 +51,10 @@ std::vector<pid_t> NvmlProcesses(Services& services, const std::vector<int>& gpu
 }  // namespace
 
 int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
-  const auto start = Clock::now();
-  const std::string job_text = Env("SLURM_JOB_ID"), user = Env("SLURM_JOB_USER"),
-                    node = Env("SLURMD_NODENAME");
+  const Env& env = global.services->env();
+  const TimePoint start = env.Now();
+  const std::string job_text = Variable("SLURM_JOB_ID"), user = Variable("SLURM_JOB_USER"),
+                    node = Variable("SLURMD_NODENAME");
   // One line per job and phase in the hooks' log (Slurm's own output of a hook is dropped).
   auto note = [&](const std::string& what) {
     fmt::print("{} job {} user {} node {}: {}\n", phase, job_text, user, node, what);
@@ -106,9 +106,9 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     }
     if (!container->copied_from.empty()) {
       note(fmt::format("copied {} from {} in {:.0f} ms", instance, container->copied_from,
-                       MillisecondsSince(start)));
+                       MillisecondsSince(env, start)));
     }
-    auto gpus = lxd::ParseGpuList(Env("SLURM_JOB_GPUS"));
+    auto gpus = lxd::ParseGpuList(Variable("SLURM_JOB_GPUS"));
     if (!gpus) {
       note(gpus.error().message);
       return 0;
@@ -131,9 +131,11 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     }
     auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source);
     note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
-                             MillisecondsSince(start))
+                             MillisecondsSince(env, start))
                : "binding failed: " + paths.error().message);
-    if (paths) AgentObserve(AgentSocketPath(state_dir), "bound", MillisecondsSince(start) / 1000);
+    if (paths) {
+      AgentObserve(AgentSocketPath(state_dir), "bound", MillisecondsSince(env, start) / 1000);
+    }
     return 0;
   }
   auto workspace = client.GetInstance(instance);
@@ -168,11 +170,11 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
       return 0;
     }
     auto released = lxd::ReleaseGpus(client, instance, job, node);
-    note(released ? fmt::format("released {} device(s) from {} in {:.0f} ms", *released,
-                                instance, MillisecondsSince(start))
+    note(released ? fmt::format("released {} device(s) from {} in {:.0f} ms", *released, instance,
+                                MillisecondsSince(env, start))
                   : "release failed: " + released.error().message);
     if (released && *released > 0) {
-      AgentObserve(AgentSocketPath(state_dir), "released", MillisecondsSince(start) / 1000);
+      AgentObserve(AgentSocketPath(state_dir), "released", MillisecondsSince(env, start) / 1000);
     }
     // A copy of a workspace from another node goes with the last job that uses it.
     auto dropped = lxd::ReleaseJobCopy(client, instance, job);

@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/process.h"
+#include "daemon/services.h"
 #include "slurm/jwt.h"
 #include "slurm/local_cluster.h"
 
@@ -47,9 +48,11 @@ Result<SlurmTarget> ResolveSlurm(GlobalOptions& global, const std::string& user)
   }
   t.endpoint.user = user;
   // Root mints tokens with the cluster's key; others ask slurmctld for one of their own.
-  auto token = access(t.jwt_key.c_str(), R_OK) == 0
-                   ? MintSlurmJwtFromKeyFile(t.jwt_key, user, 3600)
-                   : Result<std::string>(Error{ErrorCode::kPermissionDenied, ""});
+  auto token =
+      access(t.jwt_key.c_str(), R_OK) == 0
+          ? MintSlurmJwtFromKeyFile(t.jwt_key, user,
+                                    static_cast<int64_t>(global.services->env().UnixNow()), 3600)
+          : Result<std::string>(Error{ErrorCode::kPermissionDenied, ""});
   if (!token) {
     auto r = RunCommand({"scontrol", "token", "lifespan=3600"}, t.env, std::chrono::seconds(10));
     if (!r || r->exit_code != 0 || r->out.find("SLURM_JWT=") == std::string::npos) {

@@ -195,14 +195,14 @@ Error StoreNeedsRoot(const std::string& state_dir) {
                            state_dir)};
 }
 
-Result<int64_t> UserCommands::UsageSince() const {
+Result<int64_t> UserCommands::UsageSince(const Env& env) const {
   if (since_.empty()) return int64_t{0};
-  return ParseSince(since_, static_cast<int64_t>(std::time(nullptr)));
+  return ParseSince(since_, static_cast<int64_t>(env.UnixNow()));
 }
 
 // `bmas usage` for a user who cannot read the store (it is root's): their own usage, from the
 // agent, which knows who asks from the socket's credentials.
-int UserCommands::OwnUsageThroughAgent(const std::string& state_dir) {
+int UserCommands::OwnUsageThroughAgent(const std::string& state_dir, const Env& env) {
   const passwd* me = getpwuid(geteuid());
   const std::string name = me != nullptr ? me->pw_name : std::to_string(geteuid());
   if (usage_user_ && *usage_user_ != name) {
@@ -211,7 +211,7 @@ int UserCommands::OwnUsageThroughAgent(const std::string& state_dir) {
                "`bmas usage`\n");
     return 1;
   }
-  auto since = UsageSince();
+  auto since = UsageSince(env);
   if (!since) {
     fmt::print(stderr, "bmas: {}\n", since.error().message);
     return 1;
@@ -300,7 +300,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     name_ = me != nullptr ? me->pw_name : std::to_string(geteuid());
   }
   if (geteuid() != 0 && StoreIsOthers(state_dir)) {
-    if (which == usage_) return OwnUsageThroughAgent(state_dir);
+    if (which == usage_) return OwnUsageThroughAgent(state_dir, global.services->env());
     if (which == key_create_ || which == key_list_ || which == key_revoke_) {
       return OwnKeysThroughAgent(state_dir, which);
     }
@@ -385,7 +385,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     if (auto r = store.RevokeKey(key_id_); !r) return fail(r.error());
     fmt::print("revoked key {}\n", key_id_);
   } else if (which == usage_) {
-    auto since = UsageSince();
+    auto since = UsageSince(global.services->env());
     if (!since) return fail(since.error());
     auto view = ReadUsageView(store, usage_user_, *since);
     if (!view) return fail(view.error());

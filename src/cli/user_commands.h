@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/env.h"
 #include "common/result.h"
 #include "store/store.h"
 
@@ -35,8 +36,9 @@ class UserCommands {
 
  private:
   int Run(GlobalOptions& global, CLI::App* which);
-  Result<int64_t> UsageSince() const;
-  int OwnUsageThroughAgent(const std::string& state_dir);
+  // --since, as unix seconds: relative times count back from env's wall time.
+  Result<int64_t> UsageSince(const Env& env) const;
+  int OwnUsageThroughAgent(const std::string& state_dir, const Env& env);
   int OwnKeysThroughAgent(const std::string& state_dir, CLI::App* which);
   static void PrintKeys(const std::vector<KeyInfo>& keys, bool json);
 

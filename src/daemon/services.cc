@@ -10,16 +10,17 @@ namespace {
 
 class RealServicesImpl final : public Services {
  public:
+  Env& env() override { return Env::Default(); }
   std::unique_ptr<SlurmApi> Slurm(const RestEndpoint& endpoint,
                                   std::chrono::milliseconds timeout) override {
-    return std::make_unique<SlurmRestClient>(endpoint, timeout);
+    return std::make_unique<SlurmRestClient>(endpoint, timeout, env());
   }
   std::unique_ptr<lxd::LxdApi> Lxd(const std::string& socket,
                                    std::chrono::milliseconds timeout) override {
     return std::make_unique<lxd::LxdClient>(socket, timeout);
   }
   Result<StorePtr> OpenStore(const std::string& state_dir) override {
-    return OpenSqliteStore(StorePath(state_dir));
+    return OpenSqliteStore(StorePath(state_dir), env());
   }
   std::unique_ptr<GpuTelemetry> Gpus(const std::string& nvml_library) override {
     return OpenNvml(nvml_library);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/env.h"
 #include "common/result.h"
 #include "gpu/gpu_telemetry.h"
 #include "lxd/lxd_api.h"
@@ -22,6 +23,9 @@ namespace bmas {
 class Services {
  public:
   virtual ~Services() = default;
+
+  // The clocks, sleeping and randomness that everything built from these adapters is given.
+  virtual Env& env() = 0;
 
   // Slurm's REST API at `endpoint`, acting as endpoint.user; each call bounded by `timeout`.
   virtual std::unique_ptr<SlurmApi> Slurm(

@@ -1,9 +1,9 @@
 #include "engine/server.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <optional>
-#include <random>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +14,21 @@
 namespace bmas::engine {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// What a steady_timer waits for `d` of the env's time.
+Clock::duration TimerWait(Duration d) { return std::chrono::duration_cast<Clock::duration>(d); }
+
+uint64_t RandomSalt(Env& env) {
+  std::array<uint8_t, 8> bytes;
+  env.RandomBytes(bytes);
+  uint64_t salt = 0;
+  for (uint8_t b : bytes) salt = salt << 8 | b;
+  return salt;
+}
+
+}  // namespace
 
 // Finds the first stop string in text[from..]; returns its position and which one.
 std::optional<std::pair<size_t, size_t>> FindStop(const std::string& text, size_t from,
@@ -73,11 +88,10 @@ struct EngineServer::Stream {
 EngineServer::EngineServer(net::io_context& io, EngineServerOptions options)
     : io_(io),
       options_(std::move(options)),
-      epoch_(Clock::now()),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()),
-      id_salt_(std::random_device{}() * uint64_t{0x100000000} ^ std::random_device{}()),
+      env_(*options_.env),
+      epoch_(env_.Now()),
+      created_(static_cast<int64_t>(env_.UnixNow())),
+      id_salt_(RandomSalt(env_)),
       core_(options_.scheduler, options_.time, options_.model, &metrics_),
       http_(io, options_.http,
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
@@ -103,11 +117,9 @@ EngineServer::EngineServer(net::io_context& io, EngineServerOptions options)
 
 EngineServer::~EngineServer() = default;
 
-double EngineServer::ToVirtual(Clock::time_point t) const {
-  return std::chrono::duration<double>(t - epoch_).count();
-}
+double EngineServer::ToVirtual(TimePoint t) const { return (t - epoch_).count(); }
 
-double EngineServer::Now() const { return ToVirtual(Clock::now()); }
+double EngineServer::Now() const { return ToVirtual(env_.Now()); }
 
 Result<uint16_t> EngineServer::Listen() {
   auto port = http_.Listen();
@@ -137,7 +149,7 @@ awaitable<void> EngineServer::Stop(Clock::duration deadline) {
 
 awaitable<void> EngineServer::StepLoop() {
   net::steady_timer timer(io_);
-  Clock::time_point deadline = Clock::now();
+  TimePoint deadline = env_.Now();
   bool busy = false;
   while (!loop_stop_) {
     if (!core_.HasWork()) {
@@ -149,18 +161,16 @@ awaitable<void> EngineServer::StepLoop() {
     }
     // Back-to-back steps start where the previous one was due to end, so that timer
     // lateness does not add up; after idleness or a long stall, they start now.
-    Clock::time_point now = Clock::now();
-    Clock::time_point start = busy && now - deadline < std::chrono::milliseconds(20) ? deadline : now;
+    const TimePoint now = env_.Now();
+    const TimePoint start = busy && now - deadline < std::chrono::milliseconds(20) ? deadline : now;
     busy = true;
     double seconds = core_.BeginStep(ToVirtual(start));
-    deadline = start + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(seconds));
+    deadline = start + Duration{seconds};
     beast::error_code ec;
     if (seconds > 0) {
-      timer.expires_at(deadline);
+      timer.expires_after(TimerWait(deadline - env_.Now()));
       co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
-      step_lateness_.Observe(
-          std::max(0.0, std::chrono::duration<double>(Clock::now() - deadline).count()));
+      step_lateness_.Observe(std::max(0.0, (env_.Now() - deadline).count()));
     } else {
       co_await net::post(io_, use_awaitable);  // let the I/O run between instant steps
     }
@@ -314,8 +324,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   // before the scheduler sees the request, as in calibration.
   if (options_.time.frontend_s > 0) {
     net::steady_timer frontend(io_);
-    frontend.expires_at(epoch_ + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(arrival + options_.time.frontend_s)));
+    frontend.expires_after(TimerWait(Duration{arrival + options_.time.frontend_s - Now()}));
     beast::error_code ec;
     co_await frontend.async_wait(net::redirect_error(use_awaitable, ec));
   }
@@ -345,9 +354,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   // As vLLM: 32 random-looking hex digits, unique across replicas and restarts (this server's
   // random salt, then its request counter), and `created` is the request's own time.
   const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+  const int64_t created = static_cast<int64_t>(env_.UnixNow());
   ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, id_salt_, id),
                       options_.model, created};
   size_t emitted = 0;  // bytes of stream.text already sent

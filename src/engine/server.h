@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/asio.h"
+#include "common/env.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "engine/engine_core.h"
@@ -42,6 +43,9 @@ struct EngineServerOptions {
   std::string backend_secret;
   // Seconds that RunEngine answers 503 after Listen() (the simulated start-up).
   double startup_s = 0;
+  // Where the server reads the time and its random id salt. Its timers still wait on the
+  // steady clock, for as long as the env's time says is left. Not owned; outlives the server.
+  Env* env = &Env::Default();
 };
 
 class EngineServer {
@@ -72,11 +76,12 @@ class EngineServer {
   awaitable<void> AnswerChallenge(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> StepLoop();
   double Now() const;
-  double ToVirtual(std::chrono::steady_clock::time_point t) const;
+  double ToVirtual(TimePoint t) const;
 
   net::io_context& io_;
   EngineServerOptions options_;
-  std::chrono::steady_clock::time_point epoch_;
+  Env& env_;
+  TimePoint epoch_;
   int64_t created_;     // unix seconds at start: the model card's `created`
   uint64_t id_salt_;    // random: makes completion ids unique across servers
   MetricsRegistry metrics_;

@@ -44,7 +44,8 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       store_(std::move(store)),
       http_(workers_, options_.http,
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
-      epoch_(Clock::now()),
+      env_(*options_.env),
+      epoch_(env_.Now()),
       admission_(AdmissionOptions{.fair = options_.fair,
                                   .reserve_fraction = options_.reserve_fraction,
                                   .default_capacity = options_.default_capacity,
@@ -105,7 +106,7 @@ BackendIdentity Gateway::IdentityOf(const BackendUrl& url) const {
   return who;
 }
 
-double Gateway::Now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+double Gateway::Now() const { return (env_.Now() - epoch_).count(); }
 
 Result<uint16_t> Gateway::Listen() {
   auto port = http_.Listen();
@@ -209,7 +210,7 @@ awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
 
 awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                           std::string target) {
-  const Clock::time_point start = Clock::now();
+  const TimePoint start = env_.Now();
   auto fail = [&](http::status status, std::string message, std::string param = {},
                   ResponseWriter::Headers headers = {}) -> awaitable<void> {
     CountStatus(static_cast<int>(status));
@@ -273,8 +274,8 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     known = known || deployed;
     healthy = healthy || deployed;
     if (known && healthy) {
-      decision = limiter_.Check(r.user, limits, UnixNowSeconds());
-      if (decision.allowed) limiter_.OnStart(r.user, UnixNowSeconds());
+      decision = limiter_.Check(r.user, limits, UnixNow());
+      if (decision.allowed) limiter_.OnStart(r.user, UnixNow());
     }
   }
   if (!known) {
@@ -351,7 +352,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                              bool may_retry) {
   const net::any_io_executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
-  const Clock::time_point queued = Clock::now();
+  const TimePoint queued = env_.Now();
   Ticket ticket;
   bool admitted;
   {
@@ -394,7 +395,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
     } else {
-      queue_wait_.Observe(std::chrono::duration<double>(Clock::now() - queued).count());
+      queue_wait_.Observe((env_.Now() - queued).count());
     }
   }
   bool retry = false;
@@ -426,7 +427,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       ReleaseLocked(*backend, r.user, r.model);  // may remove a drained backend
       if (relayed) {
         CountStatusLocked(200);
-        e2e_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+        e2e_.Observe((env_.Now() - r.start).count());
       } else if (cut || timed_out) {
         admission_.SetHealthy(backend->id, false);  // until its health check passes
       } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {

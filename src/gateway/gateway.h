@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/asio.h"
+#include "common/env.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "gateway/admission.h"
@@ -77,6 +78,9 @@ struct GatewayOptions {
   // Backends (URLs as given) that are not challenged: real vLLM servers, which do not answer
   // the challenge. Safe only on a port no user can bind (below 1024, or another host).
   std::vector<std::string> unverified_backends;
+  // Where the gateway's time comes from (queue waits, latencies, rate limits, usage minutes).
+  // Not owned; outlives the Gateway.
+  Env* env = &Env::Default();
 };
 
 class Gateway {
@@ -168,6 +172,8 @@ class Gateway {
   std::string RenderMetrics();         // takes mu_
   std::string LoadJson();              // takes mu_
   double Now() const;
+  // Seconds since 1970: rate limits and metered usage are kept in wall time.
+  double UnixNow() const { return env_.UnixNow(); }
 
   std::vector<net::io_context*> workers_;
   net::io_context& io_;  // workers_[0]
@@ -179,7 +185,8 @@ class Gateway {
   bool stopping_ = false;   // io_ only
   // Set when Stop()'s deadline has passed: streams still relaying end with an error event.
   std::atomic<bool> cutting_ = false;
-  const std::chrono::steady_clock::time_point epoch_;
+  Env& env_;
+  const TimePoint epoch_;
 
   // Guards every member below but json_, and each backend's state, models and counts.
   mutable std::mutex mu_;

@@ -213,7 +213,7 @@ awaitable<void> Gateway::RefreshLoop() {
       users_ = std::move(snapshot.users);
       SyncBackends(snapshot.backends);
       deployed_ = std::move(snapshot.deployed);
-      if (++refreshes_ % 60 == 0) limiter_.Prune(UnixNowSeconds());
+      if (++refreshes_ % 60 == 0) limiter_.Prune(UnixNow());
     } else {
       spdlog::warn("gateway: cannot read the store; keeping the last users and keys");
     }

@@ -58,7 +58,7 @@ struct Gateway::Request {
   std::optional<uint64_t> prefix_key;
   std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes of the lead
   size_t unhashed_blocks = 0;          // cache_aware: prompt blocks past the lead's
-  Clock::time_point start;
+  TimePoint start;                     // from the gateway's env
   // A stream that reached the client: what it was sent, to resume it on another backend.
   std::optional<StreamResume> resume;
   std::string cut_reason;  // set by RelayOnce when the stream was cut and may be resumed
@@ -74,17 +74,6 @@ struct Gateway::Waiter {
   Request* request;
   std::shared_ptr<Backend> backend;  // set under mu_
 };
-
-inline int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-inline double UnixNowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The gateway's reused parser; replaced first if an earlier large document grew its buffers
 // past 1 MiB, so that one large body does not stay in memory.

@@ -239,7 +239,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
         std::lock_guard lock(mu_);
         if (streamed > 0) admission_.Charge(r.model, r.user, r.weight, streamed);
         if (first && !out.empty()) {
-          ttft_.Observe(std::chrono::duration<double>(Clock::now() - r.start).count());
+          ttft_.Observe((env_.Now() - r.start).count());
         }
       }
       if (!out.empty()) {

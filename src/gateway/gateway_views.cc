@@ -149,7 +149,7 @@ awaitable<void> Gateway::HandleMetrics(HttpRequest& request, ResponseWriter& wri
 
 awaitable<void> Gateway::HandleUsage(const std::string& user, ResponseWriter& writer) {
   // Today (UTC), as tokens_per_day counts, and the caller's own limits.
-  const int64_t since = UnixNow() / 86400 * 86400;
+  const int64_t since = static_cast<int64_t>(UnixNow()) / 86400 * 86400;
   // An optional, not a Result: what the store thread hands back must be default-constructible.
   auto query = [user, since](Store& store) {
     auto found = store.QueryUsage(user, since);

@@ -11,7 +11,6 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "common/process.h"
 #include "lxd/lxd_internal.h"
@@ -19,7 +18,6 @@
 namespace bmas::lxd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using internal::ReadText;
 
 std::vector<pid_t> AllPids() {
@@ -125,23 +123,23 @@ std::string DescribeHolders(const std::vector<FileHolder>& holders) {
 }
 
 Result<int> KillHolders(const FileMatch& match, const std::vector<pid_t>& also,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, Env& env) {
   std::set<pid_t> killed;
-  const auto deadline = Clock::now() + timeout;
+  const TimePoint deadline = env.Now() + timeout;
   while (true) {
     std::vector<FileHolder> holders = FindHolders(match);
     for (pid_t p : also) {
       if (p > 1 && p != getpid() && ProcessRunning(p)) holders.push_back({p, Comm(p)});
     }
     if (holders.empty()) break;
-    if (Clock::now() > deadline) {
+    if (env.Now() > deadline) {
       return Error{ErrorCode::kUnavailable,
                    fmt::format("still held after SIGKILL by {}", DescribeHolders(holders))};
     }
     for (const FileHolder& h : holders) {
       if (h.pid > 1 && kill(h.pid, SIGKILL) == 0) killed.insert(h.pid);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    env.SleepFor(std::chrono::milliseconds(20));
   }
   return static_cast<int>(killed.size());
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 
 namespace bmas::lxd {
@@ -48,8 +49,9 @@ std::string DescribeHolders(const std::vector<FileHolder>& holders);
 
 // SIGKILL to each of FindHolders(match) and to `also` (say, NVML's processes on the GPUs) until
 // none is left. Returns how many were signalled; Unavailable, naming each one left, when some
-// still hold it after `timeout` (a process stuck in the kernel).
+// still hold it after `timeout` (a process stuck in the kernel). `env` gives the deadline's time
+// and the sleeps between looks (a ManualEnv: no waiting).
 Result<int> KillHolders(const FileMatch& match, const std::vector<pid_t>& also,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout, Env& env = Env::Default());
 
 }  // namespace bmas::lxd

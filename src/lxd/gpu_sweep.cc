@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <sstream>
-#include <thread>
 
 #include "gpu/gpu_holders.h"
 #include "lxd/device_fence.h"
@@ -16,8 +15,6 @@
 
 namespace bmas::lxd {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Fills in who `use.pid` is: its uid and its job, or that it is gone.
 void LookUp(GpuUse& use) {
@@ -123,9 +120,9 @@ GpuSweepReport SweepGpus(const GpuSweepInput& in) {
     }
   }
   // What is still there once they had their time to go.
-  const auto deadline = Clock::now() + in.grace;
+  const TimePoint deadline = in.env->Now() + in.grace;
   while (!foreign.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    in.env->SleepFor(std::chrono::milliseconds(50));
     const std::vector<GpuUse> now = FindUses(in);
     std::vector<GpuUse> left;  // as they are now (a process may be gone, its context not)
     for (const GpuUse& f : foreign) {
@@ -133,7 +130,7 @@ GpuSweepReport SweepGpus(const GpuSweepInput& in) {
       if (it != now.end()) left.push_back(*it);
     }
     foreign = std::move(left);
-    if (Clock::now() > deadline || (in.stopping && in.stopping())) break;
+    if (in.env->Now() > deadline || (in.stopping && in.stopping())) break;
   }
   for (const GpuUse& f : foreign) {
     std::string& why = report.stuck[f.gpu.first];

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 
 namespace bmas::lxd {
@@ -67,6 +68,8 @@ struct GpuSweepInput {
   // free), and whether to stop waiting sooner (the agent is stopping).
   std::chrono::milliseconds grace{10'000};
   std::function<bool()> stopping;
+  // The grace's time and the sleeps between looks. Not owned.
+  Env* env = &Env::Default();
 };
 
 struct GpuSweepReport {

@@ -120,9 +120,13 @@ TEST_F(GpuSweepTest, TheNodesOwnServicesAreLeftAlone) {
 }
 
 // NVML lists a process on a GPU that SIGKILL does not end (kthreadd stands in for one stuck in
-// the driver): the node is named, with it, for draining.
+// the driver): the node is named, with it, for draining. The whole grace passes in virtual
+// time, so the test does not wait it.
 TEST_F(GpuSweepTest, AUseThatOutlivesSigkillNamesItsNode) {
+  ManualEnv env;
   GpuSweepInput in = Input();
+  in.env = &env;
+  in.grace = std::chrono::seconds(1);
   in.nvml = []() -> Result<std::map<int, std::vector<pid_t>>> {
     return std::map<int, std::vector<pid_t>>{{1, {2}}};
   };
@@ -131,6 +135,7 @@ TEST_F(GpuSweepTest, AUseThatOutlivesSigkillNamesItsNode) {
   ASSERT_EQ(r.stuck.size(), 1u);
   EXPECT_EQ(r.stuck["oss02"],
             "pid 2 (kthreadd) of uid 0 on oss02's GPU 1 (a compute context NVML lists), in no job");
+  EXPECT_GT(env.Now().count(), 1.0);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -42,8 +41,9 @@ Result<void> Run(const std::vector<std::string>& args, std::chrono::seconds time
   return {};
 }
 
+// `created`: unix seconds.
 std::string Metadata(const std::string& base, const std::string& init,
-                     const std::string& description) {
+                     const std::string& description, int64_t created) {
   return fmt::format(
       "architecture: x86_64\n"
       "creation_date: {}\n"
@@ -57,7 +57,7 @@ std::string Metadata(const std::string& base, const std::string& init,
       "  /etc/hostname:\n"
       "    when: [create, copy]\n"
       "    template: hostname.tpl\n",
-      std::time(nullptr), description, base, base, init);
+      created, description, base, base, init);
 }
 
 // Mounts the container's cgroups at /sys/fs/cgroup (LXD leaves that to the init), so limits
@@ -264,8 +264,8 @@ Result<std::string> AptMirror() {
 }
 
 Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std::string& init,
-                              const std::string& alias, const std::string& work_dir) {
-  const auto started = std::chrono::steady_clock::now();
+                              const std::string& alias, const std::string& work_dir, Env& env) {
+  const TimePoint started = env.Now();
   if (base != "busybox" && base != "debian") {
     return InvalidArgument(fmt::format("unknown image base \"{}\": busybox or debian", base),
                            "base");
@@ -296,7 +296,9 @@ Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std
       base == "busybox" ? "bmas busybox (tests)"
                         : fmt::format("bmas Debian 12 minbase ({})",
                                       init == "systemd" ? "systemd" : "tini, no systemd");
-  if (auto w = Write(dir / "metadata.yaml", Metadata(base, init, description), fs::perms(0644));
+  const int64_t created = static_cast<int64_t>(env.UnixNow());
+  if (auto w =
+          Write(dir / "metadata.yaml", Metadata(base, init, description, created), fs::perms(0644));
       !w) {
     return w.error();
   }
@@ -321,7 +323,7 @@ Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std
   auto fp = client.ImportImage(std::move(bytes), out.alias);
   if (!fp) return fp.error();
   out.fingerprint = *fp;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  out.seconds = (env.Now() - started).count();
   return out;
 }
 

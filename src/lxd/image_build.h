@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 #include "lxd/lxd_client.h"
 
@@ -24,9 +25,10 @@ struct BuiltImage {
 // orphans and sleeps: an idle workspace holds a few MiB) or "systemd" (services run inside, at
 // ~20 MiB more per workspace; journald, logind, the console getty and dbus are masked).
 // `work_dir` holds the build tree (removed after). `alias` "" = "bmas-<base>". Debian needs
-// root and debootstrap; the suite is the host's (bookworm).
+// root and debootstrap; the suite is the host's (bookworm). `env` dates the image and times
+// the build.
 Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std::string& init,
-                              const std::string& alias, const std::string& work_dir);
+                              const std::string& alias, const std::string& work_dir, Env& env);
 
 // The suite the Debian image is built from.
 inline constexpr const char* kDebianSuite = "bookworm";

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "lxd/device_holders.h"
 #include "lxd/gpu_binding.h"
@@ -22,7 +21,6 @@ namespace bmas::lxd {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 constexpr std::string_view kJobPrefix = "bmas-job-";
 using internal::ReadText;
 
@@ -153,17 +151,18 @@ Result<std::vector<std::string>> MakeJobCgroup(const std::vector<std::string>& d
   return procs;
 }
 
-Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milliseconds timeout) {
+Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milliseconds timeout,
+                        Env& env) {
   std::vector<std::string> present;
   for (const std::string& d : dirs) {
     if (fs::exists(d)) present.push_back(d);
   }
   std::set<pid_t> signalled;
-  const auto deadline = Clock::now() + timeout;
+  const TimePoint deadline = env.Now() + timeout;
   while (true) {
     const std::set<pid_t> pids = Procs(present);
     if (pids.empty()) break;
-    if (Clock::now() > deadline) {
+    if (env.Now() > deadline) {
       return Error{ErrorCode::kUnavailable,
                    fmt::format("{} process(es) of the job's cgroup still run", pids.size())};
     }
@@ -179,7 +178,7 @@ Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milli
     }
     if (!freezer.empty()) WriteFile(freezer + "/freezer.state", "THAWED");
     signalled.insert(pids.begin(), pids.end());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    env.SleepFor(std::chrono::milliseconds(20));
   }
   for (const std::string& d : present) rmdir(d.c_str());
   return static_cast<int>(signalled.size());

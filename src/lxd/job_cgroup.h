@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 #include "lxd/lxd_api.h"
 
@@ -41,8 +42,10 @@ Result<std::vector<std::string>> MakeJobCgroup(const std::vector<std::string>& d
 
 // Kills every process in `dirs` (cgroup.kill where the kernel has it, else freezer and SIGKILL
 // to each pid), waits until they are empty and removes them. Returns how many processes were
-// signalled; Unavailable when some still run after `timeout`.
-Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milliseconds timeout);
+// signalled; Unavailable when some still run after `timeout`. `env` gives the deadline's time and
+// the sleeps between looks (a ManualEnv: no waiting).
+Result<int> KillCgroups(const std::vector<std::string>& dirs, std::chrono::milliseconds timeout,
+                        Env& env = Env::Default());
 
 // The processes the GPU driver (NVML) sees on GPUs `gpus` of this node.
 using GpuProcessesFn = std::function<std::vector<pid_t>(const std::vector<int>& gpus)>;

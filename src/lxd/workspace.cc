@@ -12,7 +12,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -283,7 +282,7 @@ std::vector<std::string> AccountEntryCommand(const Account& account,
 }
 
 Result<void> StartInstance(LxdApi& client, const std::string& name,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, Env& env) {
   if (auto r = client.ChangeState(name, "start"); !r) return r;
   auto instance = client.GetInstance(name);
   if (!instance) return instance.error();
@@ -293,16 +292,16 @@ Result<void> StartInstance(LxdApi& client, const std::string& name,
   if (!pid) return pid.error();
   // The container's file system as its init sees it, through /proc on the host.
   const std::string mark = fmt::format("/proc/{}/root{}", *pid, kReadyMark);
-  const auto until = std::chrono::steady_clock::now() + timeout;
+  const TimePoint until = env.Now() + timeout;
   while (access(mark.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > until) {
+    if (env.Now() > until) {
       return Error{ErrorCode::kUnavailable,
                    fmt::format("{} runs, but its init did not finish setting up (no {} after "
                                "{} ms); its console log: `lxc console --show-log {}`",
                                name, kReadyMark, timeout.count(), name),
                    {}};
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    env.SleepFor(std::chrono::milliseconds(5));
   }
   return {};
 }

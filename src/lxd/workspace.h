@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/env.h"
 #include "common/private_files.h"
 #include "common/result.h"
 #include "lxd/lxd_api.h"
@@ -93,9 +94,11 @@ inline constexpr const char* kReadyMark = "/run/bmas-ready";
 
 // Starts instance `name` and, when its image's init marks readiness (kReadyMark), waits up to
 // `timeout` for the mark, so that nothing runs in it before its mounts are there. Other images
-// are ready when LXD says they run.
+// are ready when LXD says they run. `env` gives the deadline's time and the sleeps between looks (a
+// ManualEnv: no waiting).
 Result<void> StartInstance(LxdApi& client, const std::string& name,
-                           std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                           Env& env = Env::Default());
 
 // One instance creation at a time on this host, held until the instance has started:
 // concurrent ones lose each other's lines in /etc/subuid and /etc/subgid, and LXD 5.0 can give

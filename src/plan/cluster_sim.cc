@@ -59,7 +59,6 @@ std::vector<SimJob> TraceJobs(const Trace& trace, double start_s) {
 
 PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
                 const std::vector<SimJob>* trace_jobs, const PlanSettings& settings) {
-  const auto wall_start = std::chrono::steady_clock::now();
   PlanRun run;
   const Cluster& cluster = *scenario.cluster;
   run.horizon_s = scenario.simulation.days * 86400;
@@ -197,7 +196,6 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
   inference.horizon_s = run.horizon_s;
   run.inference = RunInference(scenario, profile, GenerateSessions(scenario), slots, inference);
   run.events += run.inference.events;
-  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return run;
 }
 

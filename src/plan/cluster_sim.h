@@ -38,7 +38,7 @@ struct PlanRun {
   int total_gpus = 0;
   int floor_gpus = 0;
   double horizon_s = 0;
-  double wall_s = 0;
+  double wall_s = 0;  // left to the caller, who has a clock: RunPlan reads none
   int64_t events = 0;
   std::string error;  // why the plan could not run (the floor does not fit)
 };

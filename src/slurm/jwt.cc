@@ -125,13 +125,10 @@ Result<std::string> ReadJwtKeyFile(const std::string& path) {
 }
 
 Result<std::string> MintSlurmJwtFromKeyFile(const std::string& key_path, std::string_view username,
-                                            int64_t lifetime_s) {
+                                            int64_t issued_at, int64_t lifetime_s) {
   auto key = ReadJwtKeyFile(key_path);
   if (!key) return key.error();
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  return MintSlurmJwt(*key, username, now, lifetime_s);
+  return MintSlurmJwt(*key, username, issued_at, lifetime_s);
 }
 
 }  // namespace bmas

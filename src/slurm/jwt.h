@@ -40,8 +40,8 @@ Result<std::string> MintSlurmJwt(std::string_view key, std::string_view username
 // the path when it cannot be read; InvalidArgument when it is empty.
 Result<std::string> ReadJwtKeyFile(const std::string& path);
 
-// ReadJwtKeyFile + MintSlurmJwt with the current wall-clock time.
+// ReadJwtKeyFile + MintSlurmJwt.
 Result<std::string> MintSlurmJwtFromKeyFile(const std::string& key_path, std::string_view username,
-                                            int64_t lifetime_s);
+                                            int64_t issued_at, int64_t lifetime_s);
 
 }  // namespace bmas

@@ -96,10 +96,13 @@ TEST(ReadJwtKeyFileTest, MissingFileIsNotFoundAndNamesThePath) {
 }
 
 TEST(ReadJwtKeyFileTest, FromKeyFileMintsAVerifiableShape) {
-  auto token = MintSlurmJwtFromKeyFile(kFixtures + "/jwt_hs256.key", "bob", 60);
+  auto token = MintSlurmJwtFromKeyFile(kFixtures + "/jwt_hs256.key", "bob", 1700000000, 60);
   ASSERT_TRUE(token) << token.error().message;
   EXPECT_EQ(std::count(token->begin(), token->end(), '.'), 2);
   EXPECT_EQ(token->find('='), std::string::npos);
+  auto claims = DecodeJwtClaims(*token);
+  ASSERT_TRUE(claims) << claims.error().message;
+  EXPECT_EQ(claims->expires_at, 1700000060);
 }
 
 }  // namespace

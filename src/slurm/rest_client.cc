@@ -179,12 +179,13 @@ Result<std::string> SlurmSignalName(int signal) {
   return InvalidArgument(fmt::format("slurmrestd cannot send signal {}", signal), "signal");
 }
 
-SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, std::chrono::milliseconds timeout)
+SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, std::chrono::milliseconds timeout, Env& env)
     : endpoint_(std::move(endpoint)),
-      transport_(NewTcpRestTransport(endpoint_.host, endpoint_.port, timeout)) {}
+      transport_(NewTcpRestTransport(endpoint_.host, endpoint_.port, timeout)),
+      env_(env) {}
 
-SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport)
-    : endpoint_(std::move(endpoint)), transport_(std::move(transport)) {}
+SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport, Env& env)
+    : endpoint_(std::move(endpoint)), transport_(std::move(transport)), env_(env) {}
 
 Result<RestResponse> SlurmRestClient::Call(std::string method, std::string target, std::string body,
                                            std::string_view what) {
@@ -198,9 +199,7 @@ Result<RestResponse> SlurmRestClient::Call(std::string method, std::string targe
                                endpoint_.user, claims.error().message),
                    "token"};
     }
-    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    const int64_t now = static_cast<int64_t>(env_.UnixNow());
     if (claims->expires_at <= now) {
       return Error{ErrorCode::kPermissionDenied,
                    fmt::format("cannot {}: the JWT for user \"{}\" expired {} s ago; mint a "

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 #include "slurm/slurm_json.h"
 
@@ -93,9 +94,11 @@ class SlurmRestClient final : public SlurmApi {
  public:
   static constexpr std::string_view kApiPrefix = "/slurm/v0.0.38";
 
+  // `env`'s wall time tells an expired token before it is sent; it must outlive the client.
   explicit SlurmRestClient(RestEndpoint endpoint,
-                           std::chrono::milliseconds timeout = std::chrono::seconds(30));
-  SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport);
+                           std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                           Env& env = Env::Default());
+  SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport, Env& env = Env::Default());
 
   // The Slurm release ("22.05.8") when slurmctld answers UP.
   Result<std::string> Ping() override;
@@ -139,6 +142,7 @@ class SlurmRestClient final : public SlurmApi {
 
   RestEndpoint endpoint_;
   RestTransportPtr transport_;
+  Env& env_;
 };
 
 // The name slurmrestd's `signal` parameter takes for a signal number ("TERM" for 15);

@@ -23,11 +23,7 @@ class MemStore final : public Store {
  public:
   explicit MemStore(std::function<int64_t()> now) : now_(std::move(now)) {
     if (!now_) {
-      now_ = [] {
-        return std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-            .count();
-      };
+      now_ = [] { return static_cast<int64_t>(Env::Default().UnixNow()); };
     }
   }
 

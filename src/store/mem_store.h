@@ -13,7 +13,7 @@
 
 namespace bmas {
 
-// `now`: unix seconds; the wall clock when unset.
+// `now`: unix seconds; Env::Default()'s wall time when unset.
 StorePtr NewMemStore(std::function<int64_t()> now = {});
 
 }  // namespace bmas

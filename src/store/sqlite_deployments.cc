@@ -4,7 +4,7 @@
 
 namespace bmas::sqlite_internal {
 
-bool PutDeployment(sqlite3* db, const Deployment& d) {
+bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now) {
   Statement s(db,
               "INSERT INTO deployments (model, min_replicas, max_replicas, gpus_per_replica, "
               "profile, ttft_slo_ms, command, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
@@ -14,7 +14,7 @@ bool PutDeployment(sqlite3* db, const Deployment& d) {
               "command = excluded.command, updated_at = excluded.updated_at");
   s.Bind(1, d.model).Bind(2, int64_t{d.min_replicas}).Bind(3, int64_t{d.max_replicas});
   s.Bind(4, int64_t{d.gpus_per_replica}).Bind(5, d.profile).Bind(6, int64_t{d.ttft_slo_ms});
-  s.Bind(7, d.command).Bind(8, d.updated_at != 0 ? d.updated_at : UnixNow());
+  s.Bind(7, d.command).Bind(8, d.updated_at != 0 ? d.updated_at : now);
   return s.Step() == SQLITE_DONE;
 }
 

@@ -1,7 +1,6 @@
 #pragma once
 
-// What the SQLite store's files share: a prepared statement, and the clock rows are stamped
-// with. Internal to src/store.
+// What the SQLite store's files share: a prepared statement. Internal to src/store.
 
 #include <sqlite3.h>
 
@@ -15,12 +14,6 @@
 #include "store/store.h"
 
 namespace bmas::sqlite_internal {
-
-inline int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // One prepared statement; finalized on destruction.
 class Statement {
@@ -97,7 +90,7 @@ class Statement {
 
 // Deployments and replicas (sqlite_deployments.cc). Each returns false / nullopt on a SQLite
 // error, which the caller reports with sqlite3_errmsg.
-bool PutDeployment(sqlite3* db, const Deployment& d);
+bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now);
 // Whether a row was removed; the deployment's replica rows go with it.
 std::optional<bool> RemoveDeployment(sqlite3* db, const std::string& model);
 std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db);

@@ -22,7 +22,6 @@ namespace bmas {
 namespace {
 
 using sqlite_internal::Statement;
-using sqlite_internal::UnixNow;
 
 // Forward migrations: schema version i+1 is kMigrations[0..i] applied in order. Append only;
 // never edit a migration that has shipped.
@@ -133,7 +132,8 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 class SqliteStore final : public Store {
  public:
-  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  SqliteStore(sqlite3* db, std::string path, Env& env)
+      : db_(db), path_(std::move(path)), env_(env) {}
   ~SqliteStore() override { sqlite3_close_v2(db_); }
 
   Result<void> Init() {
@@ -448,7 +448,7 @@ class SqliteStore final : public Store {
   int schema_version() const override { return version_; }
 
   Result<void> PutDeployment(const Deployment& d) override {
-    if (!sqlite_internal::PutDeployment(db_, d)) return Fail("saving a deployment");
+    if (!sqlite_internal::PutDeployment(db_, d, UnixNow())) return Fail("saving a deployment");
     return {};
   }
 
@@ -521,8 +521,12 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  // Unix seconds: what rows are stamped with.
+  int64_t UnixNow() const { return static_cast<int64_t>(env_.UnixNow()); }
+
   sqlite3* db_;
   std::string path_;
+  Env& env_;
   int version_ = 0;
 };
 
@@ -659,7 +663,7 @@ Result<void> HandStoreTo(const std::string& state_dir, uid_t uid, gid_t gid) {
   return {};
 }
 
-Result<StorePtr> OpenSqliteStore(const std::string& path) {
+Result<StorePtr> OpenSqliteStore(const std::string& path, Env& env) {
   auto dir_fd = OpenStoreDir(path);
   if (!dir_fd) return dir_fd.error();
   FdCloser closer(*dir_fd);
@@ -700,7 +704,7 @@ Result<StorePtr> OpenSqliteStore(const std::string& path) {
                              "permissions)",
                              path, message)};
   }
-  auto store = std::make_unique<SqliteStore>(db, path);
+  auto store = std::make_unique<SqliteStore>(db, path, env);
   if (auto r = store->Init(); !r) return r.error();
   // SQLite creates it, and its WAL after it, with the umask's mode: readable by all.
   for (const char* suffix : kStoreFileSuffixes) {

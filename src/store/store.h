@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 
 namespace bmas {
@@ -199,8 +200,9 @@ class Store {
 
 using StorePtr = std::unique_ptr<Store>;
 
-// Opens (creating and migrating as needed) the SQLite store at `path`.
-Result<StorePtr> OpenSqliteStore(const std::string& path);
+// Opens (creating and migrating as needed) the SQLite store at `path`. Rows are stamped with
+// `env`'s wall time; it must outlive the store.
+Result<StorePtr> OpenSqliteStore(const std::string& path, Env& env = Env::Default());
 
 // Whether `name` is a valid Unix account name (what bmas accepts as a user name).
 bool IsValidUserName(const std::string& name);

@@ -129,7 +129,8 @@ class SlurmRestIntegrationTest : public ::testing::Test {
     EXPECT_TRUE(endpoint) << endpoint.error().message;
     RestEndpoint e = endpoint ? *endpoint : RestEndpoint{};
     e.user = user;
-    auto token = MintSlurmJwtFromKeyFile(key_path_, user, 600);
+    auto token = MintSlurmJwtFromKeyFile(
+        key_path_, user, static_cast<int64_t>(Env::Default().UnixNow()), 600);
     EXPECT_TRUE(token) << token.error().message;
     if (token) e.token = *token;
     return SlurmRestClient(e, std::chrono::seconds(20));
