@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "cli/reply_read.h"
+#include "common/json_object.h"
 
 namespace bmas {
 namespace {
@@ -93,27 +94,19 @@ std::string IdleStatusJson(const std::optional<JobIdleStatus>& status, int64_t n
 }
 
 std::string IdleReplyJson(const std::vector<IdleRecord>& records) {
-  rapidjson::StringBuffer buf;
-  Writer w(buf);
-  w.StartObject();
-  w.Key("idle");
-  w.StartArray();
-  for (const IdleRecord& r : records) {
-    w.StartObject();
-    Int(w, "job", r.job);
-    Str(w, "user", r.user);
-    Str(w, "partition", r.partition);
-    Str(w, "kind", r.kind);
-    Int(w, "at", r.at);
-    Int(w, "idle_since", r.idle_since);
-    Int(w, "gpus", r.gpus);
-    Int(w, "wasted_gpu_seconds", r.wasted_gpu_seconds);
-    Str(w, "reason", r.reason);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  return buf.GetString();
+  return JsonObject([&](JsonWriter& w) {
+    ObjectsMember(w, "idle", records, [&](const IdleRecord& r) {
+      Int(w, "job", r.job);
+      Str(w, "user", r.user);
+      Str(w, "partition", r.partition);
+      Str(w, "kind", r.kind);
+      Int(w, "at", r.at);
+      Int(w, "idle_since", r.idle_since);
+      Int(w, "gpus", r.gpus);
+      Int(w, "wasted_gpu_seconds", r.wasted_gpu_seconds);
+      Str(w, "reason", r.reason);
+    });
+  });
 }
 
 Result<std::vector<IdleRecord>> ParseIdleReply(std::string_view text) {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <ranges>
 
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
@@ -171,36 +172,23 @@ int InferenceCommands::Deploy(GlobalOptions& global) {
 
 std::string DeploymentsJson(const std::vector<Deployment>& deployments,
                             const std::vector<ReplicaRecord>& replicas) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.StartArray();
-  for (const Deployment& d : deployments) {
-    w.StartObject();
-    w.Key("model");
-    w.String(d.model.c_str(), static_cast<rapidjson::SizeType>(d.model.size()));
+  return JsonObjectArray(deployments, [&](JsonWriter& w, const Deployment& d) {
+    Member(w, "model", d.model);
     Member(w, "min", d.min_replicas);
     Member(w, "max", d.max_replicas);
     Member(w, "gpus_per_replica", d.gpus_per_replica);
     Member(w, "profile", d.profile);
     Member(w, "ttft_slo_ms", d.ttft_slo_ms);
-    w.Key("replicas");
-    w.StartArray();
-    for (const ReplicaRecord& r : replicas) {
-      if (r.model != d.model) continue;
-      w.StartObject();
+    auto its = [&](const ReplicaRecord& r) { return r.model == d.model; };
+    ObjectsMember(w, "replicas", replicas | std::views::filter(its), [&](const ReplicaRecord& r) {
       Member(w, "job_id", r.job_id);
       Member(w, "state", r.state);
       Member(w, "node", r.node);
       Member(w, "url", r.url);
       Member(w, "gpus", r.gpus);
       Member(w, "floor", r.floor);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.EndObject();
-  }
-  w.EndArray();
-  return std::string(buf.GetString(), buf.GetSize());
+    });
+  });
 }
 
 int InferenceCommands::List(GlobalOptions& global) {

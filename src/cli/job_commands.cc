@@ -114,10 +114,8 @@ Result<JobInfo> Follow(SlurmApi& client, int64_t id,
   }
 }
 
-// Job `j` as one JSON object; `idle` is its "idle" member's JSON (IdleStatusJson).
-void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& j,
-                  const std::string& idle) {
-  w.StartObject();
+// The members of job `j`'s JSON object; `idle` is its "idle" member's JSON (IdleStatusJson).
+void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
   Member(w, "id", j.id);
   Member(w, "name", j.name);
   Member(w, "user", j.user);
@@ -125,10 +123,7 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   Member(w, "state", j.state);
   Member(w, "reason", j.reason);
   Member(w, "reason_text", PlainJobReason(j.reason));
-  w.Key("nodes");
-  w.StartArray();
-  for (const std::string& n : j.nodes) w.String(n.c_str());
-  w.EndArray();
+  StringsMember(w, "nodes", j.nodes);
   Member(w, "gpus", j.gpus);
   Member(w, "restart_count", j.restart_count);
   Member(w, "exit_code", j.exit_code);
@@ -139,7 +134,6 @@ void WriteJobJson(rapidjson::Writer<rapidjson::StringBuffer>& w, const JobInfo& 
   w.Key("idle");
   w.RawValue(idle.c_str(), idle.size(),
              idle == "null" ? rapidjson::kNullType : rapidjson::kObjectType);
-  w.EndObject();
 }
 
 // Idle-GPU policing's records of `user`'s jobs (everyone's: nullopt) made since `since`.
@@ -481,12 +475,9 @@ int JobCommands::Jobs(GlobalOptions& global) {
   const IdleNotes idle(global, shown,
                        only.empty() ? std::nullopt : std::optional<std::string>(only));
   if (json_) {
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    w.StartArray();
-    for (const JobInfo& j : shown) WriteJobJson(w, j, idle.Json(j));
-    w.EndArray();
-    fmt::print("{}\n", buf.GetString());
+    fmt::print("{}\n", JsonObjectArray(shown, [&](JsonWriter& w, const JobInfo& j) {
+                 WriteJobMembers(w, j, idle.Json(j));
+               }));
     return 0;
   }
   constexpr std::string_view kRow = "{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {:<11} {}\n";
@@ -542,10 +533,8 @@ int JobCommands::Show(GlobalOptions& global) {
   const JobInfo* job = &owned->job;
   const IdleNotes idle(global, {*job}, job->user);
   if (json_) {
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    WriteJobJson(w, *job, idle.Json(*job));
-    fmt::print("{}\n", buf.GetString());
+    fmt::print("{}\n",
+               JsonObject([&](JsonWriter& w) { WriteJobMembers(w, *job, idle.Json(*job)); }));
     return 0;
   }
   fmt::print("job {} ({}) of {} in {}: {}\n", job->id, job->name, job->user, job->partition,

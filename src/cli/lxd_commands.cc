@@ -96,17 +96,12 @@ void StrOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
   w.Null();
 }
 
-// `v` (a count LXD holds as text) as a JSON number, or null when it is unset or not a count.
-void CountOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
-                 const std::string& v) {
+// A count LXD holds as text, as a number; nullopt when it is unset or not a count.
+std::optional<int64_t> Count(const std::string& v) {
   int64_t n = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  w.Key(key);
-  if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) {
-    w.Int64(n);
-  } else {
-    w.Null();
-  }
+  if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) return n;
+  return std::nullopt;
 }
 
 // An LXD size ("4GiB", "512MB", "1024") in bytes; nullopt for "", a percentage or anything else.
@@ -122,16 +117,6 @@ std::optional<int64_t> SizeBytes(const std::string& v) {
     scale = std::pow(unit.size() == 3 ? 1024.0 : 1000.0, power);
   }
   return static_cast<int64_t>(std::stod(m[1].str()) * scale);
-}
-
-void BytesOrNull(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
-                 const std::string& v) {
-  w.Key(key);
-  if (auto bytes = SizeBytes(v)) {
-    w.Int64(*bytes);
-  } else {
-    w.Null();
-  }
 }
 
 }  // namespace
@@ -308,27 +293,16 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
     Member(w, "disk_limits_enforced", driver == "btrfs");
     Str(w, "https_address", server ? server->config["core.https_address"] : "");
     Str(w, "certificate_fingerprint", fingerprint);
-    w.Key("peers");
-    w.StartArray();
-    for (const LxdPeer& peer : c.config.lxd.peers) {
-      w.StartObject();
+    ObjectsMember(w, "peers", c.config.lxd.peers, [&](const LxdPeer& peer) {
       Str(w, "url", peer.url);
       Str(w, "fingerprint", peer.fingerprint);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.Key("started");
-    w.StartArray();
-    if (local) {
-      for (const auto& d : local->started) {
-        w.StartObject();
-        Str(w, "name", d.name);
-        Member(w, "pid", d.pid);
-        Member(w, "running", d.Runs());
-        w.EndObject();
-      }
-    }
-    w.EndArray();
+    });
+    const std::vector<lxd::StartedDaemon> none;
+    ObjectsMember(w, "started", local ? local->started : none, [&](const lxd::StartedDaemon& d) {
+      Str(w, "name", d.name);
+      Member(w, "pid", d.pid);
+      Member(w, "running", d.Runs());
+    });
     w.EndObject();
     fmt::print("{}\n", buf.GetString());
     return server ? 0 : 1;
@@ -500,28 +474,21 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
     auto list = workspaces.List();
     if (!list) return ReportFailure(command, list.error());
     if (json_) {
-      rapidjson::StringBuffer buf;
-      rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-      w.StartArray();
-      for (const auto& ws : *list) {
-        w.StartObject();
+      fmt::print("{}\n", JsonObjectArray(*list, [](JsonWriter& w, const auto& ws) {
         Str(w, "user", ws.user);
         Str(w, "name", ws.name);
         Str(w, "status", ws.status);
         Str(w, "image", ws.image);
         // Counts as numbers; sizes as LXD holds them ("4GiB", "50%") and in bytes; null: no
         // limit.
-        CountOrNull(w, "cpus", ws.cpus);
+        Member(w, "cpus", Count(ws.cpus));
         StrOrNull(w, "memory", ws.memory);
-        BytesOrNull(w, "memory_bytes", ws.memory);
-        CountOrNull(w, "processes", ws.processes);
+        Member(w, "memory_bytes", SizeBytes(ws.memory));
+        Member(w, "processes", Count(ws.processes));
         StrOrNull(w, "disk", ws.disk);
-        BytesOrNull(w, "disk_bytes", ws.disk);
+        Member(w, "disk_bytes", SizeBytes(ws.disk));
         Str(w, "home", ws.home);
-        w.EndObject();
-      }
-      w.EndArray();
-      fmt::print("{}\n", buf.GetString());
+      }));
       return 0;
     }
     fmt::print("{:<16} {:<20} {:<8} {:>5} {:>8} {:>6} {:>7}  {}\n", "USER", "NAME", "STATE",

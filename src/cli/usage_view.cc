@@ -42,11 +42,8 @@ std::string PerUserUsage(const UsageView& v, bool json) {
     by_user[user].wasted_gpu_seconds += seconds;
   }
   if (json) {
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-    w.StartArray();
-    for (const auto& [user, r] : by_user) {
-      w.StartObject();
+    return JsonObjectArray(by_user, [](JsonWriter& w, const auto& row) {
+      const auto& [user, r] = row;
       Member(w, "user", user);
       Member(w, "jobs", r.jobs);
       w.Key("gpu_hours");
@@ -57,10 +54,7 @@ std::string PerUserUsage(const UsageView& v, bool json) {
       Member(w, "wasted_gpu_seconds", r.wasted_gpu_seconds);
       Member(w, "prompt_tokens", r.prompt_tokens);
       Member(w, "completion_tokens", r.completion_tokens);
-      w.EndObject();
-    }
-    w.EndArray();
-    return std::string(buf.GetString()) + "\n";
+    }) + "\n";
   }
   std::string out = fmt::format("{:<16} {:>6} {:>10} {:>17} {:>14} {:>17}\n", "USER", "JOBS",
                                 "GPU_HOURS", "WASTED_GPU_HOURS", "PROMPT_TOKENS",
@@ -74,15 +68,13 @@ std::string PerUserUsage(const UsageView& v, bool json) {
   return out;
 }
 
-void TokenRowJson(Writer& w, const UsageRow& u) {
-  w.StartObject();
+void TokenRowMembers(Writer& w, const UsageRow& u) {
   Member(w, "user", u.user);
   Member(w, "model", u.model);
   Member(w, "backend", u.backend);
   Member(w, "requests", u.requests);
   Member(w, "prompt_tokens", u.prompt_tokens);
   Member(w, "completion_tokens", u.completion_tokens);
-  w.EndObject();
 }
 
 }  // namespace
@@ -115,14 +107,7 @@ Result<UsageView> ReadUsageView(Store& store, const std::optional<std::string>& 
 
 std::string FormatUsage(const UsageView& v, bool json, bool per_user) {
   if (per_user) return PerUserUsage(v, json);
-  if (json) {
-    rapidjson::StringBuffer buf;
-    Writer w(buf);
-    w.StartArray();
-    for (const UsageRow& u : v.tokens) TokenRowJson(w, u);
-    w.EndArray();
-    return std::string(buf.GetString()) + "\n";
-  }
+  if (json) return JsonObjectArray(v.tokens, TokenRowMembers) + "\n";
   std::string out = fmt::format("{:<16} {:<36} {:<28} {:>9} {:>14} {:>17}\n", "USER", "MODEL",
                                 "BACKEND", "REQUESTS", "PROMPT_TOKENS", "COMPLETION_TOKENS");
   for (const UsageRow& u : v.tokens) {
@@ -134,34 +119,18 @@ std::string FormatUsage(const UsageView& v, bool json, bool per_user) {
 }
 
 std::string UsageReplyJson(const UsageView& v) {
-  rapidjson::StringBuffer buf;
-  Writer w(buf);
-  w.StartObject();
-  w.Key("tokens");
-  w.StartArray();
-  for (const UsageRow& u : v.tokens) TokenRowJson(w, u);
-  w.EndArray();
-  w.Key("jobs");
-  w.StartArray();
-  for (const JobUsageRow& j : v.jobs) {
-    w.StartObject();
-    Member(w, "user", j.user);
-    Member(w, "jobs", j.jobs);
-    Member(w, "gpu_seconds", j.gpu_seconds);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("wasted");
-  w.StartArray();
-  for (const auto& [user, seconds] : v.wasted_gpu_seconds) {
-    w.StartObject();
-    Member(w, "user", user);
-    Member(w, "wasted_gpu_seconds", seconds);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  return buf.GetString();
+  return JsonObject([&](JsonWriter& w) {
+    ObjectsMember(w, "tokens", v.tokens, [&](const UsageRow& u) { TokenRowMembers(w, u); });
+    ObjectsMember(w, "jobs", v.jobs, [&](const JobUsageRow& j) {
+      Member(w, "user", j.user);
+      Member(w, "jobs", j.jobs);
+      Member(w, "gpu_seconds", j.gpu_seconds);
+    });
+    ObjectsMember(w, "wasted", v.wasted_gpu_seconds, [&](const auto& row) {
+      Member(w, "user", row.first);
+      Member(w, "wasted_gpu_seconds", row.second);
+    });
+  });
 }
 
 Result<UsageView> ParseUsageReply(std::string_view text) {

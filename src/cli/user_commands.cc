@@ -27,61 +27,34 @@ namespace {
 
 std::string Limit(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 
-void OptionalInt(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
-                 const std::optional<int64_t>& v) {
-  w.Key(key);
-  if (v) w.Int64(*v); else w.Null();
-}
-
-void OptionalText(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* key,
-                  const std::optional<std::string>& v) {
-  w.Key(key);
-  if (v) w.String(v->c_str()); else w.Null();
-}
-
 std::string UsersJson(const std::vector<User>& users) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.StartArray();
-  for (const User& u : users) {
-    w.StartObject();
+  return JsonObjectArray(users, [](JsonWriter& w, const User& u) {
     Member(w, "name", u.name);
     w.Key("weight");
     w.Double(u.limits.weight);
-    OptionalInt(w, "rpm", u.limits.rpm);
-    OptionalInt(w, "tpm", u.limits.tpm);
-    OptionalInt(w, "tokens_per_day", u.limits.tokens_per_day);
-    OptionalInt(w, "max_concurrent", u.limits.max_concurrent);
-    w.Key("workspace");
-    w.StartObject();
-    OptionalInt(w, "cpus", u.limits.workspace.cpus);
-    OptionalText(w, "memory", u.limits.workspace.memory);
-    OptionalInt(w, "processes", u.limits.workspace.processes);
-    OptionalText(w, "disk", u.limits.workspace.disk);
-    w.EndObject();
+    Member(w, "rpm", u.limits.rpm);
+    Member(w, "tpm", u.limits.tpm);
+    Member(w, "tokens_per_day", u.limits.tokens_per_day);
+    Member(w, "max_concurrent", u.limits.max_concurrent);
+    ObjectMember(w, "workspace", [&] {
+      Member(w, "cpus", u.limits.workspace.cpus);
+      Member(w, "memory", u.limits.workspace.memory);
+      Member(w, "processes", u.limits.workspace.processes);
+      Member(w, "disk", u.limits.workspace.disk);
+    });
     Member(w, "created_at", UtcTime(u.created_at));
     Member(w, "admin", u.admin);
-    w.EndObject();
-  }
-  w.EndArray();
-  return buf.GetString();
+  });
 }
 
 std::string KeysJson(const std::vector<KeyInfo>& keys) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.StartArray();
-  for (const KeyInfo& k : keys) {
-    w.StartObject();
+  return JsonObjectArray(keys, [](JsonWriter& w, const KeyInfo& k) {
     Member(w, "id", k.id);
     Member(w, "user", k.user);
     Member(w, "created_at", UtcTime(k.created_at));
     w.Key("revoked_at");
     if (k.revoked_at) w.String(UtcTime(*k.revoked_at).c_str()); else w.Null();
-    w.EndObject();
-  }
-  w.EndArray();
-  return buf.GetString();
+  });
 }
 
 void AddLimitOptions(CLI::App* c, std::optional<double>& weight, std::optional<int64_t>& rpm,
@@ -323,15 +296,19 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
     fmt::print(stderr, "bmas: {}\n", e.message);
     return 1;
   };
-
-  if (which == user_add_) {
-    UserLimits limits;
-    limits.weight = weight_.value_or(1.0);
+  // The limits `user add` and `user set` take alike, into a new user's limits or a change.
+  auto limits_given = [&](auto& limits) {
     limits.rpm = rpm_;
     limits.tpm = tpm_;
     limits.tokens_per_day = tokens_per_day_;
     limits.max_concurrent = max_concurrent_;
     limits.workspace = workspace_;
+  };
+
+  if (which == user_add_) {
+    UserLimits limits;
+    limits.weight = weight_.value_or(1.0);
+    limits_given(limits);
     if (auto r = store.AddUser(name_, limits); !r) return fail(r.error());
     if (admin_flag_) {
       UserChange change;
@@ -358,11 +335,7 @@ int UserCommands::Run(GlobalOptions& global, CLI::App* which) {
   } else if (which == user_set_) {
     UserChange change;
     change.weight = weight_;
-    change.rpm = rpm_;
-    change.tpm = tpm_;
-    change.tokens_per_day = tokens_per_day_;
-    change.max_concurrent = max_concurrent_;
-    change.workspace = workspace_;
+    limits_given(change);
     change.clear = unset_;
     change.admin = admin_;
     if (auto r = store.ChangeUser(name_, change); !r) return fail(r.error());

@@ -34,6 +34,18 @@ long long Int(const rapidjson::Value& v, const char* key) {
   return m != nullptr && m->IsInt64() ? m->GetInt64() : 0;
 }
 
+// A process as the record names it, the record's own and each part's: its pid and its start
+// time in clock ticks, which tells it from a later process given the same pid.
+void WriteProcess(JsonWriter& w, pid_t pid, unsigned long long start_ticks) {
+  Member(w, "pid", pid);
+  Member(w, "start_ticks", start_ticks);
+}
+void ReadProcess(const rapidjson::Value& v, pid_t& pid, unsigned long long& start_ticks) {
+  pid = static_cast<pid_t>(Int(v, "pid"));
+  const rapidjson::Value* ticks = JsonMember(v, "start_ticks");
+  start_ticks = ticks != nullptr && ticks->IsUint64() ? ticks->GetUint64() : 0;
+}
+
 bool Bool(const rapidjson::Value& v, const char* key) {
   const rapidjson::Value* m = JsonMember(v, key);
   return m != nullptr && m->IsBool() && m->GetBool();
@@ -41,28 +53,21 @@ bool Bool(const rapidjson::Value& v, const char* key) {
 
 void WriteRecord(JsonWriter& w, const UpRecord& r, bool running) {
   Member(w, "running", running);
-  Member(w, "pid", r.pid);
-  Member(w, "start_ticks", r.start_ticks);
+  WriteProcess(w, r.pid, r.start_ticks);
   Member(w, "since", r.since);
   Member(w, "state_dir", r.state_dir);
   Member(w, "owns_slurm", r.owns_slurm);
   Member(w, "owns_lxd", r.owns_lxd);
-  w.Key("parts");
-  w.StartArray();
-  for (const UpRecord::Part& p : r.parts) {
-    w.StartObject();
+  ObjectsMember(w, "parts", r.parts, [&](const UpRecord::Part& p) {
     Member(w, "name", p.name);
-    Member(w, "pid", p.pid);
-    Member(w, "start_ticks", p.start_ticks);
+    WriteProcess(w, p.pid, p.start_ticks);
     Member(w, "url", p.url);
     Member(w, "log", p.log);
     Member(w, "state", p.state);
     Member(w, "restart_at", p.restart_at);
     Member(w, "restarts", p.restarts);
     Member(w, "last_exit", p.last_exit);
-    w.EndObject();
-  }
-  w.EndArray();
+  });
 }
 
 std::string LocalTime(long long unix_seconds) {
@@ -107,9 +112,7 @@ Result<UpRecord> ReadUpRecord(const std::string& state_dir) {
     return Internal(fmt::format("{} is not a bmas up record", path.string()));
   }
   UpRecord r;
-  r.pid = static_cast<pid_t>(Int(d, "pid"));
-  const rapidjson::Value* ticks = JsonMember(d, "start_ticks");
-  r.start_ticks = ticks != nullptr && ticks->IsUint64() ? ticks->GetUint64() : 0;
+  ReadProcess(d, r.pid, r.start_ticks);
   r.since = Int(d, "since");
   r.state_dir = JsonString(d, "state_dir");
   r.owns_slurm = Bool(d, "owns_slurm");
@@ -119,9 +122,7 @@ Result<UpRecord> ReadUpRecord(const std::string& state_dir) {
     for (const rapidjson::Value& v : parts->GetArray()) {
       UpRecord::Part p;
       p.name = JsonString(v, "name");
-      p.pid = static_cast<pid_t>(Int(v, "pid"));
-      const rapidjson::Value* t = JsonMember(v, "start_ticks");
-      p.start_ticks = t != nullptr && t->IsUint64() ? t->GetUint64() : 0;
+      ReadProcess(v, p.pid, p.start_ticks);
       p.url = JsonString(v, "url");
       p.log = JsonString(v, "log");
       p.state = JsonString(v, "state");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <ranges>
 #include <set>
 
 #include "common/json_object.h"
@@ -30,17 +31,17 @@ void Real(JsonWriter& w, const char* key, double value) {
   w.Double(value);
 }
 
-void OptNum(JsonWriter& w, const char* key, const std::optional<int64_t>& value) {
-  w.Key(key);
-  if (value) w.Int64(*value); else w.Null();
+void Source(JsonWriter& w, const char* key, bool ok, const std::string& error) {
+  ObjectMember(w, key, [&] {
+    Member(w, "ok", ok);
+    Str(w, "error", error);
+  });
 }
 
-void Source(JsonWriter& w, const char* key, bool ok, const std::string& error) {
+// A number of seconds, or null where `seconds` is negative (no figure).
+void Seconds(JsonWriter& w, const char* key, double seconds) {
   w.Key(key);
-  w.StartObject();
-  Member(w, "ok", ok);
-  Str(w, "error", error);
-  w.EndObject();
+  if (seconds >= 0) w.Double(seconds); else w.Null();
 }
 
 // Per job, the largest waste any of its records says (a warning, then the cancellation).
@@ -64,10 +65,10 @@ std::map<std::string, double> WastedGpuHoursPerUser(const ClusterState& s) {
   return hours;
 }
 
+// A job's members, as `v` may see them.
 void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s,
          const QueueOutlook& outlook, const std::map<int64_t, const IdleRecord*>& idle) {
   const bool seen = Sees(v, j.user);
-  w.StartObject();
   Num(w, "id", seen ? j.id : 0);
   Str(w, "user", seen ? j.user : "");
   Str(w, "name", seen ? j.name : "");
@@ -79,14 +80,11 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Num(w, "started", j.start_time);
   Num(w, "ended", j.end_time);
   Num(w, "time_limit_min", j.time_limit_minutes);
-  w.Key("nodes");
-  w.StartArray();
-  for (const std::string& n : j.nodes) w.String(n.c_str());
-  w.EndArray();
+  StringsMember(w, "nodes", j.nodes);
   Str(w, "reason", j.reason);
   if (j.state == "PENDING") {
     Str(w, "reason_text", outlook.Explain(j, s.now));
-    OptNum(w, "eta_s", outlook.EstimateStartSeconds(j, s.now));
+    Member(w, "eta_s", outlook.EstimateStartSeconds(j, s.now));
     Num(w, "waiting_s", std::max<int64_t>(0, s.now - j.submit_time));
   }
   w.Key("idle");
@@ -103,7 +101,6 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   } else {
     w.Null();
   }
-  w.EndObject();
 }
 
 struct UserTotals {
@@ -152,20 +149,20 @@ void UserRow(JsonWriter& w, const std::string& name, const User* u, const UserTo
   Num(w, "running_jobs", t.running);
   Num(w, "pending_jobs", t.pending);
   Num(w, "gpus_held", t.gpus_held);
-  w.Key("limits");
   if (u == nullptr) {
+    w.Key("limits");
     w.Null();
     return;
   }
-  w.StartObject();
-  Real(w, "weight", u->limits.weight);
-  OptNum(w, "rpm", u->limits.rpm);
-  OptNum(w, "tpm", u->limits.tpm);
-  OptNum(w, "tokens_per_day", u->limits.tokens_per_day);
-  OptNum(w, "max_concurrent", u->limits.max_concurrent);
-  OptNum(w, "workspace_cpus", u->limits.workspace.cpus);
-  Str(w, "workspace_memory", u->limits.workspace.memory.value_or(""));
-  w.EndObject();
+  ObjectMember(w, "limits", [&] {
+    Real(w, "weight", u->limits.weight);
+    Member(w, "rpm", u->limits.rpm);
+    Member(w, "tpm", u->limits.tpm);
+    Member(w, "tokens_per_day", u->limits.tokens_per_day);
+    Member(w, "max_concurrent", u->limits.max_concurrent);
+    Member(w, "workspace_cpus", u->limits.workspace.cpus);
+    Str(w, "workspace_memory", u->limits.workspace.memory.value_or(""));
+  });
 }
 
 const User* FindUser(const ClusterState& s, std::string_view name) {
@@ -182,16 +179,15 @@ std::string MeJson(const ClusterState& s, const Viewer& v) {
     Str(w, "user", v.user);
     Member(w, "admin", v.admin);
     Num(w, "now", s.now);
-    w.Key("sources");
-    w.StartObject();
-    Source(w, "slurm", s.slurm_reachable, s.slurm_error);
-    Source(w, "gateway", s.gateway.reachable, s.gateway.error);
-    Source(w, "store", s.store_ok, s.store_error);
-    int up = 0;
-    for (const NodeTelemetry& t : s.telemetry) up += t.up ? 1 : 0;
-    Num(w, "agents", static_cast<int64_t>(s.telemetry.size()));
-    Num(w, "agents_with_telemetry", up);
-    w.EndObject();
+    ObjectMember(w, "sources", [&] {
+      Source(w, "slurm", s.slurm_reachable, s.slurm_error);
+      Source(w, "gateway", s.gateway.reachable, s.gateway.error);
+      Source(w, "store", s.store_ok, s.store_error);
+      int up = 0;
+      for (const NodeTelemetry& t : s.telemetry) up += t.up ? 1 : 0;
+      Num(w, "agents", static_cast<int64_t>(s.telemetry.size()));
+      Num(w, "agents_with_telemetry", up);
+    });
   });
 }
 
@@ -199,21 +195,15 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
   return JsonObject([&](JsonWriter& w) {
     std::map<std::string, int64_t> totals = {{"gpus", 0},     {"training", 0}, {"inference", 0},
                                              {"idle", 0},     {"reserved", 0}, {"drained", 0}};
-    w.Key("nodes");
-    w.StartArray();
-    for (const NodeCell& n : BuildClusterMap(s)) {
-      w.StartObject();
+    ObjectsMember(w, "nodes", BuildClusterMap(s), [&](const NodeCell& n) {
       Str(w, "name", n.name);
       Str(w, "state", n.state);
       Str(w, "reason", n.reason);
       Member(w, "telemetry", n.telemetry);
-      w.Key("gpus");
-      w.StartArray();
-      for (const GpuCell& g : n.gpus) {
+      ObjectsMember(w, "gpus", n.gpus, [&](const GpuCell& g) {
         ++totals["gpus"];
         ++totals[g.state];
         const bool seen = Sees(v, g.user);
-        w.StartObject();
         Num(w, "index", g.index);
         Str(w, "state", g.state);
         Num(w, "job_id", seen ? g.job_id : 0);
@@ -225,16 +215,11 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
         if (g.util >= 0) w.Int(g.util); else w.Null();
         Num(w, "mem_used_mb", static_cast<int64_t>(g.mem_used_mb));
         Num(w, "mem_total_mb", static_cast<int64_t>(g.mem_total_mb));
-        w.EndObject();
-      }
-      w.EndArray();
-      w.EndObject();
-    }
-    w.EndArray();
-    w.Key("totals");
-    w.StartObject();
-    for (const auto& [k, n] : totals) Num(w, k.c_str(), n);
-    w.EndObject();
+      });
+    });
+    ObjectMember(w, "totals", [&] {
+      for (const auto& [k, n] : totals) Num(w, k.c_str(), n);
+    });
     Str(w, "mode", s.mode.research ? "research" : "lab");
   });
 }
@@ -262,17 +247,13 @@ std::string QueueJson(const ClusterState& s, const Viewer& v) {
     for (const JobInfo* j : pending) pending_gpus += j->gpus;
     for (auto [key, list] : {std::pair{"pending", &pending}, std::pair{"running", &running},
                              std::pair{"recent", &recent}}) {
-      w.Key(key);
-      w.StartArray();
-      for (const JobInfo* j : *list) Job(w, *j, v, s, outlook, idle);
-      w.EndArray();
+      ObjectsMember(w, key, *list, [&](const JobInfo* j) { Job(w, *j, v, s, outlook, idle); });
     }
-    w.Key("totals");
-    w.StartObject();
-    Num(w, "pending", static_cast<int64_t>(pending.size()));
-    Num(w, "pending_gpus", pending_gpus);
-    Num(w, "running", static_cast<int64_t>(running.size()));
-    w.EndObject();
+    ObjectMember(w, "totals", [&] {
+      Num(w, "pending", static_cast<int64_t>(pending.size()));
+      Num(w, "pending_gpus", pending_gpus);
+      Num(w, "running", static_cast<int64_t>(running.size()));
+    });
   });
 }
 
@@ -282,31 +263,25 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
   for (const auto& [m, q] : s.gateway.queued) models.insert(m);
   for (const UsageRow& r : s.tokens_hour) models.insert(r.model);
   return JsonObject([&](JsonWriter& w) {
-    w.Key("gateway");
-    w.StartObject();
-    Member(w, "reachable", s.gateway.reachable);
-    Str(w, "error", s.gateway.error);
-    w.EndObject();
-    w.Key("models");
-    w.StartArray();
-    for (const std::string& m : models) {
-      w.StartObject();
+    ObjectMember(w, "gateway", [&] {
+      Member(w, "reachable", s.gateway.reachable);
+      Str(w, "error", s.gateway.error);
+    });
+    ObjectsMember(w, "models", models, [&](const std::string& m) {
       Str(w, "model", m);
       int ready = 0;
-      w.Key("replicas");
-      w.StartArray();
-      for (const BackendLoad& b : s.gateway.backends) {
-        if (std::find(b.models.begin(), b.models.end(), m) == b.models.end()) continue;
-        ready += b.healthy && !b.draining ? 1 : 0;
-        w.StartObject();
-        Str(w, "url", b.url);
-        Str(w, "state", b.draining ? "draining" : b.healthy ? "ready" : "unhealthy");
-        Num(w, "in_flight", b.in_flight);
-        Num(w, "capacity", b.capacity);
-        Real(w, "kv_usage", b.kv_usage);
-        w.EndObject();
-      }
-      w.EndArray();
+      auto serving = [&](const BackendLoad& b) {
+        return std::find(b.models.begin(), b.models.end(), m) != b.models.end();
+      };
+      ObjectsMember(w, "replicas", s.gateway.backends | std::views::filter(serving),
+                    [&](const BackendLoad& b) {
+                      ready += b.healthy && !b.draining ? 1 : 0;
+                      Str(w, "url", b.url);
+                      Str(w, "state", b.draining ? "draining" : b.healthy ? "ready" : "unhealthy");
+                      Num(w, "in_flight", b.in_flight);
+                      Num(w, "capacity", b.capacity);
+                      Real(w, "kv_usage", b.kv_usage);
+                    });
       Num(w, "ready", ready);
       auto q = s.gateway.queued.find(m);
       Num(w, "queued", q == s.gateway.queued.end() ? 0 : q->second);
@@ -318,9 +293,7 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
       }
       Num(w, "tokens_last_hour", tokens);
       Num(w, "requests_last_hour", requests);
-      w.EndObject();
-    }
-    w.EndArray();
+    });
     std::map<std::string, UsageRow> per_user;
     for (const UsageRow& r : s.tokens_hour) {
       UsageRow& u = per_user[r.user];
@@ -330,26 +303,21 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
       u.completion_tokens += r.completion_tokens;
     }
     int64_t total = 0;
-    w.Key("users");
-    w.StartArray();
-    for (const auto& [name, u] : per_user) {
-      total += u.prompt_tokens + u.completion_tokens;
-      if (!Sees(v, name)) continue;
-      w.StartObject();
+    for (const auto& [name, u] : per_user) total += u.prompt_tokens + u.completion_tokens;
+    auto seen = [&](const auto& row) { return Sees(v, row.first); };
+    ObjectsMember(w, "users", per_user | std::views::filter(seen), [&](const auto& row) {
+      const auto& [name, u] = row;
       Str(w, "user", name);
       Num(w, "requests", u.requests);
       Num(w, "prompt_tokens", u.prompt_tokens);
       Num(w, "completion_tokens", u.completion_tokens);
-      w.EndObject();
-    }
-    w.EndArray();
+    });
     Num(w, "tokens_last_hour", total);
     // The latest interval of the last hour that had streamed requests.
-    w.Key("ttft_p95_s");
     auto latest = std::find_if(s.history.rbegin(), s.history.rend(), [&](const HistoryPoint& p) {
       return p.ttft_p95_s >= 0 && p.t >= s.now - 3600;
     });
-    if (latest != s.history.rend()) w.Double(latest->ttft_p95_s); else w.Null();
+    Seconds(w, "ttft_p95_s", latest != s.history.rend() ? latest->ttft_p95_s : -1);
   });
 }
 
@@ -357,27 +325,23 @@ std::string UsersJson(const ClusterState& s, const Viewer& v) {
   const auto per_user = TotalsPerUser(s);
   return JsonObject([&](JsonWriter& w) {
     UserTotals all;
-    w.Key("users");
-    w.StartArray();
     for (const auto& [name, t] : per_user) {
       all.gpu_hours += t.gpu_hours;
       all.tokens_today += t.tokens_today;
       all.wasted += t.wasted;
       all.jobs += t.jobs;
-      if (!Sees(v, name)) continue;
-      w.StartObject();
-      UserRow(w, name, FindUser(s, name), t);
-      w.EndObject();
     }
-    w.EndArray();
-    w.Key("totals");
-    w.StartObject();
-    Num(w, "users", static_cast<int64_t>(s.users.size()));
-    Num(w, "jobs_30d", all.jobs);
-    Real(w, "gpu_hours_30d", all.gpu_hours);
-    Real(w, "wasted_gpu_hours_30d", all.wasted);
-    Num(w, "tokens_today", all.tokens_today);
-    w.EndObject();
+    auto seen = [&](const auto& row) { return Sees(v, row.first); };
+    ObjectsMember(w, "users", per_user | std::views::filter(seen), [&](const auto& row) {
+      UserRow(w, row.first, FindUser(s, row.first), row.second);
+    });
+    ObjectMember(w, "totals", [&] {
+      Num(w, "users", static_cast<int64_t>(s.users.size()));
+      Num(w, "jobs_30d", all.jobs);
+      Real(w, "gpu_hours_30d", all.gpu_hours);
+      Real(w, "wasted_gpu_hours_30d", all.wasted);
+      Num(w, "tokens_today", all.tokens_today);
+    });
   });
 }
 
@@ -397,37 +361,22 @@ Result<std::string> UserJson(const ClusterState& s, const Viewer& v, std::string
   const QueueOutlook outlook(s);
   return JsonObject([&](JsonWriter& w) {
     UserRow(w, std::string(name), u, t == per_user.end() ? UserTotals{} : t->second);
-    w.Key("jobs");
-    w.StartArray();
-    for (const JobInfo& j : s.jobs) {
-      if (j.user == name) Job(w, j, v, s, outlook, idle);
-    }
-    w.EndArray();
-    w.Key("idle_actions");
-    w.StartArray();
-    for (const IdleRecord& r : s.idle) {
-      if (r.user != name) continue;
-      w.StartObject();
+    auto theirs = std::views::filter([&](const auto& row) { return row.user == name; });
+    ObjectsMember(w, "jobs", s.jobs | theirs,
+                  [&](const JobInfo& j) { Job(w, j, v, s, outlook, idle); });
+    ObjectsMember(w, "idle_actions", s.idle | theirs, [&](const IdleRecord& r) {
       Num(w, "job", r.job);
       Str(w, "kind", r.kind);
       Num(w, "at", r.at);
       Real(w, "wasted_gpu_hours", static_cast<double>(r.wasted_gpu_seconds) / 3600);
       Str(w, "reason", r.reason);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.Key("tokens_today");
-    w.StartArray();
-    for (const UsageRow& r : s.tokens_day) {
-      if (r.user != name) continue;
-      w.StartObject();
+    });
+    ObjectsMember(w, "tokens_today", s.tokens_day | theirs, [&](const UsageRow& r) {
       Str(w, "model", r.model);
       Num(w, "requests", r.requests);
       Num(w, "prompt_tokens", r.prompt_tokens);
       Num(w, "completion_tokens", r.completion_tokens);
-      w.EndObject();
-    }
-    w.EndArray();
+    });
   });
 }
 
@@ -435,46 +384,29 @@ std::string ModeJson(const ClusterState& s, const Viewer& v) {
   (void)v;  // the mode and its owners are public: the reservation is Slurm's, seen by all
   return JsonObject([&](JsonWriter& w) {
     Str(w, "mode", s.mode.research ? "research" : "lab");
-    w.Key("users");
-    w.StartArray();
-    for (const std::string& u : s.mode.users) w.String(u.c_str());
-    w.EndArray();
-    w.Key("nodes");
-    w.StartArray();
-    for (const std::string& n : s.mode.nodes) w.String(n.c_str());
-    w.EndArray();
+    StringsMember(w, "users", s.mode.users);
+    StringsMember(w, "nodes", s.mode.nodes);
     Str(w, "since", s.mode.start_time);
-    w.Key("owners");
-    w.StartArray();
-    for (const NodeInfo& n : s.nodes) {
+    ObjectsMember(w, "owners", s.nodes, [&](const NodeInfo& n) {
       const bool reserved = s.mode.research && std::find(s.mode.nodes.begin(), s.mode.nodes.end(),
                                                          n.name) != s.mode.nodes.end();
-      w.StartObject();
       Str(w, "node", n.name);
       Str(w, "owner", reserved ? fmt::format("research: {}", fmt::join(s.mode.users, ", "))
                                : "lab: everyone");
-      w.EndObject();
-    }
-    w.EndArray();
+    });
   });
 }
 
 std::string HistoryJson(const ClusterState& s) {
   return JsonObject([&](JsonWriter& w) {
-    w.Key("points");
-    w.StartArray();
-    for (const HistoryPoint& p : s.history) {
-      w.StartObject();
+    ObjectsMember(w, "points", s.history, [&](const HistoryPoint& p) {
       Num(w, "t", p.t);
       Num(w, "training", p.gpus_training);
       Num(w, "inference", p.gpus_inference);
       Num(w, "idle", p.gpus_idle);
       Num(w, "queue", p.queue);
-      w.Key("ttft_p95_s");
-      if (p.ttft_p95_s >= 0) w.Double(p.ttft_p95_s); else w.Null();
-      w.EndObject();
-    }
-    w.EndArray();
+      Seconds(w, "ttft_p95_s", p.ttft_p95_s);
+    });
   });
 }
 

@@ -39,6 +39,9 @@ void WriteString(Writer& w, const std::string& s);
 void WriteMap(Writer& w, const StringMap& m);
 void WriteDevices(Writer& w, const std::map<std::string, StringMap>& devices);
 void WriteStrings(Writer& w, const std::vector<std::string>& list);
+// The "config" and "devices" members an instance and a profile both have.
+void WriteConfigAndDevices(Writer& w, const StringMap& config,
+                           const std::map<std::string, StringMap>& devices);
 
 // The body of POST /1.0/instances: `spec` with the source that `write_source` writes.
 std::string CreateBody(const InstanceSpec& spec, const std::string& architecture,

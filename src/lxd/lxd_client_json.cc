@@ -116,6 +116,14 @@ void WriteStrings(Writer& w, const std::vector<std::string>& list) {
   w.EndArray();
 }
 
+void WriteConfigAndDevices(Writer& w, const StringMap& config,
+                           const std::map<std::string, StringMap>& devices) {
+  w.Key("config");
+  WriteMap(w, config);
+  w.Key("devices");
+  WriteDevices(w, devices);
+}
+
 std::string CreateBody(const InstanceSpec& spec, const std::string& architecture,
                        const std::function<void(Writer&)>& write_source) {
   rapidjson::StringBuffer buf;
@@ -128,16 +136,10 @@ std::string CreateBody(const InstanceSpec& spec, const std::string& architecture
     w.Key("architecture");
     WriteString(w, architecture);
   }
-  w.Key("source");
-  w.StartObject();
-  write_source(w);
-  w.EndObject();
+  ObjectMember(w, "source", [&] { write_source(w); });
   w.Key("profiles");
   WriteStrings(w, spec.profiles);
-  w.Key("config");
-  WriteMap(w, spec.config);
-  w.Key("devices");
-  WriteDevices(w, spec.devices);
+  WriteConfigAndDevices(w, spec.config, spec.devices);
   w.EndObject();
   return buf.GetString();
 }

@@ -20,7 +20,7 @@ using internal::Parse;
 using internal::Segment;
 using internal::Strings;
 using internal::Writer;
-using internal::WriteDevices;
+using internal::WriteConfigAndDevices;
 using internal::WriteMap;
 using internal::WriteString;
 
@@ -45,10 +45,7 @@ std::string ProfileBody(const Profile& p, bool with_name) {
   }
   w.Key("description");
   WriteString(w, p.description);
-  w.Key("config");
-  WriteMap(w, p.config);
-  w.Key("devices");
-  WriteDevices(w, p.devices);
+  WriteConfigAndDevices(w, p.config, p.devices);
   w.EndObject();
   return buf.GetString();
 }

@@ -1,5 +1,7 @@
 #include "plan/html_report.h"
 
+#include <fmt/format.h>
+
 #include "dashboard/assets.h"
 
 namespace bmas::plan {
@@ -39,6 +41,13 @@ constexpr std::string_view kHead =
     "base-uri 'none'\">\n"
     "<link rel=\"icon\" href=\"data:,\">\n<title>bmas plan</title>\n";
 
+// <tag>, `body` on lines of its own, </tag>: an inline style or script.
+void AppendInline(std::string& html, std::string_view tag, std::string_view body) {
+  html += fmt::format("<{}>\n", tag);
+  html += body;
+  html += fmt::format("\n</{}>\n", tag);
+}
+
 }  // namespace
 
 std::string PlanHtml(std::string_view report_json) {
@@ -52,22 +61,19 @@ std::string PlanHtml(std::string_view report_json) {
   html.reserve(kHead.size() + uplot_js.size() + uplot_css.size() + plan_js.size() +
                plan_css.size() + json.size() + 512);
   html += kHead;
-  html += "<style>\n";
-  html += uplot_css;
-  html += "\n</style>\n<style>\n";
-  html += plan_css;
-  html += "\n</style>\n</head>\n<body>\n";
+  AppendInline(html, "style", uplot_css);
+  AppendInline(html, "style", plan_css);
+  html += "</head>\n<body>\n";
   // plan.js fills #page; without scripts the reader at least learns why it is empty.
   html +=
       "<main id=\"page\"><noscript>This report is drawn by JavaScript: allow scripts for "
       "this file.</noscript></main>\n";
   html += "<script type=\"application/json\" id=\"report\">";
   html += json;
-  html += "</script>\n<script>\n";
-  html += uplot_js;
-  html += "\n</script>\n<script>\n";
-  html += plan_js;
-  html += "\n</script>\n</body>\n</html>\n";
+  html += "</script>\n";
+  AppendInline(html, "script", uplot_js);
+  AppendInline(html, "script", plan_js);
+  html += "</body>\n</html>\n";
   return html;
 }
 

@@ -337,184 +337,147 @@ void CdfJson(JsonWriter& w, std::string_view key,
 }  // namespace
 
 std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep) {
-  rapidjson::StringBuffer buf;
-  JsonWriter w(buf);
-  w.StartObject();
-  Str(w, "verdict", r.verdict);
-  Member(w, "met", r.met);
-  w.Key("scenario");
-  w.StartObject();
-  Str(w, "source", s.source);
-  Member(w, "users", r.users);
-  Member(w, "gpus", r.jobs.total_gpus);
-  Member(w, "nodes", static_cast<int>(s.cluster->nodes.size()));
-  Num(w, "days", s.simulation.days);
-  Member(w, "seed", s.simulation.seed);
-  w.Key("cohorts");
-  w.StartArray();
-  for (const Cohort& c : s.cohorts) Str(w, c.name);
-  w.EndArray();
-  w.EndObject();
-  w.Key("engine");
-  w.StartObject();
-  Str(w, "model", s.engine.model);
-  Str(w, "profile", r.engine.profile);
-  w.Key("calibration_reference");
-  if (r.engine.reference.empty()) {
-    w.Null();
-  } else {
-    Str(w, r.engine.reference);
-  }
-  Opt(w, "calibration_worst_error", r.engine.worst_error);
-  w.EndObject();
-  w.Key("slo");
-  w.StartObject();
-  for (const auto& [k, v] : {std::pair{"ttft_p95_s", s.slo.ttft_p95_s}, {"ttft_p99_s", s.slo.ttft_p99_s},
-                             {"job_wait_p95_s", s.slo.job_wait_p95_s},
-                             {"hours_met_fraction", s.slo.hours_met_fraction}}) {
-    w.Key(k);
-    Num(w, v);
-  }
-  w.EndObject();
+  return JsonObject([&](JsonWriter& w) {
+    Str(w, "verdict", r.verdict);
+    Member(w, "met", r.met);
+    ObjectMember(w, "scenario", [&] {
+      Str(w, "source", s.source);
+      Member(w, "users", r.users);
+      Member(w, "gpus", r.jobs.total_gpus);
+      Member(w, "nodes", static_cast<int>(s.cluster->nodes.size()));
+      Num(w, "days", s.simulation.days);
+      Member(w, "seed", s.simulation.seed);
+      std::vector<std::string_view> cohorts;
+      for (const Cohort& c : s.cohorts) cohorts.push_back(c.name);
+      StringsMember(w, "cohorts", cohorts);
+    });
+    ObjectMember(w, "engine", [&] {
+      Str(w, "model", s.engine.model);
+      Str(w, "profile", r.engine.profile);
+      w.Key("calibration_reference");
+      if (r.engine.reference.empty()) {
+        w.Null();
+      } else {
+        Str(w, r.engine.reference);
+      }
+      Opt(w, "calibration_worst_error", r.engine.worst_error);
+    });
+    ObjectMember(w, "slo", [&] {
+      for (const auto& [k, v] : {std::pair{"ttft_p95_s", s.slo.ttft_p95_s},
+                                 {"ttft_p99_s", s.slo.ttft_p99_s},
+                                 {"job_wait_p95_s", s.slo.job_wait_p95_s},
+                                 {"hours_met_fraction", s.slo.hours_met_fraction}}) {
+        Num(w, k, v);
+      }
+    });
 
-  w.Key("jobs");
-  w.StartObject();
-  Member(w, "count", r.jobs.count);
-  Member(w, "started", r.jobs.started);
-  Member(w, "cannot_run", r.jobs.cannot_run);
-  Member(w, "requeues", r.jobs.requeues);
-  StatsJson(w, "wait_s", r.jobs.wait_s);
-  StatsJson(w, "completion_s", r.jobs.completion_s);
-  Num(w, "makespan_s", r.jobs.makespan_s);
-  w.Key("by_gpus");
-  w.StartArray();
-  for (const auto& [gpus, st] : r.jobs.wait_by_gpus) {
-    w.StartObject();
-    Member(w, "gpus", gpus);
-    StatsJson(w, "wait_s", st);
-    StatsJson(w, "completion_s", r.jobs.completion_by_gpus.at(gpus));
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("by_cohort");
-  w.StartArray();
-  for (const CohortJobs& c : r.jobs_by_cohort) {
-    w.StartObject();
-    Str(w, "cohort", c.cohort);
-    StatsJson(w, "wait_s", c.wait_s);
-    StatsJson(w, "completion_s", c.completion_s);
-    Num(w, "gpu_hours", c.gpu_hours);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
+    ObjectMember(w, "jobs", [&] {
+      Member(w, "count", r.jobs.count);
+      Member(w, "started", r.jobs.started);
+      Member(w, "cannot_run", r.jobs.cannot_run);
+      Member(w, "requeues", r.jobs.requeues);
+      StatsJson(w, "wait_s", r.jobs.wait_s);
+      StatsJson(w, "completion_s", r.jobs.completion_s);
+      Num(w, "makespan_s", r.jobs.makespan_s);
+      ObjectsMember(w, "by_gpus", r.jobs.wait_by_gpus, [&](const auto& by_gpus) {
+        const auto& [gpus, st] = by_gpus;
+        Member(w, "gpus", gpus);
+        StatsJson(w, "wait_s", st);
+        StatsJson(w, "completion_s", r.jobs.completion_by_gpus.at(gpus));
+      });
+      ObjectsMember(w, "by_cohort", r.jobs_by_cohort, [&](const CohortJobs& c) {
+        Str(w, "cohort", c.cohort);
+        StatsJson(w, "wait_s", c.wait_s);
+        StatsJson(w, "completion_s", c.completion_s);
+        Num(w, "gpu_hours", c.gpu_hours);
+      });
+    });
 
-  w.Key("inference");
-  w.StartObject();
-  for (const auto& [k, v] : {std::pair{"requests", r.requests}, {"completed", r.completed},
-                             {"failed", r.failed}, {"tokens_served", r.tokens_served},
-                             {"preemptions", r.preemptions}, {"resumed_streams", r.resumed_streams}}) {
-    w.Key(k);
-    w.Int64(v);
-  }
-  StatsJson(w, "ttft_s", r.ttft_s);
-  StatsJson(w, "itl_s", r.itl_s);
-  StatsJson(w, "e2e_s", r.e2e_s);
-  Num(w, "slo_hours_met_fraction", r.slo_hours_met_fraction);
-  Member(w, "hours_with_load", r.hours_with_load);
-  Member(w, "replicas_max", r.replicas_max);
-  Num(w, "gpu_hours", r.inference_gpu_hours);
-  w.Key("by_cohort");
-  w.StartArray();
-  for (const CohortInference& c : r.inference_by_cohort) {
-    w.StartObject();
-    Str(w, "cohort", c.cohort);
-    Member(w, "requests", c.requests);
-    StatsJson(w, "ttft_s", c.ttft_s);
-    StatsJson(w, "itl_s", c.itl_s);
-    StatsJson(w, "e2e_s", c.e2e_s);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
+    ObjectMember(w, "inference", [&] {
+      for (const auto& [k, v] :
+           {std::pair{"requests", r.requests}, {"completed", r.completed}, {"failed", r.failed},
+            {"tokens_served", r.tokens_served}, {"preemptions", r.preemptions},
+            {"resumed_streams", r.resumed_streams}}) {
+        Member(w, k, int64_t{v});
+      }
+      StatsJson(w, "ttft_s", r.ttft_s);
+      StatsJson(w, "itl_s", r.itl_s);
+      StatsJson(w, "e2e_s", r.e2e_s);
+      Num(w, "slo_hours_met_fraction", r.slo_hours_met_fraction);
+      Member(w, "hours_with_load", r.hours_with_load);
+      Member(w, "replicas_max", r.replicas_max);
+      Num(w, "gpu_hours", r.inference_gpu_hours);
+      ObjectsMember(w, "by_cohort", r.inference_by_cohort, [&](const CohortInference& c) {
+        Str(w, "cohort", c.cohort);
+        Member(w, "requests", c.requests);
+        StatsJson(w, "ttft_s", c.ttft_s);
+        StatsJson(w, "itl_s", c.itl_s);
+        StatsJson(w, "e2e_s", c.e2e_s);
+      });
+    });
 
-  w.Key("gpus");
-  w.StartObject();
-  Member(w, "total", r.jobs.total_gpus);
-  Num(w, "allocated_fraction", r.allocated_fraction);
-  Num(w, "inference_fraction", r.inference_fraction);
-  Num(w, "training_fraction", r.training_fraction);
-  Num(w, "busy_fraction", r.busy_fraction);
-  w.EndObject();
+    ObjectMember(w, "gpus", [&] {
+      Member(w, "total", r.jobs.total_gpus);
+      Num(w, "allocated_fraction", r.allocated_fraction);
+      Num(w, "inference_fraction", r.inference_fraction);
+      Num(w, "training_fraction", r.training_fraction);
+      Num(w, "busy_fraction", r.busy_fraction);
+    });
 
-  w.Key("timeline");
-  w.StartArray();
-  for (size_t h = 0; h < r.timeline.size(); ++h) {
-    const HourPoint& p = r.timeline[h];
-    w.StartObject();
-    Member(w, "hour", static_cast<int>(h));
-    Num(w, "inference", p.inference);
-    Num(w, "training", p.training);
-    Num(w, "idle", p.idle);
-    w.Key("slo_met");
-    if (p.slo_met) {
-      w.Bool(*p.slo_met);
-    } else {
+    int hour = 0;
+    ObjectsMember(w, "timeline", r.timeline, [&](const HourPoint& p) {
+      Member(w, "hour", hour++);
+      Num(w, "inference", p.inference);
+      Num(w, "training", p.training);
+      Num(w, "idle", p.idle);
+      w.Key("slo_met");
+      if (p.slo_met) {
+        w.Bool(*p.slo_met);
+      } else {
+        w.Null();
+      }
+    });
+    ObjectMember(w, "cdf", [&] {
+      CdfJson(w, "ttft_s", r.ttft_cdf);
+      CdfJson(w, "wait_s", r.wait_cdf);
+    });
+
+    ObjectMember(w, "cost", [&] {
+      Str(w, "currency", r.cost.currency);
+      Num(w, "cluster_per_month", r.cost.cluster_per_month);
+      Opt(w, "per_user_month", r.cost.per_user_month);
+      Opt(w, "per_gpu_hour", r.cost.per_gpu_hour);
+      Opt(w, "cloud_on_demand_per_user_month", r.cost.cloud_on_demand_per_user_month);
+      Opt(w, "cloud_reserved_per_user_month", r.cost.cloud_reserved_per_user_month);
+      Opt(w, "gpu_per_user_per_user_month", r.cost.gpu_per_user_per_user_month);
+    });
+
+    if (sweep == nullptr) {
+      w.Key("sweep");
       w.Null();
+    } else {
+      ObjectMember(w, "sweep", [&] {
+        Str(w, "key", sweep->key);
+        ObjectsMember(w, "results", sweep->points, [&](const SweepPoint& p) {
+          Num(w, "value", p.value);
+          Member(w, "met", p.met);
+          Num(w, "slo_hours_met_fraction", p.slo_hours_met_fraction);
+          Num(w, "job_wait_p95_s", p.job_wait_p95_s);
+          Num(w, "ttft_p99_s", p.ttft_p99_s);
+          Opt(w, "per_user_month", p.per_user_month);
+        });
+        Opt(w, "smallest_meeting", sweep->smallest_meeting);
+      });
     }
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("cdf");
-  w.StartObject();
-  CdfJson(w, "ttft_s", r.ttft_cdf);
-  CdfJson(w, "wait_s", r.wait_cdf);
-  w.EndObject();
 
-  w.Key("cost");
-  w.StartObject();
-  Str(w, "currency", r.cost.currency);
-  Num(w, "cluster_per_month", r.cost.cluster_per_month);
-  Opt(w, "per_user_month", r.cost.per_user_month);
-  Opt(w, "per_gpu_hour", r.cost.per_gpu_hour);
-  Opt(w, "cloud_on_demand_per_user_month", r.cost.cloud_on_demand_per_user_month);
-  Opt(w, "cloud_reserved_per_user_month", r.cost.cloud_reserved_per_user_month);
-  Opt(w, "gpu_per_user_per_user_month", r.cost.gpu_per_user_per_user_month);
-  w.EndObject();
-
-  w.Key("sweep");
-  if (sweep == nullptr) {
-    w.Null();
-  } else {
-    w.StartObject();
-    Str(w, "key", sweep->key);
-    w.Key("results");
-    w.StartArray();
-    for (const SweepPoint& p : sweep->points) {
-      w.StartObject();
-      Num(w, "value", p.value);
-      Member(w, "met", p.met);
-      Num(w, "slo_hours_met_fraction", p.slo_hours_met_fraction);
-      Num(w, "job_wait_p95_s", p.job_wait_p95_s);
-      Num(w, "ttft_p99_s", p.ttft_p99_s);
-      Opt(w, "per_user_month", p.per_user_month);
-      w.EndObject();
-    }
-    w.EndArray();
-    Opt(w, "smallest_meeting", sweep->smallest_meeting);
-    w.EndObject();
-  }
-
-  w.Key("sim");
-  w.StartObject();
-  Num(w, "wall_s", r.sim.wall_s);
-  Num(w, "simulated_s", r.sim.simulated_s);
-  Member(w, "events", r.sim.events);
-  Num(w, "simulated_s_per_wall_s", r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0);
-  Num(w, "events_per_s", r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
-  w.EndObject();
-  w.EndObject();
-  return buf.GetString();
+    ObjectMember(w, "sim", [&] {
+      Num(w, "wall_s", r.sim.wall_s);
+      Num(w, "simulated_s", r.sim.simulated_s);
+      Member(w, "events", r.sim.events);
+      Num(w, "simulated_s_per_wall_s", r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0);
+      Num(w, "events_per_s", r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
+    });
+  });
 }
 
 std::string PlanText(const PlanReport& r, const Sweep* sweep) {

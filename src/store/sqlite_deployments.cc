@@ -33,15 +33,11 @@ std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db) {
   Statement s(db,
               "SELECT model, min_replicas, max_replicas, gpus_per_replica, profile, ttft_slo_ms, "
               "command, updated_at FROM deployments ORDER BY model");
-  std::vector<Deployment> rows;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    rows.push_back({s.Text(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(2)),
-                    static_cast<int>(s.Int(3)), s.Text(4), static_cast<int>(s.Int(5)), s.Text(6),
-                    s.Int(7)});
-  }
-  if (rc != SQLITE_DONE) return std::nullopt;
-  return rows;
+  return Rows(s, [](const Statement& row) {
+    return Deployment{row.Text(0), static_cast<int>(row.Int(1)), static_cast<int>(row.Int(2)),
+                      static_cast<int>(row.Int(3)), row.Text(4), static_cast<int>(row.Int(5)),
+                      row.Text(6), row.Int(7)};
+  });
 }
 
 bool ReplaceReplicas(sqlite3* db, const std::vector<ReplicaRecord>& replicas) {
@@ -64,14 +60,11 @@ std::optional<std::vector<ReplicaRecord>> ListReplicas(sqlite3* db) {
   Statement s(db,
               "SELECT job_id, model, state, node, port, url, gpus, floor, since FROM replicas "
               "ORDER BY model, job_id");
-  std::vector<ReplicaRecord> rows;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    rows.push_back({s.Int(0), s.Text(1), s.Text(2), s.Text(3), static_cast<int>(s.Int(4)),
-                    s.Text(5), static_cast<int>(s.Int(6)), s.Int(7) != 0, s.Int(8)});
-  }
-  if (rc != SQLITE_DONE) return std::nullopt;
-  return rows;
+  return Rows(s, [](const Statement& row) {
+    return ReplicaRecord{row.Int(0), row.Text(1), row.Text(2), row.Text(3),
+                         static_cast<int>(row.Int(4)), row.Text(5),
+                         static_cast<int>(row.Int(6)), row.Int(7) != 0, row.Int(8)};
+  });
 }
 
 }  // namespace bmas::sqlite_internal

@@ -88,6 +88,23 @@ class Statement {
   int rc_;
 };
 
+// Every row `s` gives, each made by `row(s)`; nullopt on a SQLite error.
+template <typename F>
+auto Rows(Statement& s, F row) -> std::optional<std::vector<decltype(row(s))>> {
+  std::vector<decltype(row(s))> rows;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) rows.push_back(row(s));
+  if (rc != SQLITE_DONE) return std::nullopt;
+  return rows;
+}
+
+// The parameters of the queries that read since a time, for one user or (nullopt) everyone:
+// `... >= ?1 AND (?2 IS NULL OR user = ?3)`.
+inline void BindSinceAndUser(Statement& s, int64_t since, const std::optional<std::string>& user) {
+  s.Bind(1, since);
+  if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
+}
+
 // Deployments and replicas (sqlite_deployments.cc). Each returns false / nullopt on a SQLite
 // error, which the caller reports with sqlite3_errmsg.
 bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now);

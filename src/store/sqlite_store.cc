@@ -253,11 +253,9 @@ class SqliteStore final : public Store {
 
   Result<std::vector<User>> ListUsers() override {
     Statement s(db_, (std::string(kSelectUsers) + " ORDER BY name").c_str());
-    std::vector<User> users;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) users.push_back(ReadUser(s));
-    if (rc != SQLITE_DONE) return Fail("listing users");
-    return users;
+    auto users = Rows(s, ReadUser);
+    if (!users) return Fail("listing users");
+    return std::move(*users);
   }
 
   Result<std::string> CreateKey(const std::string& user) override {
@@ -288,13 +286,11 @@ class SqliteStore final : public Store {
                 "SELECT id, user, created_at, revoked_at FROM api_keys WHERE user = ? "
                 "ORDER BY created_at, id");
     s.Bind(1, user);
-    std::vector<KeyInfo> keys;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      keys.push_back({s.Text(0), s.Text(1), s.Int(2), s.OptInt(3)});
-    }
-    if (rc != SQLITE_DONE) return Fail("listing keys");
-    return keys;
+    auto keys = Rows(s, [](const Statement& row) {
+      return KeyInfo{row.Text(0), row.Text(1), row.Int(2), row.OptInt(3)};
+    });
+    if (!keys) return Fail("listing keys");
+    return std::move(*keys);
   }
 
   Result<std::optional<std::string>> Authenticate(const std::string& key) override {
@@ -339,15 +335,12 @@ class SqliteStore final : public Store {
                 "SELECT user, model, backend, SUM(requests), SUM(prompt_tokens), "
                 "SUM(completion_tokens) FROM usage WHERE minute >= ? AND (? IS NULL OR user = ?) "
                 "GROUP BY user, model, backend ORDER BY user, model, backend");
-    s.Bind(1, since_unix / 60);
-    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
-    std::vector<UsageRow> rows;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      rows.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4), s.Int(5)});
-    }
-    if (rc != SQLITE_DONE) return Fail("reading usage");
-    return rows;
+    BindSinceAndUser(s, since_unix / 60, user);
+    auto rows = Rows(s, [](const Statement& row) {
+      return UsageRow{row.Text(0), row.Text(1), row.Text(2), row.Int(3), row.Int(4), row.Int(5)};
+    });
+    if (!rows) return Fail("reading usage");
+    return std::move(*rows);
   }
 
   Result<int> RecordJobs(const std::vector<JobRecord>& jobs) override {
@@ -381,13 +374,12 @@ class SqliteStore final : public Store {
                 "SELECT user, COUNT(*), SUM(CASE WHEN start_time > 0 AND end_time > start_time "
                 "THEN gpus * (end_time - start_time) ELSE 0 END) FROM jobs "
                 "WHERE end_time >= ? AND (? IS NULL OR user = ?) GROUP BY user ORDER BY user");
-    s.Bind(1, since_unix);
-    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
-    std::vector<JobUsageRow> rows;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) rows.push_back({s.Text(0), s.Int(1), s.Int(2)});
-    if (rc != SQLITE_DONE) return Fail("reading job usage");
-    return rows;
+    BindSinceAndUser(s, since_unix, user);
+    auto rows = Rows(s, [](const Statement& row) {
+      return JobUsageRow{row.Text(0), row.Int(1), row.Int(2)};
+    });
+    if (!rows) return Fail("reading job usage");
+    return std::move(*rows);
   }
 
   Result<void> RecordIdle(const IdleRecord& r) override {
@@ -407,16 +399,13 @@ class SqliteStore final : public Store {
                 "SELECT job, user, partition, kind, at, idle_since, gpus, wasted_gpu_seconds, "
                 "reason FROM idle_actions WHERE at >= ? AND (? IS NULL OR user = ?) "
                 "ORDER BY at DESC, job DESC");
-    s.Bind(1, since_unix);
-    if (user) s.Bind(2, *user).Bind(3, *user); else s.BindNull(2).BindNull(3);
-    std::vector<IdleRecord> rows;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
-      rows.push_back({s.Int(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5),
-                      static_cast<int>(s.Int(6)), s.Int(7), s.Text(8)});
-    }
-    if (rc != SQLITE_DONE) return Fail("reading idle-GPU actions");
-    return rows;
+    BindSinceAndUser(s, since_unix, user);
+    auto rows = Rows(s, [](const Statement& row) {
+      return IdleRecord{row.Int(0), row.Text(1), row.Text(2), row.Text(3), row.Int(4),
+                        row.Int(5), static_cast<int>(row.Int(6)), row.Int(7), row.Text(8)};
+    });
+    if (!rows) return Fail("reading idle-GPU actions");
+    return std::move(*rows);
   }
 
   Result<void> AddBackend(const std::string& url) override {
@@ -438,11 +427,9 @@ class SqliteStore final : public Store {
 
   Result<std::vector<std::string>> ListBackends() override {
     Statement s(db_, "SELECT url FROM backends ORDER BY added_at, url");
-    std::vector<std::string> urls;
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) urls.push_back(s.Text(0));
-    if (rc != SQLITE_DONE) return Fail("listing backends");
-    return urls;
+    auto urls = Rows(s, [](const Statement& row) { return row.Text(0); });
+    if (!urls) return Fail("listing backends");
+    return std::move(*urls);
   }
 
   int schema_version() const override { return version_; }
