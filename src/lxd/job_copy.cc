@@ -181,8 +181,9 @@ Result<JobContainer> EnsureJobContainer(
                   "instance");
 }
 
-Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job) {
-  auto lock = CreationLock::Acquire();
+Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job,
+                            const std::string& lock_dir) {
+  auto lock = CreationLock::Acquire(lock_dir);
   if (!lock) return lock.error();
   auto copy = local.GetInstance(name);
   if (!copy) {
@@ -201,13 +202,14 @@ Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job)
 }
 
 Result<std::vector<std::string>> ReconcileCopies(
-    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive) {
+    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive,
+    const std::string& lock_dir) {
   auto instances = local.Instances();
   if (!instances) return instances.error();
   std::vector<std::string> deleted;
   for (const Instance& listed : *instances) {
     if (!IsCopy(listed)) continue;
-    auto lock = CreationLock::Acquire();
+    auto lock = CreationLock::Acquire(lock_dir);
     if (!lock) return lock.error();
     auto copy = local.GetInstance(listed.name);  // a prolog may have changed it meanwhile
     if (!copy) continue;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/private_files.h"
 #include "common/result.h"
 #include "lxd/lxd_client.h"
 
@@ -71,11 +72,14 @@ Result<JobContainer> EnsureJobContainer(
 
 // The epilog's part: drops `job` from copy `name`'s jobs and deletes the copy when none is
 // left. True when it deleted it; false for a workspace (never deleted) or a copy still in use.
-Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job);
+// `lock_dir` holds the CreationLock's file (root's run directory; a test's own elsewhere).
+Result<bool> ReleaseJobCopy(LxdApi& local, const std::string& name, int64_t job,
+                            const std::string& lock_dir = kRootRunDir);
 
 // The reconcile pass's part: every copy loses the jobs `alive` says are gone (an error keeps a
 // job), and a copy left with none is deleted. Returns the copies deleted.
 Result<std::vector<std::string>> ReconcileCopies(
-    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive);
+    LxdApi& local, const std::function<Result<bool>(int64_t job)>& alive,
+    const std::string& lock_dir = kRootRunDir);
 
 }  // namespace bmas::lxd
