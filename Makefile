@@ -2,8 +2,9 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 # The ASan pass builds and runs the unit tests (every parser's among them) and the security
-# integration tests (tests/integration/CMakeLists.txt lists them first and labels them
-# `security`); the other integration tests run in `make test` only, against the plain build.
+# integration tests (tests/integration/CMakeLists.txt lists them first, labelled
+# integration-security); the other integration tests run in `make test` only, against the plain
+# build.
 # Left out of it as well, one security test whose time is spent waiting rather than in bmas's
 # code: the hung agent's epilog test, which waits out the epilog's 30 s deadline.
 ASAN_EXCLUDE ?= -E 'AgentSecurityTest\.AHungAgentDoesNotHoldUpTheEpilog'
