@@ -80,15 +80,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def proc_cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -544,11 +535,11 @@ def idle_cpu(c, dash, seconds):
     (answering them) and slurmctld (scheduling 1,000 jobs, refreshes or not)."""
     pids = {"bmas dashboard": [dash.proc.pid], "slurmrestd": c.daemon_pids("slurmrestd"),
             "slurmctld": c.daemon_pids("slurmctld")}
-    before = {k: sum(proc_cpu_seconds(p) for p in v) for k, v in pids.items()}
+    before = {k: sum(run.proc_cpu_seconds(p) for p in v) for k, v in pids.items()}
     t0 = time.time()
     time.sleep(seconds)
     elapsed = time.time() - t0
-    return {k: (sum(proc_cpu_seconds(p) for p in v) - before[k]) / elapsed for k, v in pids.items()}, elapsed
+    return {k: (sum(run.proc_cpu_seconds(p) for p in v) - before[k]) / elapsed for k, v in pids.items()}, elapsed
 
 
 def main():

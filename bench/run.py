@@ -23,6 +23,16 @@ MICRO = os.path.join(BUILD, "bench", "bmas_engine_bench")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
+def proc_cpu_seconds(pid):
+    """CPU seconds (user and system) that process `pid` has used; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def write_section(heading, text):
     """Replaces the section of RESULTS.md that starts at the line `heading` and runs to the next
     "# " heading, wherever it is, keeping the others; appends it when there is none. The scripts
