@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <ranges>
 
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
@@ -180,7 +179,7 @@ std::string DeploymentsJson(const std::vector<Deployment>& deployments,
     Member(w, "profile", d.profile);
     Member(w, "ttft_slo_ms", d.ttft_slo_ms);
     auto its = [&](const ReplicaRecord& r) { return r.model == d.model; };
-    ObjectsMember(w, "replicas", replicas | std::views::filter(its), [&](const ReplicaRecord& r) {
+    ObjectsMemberWhere(w, "replicas", replicas, its, [&](const ReplicaRecord& r) {
       Member(w, "job_id", r.job_id);
       Member(w, "state", r.state);
       Member(w, "node", r.node);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <ranges>
 #include <set>
 
 #include "common/json_object.h"
@@ -273,7 +272,7 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
       auto serving = [&](const BackendLoad& b) {
         return std::find(b.models.begin(), b.models.end(), m) != b.models.end();
       };
-      ObjectsMember(w, "replicas", s.gateway.backends | std::views::filter(serving),
+      ObjectsMemberWhere(w, "replicas", s.gateway.backends, serving,
                     [&](const BackendLoad& b) {
                       ready += b.healthy && !b.draining ? 1 : 0;
                       Str(w, "url", b.url);
@@ -305,7 +304,7 @@ std::string InferenceJson(const ClusterState& s, const Viewer& v) {
     int64_t total = 0;
     for (const auto& [name, u] : per_user) total += u.prompt_tokens + u.completion_tokens;
     auto seen = [&](const auto& row) { return Sees(v, row.first); };
-    ObjectsMember(w, "users", per_user | std::views::filter(seen), [&](const auto& row) {
+    ObjectsMemberWhere(w, "users", per_user, seen, [&](const auto& row) {
       const auto& [name, u] = row;
       Str(w, "user", name);
       Num(w, "requests", u.requests);
@@ -332,7 +331,7 @@ std::string UsersJson(const ClusterState& s, const Viewer& v) {
       all.jobs += t.jobs;
     }
     auto seen = [&](const auto& row) { return Sees(v, row.first); };
-    ObjectsMember(w, "users", per_user | std::views::filter(seen), [&](const auto& row) {
+    ObjectsMemberWhere(w, "users", per_user, seen, [&](const auto& row) {
       UserRow(w, row.first, FindUser(s, row.first), row.second);
     });
     ObjectMember(w, "totals", [&] {
@@ -361,17 +360,17 @@ Result<std::string> UserJson(const ClusterState& s, const Viewer& v, std::string
   const QueueOutlook outlook(s);
   return JsonObject([&](JsonWriter& w) {
     UserRow(w, std::string(name), u, t == per_user.end() ? UserTotals{} : t->second);
-    auto theirs = std::views::filter([&](const auto& row) { return row.user == name; });
-    ObjectsMember(w, "jobs", s.jobs | theirs,
+    auto theirs = [&](const auto& row) { return row.user == name; };
+    ObjectsMemberWhere(w, "jobs", s.jobs, theirs,
                   [&](const JobInfo& j) { Job(w, j, v, s, outlook, idle); });
-    ObjectsMember(w, "idle_actions", s.idle | theirs, [&](const IdleRecord& r) {
+    ObjectsMemberWhere(w, "idle_actions", s.idle, theirs, [&](const IdleRecord& r) {
       Num(w, "job", r.job);
       Str(w, "kind", r.kind);
       Num(w, "at", r.at);
       Real(w, "wasted_gpu_hours", static_cast<double>(r.wasted_gpu_seconds) / 3600);
       Str(w, "reason", r.reason);
     });
-    ObjectsMember(w, "tokens_today", s.tokens_day | theirs, [&](const UsageRow& r) {
+    ObjectsMemberWhere(w, "tokens_today", s.tokens_day, theirs, [&](const UsageRow& r) {
       Str(w, "model", r.model);
       Num(w, "requests", r.requests);
       Num(w, "prompt_tokens", r.prompt_tokens);
