@@ -56,16 +56,11 @@ std::optional<ReplicaName> ParseReplicaJobName(std::string_view name) {
   return r;
 }
 
-bool IsActiveJobState(const std::string& state) {
-  static const std::set<std::string> kActive = {
-      "PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-      "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"};
-  return kActive.contains(state);
-}
-
-bool IsFailedJobState(const std::string& state) {
-  return state == "FAILED" || state == "NODE_FAIL" || state == "BOOT_FAIL" ||
-         state == "OUT_OF_MEMORY" || state == "DEADLINE";
+bool IsActiveJobState(JobState state) {
+  // Waiting or holding, but not winding down: a COMPLETING or STOPPED replica frees its port.
+  if (state == JobState::kCompleting || state == JobState::kStopped) return false;
+  return IsPending(state) || HoldsGpus(state) || state == JobState::kResizing ||
+         state == JobState::kSignaling || state == JobState::kStageOut;
 }
 
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
@@ -73,7 +68,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
   ControllerPlan plan;
   for (const JobInfo& job : input.jobs) {
     auto name = ParseReplicaJobName(job.name);
-    if (!name || !IsFailedJobState(job.state) || !memory.failed_seen.insert(job.id).second) continue;
+    if (!name || !IsFailure(job.state) || !memory.failed_seen.insert(job.id).second) continue;
     const int n = ++memory.failures[name->model];
     const double backoff = std::min(300.0, 5.0 * static_cast<double>(1 << std::min(n - 1, 10)));
     memory.retry_at[name->model] = now + Duration(backoff);
@@ -91,7 +86,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     live.insert(job.id);
     Seen s{&job, *name, ReplicaState::kPending, job.partition == settings.floor_partition,
            false, "", TimePoint(static_cast<double>(job.submit_time)), 0};
-    if (job.state == "RUNNING" && !job.nodes.empty()) {
+    if (job.state == JobState::kRunning && !job.nodes.empty()) {
       auto addr = input.node_addr.find(job.nodes[0]);
       const std::string host = addr != input.node_addr.end() && !addr->second.empty()
                                    ? addr->second

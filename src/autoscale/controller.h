@@ -99,9 +99,8 @@ struct ReplicaName {
 std::optional<ReplicaName> ParseReplicaJobName(std::string_view name);
 
 // Whether a Slurm job state still holds or waits for GPUs (not ended, not ending).
-bool IsActiveJobState(const std::string& state);
-// Whether a replica job in this final state failed (its command, its node, its memory).
-bool IsFailedJobState(const std::string& state);
+// A failed replica job is one whose state IsFailure (slurm/job_state.h).
+bool IsActiveJobState(JobState state);
 
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
                         TimePoint now, ControllerMemory& memory);

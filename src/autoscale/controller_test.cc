@@ -10,7 +10,7 @@ JobInfo Job(int64_t id, const std::string& model, int port, const std::string& s
   JobInfo j;
   j.id = id;
   j.name = ReplicaJobName(model, port);
-  j.state = state;
+  j.state = ParseJobState(state);
   j.partition = partition;
   j.submit_time = 100;
   j.gpus = 1;

@@ -109,7 +109,7 @@ Result<JobInfo> Follow(SlurmApi& client, int64_t id,
         WrittenSince(job->stdout_path, job->start_time)) {
       offset = PrintNew(job->stdout_path, offset);
     }
-    if (IsJobStateFinal(job->state) || (interrupted != nullptr && *interrupted)) return job;
+    if (IsFinal(job->state) || (interrupted != nullptr && *interrupted)) return job;
     std::this_thread::sleep_for(std::chrono::milliseconds(polls < 100 ? 20 : 100));
   }
 }
@@ -120,7 +120,7 @@ void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
   Member(w, "name", j.name);
   Member(w, "user", j.user);
   Member(w, "partition", j.partition);
-  Member(w, "state", j.state);
+  Member(w, "state", JobStateName(j.state));
   Member(w, "reason", j.reason);
   Member(w, "reason_text", PlainJobReason(j.reason));
   StringsMember(w, "nodes", j.nodes);
@@ -184,7 +184,7 @@ class IdleNotes {
   }
 
   std::optional<JobIdleStatus> Of(const JobInfo& j) const {
-    return IdleStatusOf(records_, j.id, j.start_time, IsJobStateFinal(j.state), cancel_after_s_,
+    return IdleStatusOf(records_, j.id, j.start_time, IsFinal(j.state), cancel_after_s_,
                         now_);
   }
   std::string Note(const JobInfo& j) const {
@@ -202,7 +202,7 @@ class IdleNotes {
 // reason PlainJobReason does not know as Slurm spells it: "PENDING (BurstBufferStageIn)".
 std::string StateAndReason(const JobInfo& j) {
   const std::string plain = PlainJobReason(j.reason);
-  if (plain.empty()) return j.state;
+  if (plain.empty()) return std::string(JobStateName(j.state));
   if (plain == j.reason) return fmt::format("{} ({})", j.state, j.reason);
   return fmt::format("{}: {} [{}]", j.state, plain, j.reason);
 }
@@ -430,7 +430,7 @@ int JobCommands::Run(GlobalOptions& global) {
              shape->nodes, shape->gpus_per_node, shape->partition);
   auto done = Follow(client, *id, &g_interrupted);
   if (!done) return ReportFailure("run", done.error());
-  if (!IsJobStateFinal(done->state)) {
+  if (!IsFinal(done->state)) {
     // Interrupted. A second Ctrl-C ends bmas run at once.
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
@@ -453,7 +453,7 @@ int JobCommands::Run(GlobalOptions& global) {
                *id);
     return 130;
   }
-  if (done->state != "COMPLETED" && done->exit_code == 0) {
+  if (done->state != JobState::kCompleted && done->exit_code == 0) {
     fmt::print(stderr, "bmas run: job {} ended {}\n", *id, StateAndReason(*done));
     return 1;
   }
@@ -553,7 +553,7 @@ int JobCommands::Show(GlobalOptions& global) {
 int JobCommands::Cancel(GlobalOptions& global) {
   auto owned = OpenOwnJob(global, id_);
   if (!owned) return ReportFailure("cancel", owned.error());
-  if (IsJobStateFinal(owned->job.state)) {
+  if (IsFinal(owned->job.state)) {
     return ReportFailure("cancel", Error{ErrorCode::kInvalidArgument,
                                          fmt::format("job {} had already ended ({} at {}); "
                                                      "nothing to cancel",

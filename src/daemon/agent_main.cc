@@ -82,12 +82,12 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
       if (j.error().code == ErrorCode::kNotFound) return false;
       return j.error();
     }
-    return !IsJobStateFinal(j->state);
+    return !IsFinal(j->state);
   };
   o.job_user = [job](int64_t id) -> Result<std::string> {
     auto j = job(id);
     if (!j) return j.error();
-    if (IsJobStateFinal(j->state)) {
+    if (IsFinal(j->state)) {
       return Error{ErrorCode::kPermissionDenied, fmt::format("it is {}", j->state)};
     }
     return j->user;

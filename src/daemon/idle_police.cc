@@ -33,7 +33,7 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
   std::map<int64_t, const JobInfo*> here;
   std::vector<JobGpuSample> samples;
   for (const JobInfo& job : *jobs) {
-    if (job.state != "RUNNING") continue;
+    if (job.state != JobState::kRunning) continue;
     // A job in the research reservation is in research mode: left alone.
     JobGpuSample sample{job.id, job.user,
                         job.reservation == slurm::kResearchReservation ? "" : job.partition, {}};

@@ -28,7 +28,7 @@ JobInfo Job(int64_t id, const std::string& user, std::vector<int> indexes,
   j.user = user;
   j.partition = partition;
   j.name = name;
-  j.state = "RUNNING";
+  j.state = JobState::kRunning;
   j.gpu_alloc.push_back(NodeGpus{kNode, "h100", std::move(indexes)});
   return j;
 }
@@ -109,7 +109,7 @@ TEST_F(IdlePoliceTest, AJobsNameNeverExemptsIt) {
   JobInfo elsewhere = Job(15, "dave", {5});
   elsewhere.gpu_alloc[0].node = "oss02";
   JobInfo ending = Job(16, "erin", {6});
-  ending.state = "COMPLETING";
+  ending.state = JobState::kCompleting;
   jobs_ = {Job(11, "mallory", {0}, "lab", "bmas-inference-llama"),
            Job(12, "bmas", {1}, "inference", "bmas-replica:18100:llama"),
            Job(13, "bmas", {2}, "inference_floor", "bmas-replica:18101:llama"),

@@ -86,8 +86,8 @@ TEST_F(InferenceControllerTest, AFloorReplicaIsSubmittedRecordedAndRemovedWithIt
 
 TEST_F(InferenceControllerTest, OtherUsersJobsAndOtherJobsAreNeverTouched) {
   ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m", .min_replicas = 0, .max_replicas = 1}));
-  fake_->jobs[5] = JobInfo{.id = 5, .name = "bmas-replica:18100:m", .user = "mallory", .state = "RUNNING"};
-  fake_->jobs[6] = JobInfo{.id = 6, .name = "train", .user = "bmas", .state = "RUNNING"};
+  fake_->jobs[5] = JobInfo{.id = 5, .name = "bmas-replica:18100:m", .user = "mallory", .state = JobState::kRunning};
+  fake_->jobs[6] = JobInfo{.id = 6, .name = "train", .user = "bmas", .state = JobState::kRunning};
   InferenceController c = Make();
   ASSERT_TRUE(c.RunOnce());
   c.CancelAll();

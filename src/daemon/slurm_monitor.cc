@@ -50,11 +50,11 @@ std::string RenderSlurmMetrics(const SlurmSnapshot& s, int64_t jobs_recorded,
   std::map<std::pair<std::string, std::string>, Held> held;
   std::map<std::string, int> pending;
   for (const JobInfo& j : s.jobs) {
-    if (JobHoldsGpus(j.state)) {
+    if (HoldsGpus(j.state)) {
       Held& h = held[{j.user, j.partition}];
       ++h.running;
       h.gpus += j.gpus;
-    } else if (JobIsPending(j.state)) {
+    } else if (IsPending(j.state)) {
       ++held[{j.user, j.partition}].pending;
       ++pending[j.partition];
     }
@@ -95,14 +95,14 @@ std::vector<JobRecord> FinishedJobRecords(const std::vector<JobInfo>& jobs,
                                           const std::string& cluster) {
   std::vector<JobRecord> out;
   for (const JobInfo& j : jobs) {
-    if (!IsJobStateFinal(j.state) || j.end_time == 0) continue;
+    if (!IsFinal(j.state) || j.end_time == 0) continue;
     JobRecord r;
     r.cluster = cluster;
     r.id = j.id;
     r.user = j.user;
     r.name = j.name;
     r.partition = j.partition;
-    r.state = j.state;
+    r.state = JobStateName(j.state);
     r.gpus = j.gpus;
     r.nodes = j.nodes;
     r.submit_time = j.submit_time;

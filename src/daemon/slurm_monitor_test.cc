@@ -14,7 +14,7 @@ JobInfo Job(int64_t id, std::string user, std::string partition, std::string sta
   j.id = id;
   j.user = std::move(user);
   j.partition = std::move(partition);
-  j.state = std::move(state);
+  j.state = ParseJobState(state);
   j.gpus = gpus;
   return j;
 }

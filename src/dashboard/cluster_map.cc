@@ -90,7 +90,7 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
     // first free GPUs (their count shared out over their nodes).
     std::vector<const JobInfo*> unindexed;
     for (const JobInfo& j : s.jobs) {
-      if (!JobHoldsGpus(j.state) || j.gpus <= 0) continue;
+      if (!HoldsGpus(j.state) || j.gpus <= 0) continue;
       if (std::find(j.nodes.begin(), j.nodes.end(), n.name) == j.nodes.end()) continue;
       bool indexed = false;
       for (const NodeGpus& a : j.gpu_alloc) {

@@ -30,7 +30,7 @@ JobInfo Running(int64_t id, const std::string& user, const std::string& node,
   j.user = user;
   j.name = "train";
   j.partition = "lab";
-  j.state = "RUNNING";
+  j.state = JobState::kRunning;
   j.reason = "None";
   j.nodes = {node};
   j.gpus = static_cast<int>(gpus.size());
@@ -47,7 +47,7 @@ JobInfo Pending(int64_t id, const std::string& user, int gpus, int64_t submitted
   j.user = user;
   j.name = "wait";
   j.partition = "lab";
-  j.state = "PENDING";
+  j.state = JobState::kPending;
   j.reason = "Resources";
   j.gpus = gpus;
   j.submit_time = submitted;

@@ -43,7 +43,7 @@ HistoryPoint MakeHistoryPoint(const ClusterState& s, const LatencyHistogram& pre
       else if (g.state == "idle") ++p.gpus_idle;
     }
   }
-  for (const JobInfo& j : s.jobs) p.queue += j.state == "PENDING" ? 1 : 0;
+  for (const JobInfo& j : s.jobs) p.queue += j.state == JobState::kPending ? 1 : 0;
   for (const auto& [model, queued] : s.gateway.queued) p.queue += queued;
   p.ttft_p95_s = QuantileBetween(previous_ttft, s.gateway.ttft, 0.95);
   return p;

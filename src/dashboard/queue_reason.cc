@@ -33,12 +33,12 @@ QueueOutlook::QueueOutlook(const ClusterState& s) : s_(s) {
   }
   for (const NodeInfo& n : s.nodes) max_gpus_per_node_ = std::max(max_gpus_per_node_, n.gpus);
   for (const JobInfo& j : s.jobs) {
-    if (JobHoldsGpus(j.state) && j.gpus > 0) {
+    if (HoldsGpus(j.state) && j.gpus > 0) {
       ends_.emplace_back(j.time_limit_minutes <= 0
                              ? INT64_MAX
                              : j.start_time + int64_t{j.time_limit_minutes} * 60,
                          j.gpus);
-    } else if (JobIsPending(j.state) && WaitsForGpus(j.reason)) {
+    } else if (IsPending(j.state) && WaitsForGpus(j.reason)) {
       pending_[j.partition].push_back({{j.submit_time, j.id}, j.gpus});
     }
   }

@@ -73,7 +73,7 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Str(w, "name", seen ? j.name : "");
   Member(w, "mine", j.user == v.user);
   Str(w, "partition", j.partition);
-  Str(w, "state", j.state);
+  Str(w, "state", JobStateName(j.state));
   Num(w, "gpus", j.gpus);
   Num(w, "submitted", j.submit_time);
   Num(w, "started", j.start_time);
@@ -81,7 +81,7 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Num(w, "time_limit_min", j.time_limit_minutes);
   StringsMember(w, "nodes", j.nodes);
   Str(w, "reason", j.reason);
-  if (j.state == "PENDING") {
+  if (j.state == JobState::kPending) {
     Str(w, "reason_text", outlook.Explain(j, s.now));
     Member(w, "eta_s", outlook.EstimateStartSeconds(j, s.now));
     Num(w, "waiting_s", std::max<int64_t>(0, s.now - j.submit_time));
@@ -126,10 +126,10 @@ std::map<std::string, UserTotals> TotalsPerUser(const ClusterState& s) {
   }
   for (const auto& [user, hours] : WastedGpuHoursPerUser(s)) t[user].wasted += hours;
   for (const JobInfo& j : s.jobs) {
-    if (JobHoldsGpus(j.state)) {
+    if (HoldsGpus(j.state)) {
       ++t[j.user].running;
       t[j.user].gpus_held += j.gpus;
-    } else if (JobIsPending(j.state)) {
+    } else if (IsPending(j.state)) {
       ++t[j.user].pending;
     }
   }
@@ -228,8 +228,8 @@ std::string QueueJson(const ClusterState& s, const Viewer& v) {
   const QueueOutlook outlook(s);
   std::vector<const JobInfo*> pending, running, recent;
   for (const JobInfo& j : s.jobs) {
-    if (JobIsPending(j.state)) pending.push_back(&j);
-    else if (JobHoldsGpus(j.state)) running.push_back(&j);
+    if (IsPending(j.state)) pending.push_back(&j);
+    else if (HoldsGpus(j.state)) running.push_back(&j);
     else if (Sees(v, j.user)) recent.push_back(&j);
   }
   std::sort(pending.begin(), pending.end(), [](const JobInfo* a, const JobInfo* b) {

@@ -20,7 +20,7 @@ constexpr double kForever = std::numeric_limits<double>::infinity();
 
 enum class State { kPending, kRunning, kDone, kFailed };
 
-struct JobState {
+struct ModelJob {
   const SimJob* job = nullptr;
   JobShape shape;
   const Partition* partition = nullptr;
@@ -105,7 +105,7 @@ class Model {
     }
     jobs_.resize(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
-      JobState& j = jobs_[i];
+      ModelJob& j = jobs_[i];
       j.job = &jobs[i];
       j.result.id = jobs[i].id;
       j.eligible = jobs[i].submit.count();
@@ -155,7 +155,7 @@ class Model {
         Push((std::floor(now / period) + 1) * period, EventKind::kBackfill, -1);
       }
     }
-    for (JobState& j : jobs_) result_.jobs.push_back(j.result);
+    for (ModelJob& j : jobs_) result_.jobs.push_back(j.result);
     return result_;
   }
 
@@ -165,7 +165,7 @@ class Model {
   }
 
   bool Submit(int i) {
-    JobState& j = jobs_[i];
+    ModelJob& j = jobs_[i];
     auto shape = PlanJobShape(cluster_, ShapeRequest{.gpus = j.job->gpus,
                                                      .partition = j.job->partition});
     if (!shape) {
@@ -185,7 +185,7 @@ class Model {
   }
 
   bool End(int i, int generation, double now) {
-    JobState& j = jobs_[i];
+    ModelJob& j = jobs_[i];
     if (j.state != State::kRunning || j.generation != generation) return false;
     Release(j, now);
     j.state = State::kDone;
@@ -194,21 +194,21 @@ class Model {
     return true;
   }
 
-  void Release(JobState& j, double now) {
+  void Release(ModelJob& j, double now) {
     for (int n : j.nodes) nodes_[n].free += j.shape.gpus_per_node;
     result_.gpu_seconds_allocated +=
         (now - j.allocated) * j.shape.gpus_per_node * static_cast<double>(j.nodes.size());
     j.nodes.clear();
   }
 
-  double Limit(const JobState& j) const {
+  double Limit(const ModelJob& j) const {
     const double limit = j.job->time_limit.count();
     return limit > 0 ? limit : j.job->duration.count();
   }
   // How long it runs: its duration, or until Slurm ends it at its time limit.
-  double RunLength(const JobState& j) const { return std::min(j.job->duration.count(), Limit(j)); }
+  double RunLength(const ModelJob& j) const { return std::min(j.job->duration.count(), Limit(j)); }
 
-  void Start(JobState& j, const std::vector<int>& nodes, double now) {
+  void Start(ModelJob& j, const std::vector<int>& nodes, double now) {
     j.state = State::kRunning;
     j.nodes = nodes;
     for (int n : nodes) nodes_[n].free -= j.shape.gpus_per_node;
@@ -226,7 +226,7 @@ class Model {
   }
 
   // Nodes where `j` fits now with `free` GPUs per node; empty when it does not.
-  std::vector<int> Fit(const JobState& j, const std::vector<int>& free, double now) const {
+  std::vector<int> Fit(const ModelJob& j, const std::vector<int>& free, double now) const {
     std::vector<int> chosen;
     const double until = now + settings_.launch_delay.count() + Limit(j);
     for (int n : j.part_nodes) {
@@ -246,7 +246,7 @@ class Model {
   }
 
   // Whether a reservation keeps node `n` from `j` at some moment of [from, to).
-  bool Reserved(const JobState& j, int n, double from, double to) const {
+  bool Reserved(const ModelJob& j, int n, double from, double to) const {
     for (const SimReservation* r : reserved_[n]) {
       if (r->start >= to || r->end <= from) continue;
       if (std::find(r->users.begin(), r->users.end(), j.job->user) == r->users.end()) return true;
@@ -254,34 +254,34 @@ class Model {
     return false;
   }
 
-  bool Preemptable(const JobState& victim, const JobState& by) const {
+  bool Preemptable(const ModelJob& victim, const ModelJob& by) const {
     return victim.state == State::kRunning && victim.partition->preempt_mode != PreemptMode::kOff &&
            victim.partition->priority_tier < by.partition->priority_tier;
   }
 
   // Frees GPUs for `j` by requeueing lower-tier jobs, the youngest first, when that is enough.
-  bool Preempt(JobState& j, double now) {
-    std::vector<JobState*> victims;
-    for (JobState& v : jobs_) {
+  bool Preempt(ModelJob& j, double now) {
+    std::vector<ModelJob*> victims;
+    for (ModelJob& v : jobs_) {
       if (Preemptable(v, j)) victims.push_back(&v);
     }
     if (victims.empty()) return false;
-    std::sort(victims.begin(), victims.end(), [](const JobState* a, const JobState* b) {
+    std::sort(victims.begin(), victims.end(), [](const ModelJob* a, const ModelJob* b) {
       return std::tie(a->allocated, a->job->id) > std::tie(b->allocated, b->job->id);
     });
     // Take victims until the job would fit with their GPUs, then keep only those on the nodes
     // it is placed on.
     std::vector<int> free = FreeNow();
-    std::vector<JobState*> taken;
+    std::vector<ModelJob*> taken;
     std::vector<int> place;
-    for (JobState* v : victims) {
+    for (ModelJob* v : victims) {
       for (int n : v->nodes) free[n] += v->shape.gpus_per_node;
       taken.push_back(v);
       place = Fit(j, free, now);
       if (!place.empty()) break;
     }
     if (place.empty()) return false;
-    for (JobState* v : taken) {
+    for (ModelJob* v : taken) {
       const bool on_place = std::any_of(v->nodes.begin(), v->nodes.end(), [&](int n) {
         return std::find(place.begin(), place.end(), n) != place.end();
       });
@@ -299,14 +299,14 @@ class Model {
     return true;
   }
 
-  std::vector<JobState*> PendingByPriority(double now) {
-    std::vector<JobState*> pending;
-    for (JobState& j : jobs_) {
+  std::vector<ModelJob*> PendingByPriority(double now) {
+    std::vector<ModelJob*> pending;
+    for (ModelJob& j : jobs_) {
       if (j.state == State::kPending && j.partition != nullptr && j.eligible <= now) {
         pending.push_back(&j);
       }
     }
-    std::sort(pending.begin(), pending.end(), [](const JobState* a, const JobState* b) {
+    std::sort(pending.begin(), pending.end(), [](const ModelJob* a, const ModelJob* b) {
       return std::make_tuple(-a->partition->priority_tier, a->job->submit.count(), a->job->id) <
              std::make_tuple(-b->partition->priority_tier, b->job->submit.count(), b->job->id);
     });
@@ -315,12 +315,12 @@ class Model {
 
   bool AnyPending() const {
     return std::any_of(jobs_.begin(), jobs_.end(),
-                       [](const JobState& j) { return j.state == State::kPending; });
+                       [](const ModelJob& j) { return j.state == State::kPending; });
   }
 
   void MainPass(double now) {
     std::vector<std::string> blocked;
-    for (JobState* j : PendingByPriority(now)) {
+    for (ModelJob* j : PendingByPriority(now)) {
       if (std::find(blocked.begin(), blocked.end(), j->partition->name) != blocked.end()) continue;
       std::vector<int> place = Fit(*j, FreeNow(), now);
       if (!place.empty()) {
@@ -335,13 +335,13 @@ class Model {
   // it fits around every reservation made before it.
   void Backfill(double now) {
     std::vector<Profile> use(nodes_.size());
-    for (const JobState& r : jobs_) {
+    for (const ModelJob& r : jobs_) {
       if (r.state != State::kRunning) continue;
       for (int n : r.nodes) use[n].Add(r.allocated, std::max(r.planned_end, now + 1e-6), r.shape.gpus_per_node);
     }
     int tested = 0;
     std::vector<double> times;
-    for (JobState* j : PendingByPriority(now)) {
+    for (ModelJob* j : PendingByPriority(now)) {
       if (++tested > settings_.backfill_max_job_test) break;
       const double length = settings_.launch_delay.count() + Limit(*j);
       times.assign(1, now);
@@ -372,7 +372,7 @@ class Model {
   SlurmModelSettings settings_;
   std::vector<NodeState> nodes_;
   std::map<std::string, int> node_index_;
-  std::vector<JobState> jobs_;
+  std::vector<ModelJob> jobs_;
   std::vector<std::vector<const SimReservation*>> reserved_;  // by node
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;

@@ -23,7 +23,7 @@ class FakeSlurmApi final : public SlurmApi {
     j.name = spec.name;
     j.user = user;
     j.partition = spec.partition;
-    j.state = "PENDING";
+    j.state = JobState::kPending;
     j.gpus = spec.gpus_per_node;
     j.submit_time = 1;
     jobs[j.id] = j;
@@ -39,7 +39,7 @@ class FakeSlurmApi final : public SlurmApi {
     auto it = jobs.find(id);
     if (it == jobs.end()) return Error{ErrorCode::kNotFound, "fake: no such job"};
     cancelled.push_back(id);
-    if (signal == 0) it->second.state = "CANCELLED";
+    if (signal == 0) it->second.state = JobState::kCancelled;
     return {};
   }
   Result<std::vector<NodeInfo>> Nodes() override { return nodes; }
@@ -54,7 +54,7 @@ class FakeSlurmApi final : public SlurmApi {
 
   // Test controls.
   void Run(int64_t id, const std::string& node) {
-    jobs[id].state = "RUNNING";
+    jobs[id].state = JobState::kRunning;
     jobs[id].nodes = {node};
     jobs[id].start_time = 2;
   }

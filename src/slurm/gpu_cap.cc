@@ -36,7 +36,7 @@ Result<void> CheckGpuCap(SlurmApi& slurm, const Cluster& inventory, const JobSha
   int held = 0;
   std::vector<std::string> ids;
   for (const JobInfo& j : *jobs) {
-    if (j.user != user || j.partition != shape.partition || IsJobStateFinal(j.state)) continue;
+    if (j.user != user || j.partition != shape.partition || IsFinal(j.state)) continue;
     if (j.gpus == 0) continue;
     held += j.gpus;
     ids.push_back(fmt::format("{}", j.id));

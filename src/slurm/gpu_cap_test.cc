@@ -43,7 +43,7 @@ int64_t AddJob(FakeSlurmApi& slurm, const std::string& user, const std::string& 
   spec.gpus_per_node = gpus;
   const int64_t id = *slurm.Submit(spec);
   slurm.jobs[id].user = user;
-  slurm.jobs[id].state = state;
+  slurm.jobs[id].state = ParseJobState(state);
   return id;
 }
 

@@ -88,7 +88,7 @@ Result<ResearchSwitched> SwitchToResearch(SlurmApi& slurm, const Scontrol& scont
       const bool there = std::any_of(j.nodes.begin(), j.nodes.end(), [&](const std::string& n) {
         return Contains(done.nodes, n);
       });
-      if (j.state == "RUNNING" && there && !Contains(done.users, j.user)) {
+      if (j.state == JobState::kRunning && there && !Contains(done.users, j.user)) {
         if (scontrol({"requeue", std::to_string(j.id)})) ++done.requeued;
       }
     }

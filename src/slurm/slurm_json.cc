@@ -155,7 +155,7 @@ JobInfo ParseJob(const Value& j) {
   job.name = JsonString(j, "name");
   job.user = JsonString(j, "user_name");
   job.partition = JsonString(j, "partition");
-  job.state = JsonString(j, "job_state");
+  job.state = ParseJobState(JsonString(j, "job_state"));
   job.reason = JsonString(j, "state_reason");
   job.node_count = static_cast<int>(Int(j, "node_count"));
   job.tasks = static_cast<int>(Int(j, "tasks"));
@@ -173,9 +173,9 @@ JobInfo ParseJob(const Value& j) {
     job.nodes = expanded ? std::move(*expanded) : std::vector<std::string>{nodes};
   }
 
-  const bool pending = job.state == "PENDING";
+  const bool pending = job.state == JobState::kPending;
   // COMPLETING is no end: a requeued job passes through it with its old expected end_time.
-  const bool ended = IsJobStateFinal(job.state);
+  const bool ended = IsFinal(job.state);
   job.start_time = pending ? 0 : Int(j, "start_time");
   job.end_time = ended ? Int(j, "end_time") : 0;
   if (ended) DecodeExitStatus(Int(j, "exit_code"), job);
@@ -482,7 +482,9 @@ Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
     job.name = JsonString(j, "name");
     job.user = JsonString(j, "user");
     job.partition = JsonString(j, "partition");
-    if (const Value* state = JsonMember(j, "state")) job.state = JsonString(*state, "current");
+    if (const Value* state = JsonMember(j, "state")) {
+      job.state = ParseJobState(JsonString(*state, "current"));
+    }
     if (const std::string nodes = JsonString(j, "nodes");
         !nodes.empty() && nodes != "None assigned") {
       auto expanded = ExpandHostlist(nodes);
@@ -560,21 +562,12 @@ Result<int64_t> ParseDiagResponse(std::string_view body) {
   return req_time;
 }
 
-bool JobHoldsGpus(std::string_view state) {
-  return state == "RUNNING" || state == "CONFIGURING" || state == "COMPLETING" ||
-         state == "SUSPENDED" || state == "STOPPED";
-}
-
-bool JobIsPending(std::string_view state) {
-  return state == "PENDING" || state == "REQUEUED" || state == "REQUEUE_HOLD" ||
-         state == "REQUEUE_FED";
-}
-
-bool IsJobStateFinal(std::string_view state) {
-  static constexpr std::array<std::string_view, 10> kFinal = {
-      "COMPLETED", "FAILED",    "CANCELLED", "TIMEOUT",       "NODE_FAIL",
-      "PREEMPTED", "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY", "REVOKED"};
-  return std::find(kFinal.begin(), kFinal.end(), state) != kFinal.end();
+JobState ParseJobState(std::string_view name) {
+  for (auto s = static_cast<int>(JobState::kPending); s <= static_cast<int>(JobState::kRevoked);
+       ++s) {
+    if (JobStateName(static_cast<JobState>(s)) == name) return static_cast<JobState>(s);
+  }
+  return JobState::kUnknown;
 }
 
 int CountGpusInGres(std::string_view gres) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "slurm/job_state.h"
 
 namespace bmas {
 
@@ -57,7 +58,7 @@ struct JobInfo {
   std::string name;
   std::string user;
   std::string partition;
-  std::string state;   // Slurm's name as given: PENDING, RUNNING, COMPLETING, COMPLETED, ...
+  JobState state = JobState::kUnknown;
   std::string reason;  // state_reason: "None", "Resources", "NonZeroExitCode", ...
   std::vector<std::string> nodes;  // expanded from "oss[01-02]"; empty while pending
   int node_count = 0;
@@ -150,18 +151,9 @@ Result<int64_t> ParseDiagResponse(std::string_view body);
 
 // ---- Pieces, exposed for tests and callers ----
 
-// True for states a job never leaves: COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
-// PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY, REVOKED.
-bool IsJobStateFinal(std::string_view state);
-
-// Whether a job in `state` holds its allocation, GPUs included; the one definition the
-// monitor, the dashboard and the controller share. RUNNING; CONFIGURING (its nodes are being
-// readied); COMPLETING (until its epilog ends); SUSPENDED and STOPPED (Slurm keeps their GRES).
-bool JobHoldsGpus(std::string_view state);
-
-// Whether a job in `state` waits for an allocation: PENDING, REQUEUED, REQUEUE_HOLD,
-// REQUEUE_FED.
-bool JobIsPending(std::string_view state);
+// Slurm's name of a job state ("RUNNING", "OUT_OF_MEMORY") as a JobState; kUnknown for a name
+// this version does not know. The one place bmas reads Slurm's names.
+JobState ParseJobState(std::string_view name);
 
 // GPUs in one GRES string: "gpu:h100:4(IDX:0-3)", "gpu:2", "gres:gpu:2", "gres/gpu:h100=2",
 // comma-separated lists; other GRES are ignored. 0 when there is no GPU.

@@ -55,13 +55,13 @@ TEST(ParseDbJobsTest, FinishedJobsFromSlurmdbd) {
   EXPECT_EQ(failed.id, 9640001);
   EXPECT_EQ(failed.user, "root");
   EXPECT_EQ(failed.partition, "lab");
-  EXPECT_EQ(failed.state, "FAILED");
+  EXPECT_EQ(failed.state, JobState::kFailed);
   EXPECT_EQ(failed.gpus, 2);
   EXPECT_EQ(failed.nodes, std::vector<std::string>{"oss01"});
   EXPECT_GT(failed.start_time, 0);
   EXPECT_GE(failed.end_time, failed.start_time);
   const JobInfo& training = (*jobs)[1];
-  EXPECT_EQ(training.state, "COMPLETED");
+  EXPECT_EQ(training.state, JobState::kCompleted);
   EXPECT_EQ(training.partition, "training");
   EXPECT_EQ(training.gpus, 2);
   EXPECT_EQ(training.nodes, (std::vector<std::string>{"oss01", "oss02"}));
@@ -73,7 +73,7 @@ TEST(ParseJobsTest, RunningTwoGpuJob) {
   EXPECT_EQ(j.name, "gpu2");
   EXPECT_EQ(j.user, "bmas-test-a");
   EXPECT_EQ(j.partition, "lab");
-  EXPECT_EQ(j.state, "RUNNING");
+  EXPECT_EQ(j.state, JobState::kRunning);
   EXPECT_EQ(j.reason, "None");
   EXPECT_EQ(j.nodes, std::vector<std::string>{"oss01"});
   EXPECT_EQ(j.gpus, 2);
@@ -95,7 +95,7 @@ TEST(ParseJobsTest, FinishedJobKeepsRequestedGpusAndDecodesExitStatus) {
   // After the end gres_detail is empty and tres_alloc_str has no gres/gpu (no accounting);
   // the count comes from tres_per_node "gres:gpu:2". exit_code 768 is a wait status: exit 3.
   const JobInfo j = OnlyJob("job_failed_exit3.json");
-  EXPECT_EQ(j.state, "FAILED");
+  EXPECT_EQ(j.state, JobState::kFailed);
   EXPECT_EQ(j.reason, "NonZeroExitCode");
   EXPECT_EQ(j.gpus, 2);
   EXPECT_TRUE(j.gpu_alloc.empty());
@@ -106,7 +106,7 @@ TEST(ParseJobsTest, FinishedJobKeepsRequestedGpusAndDecodesExitStatus) {
 
 TEST(ParseJobsTest, CancelledTwoNodeJob) {
   const JobInfo j = OnlyJob("job_cancelled.json");
-  EXPECT_EQ(j.state, "CANCELLED");
+  EXPECT_EQ(j.state, JobState::kCancelled);
   EXPECT_EQ(j.nodes, (std::vector<std::string>{"oss01", "oss02"}));
   EXPECT_EQ(j.node_count, 2);
   EXPECT_EQ(j.gpus, 8) << "gres:gpu:4 per node on two nodes";
@@ -124,13 +124,13 @@ TEST(ParseJobsTest, ListWithRunningPendingAndRefusedJobs) {
 
   const JobInfo& refused = (*jobs)[0];
   EXPECT_EQ(refused.id, 3);
-  EXPECT_EQ(refused.state, "FAILED");
+  EXPECT_EQ(refused.state, JobState::kFailed);
   EXPECT_EQ(refused.reason, "BadConstraints");
   EXPECT_TRUE(refused.nodes.empty());
   EXPECT_EQ(refused.gpus, 5);
 
   const JobInfo& running = (*jobs)[1];
-  EXPECT_EQ(running.state, "RUNNING");
+  EXPECT_EQ(running.state, JobState::kRunning);
   EXPECT_EQ(running.nodes, (std::vector<std::string>{"oss01", "oss02"}));
   EXPECT_EQ(running.gpus, 8);
   ASSERT_EQ(running.gpu_alloc.size(), 2u);
@@ -138,7 +138,7 @@ TEST(ParseJobsTest, ListWithRunningPendingAndRefusedJobs) {
   EXPECT_EQ(running.gpu_alloc[1].indexes, (std::vector<int>{0, 1, 2, 3}));
 
   const JobInfo& pending = (*jobs)[2];
-  EXPECT_EQ(pending.state, "PENDING");
+  EXPECT_EQ(pending.state, JobState::kPending);
   EXPECT_EQ(pending.reason, "Resources");
   EXPECT_TRUE(pending.nodes.empty());
   EXPECT_EQ(pending.gpus, 8);
@@ -150,18 +150,18 @@ TEST(ParseJobsTest, RequeuedJobPassesThroughCompletingThenPending) {
   // `scontrol requeue` on a running job: COMPLETING (not REQUEUED) with restart_cnt 1, then
   // PENDING with Reason=BeginTime. Neither is final.
   const JobInfo completing = OnlyJob("job_requeued_completing.json");
-  EXPECT_EQ(completing.state, "COMPLETING");
+  EXPECT_EQ(completing.state, JobState::kCompleting);
   EXPECT_EQ(completing.restart_count, 1);
-  EXPECT_FALSE(IsJobStateFinal(completing.state));
+  EXPECT_FALSE(IsFinal(completing.state));
   EXPECT_EQ(completing.end_time, 0) << "its end_time is the old run's expected end";
   EXPECT_EQ(completing.stdout_path, "/tmp/bmas-slurm-dev/work/rq-21.bmas-test-a.out");
 
   const JobInfo pending = OnlyJob("job_requeued_pending.json");
-  EXPECT_EQ(pending.state, "PENDING");
+  EXPECT_EQ(pending.state, JobState::kPending);
   EXPECT_EQ(pending.reason, "BeginTime");
   EXPECT_EQ(pending.restart_count, 1);
   EXPECT_EQ(pending.gpus, 1) << "typed request gres:gpu:h100:1";
-  EXPECT_FALSE(IsJobStateFinal(pending.state));
+  EXPECT_FALSE(IsFinal(pending.state));
 }
 
 TEST(ParseJobsTest, RefusesNonJson) {
@@ -491,14 +491,29 @@ TEST(ParseGresIndexesTest, Forms) {
   EXPECT_TRUE(ParseGresIndexes("gpu:h100:4").empty());
 }
 
-TEST(IsJobStateFinalTest, States) {
+// Every state reads back from its own name; a name Slurm may add later is kUnknown, which
+// holds nothing, waits for nothing and is not over.
+TEST(JobStateTest, NamesRoundTripAndANewNameIsUnknown) {
+  for (int s = 0; s <= static_cast<int>(JobState::kRevoked); ++s) {
+    const auto state = static_cast<JobState>(s);
+    if (state == JobState::kUnknown) continue;
+    EXPECT_EQ(ParseJobState(JobStateName(state)), state) << JobStateName(state);
+  }
+  const JobState later = ParseJobState("STAGE_IN_LATER");
+  EXPECT_EQ(later, JobState::kUnknown);
+  EXPECT_EQ(fmt::format("{}", later), "UNKNOWN");
+  EXPECT_FALSE(HoldsGpus(later) || IsPending(later) || IsFinal(later));
+  EXPECT_EQ(ParseJobState("running"), JobState::kUnknown);  // Slurm's names are upper case
+}
+
+TEST(JobStateTest, FinalStates) {
   for (const char* s : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                         "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}) {
-    EXPECT_TRUE(IsJobStateFinal(s)) << s;
+    EXPECT_TRUE(IsFinal(ParseJobState(s))) << s;
   }
   for (const char* s :
-       {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED", ""}) {
-    EXPECT_FALSE(IsJobStateFinal(s)) << s;
+       {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED", "", "NEW"}) {
+    EXPECT_FALSE(IsFinal(ParseJobState(s))) << s;
   }
 }
 
@@ -526,18 +541,18 @@ namespace {
 // The one definition the monitor, the dashboard and the controller share (they had four).
 TEST(JobStateTest, WhichStatesHoldGpusAndWhichWait) {
   for (const char* holds : {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"}) {
-    EXPECT_TRUE(JobHoldsGpus(holds)) << holds;
-    EXPECT_FALSE(JobIsPending(holds)) << holds;
-    EXPECT_FALSE(IsJobStateFinal(holds)) << holds;
+    EXPECT_TRUE(HoldsGpus(ParseJobState(holds))) << holds;
+    EXPECT_FALSE(IsPending(ParseJobState(holds))) << holds;
+    EXPECT_FALSE(IsFinal(ParseJobState(holds))) << holds;
   }
   for (const char* waits : {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}) {
-    EXPECT_TRUE(JobIsPending(waits)) << waits;
-    EXPECT_FALSE(JobHoldsGpus(waits)) << waits;
+    EXPECT_TRUE(IsPending(ParseJobState(waits))) << waits;
+    EXPECT_FALSE(HoldsGpus(ParseJobState(waits))) << waits;
   }
   for (const char* ended : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED"}) {
-    EXPECT_TRUE(IsJobStateFinal(ended)) << ended;
-    EXPECT_FALSE(JobHoldsGpus(ended)) << ended;
-    EXPECT_FALSE(JobIsPending(ended)) << ended;
+    EXPECT_TRUE(IsFinal(ParseJobState(ended))) << ended;
+    EXPECT_FALSE(HoldsGpus(ParseJobState(ended))) << ended;
+    EXPECT_FALSE(IsPending(ParseJobState(ended))) << ended;
   }
 }
 

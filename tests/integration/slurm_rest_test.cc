@@ -104,7 +104,7 @@ class SlurmRestIntegrationTest : public ::testing::Test {
     for (const auto& [user, id] : submitted_) {
       SlurmRestClient client = ClientFor(user);
       auto job = client.Job(id);
-      if (job && !IsJobStateFinal(job->state)) (void)client.Cancel(id);
+      if (job && !IsFinal(job->state)) (void)client.Cancel(id);
     }
     if (!state_.empty()) {
       auto down = RunCommand({Env("BMAS_BINARY"), "--state-dir", state_, "slurm", "down"});
@@ -166,7 +166,7 @@ class SlurmRestIntegrationTest : public ::testing::Test {
       if (done(*last)) return last;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "job " << id << " still " << (last ? last->state : "unknown") << " after "
+    ADD_FAILURE() << "job " << id << " still " << (last ? JobStateName(last->state) : "unknown") << " after "
                   << timeout.count() << " s";
     return last;
   }
@@ -185,8 +185,8 @@ class SlurmRestIntegrationTest : public ::testing::Test {
   std::vector<std::pair<std::string, int64_t>> submitted_;
 };
 
-bool Final(const JobInfo& j) { return IsJobStateFinal(j.state); }
-bool Running(const JobInfo& j) { return j.state == "RUNNING" || IsJobStateFinal(j.state); }
+bool Final(const JobInfo& j) { return IsFinal(j.state); }
+bool Running(const JobInfo& j) { return j.state == JobState::kRunning || IsFinal(j.state); }
 
 TEST_F(SlurmRestIntegrationTest, Ping) {
   SlurmRestClient client = ClientFor(user_);
@@ -207,7 +207,7 @@ TEST_F(SlurmRestIntegrationTest, TwoGpuJobRunsAsTheUserOnOneNode) {
 
   auto running = WaitFor(client, *id, Running);
   ASSERT_TRUE(running.has_value());
-  ASSERT_EQ(running->state, "RUNNING")
+  ASSERT_EQ(running->state, JobState::kRunning)
       << "finished before it was seen running: " << running->reason;
   EXPECT_EQ(running->gpus, 2);
   ASSERT_EQ(running->gpu_alloc.size(), 1u);
@@ -223,7 +223,7 @@ TEST_F(SlurmRestIntegrationTest, TwoGpuJobRunsAsTheUserOnOneNode) {
 
   auto done = WaitFor(client, *id, Final);
   ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->state, "COMPLETED") << done->reason;
+  EXPECT_EQ(done->state, JobState::kCompleted) << done->reason;
   EXPECT_EQ(done->exit_code, 0);
   EXPECT_EQ(done->user, user_);
   EXPECT_EQ(done->name, "rest-gpu2");
@@ -258,7 +258,7 @@ TEST_F(SlurmRestIntegrationTest, GpusPerNodeAcrossTwoNodes) {
   ASSERT_TRUE(id) << id.error().message;
   auto done = WaitFor(client, *id, Final);
   ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->state, "COMPLETED") << done->reason;
+  EXPECT_EQ(done->state, JobState::kCompleted) << done->reason;
   ASSERT_EQ(done->nodes.size(), 2u);
   EXPECT_EQ(done->gpus, 2);
   const std::string out = ReadFile(done->stdout_path);
@@ -273,7 +273,7 @@ TEST_F(SlurmRestIntegrationTest, ExitCodeOfAFailedJob) {
   ASSERT_TRUE(id) << id.error().message;
   auto done = WaitFor(client, *id, Final);
   ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->state, "FAILED");
+  EXPECT_EQ(done->state, JobState::kFailed);
   EXPECT_EQ(done->exit_code, 3);
   EXPECT_EQ(done->exit_signal, 0);
 }
@@ -284,12 +284,12 @@ TEST_F(SlurmRestIntegrationTest, CancelARunningJob) {
   ASSERT_TRUE(id) << id.error().message;
   auto running = WaitFor(client, *id, Running);
   ASSERT_TRUE(running.has_value());
-  ASSERT_EQ(running->state, "RUNNING");
+  ASSERT_EQ(running->state, JobState::kRunning);
 
   ASSERT_TRUE(client.Cancel(*id)) << "cancel failed";
   auto done = WaitFor(client, *id, Final, std::chrono::seconds(30));
   ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->state, "CANCELLED");
+  EXPECT_EQ(done->state, JobState::kCancelled);
 }
 
 TEST_F(SlurmRestIntegrationTest, AnotherUserCannotCancel) {
@@ -309,7 +309,7 @@ TEST_F(SlurmRestIntegrationTest, AnotherUserCannotCancel) {
 
   auto still = owner.Job(*id);
   ASSERT_TRUE(still) << still.error().message;
-  EXPECT_EQ(still->state, "RUNNING");
+  EXPECT_EQ(still->state, JobState::kRunning);
   EXPECT_TRUE(owner.Cancel(*id));
 }
 
