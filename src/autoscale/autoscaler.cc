@@ -32,16 +32,6 @@ Counts CountReplicas(const std::vector<ReplicaSnapshot>& replicas) {
   return c;
 }
 
-const char* StateName(ReplicaState s) {
-  switch (s) {
-    case ReplicaState::kPending: return "pending";
-    case ReplicaState::kStarting: return "starting";
-    case ReplicaState::kReady: return "ready";
-    case ReplicaState::kDraining: return "draining";
-  }
-  return "?";
-}
-
 std::string Replicas(int n) { return fmt::format("{} replica{}", n, n == 1 ? "" : "s"); }
 
 // Replicas needed for `load` requests to sit at the target utilisation.
@@ -219,7 +209,7 @@ AutoscaleDecision DecideReplicas(const AutoscaleSettings& s, const ModelSnapshot
     if (const ReplicaSnapshot* coming = ComingWithinAllowance(s, model.replicas, now)) {
       return decide(current, fmt::format("{}, but replica {} is still {} ({:.0f} s of its "
                                          "{:.0f} s start-up allowance)",
-                                         breach, coming->id, StateName(coming->state),
+                                         breach, coming->id, ReplicaStateName(coming->state),
                                          (now - coming->since).count(),
                                          s.startup_allowance.count()));
     }

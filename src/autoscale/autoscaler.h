@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "core/replica_state.h"
 
 namespace bmas::autoscale {
 
@@ -74,13 +75,6 @@ struct AutoscaleSettings {
   // Low load this long before the first replica goes; then at most one per `scale_down_step`.
   Duration scale_down_idle{300};
   Duration scale_down_step{60};
-};
-
-enum class ReplicaState {
-  kPending,   // its Slurm job is submitted and not running yet
-  kStarting,  // its job runs; the server does not answer /health yet
-  kReady,     // answers /health and takes requests
-  kDraining,  // takes no new requests; finishing those it has, then its job ends
 };
 
 // One replica as the controller sees it now.

@@ -10,20 +10,6 @@
 namespace bmas::autoscale {
 namespace {
 
-const char* StateName(ReplicaState s) {
-  switch (s) {
-    case ReplicaState::kPending:
-      return "pending";
-    case ReplicaState::kStarting:
-      return "starting";
-    case ReplicaState::kReady:
-      return "ready";
-    case ReplicaState::kDraining:
-      return "draining";
-  }
-  return "pending";
-}
-
 // One replica job as this pass sees it.
 struct Seen {
   const JobInfo* job;
@@ -257,7 +243,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       ReplicaRecord r;
       r.job_id = s.job->id;
       r.model = model;
-      r.state = StateName(s.state);
+      r.state = s.state;
       r.node = s.job->nodes.empty() ? "" : s.job->nodes[0];
       r.port = s.name.port;
       r.url = s.url;

@@ -53,7 +53,7 @@ TEST_F(ControllerTest, TheFirstRequestOfAMinZeroDeploymentStartsOneReplicaAndOnl
   ControllerPlan second = PlanPass(settings_, in, T(1004), memory_);
   EXPECT_TRUE(second.submits.empty());
   ASSERT_EQ(second.replicas.size(), 1u);
-  EXPECT_EQ(second.replicas[0].state, "pending");
+  EXPECT_EQ(second.replicas[0].state, ReplicaState::kPending);
   EXPECT_EQ(second.replicas[0].url, "");
 }
 
@@ -65,12 +65,12 @@ TEST_F(ControllerTest, TheFloorGoesToTheFloorPartitionAndAReplicaIsReadyOnceTheG
   in.jobs = {Job(7, "m", 18100, "RUNNING", "inference_floor")};
   plan = PlanPass(settings_, in, T(1002), memory_);
   ASSERT_EQ(plan.replicas.size(), 1u);
-  EXPECT_EQ(plan.replicas[0].state, "starting");
+  EXPECT_EQ(plan.replicas[0].state, ReplicaState::kStarting);
   EXPECT_EQ(plan.replicas[0].url, Url(18100));
   EXPECT_TRUE(plan.replicas[0].floor);
   in.backends[Url(18100)] = BackendView{.healthy = true};
   plan = PlanPass(settings_, in, T(1004), memory_);
-  EXPECT_EQ(plan.replicas[0].state, "ready");
+  EXPECT_EQ(plan.replicas[0].state, ReplicaState::kReady);
   EXPECT_TRUE(plan.submits.empty());
 }
 
@@ -85,7 +85,7 @@ TEST_F(ControllerTest, ScaleDownDrainsAReplicaAboveTheFloorAndCancelsItOnceQuiet
     ControllerPlan plan = PlanPass(settings_, in, T(t), memory_);
     EXPECT_TRUE(plan.submits.empty()) << t;
     for (const ReplicaRecord& r : plan.replicas) {
-      if (r.state == "draining" && std::find(drained.begin(), drained.end(), r.job_id) == drained.end()) {
+      if (r.state == ReplicaState::kDraining && std::find(drained.begin(), drained.end(), r.job_id) == drained.end()) {
         drained.push_back(r.job_id);
         // The gateway follows the store: draining, then nothing in flight.
         in.backends[r.url].draining = true;
@@ -128,7 +128,7 @@ TEST_F(ControllerTest, AReplicaNearItsTimeLimitIsReplacedWhileItServes) {
   ASSERT_EQ(plan.submits.size(), 1u);
   EXPECT_EQ(plan.submits[0].port, 18101);
   EXPECT_TRUE(plan.submits[0].floor);
-  EXPECT_EQ(plan.replicas[0].state, "ready");  // still routed to until its job ends
+  EXPECT_EQ(plan.replicas[0].state, ReplicaState::kReady);  // still routed to until its job ends
 }
 
 TEST_F(ControllerTest, WithoutTheGatewaysViewTheReplicasAreHeld) {

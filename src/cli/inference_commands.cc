@@ -181,7 +181,7 @@ std::string DeploymentsJson(const std::vector<Deployment>& deployments,
     auto its = [&](const ReplicaRecord& r) { return r.model == d.model; };
     ObjectsMemberWhere(w, "replicas", replicas, its, [&](const ReplicaRecord& r) {
       Member(w, "job_id", r.job_id);
-      Member(w, "state", r.state);
+      Member(w, "state", ReplicaStateName(r.state));
       Member(w, "node", r.node);
       Member(w, "url", r.url);
       Member(w, "gpus", r.gpus);
@@ -213,7 +213,7 @@ int InferenceCommands::List(GlobalOptions& global) {
     for (const ReplicaRecord& r : *replicas) {
       if (r.model != d.model) continue;
       any = true;
-      fmt::print("  job {:<8} {:<9} {:<8} {:<26} {} GPU(s){}\n", r.job_id, r.state,
+      fmt::print("  job {:<8} {:<9} {:<8} {:<26} {} GPU(s){}\n", r.job_id, ReplicaStateName(r.state),
                  r.node.empty() ? "-" : r.node, r.url.empty() ? "-" : r.url, r.gpus,
                  r.floor ? ", floor" : "");
     }

@@ -64,7 +64,7 @@ TEST_F(InferenceControllerTest, AFloorReplicaIsSubmittedRecordedAndRemovedWithIt
   EXPECT_EQ(fake_->specs.size(), 1u);
   auto replicas = store_->ListReplicas();
   ASSERT_EQ(replicas->size(), 1u);
-  EXPECT_EQ((*replicas)[0].state, "pending");
+  EXPECT_EQ((*replicas)[0].state, ReplicaState::kPending);
 
   fake_->Run(100, "oss01");
   load_ = R"({"queued":{},"backends":[{"url":"http://127.0.0.1:18100","models":["m"],"healthy":true,"draining":false,"in_flight":0,"capacity":64,"kv_usage":0}]})";
@@ -72,7 +72,7 @@ TEST_F(InferenceControllerTest, AFloorReplicaIsSubmittedRecordedAndRemovedWithIt
   ASSERT_TRUE(c.RunOnce());
   replicas = store_->ListReplicas();
   ASSERT_EQ(replicas->size(), 1u);
-  EXPECT_EQ((*replicas)[0].state, "ready");
+  EXPECT_EQ((*replicas)[0].state, ReplicaState::kReady);
   EXPECT_EQ((*replicas)[0].url, "http://127.0.0.1:18100");
   EXPECT_TRUE((*replicas)[0].floor);
   EXPECT_EQ(fake_->specs.size(), 1u);

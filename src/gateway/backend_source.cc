@@ -8,7 +8,7 @@ BackendSet MergeBackendSources(const std::vector<std::string>& added,
   BackendSet set;
   set.urls = added;
   for (const ReplicaRecord& r : replicas) {
-    if (!r.url.empty() && (r.state == "starting" || r.state == "ready")) set.urls.push_back(r.url);
+    if (!r.url.empty() && ReplicaTakesRequests(r.state)) set.urls.push_back(r.url);
   }
   for (const Deployment& d : deployments) set.deployed.insert(d.model);
   return set;

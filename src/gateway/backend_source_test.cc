@@ -8,10 +8,10 @@ namespace {
 
 TEST(BackendSourceTest, ReplicasAreBackendsWhileStartingOrReadyAndDeployedModelsAreKnown) {
   const std::vector<ReplicaRecord> replicas = {
-      {1, "m", "ready", "oss01", 18100, "http://127.0.0.1:18100", 1, true, 0},
-      {2, "m", "starting", "oss02", 18101, "http://127.0.0.1:18101", 1, false, 0},
-      {3, "m", "draining", "oss02", 18102, "http://127.0.0.1:18102", 1, false, 0},
-      {4, "m", "pending", "", 18103, "", 1, false, 0},
+      {1, "m", ReplicaState::kReady, "oss01", 18100, "http://127.0.0.1:18100", 1, true, 0},
+      {2, "m", ReplicaState::kStarting, "oss02", 18101, "http://127.0.0.1:18101", 1, false, 0},
+      {3, "m", ReplicaState::kDraining, "oss02", 18102, "http://127.0.0.1:18102", 1, false, 0},
+      {4, "m", ReplicaState::kPending, "", 18103, "", 1, false, 0},
   };
   BackendSet set = MergeBackendSources({"http://10.0.0.9:8000"},
                                        {Deployment{.model = "m"}, Deployment{.model = "cold"}},

@@ -20,7 +20,6 @@
 namespace bmas::plan {
 namespace {
 
-using autoscale::ReplicaState;
 using engine::TokenId;
 
 // Tokens per modelled cache block: vLLM's block of 16 tokens (the gateway's 64 bytes of text

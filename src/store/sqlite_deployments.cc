@@ -48,7 +48,7 @@ bool ReplaceReplicas(sqlite3* db, const std::vector<ReplicaRecord>& replicas) {
               "floor, since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   for (const ReplicaRecord& r : replicas) {
     s.Reset();
-    s.Bind(1, r.job_id).Bind(2, r.model).Bind(3, r.state).Bind(4, r.node);
+    s.Bind(1, r.job_id).Bind(2, r.model).Bind(3, ReplicaStateName(r.state)).Bind(4, r.node);
     s.Bind(5, int64_t{r.port}).Bind(6, r.url).Bind(7, int64_t{r.gpus});
     s.Bind(8, int64_t{r.floor ? 1 : 0}).Bind(9, r.since);
     if (s.Step() != SQLITE_DONE) return false;
@@ -61,7 +61,10 @@ std::optional<std::vector<ReplicaRecord>> ListReplicas(sqlite3* db) {
               "SELECT job_id, model, state, node, port, url, gpus, floor, since FROM replicas "
               "ORDER BY model, job_id");
   return Rows(s, [](const Statement& row) {
-    return ReplicaRecord{row.Int(0), row.Text(1), row.Text(2), row.Text(3),
+    // A name this version does not know reads as pending: the gateway sends it nothing.
+    return ReplicaRecord{row.Int(0), row.Text(1),
+                         ParseReplicaState(row.Text(2)).value_or(ReplicaState::kPending),
+                         row.Text(3),
                          static_cast<int>(row.Int(4)), row.Text(5),
                          static_cast<int>(row.Int(6)), row.Int(7) != 0, row.Int(8)};
   });

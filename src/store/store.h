@@ -16,6 +16,7 @@
 
 #include "common/env.h"
 #include "common/result.h"
+#include "core/replica_state.h"
 
 namespace bmas {
 
@@ -76,7 +77,7 @@ struct Deployment {
 struct ReplicaRecord {
   int64_t job_id = 0;
   std::string model;
-  std::string state;  // "pending", "starting", "ready" or "draining"
+  ReplicaState state = ReplicaState::kPending;  // stored by its name
   std::string node;   // "" while pending
   int port = 0;
   std::string url;    // "http://ADDR:PORT"; "" while pending

@@ -304,14 +304,14 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
   EXPECT_EQ((*all)[1].profile, "llama-3.1-8b-h100");
   EXPECT_GT((*all)[1].updated_at, 0);
 
-  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "ready", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 5},
-                                       {12, "m0", "pending", "", 18101, "", 1, false, 6}}));
-  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", "draining", "oss01", 18100, "http://127.0.0.1:18100", 2, true, 7},
-                                       {13, "m1", "starting", "oss02", 18102, "http://127.0.0.1:18102", 2, false, 8}}));
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", ReplicaState::kReady, "oss01", 18100, "http://127.0.0.1:18100", 2, true, 5},
+                                       {12, "m0", ReplicaState::kPending, "", 18101, "", 1, false, 6}}));
+  ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", ReplicaState::kDraining, "oss01", 18100, "http://127.0.0.1:18100", 2, true, 7},
+                                       {13, "m1", ReplicaState::kStarting, "oss02", 18102, "http://127.0.0.1:18102", 2, false, 8}}));
   auto replicas = store_->ListReplicas();
   ASSERT_TRUE(replicas);
   ASSERT_EQ(replicas->size(), 2u);  // replaced whole: job 12 is gone
-  EXPECT_EQ((*replicas)[0].state, "draining");
+  EXPECT_EQ((*replicas)[0].state, ReplicaState::kDraining);
   EXPECT_TRUE((*replicas)[0].floor);
   EXPECT_EQ((*replicas)[1].port, 18102);
 
