@@ -477,7 +477,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
       fmt::print("{}\n", JsonObjectArray(*list, [](JsonWriter& w, const auto& ws) {
         Str(w, "user", ws.user);
         Str(w, "name", ws.name);
-        Str(w, "status", ws.status);
+        Member(w, "status", lxd::InstanceStatusName(ws.status));
         Str(w, "image", ws.image);
         // Counts as numbers; sizes as LXD holds them ("4GiB", "50%") and in bytes; null: no
         // limit.
@@ -513,7 +513,7 @@ int LxdCommands::RunWorkspace(GlobalOptions& global, const std::string& verb) {
   auto account = lxd::LookUpAccount(user_);
   auto w = workspaces.Get(user_);
   if (!w) return ReportFailure(command, w.error());
-  if (w->status != "Running") {
+  if (w->status != lxd::InstanceStatus::kRunning) {
     return ReportFailure(command, Error{ErrorCode::kUnavailable,
                                         fmt::format("{}'s workspace is {}: `bmas workspace start "
                                                     "{}`",

@@ -408,7 +408,7 @@ class Agent {
                   }));
       return;
     }
-    if (ws->status != "Running") {
+    if (ws->status != lxd::InstanceStatus::kRunning) {
       if (auto started = lxd::StartInstance(client, instance); !started) {
         return Refuse(fd, started.error().message);
       }

@@ -136,7 +136,7 @@ void AgentReconciler::ReconcileOnce() {
        nullptr);
   if (instances) {
     counts_.workspaces_running = 0;
-    for (const auto& i : *instances) counts_.workspaces_running += i.status == "Running" ? 1 : 0;
+    for (const auto& i : *instances) counts_.workspaces_running += i.status == lxd::InstanceStatus::kRunning ? 1 : 0;
   }
 }
 

@@ -203,7 +203,7 @@ Result<void> FenceWorkspaceGpus(LxdApi& client, const std::string& instance, int
       mine.push_back(st.st_rdev);
     }
   }
-  if (current->status != "Running") {
+  if (current->status != InstanceStatus::kRunning) {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }
   auto init = client.InitPid(instance);
@@ -218,7 +218,7 @@ Result<std::vector<std::string>> ReconcileFences(
   std::vector<std::string> fenced;
   std::string failures;
   for (const Instance& i : *instances) {
-    if (i.status != "Running") continue;
+    if (i.status != InstanceStatus::kRunning) continue;
     // Each live job's GPU device nodes on the host and LXD device names, by job.
     std::map<int64_t, std::pair<std::vector<std::string>, std::vector<std::string>>> jobs;
     for (const auto& [name, spec] : i.devices) {

@@ -34,7 +34,7 @@ class FakeLxdApi final : public LxdApi {
     }
     Instance i;
     i.name = spec.name;
-    i.status = "Stopped";
+    i.status = InstanceStatus::kStopped;
     i.type = "container";
     i.architecture = "x86_64";
     i.config = spec.config;
@@ -49,11 +49,11 @@ class FakeLxdApi final : public LxdApi {
     auto it = instances.find(name);
     if (it == instances.end()) return Missing(name);
     if (action == "start" || action == "restart" || action == "unfreeze") {
-      it->second.status = "Running";
+      it->second.status = InstanceStatus::kRunning;
     } else if (action == "stop") {
-      it->second.status = "Stopped";
+      it->second.status = InstanceStatus::kStopped;
     } else if (action == "freeze") {
-      it->second.status = "Frozen";
+      it->second.status = InstanceStatus::kFrozen;
     }
     state_changes.push_back(name + " " + action);
     return {};
@@ -84,7 +84,7 @@ class FakeLxdApi final : public LxdApi {
     if (down) return Down();
     auto it = instances.find(name);
     if (it == instances.end()) return Missing(name);
-    if (it->second.status != "Running") {
+    if (it->second.status != InstanceStatus::kRunning) {
       return Error{ErrorCode::kUnavailable, "fake: instance " + name + " is not running"};
     }
     return init_pid;

@@ -71,7 +71,7 @@ Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& ins
                                           const std::function<std::string(int)>& source) {
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
-  if (current->status != "Running") {
+  if (current->status != InstanceStatus::kRunning) {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }
   auto devices = GpuDevices(current->devices, job, node, gpus, source);

@@ -59,8 +59,8 @@ namespace {
 class GpuBindingFakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    lxd_.instances["ws-alice"] = {.name = "ws-alice", .status = "Stopped"};
-    lxd_.instances["ws-bob"] = {.name = "ws-bob", .status = "Running"};
+    lxd_.instances["ws-alice"] = {.name = "ws-alice", .status = InstanceStatus::kStopped};
+    lxd_.instances["ws-bob"] = {.name = "ws-bob", .status = InstanceStatus::kRunning};
   }
   std::vector<std::string> DevicesOf(const std::string& instance) {
     std::vector<std::string> names;
@@ -75,7 +75,7 @@ TEST_F(GpuBindingFakeTest, BindingStartsAStoppedWorkspaceAndPlugsTheJobsGpusIn) 
   auto paths = BindGpus(lxd_, "ws-alice", 7, "oss01", {0, 2}, Source);
   ASSERT_TRUE(paths) << paths.error().message;
   EXPECT_EQ(*paths, (std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia2"}));
-  EXPECT_EQ(lxd_.instances["ws-alice"].status, "Running");
+  EXPECT_EQ(lxd_.instances["ws-alice"].status, InstanceStatus::kRunning);
   const StringMap& gpu2 = lxd_.instances["ws-alice"].devices.at("bmas-j7-oss01-gpu2");
   EXPECT_EQ(gpu2.at("source"), "/dev/bmas-x/oss01/nvidia2");
   EXPECT_EQ(gpu2.at("type"), "unix-char");

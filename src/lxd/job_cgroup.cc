@@ -188,7 +188,7 @@ Result<int> EndJobInWorkspace(LxdApi& client, const std::string& instance, int64
                               const std::string& node, const GpuProcessesFn& gpu_processes) {
   auto ws = client.GetInstance(instance);
   if (!ws) return ws.error().code == ErrorCode::kNotFound ? Result<int>(0) : ws.error();
-  if (ws->status != "Running") return 0;
+  if (ws->status != InstanceStatus::kRunning) return 0;
   auto init = client.InitPid(instance);
   if (!init) return init.error();
   const std::string cgroup = ReadText(fmt::format("/proc/{}/cgroup", *init));
@@ -226,7 +226,7 @@ Result<std::vector<std::string>> ReconcileJobCgroups(
   std::vector<std::string> ended;
   std::string failures;
   for (const Instance& i : *instances) {
-    if (i.status != "Running") continue;
+    if (i.status != InstanceStatus::kRunning) continue;
     auto init = client.InitPid(i.name);
     if (!init) continue;
     const std::string cgroup = ReadText(fmt::format("/proc/{}/cgroup", *init));

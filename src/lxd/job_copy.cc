@@ -31,7 +31,7 @@ Result<void> SetJobs(LxdApi& local, const std::string& name, const std::vector<i
 }
 
 Result<void> DeleteCopy(LxdApi& local, const Instance& copy) {
-  if (copy.status == "Running") {
+  if (copy.status == InstanceStatus::kRunning) {
     if (auto r = local.ChangeState(copy.name, "stop", /*force=*/true); !r) return r;
   }
   return local.DeleteInstance(copy.name);
@@ -44,7 +44,7 @@ Result<void> UseCopy(LxdApi& local, const Instance& copy, int64_t job) {
     jobs.push_back(job);
     if (auto r = SetJobs(local, copy.name, jobs); !r) return r;
   }
-  if (copy.status != "Running") return StartInstance(local, copy.name);
+  if (copy.status != InstanceStatus::kRunning) return StartInstance(local, copy.name);
   return {};
 }
 
@@ -115,7 +115,7 @@ Result<JobContainer> EnsureJobContainer(
   const std::string& name = spec.name;
   auto here = local.GetInstance(name);
   if (here && !IsCopy(*here)) {  // the workspace itself: the common case, no lock
-    if (here->status != "Running") {
+    if (here->status != InstanceStatus::kRunning) {
       if (auto r = StartInstance(local, name); !r) return r.error();
     }
     return JobContainer{};

@@ -421,7 +421,7 @@ Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
       LxdClient client(l->socket);
       if (auto instances = client.Instances()) {
         for (const Instance& i : *instances) {
-          if (i.status != "Running") continue;
+          if (i.status != InstanceStatus::kRunning) continue;
           if (auto s = client.ChangeState(i.name, "stop", /*force=*/true); !s) {
             spdlog::warn("lxd: {}", s.error().message);
           } else {

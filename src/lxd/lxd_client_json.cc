@@ -76,7 +76,7 @@ std::string Serialize(const Value& v) {
 Instance ParseInstance(const Value& v) {
   Instance i;
   i.name = JsonString(v, "name");
-  i.status = JsonString(v, "status");
+  i.status = ParseInstanceStatus(JsonString(v, "status"));
   i.type = JsonString(v, "type");
   i.architecture = JsonString(v, "architecture");
   i.config = Strings(v, "config");
@@ -157,3 +157,26 @@ std::string Segment(const std::string& s) {
 }
 
 }  // namespace bmas::lxd::internal
+
+namespace bmas::lxd {
+
+std::string_view InstanceStatusName(InstanceStatus status) {
+  switch (status) {
+    case InstanceStatus::kRunning: return "Running";
+    case InstanceStatus::kStopped: return "Stopped";
+    case InstanceStatus::kFrozen: return "Frozen";
+    case InstanceStatus::kError: return "Error";
+    case InstanceStatus::kUnknown: break;
+  }
+  return "Unknown";
+}
+
+InstanceStatus ParseInstanceStatus(std::string_view name) {
+  for (InstanceStatus s : {InstanceStatus::kRunning, InstanceStatus::kStopped,
+                           InstanceStatus::kFrozen, InstanceStatus::kError}) {
+    if (InstanceStatusName(s) == name) return s;
+  }
+  return InstanceStatus::kUnknown;
+}
+
+}  // namespace bmas::lxd

@@ -73,7 +73,7 @@ TEST_F(LxdClientTest, InstancesParsesConfigDevicesAndStatus) {
   ASSERT_EQ(list->size(), 1u);
   const Instance& i = (*list)[0];
   EXPECT_EQ(i.name, "ws-bmastest1");
-  EXPECT_EQ(i.status, "Running");
+  EXPECT_EQ(i.status, InstanceStatus::kRunning);
   EXPECT_EQ(i.config.at("limits.memory"), "256MiB");
   EXPECT_EQ(i.config.at("raw.idmap"), "both 1003 1003");
   EXPECT_EQ(i.devices.at("home").at("source"), "/home/bmastest1");

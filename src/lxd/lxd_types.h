@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace bmas::lxd {
 
@@ -21,9 +24,15 @@ struct ServerInfo {
   StringMap config;         // server config, "core.https_address", ...
 };
 
+// An instance's status as LXD names it ("Running", "Stopped", "Frozen", "Error"), typed; read
+// from LXD's JSON in one place (lxd_client_json.cc) and printed by its name.
+enum class InstanceStatus : uint8_t { kUnknown, kRunning, kStopped, kFrozen, kError };
+std::string_view InstanceStatusName(InstanceStatus status);  // kUnknown: "Unknown"
+InstanceStatus ParseInstanceStatus(std::string_view name);   // kUnknown for any other name
+
 struct Instance {
   std::string name;
-  std::string status;  // "Running", "Stopped", ...
+  InstanceStatus status = InstanceStatus::kUnknown;
   std::string type;    // "container"
   std::string architecture;  // "x86_64"
   StringMap config;    // as set (not expanded with profiles)
@@ -101,3 +110,12 @@ struct Profile {
 };
 
 }  // namespace bmas::lxd
+
+// fmt prints a status by its name.
+template <>
+struct fmt::formatter<bmas::lxd::InstanceStatus> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(bmas::lxd::InstanceStatus status, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(bmas::lxd::InstanceStatusName(status), ctx);
+  }
+};

@@ -333,14 +333,14 @@ Result<Workspace> Workspaces::Get(const std::string& user) {
 Result<void> Workspaces::Start(const std::string& user) {
   auto w = Get(user);
   if (!w) return w.error();
-  if (w->status == "Running") return {};
+  if (w->status == InstanceStatus::kRunning) return {};
   return StartInstance(client_, w->name);
 }
 
 Result<void> Workspaces::Stop(const std::string& user) {
   auto w = Get(user);
   if (!w) return w.error();
-  if (w->status == "Stopped") return {};
+  if (w->status == InstanceStatus::kStopped) return {};
   // Busybox's init ignores SIGPWR-less shutdown requests; a short grace, then force.
   if (auto r = client_.ChangeState(w->name, "stop", /*force=*/false, 10); r) return {};
   return client_.ChangeState(w->name, "stop", /*force=*/true);
@@ -349,7 +349,7 @@ Result<void> Workspaces::Stop(const std::string& user) {
 Result<void> Workspaces::Delete(const std::string& user) {
   auto w = Get(user);
   if (!w) return w.error();
-  if (w->status != "Stopped") {
+  if (w->status != InstanceStatus::kStopped) {
     if (auto r = client_.ChangeState(w->name, "stop", /*force=*/true); !r) return r;
   }
   return client_.DeleteInstance(w->name);
@@ -371,7 +371,7 @@ Result<ExecResult> Workspaces::Exec(const std::string& user,
   if (!account) return account.error();
   auto w = Get(user);
   if (!w) return w.error();
-  if (w->status != "Running") {
+  if (w->status != InstanceStatus::kRunning) {
     return Error{ErrorCode::kUnavailable,
                  fmt::format("{}'s workspace is {}: `bmas workspace start {}`", user,
                              w->status, user),

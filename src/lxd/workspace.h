@@ -65,7 +65,7 @@ std::string WorkspaceName(const std::string& user);
 struct Workspace {
   std::string user;
   std::string name;    // the LXD instance
-  std::string status;  // "Running", "Stopped", ...
+  InstanceStatus status = InstanceStatus::kUnknown;
   std::string image;   // description of the image it was made from
   std::string cpus, memory, processes, disk;  // "" = no limit
   std::string home;
