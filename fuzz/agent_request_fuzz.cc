@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "daemon/agent_protocol.h"
+#include "agent/agent_protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -2,7 +2,7 @@
 
 // The replica autoscaling policy: how many vLLM replicas one model's deployment should have.
 //
-// Pure, like core/idle_policy: a snapshot of the deployment and the time go in, a decision
+// Pure, like idle/idle_policy: a snapshot of the deployment and the time go in, a decision
 // comes out, and the caller keeps the policy's small memory (AutoscaleMemory) between calls. No
 // clock is read and nothing is submitted here: the controller (live, every 2 s or less) or the
 // simulator (in virtual time) calls DecideReplicas and carries out the decision.

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "agent/agent.h"
 #include "cli/slurm_target.h"
 #include "common/config.h"
-#include "daemon/agent.h"
 #include "daemon/agent_main.h"
 
 namespace bmas {

@@ -1,6 +1,6 @@
 #pragma once
 
-// What idle-GPU policing (core/idle_policy.h) did to a job, as `bmas jobs` and `bmas job show`
+// What idle-GPU policing (idle/idle_policy.h) did to a job, as `bmas jobs` and `bmas job show`
 // show it, and the agent's reply that carries a user's own idle records (the store is root's).
 // Pure: records, times and the [idle] settings go in; no store, no clock.
 

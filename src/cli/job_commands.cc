@@ -23,6 +23,7 @@
 #include <optional>
 #include <thread>
 
+#include "agent/agent.h"
 #include "cli/idle_view.h"
 #include "cli/job_reason.h"
 #include "cli/slurm_target.h"
@@ -31,7 +32,6 @@
 #include "common/json_object.h"
 #include "common/process.h"
 #include "core/job_shape.h"
-#include "daemon/agent.h"
 #include "daemon/services.h"
 #include "slurm/gpu_cap.h"
 #include "slurm/jwt.h"

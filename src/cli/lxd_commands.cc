@@ -19,15 +19,15 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "agent/agent.h"
 #include "common/json_object.h"
 #include "common/process.h"
-#include "daemon/agent.h"
+#include "daemon/services.h"
+#include "daemon/up_record.h"
 #include "lxd/image_build.h"
 #include "lxd/interactive_exec.h"
 #include "lxd/local_lxd.h"
-#include "daemon/services.h"
 #include "lxd/lxd_tls.h"
-#include "daemon/up_record.h"
 #include "lxd/workspace.h"
 #include "store/store.h"
 
@@ -297,8 +297,8 @@ int LxdCommands::RunStatus(GlobalOptions& global) {
       Str(w, "url", peer.url);
       Str(w, "fingerprint", peer.fingerprint);
     });
-    const std::vector<lxd::StartedDaemon> none;
-    ObjectsMember(w, "started", local ? local->started : none, [&](const lxd::StartedDaemon& d) {
+    const std::vector<DaemonProcess> none;
+    ObjectsMember(w, "started", local ? local->started : none, [&](const DaemonProcess& d) {
       Str(w, "name", d.name);
       Member(w, "pid", d.pid);
       Member(w, "running", d.Runs());

@@ -248,7 +248,7 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
       w.StartObject();
       Member(w, "name", d.name);
       Member(w, "pid", d.pid);
-      Member(w, "running", slurm::DaemonRuns(d));
+      Member(w, "running", d.Runs());
       w.EndObject();
     }
     w.EndArray();
@@ -271,7 +271,7 @@ int SlurmCommands::RunStatus(GlobalOptions& global) {
              c->conf);
   for (const auto& d : c->daemons) {
     fmt::print("  {:<14} pid {:<8} {}\n", d.name, d.pid,
-               slurm::DaemonRuns(d) ? "running" : "stopped");
+               d.Runs() ? "running" : "stopped");
   }
   if (states) {
     for (const auto& [node, state] : *states) fmt::print("  node {:<9} {}\n", node, state);

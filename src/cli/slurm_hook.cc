@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common/config.h"
+#include "agent/agent.h"
 #include "cli/lxd_commands.h"
-#include "daemon/agent.h"
+#include "common/config.h"
 #include "daemon/services.h"
 #include "lxd/device_fence.h"
 #include "lxd/gpu_binding.h"

@@ -15,10 +15,10 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "agent/agent.h"
 #include "cli/lxd_commands.h"
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
-#include "daemon/agent.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
 

@@ -126,7 +126,7 @@ struct TelemetrySettings {
   std::string node;          // the Hostname label; "" = this machine's host name
 };
 
-// Idle-GPU policing by each agent (core/idle_policy.h): a job whose GPUs all stay under
+// Idle-GPU policing by each agent (idle/idle_policy.h): a job whose GPUs all stay under
 // `threshold_pct` is warned after `warn_after_min`, cancelled after `cancel_after_min`.
 struct IdleGpuSettings {
   bool enabled = true;

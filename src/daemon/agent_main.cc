@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/agent.h"
 #include "cli/idle_view.h"
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
-#include "daemon/agent.h"
-#include "daemon/idle_police.h"
+#include "idle/idle_police.h"
 #include "daemon/secret.h"
 #include "daemon/service_account.h"
 #include "lxd/local_lxd.h"

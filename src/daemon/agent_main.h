@@ -1,7 +1,7 @@
 #pragma once
 
 // `bmas agent`'s main: the node's root broker wired from the config, the command's flags and
-// the adapters Services hands out (daemon/agent.h is the broker itself).
+// the adapters Services hands out (agent/agent.h is the broker itself).
 
 #include <functional>
 #include <string>

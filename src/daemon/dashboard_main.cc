@@ -14,10 +14,10 @@
 #include <rapidjson/document.h>
 #include <spdlog/spdlog.h>
 
-#include "common/operator_auth.h"
 #include "common/http_server.h"
 #include "common/json_read.h"
-#include "daemon/serve.h"
+#include "common/operator_auth.h"
+#include "common/serve.h"
 #include "dashboard/assets.h"
 #include "dashboard/history.h"
 #include "dashboard/sessions.h"

@@ -10,8 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
+#include "common/serve.h"
 #include "daemon/secret.h"
-#include "daemon/serve.h"
 #include "engine/timing.h"
 
 namespace bmas {

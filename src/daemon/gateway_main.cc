@@ -18,8 +18,8 @@
 
 #include "common/listen_socket.h"
 #include "common/private_files.h"
+#include "common/serve.h"
 #include "daemon/secret.h"
-#include "daemon/serve.h"
 #include "gateway/gateway.h"
 #include "gateway/upstream.h"
 #include "store/store.h"

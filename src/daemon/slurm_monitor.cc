@@ -14,7 +14,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/operator_auth.h"
-#include "daemon/serve.h"
+#include "common/serve.h"
 
 namespace bmas {
 namespace {

@@ -85,28 +85,10 @@ Result<void> Save(const LocalLxd& l) {
   str("peer_note", l.peer_note);
   w.Key("started");
   w.StartArray();
-  for (const StartedDaemon& d : l.started) {
-    w.StartObject();
-    str("name", d.name);
-    str("comm", d.comm);
-    w.Key("pid");
-    w.Int(d.pid);
-    w.Key("start_ticks");
-    w.Uint64(d.start_ticks);
-    str("log", d.log);
-    w.EndObject();
-  }
+  for (const DaemonProcess& d : l.started) WriteDaemonProcess(w, d);
   w.EndArray();
   w.EndObject();
   return WriteAtomically(l.state_dir + "/lxd.json", std::string(buf.GetString()) + "\n", 0644);
-}
-
-Result<StartedDaemon> StartDetached(const std::string& name, const std::string& comm,
-                                    std::vector<std::string> args, std::vector<std::string> env,
-                                    const std::string& log) {
-  auto child = SpawnDetached(std::move(args), std::move(env), log);
-  if (!child) return child.error();
-  return StartedDaemon{name, comm, child->pid, log, child->start_ticks};
 }
 
 // Every directory above `path` must let unprivileged containers' root (a high host uid)
@@ -271,14 +253,9 @@ Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
   l.peer_note = str(d, "peer_note");
   if (auto it = d.FindMember("started"); it != d.MemberEnd() && it->value.IsArray()) {
     for (const auto& e : it->value.GetArray()) {
-      StartedDaemon s{str(e, "name"), str(e, "comm"), -1, str(e, "log")};
-      if (auto p = e.FindMember("pid"); p != e.MemberEnd() && p->value.IsInt()) {
-        s.pid = p->value.GetInt();
-      }
-      if (auto t = e.FindMember("start_ticks"); t != e.MemberEnd() && t->value.IsUint64()) {
-        s.start_ticks = t->value.GetUint64();
-      }
-      l.started.push_back(s);
+      auto s = ReadDaemonProcess(e);
+      if (!s) continue;
+      l.started.push_back(std::move(*s));
     }
   }
   return l;
@@ -361,8 +338,8 @@ Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
   }
   if (!Mounted(kLxcfsMount)) {
     fs::create_directories(kLxcfsMount, ec);
-    auto lxcfs = StartDetached("lxcfs", "lxcfs", {"lxcfs", kLxcfsMount}, {},
-                               l->state_dir + "/logs/lxcfs.log");
+    auto lxcfs = StartDaemonProcess("lxcfs", "lxcfs", {"lxcfs", kLxcfsMount}, {},
+                                    l->state_dir + "/logs/lxcfs.log");
     if (!lxcfs) return lxcfs.error();
     l->started.push_back(*lxcfs);
     if (auto saved = Save(*l); !saved) return saved.error();
@@ -381,8 +358,8 @@ Result<void> StartAndPrepare(const LxdSettings& settings, LocalLxd* l) {
     }
     std::vector<std::string> args = {"lxd", "--logfile=" + l->lxd_dir + "/lxd.log"};
     if (getgrnam("lxd") != nullptr) args.insert(args.begin() + 1, "--group=lxd");
-    auto lxd = StartDetached("lxd", "lxd", args, {"LXD_DIR=" + l->lxd_dir},
-                             l->state_dir + "/logs/lxd.out");
+    auto lxd = StartDaemonProcess("lxd", "lxd", args, {"LXD_DIR=" + l->lxd_dir},
+                                  l->state_dir + "/logs/lxd.out");
     if (!lxd) return lxd.error();
     l->started.push_back(*lxd);
     if (auto saved = Save(*l); !saved) return saved.error();
@@ -454,7 +431,6 @@ Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
 
 }  // namespace
 
-bool StartedDaemon::Runs() const { return ProcessRunning(pid, comm, start_ticks); }
 
 Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
   if (std::string why = LxdPrerequisites(); !why.empty()) {
@@ -468,7 +444,7 @@ Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& s
   l.lxd_dir = fs::absolute(settings.dir).string();
   l.socket = l.lxd_dir + "/unix.socket";
   if (auto earlier = ReadLocalLxd(l.state_dir)) {
-    for (const StartedDaemon& d : earlier->started) {
+    for (const DaemonProcess& d : earlier->started) {
       if (d.Runs()) l.started.push_back(d);
     }
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/daemon_process.h"
 #include "common/result.h"
 
 namespace bmas::lxd {
@@ -21,17 +22,6 @@ inline constexpr const char* kInstallHint =
     "apt-get install -y --no-install-recommends lxd lxcfs uidmap btrfs-progs squashfs-tools "
     "xz-utils busybox-static debootstrap";
 
-struct StartedDaemon {
-  std::string name;  // "lxcfs", "lxd"
-  std::string comm;  // its /proc/PID/comm
-  pid_t pid = -1;
-  std::string log;
-  // /proc's start time of `pid`: a later process with the pid and the name is not this one.
-  unsigned long long start_ticks = 0;
-
-  bool Runs() const;
-};
-
 struct LocalLxd {
   std::string state_dir;
   std::string lxd_dir;  // LXD_DIR
@@ -39,7 +29,7 @@ struct LocalLxd {
   std::string pool_driver;  // "btrfs" or "dir"
   std::string pool_note;    // why dir when btrfs was wanted; "" otherwise
   std::string peer_note;    // where LXD answers other nodes and whom it trusts; "" = nowhere
-  std::vector<StartedDaemon> started;  // what `bmas lxd up` started, in start order
+  std::vector<DaemonProcess> started;  // what `bmas lxd up` started, in start order
 };
 
 // <dir>/unix.socket.

@@ -201,8 +201,8 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   if (auto running = ReadLocalCluster(state_dir); running) {
     std::vector<std::string> dead;
     bool any_alive = false, restartable = true;
-    for (const LocalDaemon& d : running->daemons) {
-      if (DaemonRuns(d)) {
+    for (const DaemonProcess& d : running->daemons) {
+      if (d.Runs()) {
         any_alive = true;
       } else {
         dead.push_back(d.name);
@@ -308,13 +308,12 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   return c;
 }
 
-bool DaemonRuns(const LocalDaemon& d) { return ProcessRunning(d.pid, d.comm, d.start_ticks); }
 
 Result<LocalCluster> RunningLocalCluster(const std::string& state_dir) {
   auto c = ReadLocalCluster(state_dir);
   if (!c) return c;
-  const bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const LocalDaemon& d) {
-    return d.comm == "slurmctld" && DaemonRuns(d);
+  const bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const DaemonProcess& d) {
+    return d.comm == "slurmctld" && d.Runs();
   });
   if (!ctld) {
     return Error{ErrorCode::kNotFound,
@@ -329,8 +328,8 @@ Result<void> StopLocalCluster(const std::string& state_dir) {
   auto c = ReadLocalCluster(state_dir);
   if (!c) return c.error();
   // Jobs first: a job's slurmstepd outlives its slurmd, and keeps calling a stopped slurmctld.
-  bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const LocalDaemon& d) {
-    return d.comm == "slurmctld" && DaemonRuns(d);
+  bool ctld = std::any_of(c->daemons.begin(), c->daemons.end(), [](const DaemonProcess& d) {
+    return d.comm == "slurmctld" && d.Runs();
   });
   if (ctld) {
     auto jobs = RunCommand({"squeue", "-h", "-o", "%i"}, SlurmEnv(*c), std::chrono::seconds(5));

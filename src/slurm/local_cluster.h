@@ -13,22 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "common/daemon_process.h"
 #include "common/result.h"
 #include "core/cluster.h"
 
 namespace bmas::slurm {
-
-struct LocalDaemon {
-  std::string name;  // "munged", "slurmctld", "slurmd oss01", "slurmrestd"
-  std::string comm;  // its /proc/PID/comm, to recognise it later
-  pid_t pid = -1;
-  // /proc's start time of `pid` (ProcessStartTicks): with it, a process that took the pid and
-  // the name later (after a reboot) is not taken for the daemon. 0 in a record of an older bmas.
-  unsigned long long start_ticks = 0;
-  std::string log;
-  // How it was started, so that `bmas slurm up` can start it again alone if it died.
-  std::vector<std::string> args, env;
-};
 
 struct LocalCluster {
   std::string state_dir;
@@ -43,7 +32,7 @@ struct LocalCluster {
   std::vector<std::string> nodes;
   int gpus_per_node = 0;
   bool accounting = false;  // slurmdbd (and MariaDB) run too; slurmrestd serves dbv0.0.38
-  std::vector<LocalDaemon> daemons;  // in start order
+  std::vector<DaemonProcess> daemons;  // in start order
   // Set by StartLocalCluster when the cluster was up but some daemons had died: the names of
   // those it started again (the others ran on, with their jobs).
   std::vector<std::string> restarted;
@@ -75,10 +64,7 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir);
 // Cancels the cluster's jobs, stops its daemons (last started first) and removes its devices.
 Result<void> StopLocalCluster(const std::string& state_dir);
 
-// Whether the daemon `d` recorded still runs: its pid, its name and its start time.
-bool DaemonRuns(const LocalDaemon& d);
-
-// The local cluster of `state_dir` when its slurmctld runs (DaemonRuns); NotFound when none was
+// The local cluster of `state_dir` when its slurmctld runs (DaemonProcess::Runs); NotFound when none was
 // started there or it no longer runs (after a reboot, say).
 Result<LocalCluster> RunningLocalCluster(const std::string& state_dir);
 

@@ -33,32 +33,26 @@ std::string LogTail(const std::string& path, size_t lines) {
 
 }  // namespace
 
-Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
+Result<DaemonProcess> StartDaemon(LocalCluster& c, std::string name, std::string comm,
                                 std::vector<std::string> args, std::vector<std::string> env,
                                 const std::string& file) {
-  LocalDaemon d{std::move(name), std::move(comm), -1, 0, c.root + "/log/" + file + ".out", args,
-                env};
-  auto child = SpawnDetached(std::move(args), std::move(env), d.log);
-  if (!child) return child.error();
-  d.pid = child->pid;
-  d.start_ticks = child->start_ticks;
-  c.daemons.push_back(d);
+  auto d = StartDaemonProcess(std::move(name), std::move(comm), std::move(args), std::move(env),
+                              c.root + "/log/" + file + ".out");
+  if (!d) return d.error();
+  c.daemons.push_back(*d);
   return d;
 }
 
-Error DaemonFailed(const LocalDaemon& d, const std::string& what) {
+Error DaemonFailed(const DaemonProcess& d, const std::string& what) {
   return Error{ErrorCode::kUnavailable,
                fmt::format("{} {}; its log {} ends with:\n{}", d.name, what, d.log,
                            LogTail(d.log, 15))};
 }
 
 Result<LocalCluster> RestartDead(LocalCluster c) {
-  for (LocalDaemon& d : c.daemons) {
-    if (DaemonRuns(d)) continue;
-    auto child = SpawnDetached(d.args, d.env, d.log);
-    if (!child) return child.error();
-    d.pid = child->pid;
-    d.start_ticks = child->start_ticks;
+  for (DaemonProcess& d : c.daemons) {
+    if (d.Runs()) continue;
+    if (auto started = RestartDaemonProcess(d); !started) return started.error();
     c.restarted.push_back(d.name);
     const int port = d.comm == "slurmctld" ? c.slurmctld_port
                      : d.comm == "slurmrestd" ? c.rest_port
@@ -75,7 +69,7 @@ Result<LocalCluster> RestartDead(LocalCluster c) {
 
 void StopDaemons(const LocalCluster& c) {
   for (auto it = c.daemons.rbegin(); it != c.daemons.rend(); ++it) {
-    if (!StopProcess(it->pid, it->comm, std::chrono::seconds(5), it->start_ticks)) {
+    if (!StopDaemonProcess(*it, std::chrono::seconds(5))) {
       spdlog::warn("slurm: {} (pid {}) did not stop", it->name, it->pid);
     }
   }

@@ -128,21 +128,7 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
   w.EndArray();
   w.Key("daemons");
   w.StartArray();
-  for (const LocalDaemon& d : c.daemons) {
-    w.StartObject();
-    str("name", d.name);
-    str("comm", d.comm);
-    Member(w, "pid", d.pid);
-    Member(w, "start_ticks", d.start_ticks);
-    str("log", d.log);
-    for (const auto& [key, list] : {std::pair{"args", &d.args}, std::pair{"env", &d.env}}) {
-      w.Key(key);
-      w.StartArray();
-      for (const std::string& s : *list) str(nullptr, s);
-      w.EndArray();
-    }
-    w.EndObject();
-  }
+  for (const DaemonProcess& d : c.daemons) WriteDaemonProcess(w, d);
   w.EndArray();
   w.EndObject();
   return WriteFile(fs::path(c.root) / "local.json", std::string(buf.GetString()) + "\n", 0644);
@@ -183,23 +169,9 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
     if (n.IsString()) c.nodes.emplace_back(n.GetString());
   }
   for (const auto& e : d["daemons"].GetArray()) {
-    if (!e.IsObject() || !e.HasMember("pid") || !e["pid"].IsInt()) return bad();
-    LocalDaemon daemon;
-    daemon.pid = e["pid"].GetInt();
-    if (e.HasMember("start_ticks") && e["start_ticks"].IsUint64()) {
-      daemon.start_ticks = e["start_ticks"].GetUint64();
-    }
-    if (e.HasMember("name") && e["name"].IsString()) daemon.name = e["name"].GetString();
-    if (e.HasMember("comm") && e["comm"].IsString()) daemon.comm = e["comm"].GetString();
-    if (e.HasMember("log") && e["log"].IsString()) daemon.log = e["log"].GetString();
-    for (const auto& [key, list] :
-         {std::pair{"args", &daemon.args}, std::pair{"env", &daemon.env}}) {
-      if (!e.HasMember(key) || !e[key].IsArray()) continue;
-      for (const auto& s : e[key].GetArray()) {
-        if (s.IsString()) list->emplace_back(s.GetString());
-      }
-    }
-    c.daemons.push_back(std::move(daemon));
+    auto daemon = ReadDaemonProcess(e);
+    if (!daemon) return bad();
+    c.daemons.push_back(std::move(*daemon));
   }
   return c;
 }

@@ -54,11 +54,11 @@ Result<void> SaveLocalCluster(const LocalCluster& c);
 bool PortAccepts(int port);
 // Starts one daemon of `c`, detached, with its output in <root>/log/<file>.out, and adds it to
 // c.daemons.
-Result<LocalDaemon> StartDaemon(LocalCluster& c, std::string name, std::string comm,
+Result<DaemonProcess> StartDaemon(LocalCluster& c, std::string name, std::string comm,
                                 std::vector<std::string> args, std::vector<std::string> env,
                                 const std::string& file);
 // kUnavailable: daemon `d` `what` ("did not start listening"), with the end of its log.
-Error DaemonFailed(const LocalDaemon& d, const std::string& what);
+Error DaemonFailed(const DaemonProcess& d, const std::string& what);
 // A cluster whose daemons partly died (a slurmctld killed alone, say): starts the dead ones
 // again as they were started, in their order, and leaves the others and their jobs alone.
 Result<LocalCluster> RestartDead(LocalCluster c);

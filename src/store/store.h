@@ -123,7 +123,7 @@ struct JobRecord {
   int exit_code = 0;
 };
 
-// What idle-GPU policing did to a job (core/idle_policy.h): a warning or a cancellation.
+// What idle-GPU policing did to a job (idle/idle_policy.h): a warning or a cancellation.
 struct IdleRecord {
   int64_t job = 0;
   std::string user, partition;

@@ -293,8 +293,8 @@ TEST_F(ServiceAccountTest, ARenamedProcessIsNotTheRecordedDaemon) {
   EXPECT_FALSE(ProcessRunning(impostor, "slurmctld", ticks + 1));
   EXPECT_TRUE(ProcessRunning(impostor, "slurmctld", ticks));
 
-  slurm::LocalDaemon recorded{"slurmctld", "slurmctld", impostor, ticks + 1, "", {}, {}};
-  EXPECT_FALSE(slurm::DaemonRuns(recorded));
+  DaemonProcess recorded{"slurmctld", "slurmctld", impostor, ticks + 1, "", {}, {}};
+  EXPECT_FALSE(recorded.Runs());
   // local.json as a `bmas slurm up` before the reboot left it, with this pid.
   ASSERT_EQ(mkdir((state_ + "/slurm").c_str(), 0755), 0);
   std::ofstream(state_ + "/slurm/local.json") << fmt::format(
@@ -306,7 +306,7 @@ TEST_F(ServiceAccountTest, ARenamedProcessIsNotTheRecordedDaemon) {
   EXPECT_FALSE(running) << "a renamed process was taken for slurmctld";
 
   recorded.start_ticks = ticks;
-  EXPECT_TRUE(slurm::DaemonRuns(recorded));
+  EXPECT_TRUE(recorded.Runs());
   std::ofstream(state_ + "/slurm/local.json") << fmt::format(
       R"({{"state_dir": "{}", "root": "{}/slurm", "nodes": ["n1"], "daemons": [)"
       R"({{"name": "slurmctld", "comm": "slurmctld", "pid": {}, "start_ticks": {}}}]}})",

@@ -1,4 +1,4 @@
-#include "daemon/agent_spawn.h"
+#include "agent/agent_spawn.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "daemon/gpu_sampler.h"
+#include "agent/gpu_sampler.h"
 
 #include <pwd.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "daemon/agent_protocol.h"
+#include "agent/agent_protocol.h"
 
 #include <gtest/gtest.h>
 

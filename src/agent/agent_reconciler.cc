@@ -1,4 +1,4 @@
-#include "daemon/agent_reconciler.h"
+#include "agent/agent_reconciler.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "daemon/agent.h"
+#include "agent/agent.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -27,16 +27,16 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/agent_protocol.h"
+#include "agent/agent_reconciler.h"
+#include "agent/agent_spawn.h"
+#include "agent/agent_wire.h"
+#include "agent/gpu_sampler.h"
 #include "common/http_server.h"
 #include "common/json_object.h"
 #include "common/metrics.h"
 #include "common/operator_auth.h"
-#include "daemon/gpu_sampler.h"
-#include "daemon/agent_protocol.h"
-#include "daemon/agent_reconciler.h"
-#include "daemon/agent_spawn.h"
-#include "daemon/agent_wire.h"
-#include "daemon/serve.h"
+#include "common/serve.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"

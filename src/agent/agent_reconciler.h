@@ -1,6 +1,6 @@
 #pragma once
 
-// The agent's reconcile pass (daemon/agent.h), on a thread of its own: at start and every
+// The agent's reconcile pass (agent/agent.h), on a thread of its own: at start and every
 // `reconcile_interval`, the cgroups of jobs Slurm no longer runs are killed, their GPUs
 // unplugged, copies of workspaces whose jobs are gone deleted, restarted workspaces' GPUs fenced
 // again (lxd/device_fence.h), and the node's GPUs swept for processes outside their job
@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "agent/agent.h"
 #include "common/result.h"
-#include "daemon/agent.h"
 #include "lxd/lxd_types.h"
 #include "lxd/workspace_starts.h"
 

@@ -1,4 +1,4 @@
-#include "daemon/agent_protocol.h"
+#include "agent/agent_protocol.h"
 
 #include <fmt/format.h>
 #include <rapidjson/document.h>

@@ -1,6 +1,6 @@
 #pragma once
 
-// Applies the idle-GPU policy (core/idle_policy.h) to each GPU sample of the agent: Slurm's
+// Applies the idle-GPU policy (idle/idle_policy.h) to each GPU sample of the agent: Slurm's
 // allocations say which of this node's GPUs each job holds, and who owns it and in which
 // partition; the node's telemetry says which of them a process of the job runs on, and how
 // busy they are. What to do about a warning or a cancellation is the caller's (`act`): the
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "core/idle_policy.h"
+#include "idle/idle_policy.h"
 #include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
 #include "slurm/slurm_json.h"

@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "daemon/agent.h"
-#include "daemon/agent_protocol.h"
-#include "daemon/agent_wire.h"
-#include "daemon/terminal_relay.h"
+#include "agent/agent.h"
+#include "agent/agent_protocol.h"
+#include "agent/agent_wire.h"
+#include "agent/terminal_relay.h"
 
 extern char** environ;
 

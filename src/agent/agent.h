@@ -13,7 +13,7 @@
 // processes, and kills the job's cgroup itself, before it unplugs the job's GPUs.
 //
 // Any local user may connect: every read and write has a deadline (`io_timeout`), a request
-// has a size and depth bound (daemon/agent_protocol.h), and each uid may hold at most
+// has a size and depth bound (agent/agent_protocol.h), and each uid may hold at most
 // `max_connections_per_uid` connections.
 //
 // The agent also runs the reconcile pass, at start and then periodically: any bmas GPU device

@@ -1,5 +1,5 @@
-#include "daemon/agent.h"
-#include "daemon/agent_spawn.h"
+#include "agent/agent.h"
+#include "agent/agent_spawn.h"
 
 #include <gtest/gtest.h>
 

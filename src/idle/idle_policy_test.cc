@@ -1,4 +1,4 @@
-#include "core/idle_policy.h"
+#include "idle/idle_policy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "daemon/agent_wire.h"
+#include "agent/agent_wire.h"
 
 #include <fmt/format.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "daemon/terminal_relay.h"
+#include "agent/terminal_relay.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "daemon/idle_police.h"
+#include "idle/idle_police.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
