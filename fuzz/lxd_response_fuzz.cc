@@ -22,25 +22,25 @@
 namespace {
 
 using bmas::Result;
-using bmas::lxd::LxdRequest;
-using bmas::lxd::LxdResponse;
+using bmas::ClientRequest;
+using bmas::ClientResponse;
 
-class ScriptedTransport final : public bmas::lxd::LxdTransport {
+class ScriptedTransport final : public bmas::HttpTransport {
  public:
-  explicit ScriptedTransport(std::deque<LxdResponse> responses)
+  explicit ScriptedTransport(std::deque<ClientResponse> responses)
       : responses_(std::move(responses)) {}
 
-  Result<LxdResponse> RoundTrip(const LxdRequest&) override {
+  Result<ClientResponse> RoundTrip(const ClientRequest&) override {
     if (responses_.empty())
       return bmas::Error{bmas::ErrorCode::kUnavailable, "no response left", {}};
-    LxdResponse r = std::move(responses_.front());
+    ClientResponse r = std::move(responses_.front());
     responses_.pop_front();
     return r;
   }
   std::string Where() const override { return "/fuzz/unix.socket"; }
 
  private:
-  std::deque<LxdResponse> responses_;
+  std::deque<ClientResponse> responses_;
 };
 
 std::string_view Line(std::string_view& text) {
@@ -50,15 +50,15 @@ std::string_view Line(std::string_view& text) {
   return line;
 }
 
-std::deque<LxdResponse> Responses(std::string_view text) {
+std::deque<ClientResponse> Responses(std::string_view text) {
   constexpr std::string_view kSeparator = "\n====\n";
-  std::deque<LxdResponse> out;
+  std::deque<ClientResponse> out;
   while (!text.empty()) {
     const size_t end = text.find(kSeparator);
     std::string_view chunk = text.substr(0, end);
     text.remove_prefix(end == text.npos ? text.size() : end + kSeparator.size());
     const std::string_view status = Line(chunk);
-    LxdResponse r{200, "\"etag\"", std::string(chunk)};
+    ClientResponse r{200, std::string(chunk), "\"etag\""};
     std::from_chars(status.data(), status.data() + status.size(), r.status);
     out.push_back(std::move(r));
   }

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)bmas::ParseNodesResponse(body);
   (void)bmas::ParseDbJobsResponse(body);
   if (auto jobs = bmas::ParseJobsResponse(body)) {
-    for (const bmas::JobInfo& job : *jobs) (void)bmas::IsJobStateFinal(job.state);
+    for (const bmas::JobInfo& job : *jobs) (void)bmas::JobStateName(job.state);
   }
   return 0;
 }

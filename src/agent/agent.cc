@@ -45,7 +45,6 @@ namespace bmas {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // Connections from all users together; each holds a thread, and while its command runs, its
 // socket, the caller's stdin, stdout and stderr, and a pidfd.
@@ -67,10 +66,11 @@ std::string ReadText(const std::string& path) {
 // A warning at most once per `interval`: what a user can cause at any rate must not flood the log.
 class RateLimitedLog {
  public:
+  explicit RateLimitedLog(Env& env) : env_(env) {}
   void Warn(const std::string& text) {
     std::lock_guard lock(mu_);
-    const auto now = Clock::now();
-    if (now - last_ < std::chrono::seconds(5)) {
+    const TimePoint now = env_.Now();
+    if (last_ && now - *last_ < Duration(5)) {
       ++dropped_;
       return;
     }
@@ -82,7 +82,8 @@ class RateLimitedLog {
 
  private:
   std::mutex mu_;
-  Clock::time_point last_{};
+  Env& env_;
+  std::optional<TimePoint> last_;
   int64_t dropped_ = 0;
 };
 
@@ -114,7 +115,7 @@ class Agent {
     acceptor_ = std::thread([this] { AcceptLoop(); });
     reconciler_.Start();
     if (o_.gpus) {
-      sampler_ = std::make_unique<GpuSampler>(o_.gpus, o_.node, o_.telemetry_interval,
+      sampler_ = std::make_unique<GpuSampler>(*o_.env, o_.gpus, o_.node, o_.telemetry_interval,
                                               o_.on_gpu_sample);
       sampler_->Start();
     }
@@ -576,7 +577,7 @@ class Agent {
   std::unique_ptr<GpuSampler> sampler_;  // with o_.gpus
   std::map<int64_t, std::thread> connections_;  // the acceptor's, then Stop()'s
   int64_t next_connection_ = 0;
-  RateLimitedLog accept_log_, cap_log_, refuse_log_;
+  RateLimitedLog accept_log_{*o_.env}, cap_log_{*o_.env}, refuse_log_{*o_.env};
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;

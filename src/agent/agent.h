@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/result.h"
 #include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
@@ -36,6 +37,7 @@
 namespace bmas {
 
 struct AgentOptions {
+  Env* env = &Env::Default();  // time for the reconcile loop, telemetry and log limits
   std::string socket;      // the unix socket (mode 0666) users connect to
   std::string lxd_socket;  // LXD's
   std::chrono::milliseconds reconcile_interval{60'000};

@@ -59,19 +59,19 @@ void AgentReconciler::Guarded(const std::function<void()>& pass) {
 // A full pass every reconcile interval; in between, for a while after a workspace started
 // (WatchStarts), the fence step alone every 200 ms until the workspace runs and is fenced.
 void AgentReconciler::ReconcileLoop() {
-  using Steady = std::chrono::steady_clock;
+  Env& env = *o_.env;
   while (!Stopping()) {
     Guarded([this] { ReconcileOnce(); });
-    const auto next = Steady::now() + o_.reconcile_interval;
+    const TimePoint next = env.Now() + Duration(o_.reconcile_interval);
     std::unique_lock lock(mu_);
-    while (!stopping_ && Steady::now() < next) {
-      if (Steady::now() < fence_until_) {
+    while (!stopping_ && env.Now() < next) {
+      if (env.Now() < fence_until_) {
         lock.unlock();
         Guarded([this] { FenceRestarted(); });
         lock.lock();
         wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
       } else {
-        wake_.wait_until(lock, next, [&] { return stopping_ || Steady::now() < fence_until_; });
+        wake_.wait_for(lock, next - env.Now(), [&] { return stopping_ || env.Now() < fence_until_; });
       }
     }
   }
@@ -81,7 +81,7 @@ void AgentReconciler::WatchStarts(lxd::WorkspaceStartWatch& watch) {
   while (!Stopping()) {
     if (!watch.Wait(std::chrono::milliseconds(200))) continue;
     std::lock_guard lock(mu_);
-    fence_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    fence_until_ = o_.env->Now() + Duration(30);
     wake_.notify_all();
   }
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/result.h"
 #include "lxd/lxd_types.h"
 #include "lxd/workspace_starts.h"
@@ -64,7 +65,7 @@ class AgentReconciler {
   bool stopping_ = false;
   std::thread reconciler_, watcher_;
   // Until when the fence step runs every 200 ms: a workspace started (WatchStarts).
-  std::chrono::steady_clock::time_point fence_until_;
+  TimePoint fence_until_{-1e18};  // the env's time; in the past until a start is seen
   Counts counts_;
   std::set<std::string> drained_;  // node and reason of each drain asked for (reconciler's)
 };

@@ -37,9 +37,10 @@ std::optional<GpuHolder> HolderOfProcess(pid_t pid) {
 
 }  // namespace
 
-GpuSampler::GpuSampler(std::shared_ptr<GpuTelemetry> gpus, std::string node,
+GpuSampler::GpuSampler(Env& env, std::shared_ptr<GpuTelemetry> gpus, std::string node,
                        std::chrono::milliseconds interval, SampleHook on_sample)
-    : gpus_(std::move(gpus)),
+    : env_(env),
+      gpus_(std::move(gpus)),
       node_(std::move(node)),
       on_sample_(std::move(on_sample)),
       interval_(interval) {}
@@ -92,7 +93,7 @@ void GpuSampler::Loop() {
 }
 
 void GpuSampler::SampleOnce() {
-  const auto start = std::chrono::steady_clock::now();
+  const TimePoint start = env_.Now();
   auto gpus = gpus_->Read();
   std::string text, json;
   std::map<int, GpuHolder> holders;
@@ -101,8 +102,7 @@ void GpuSampler::SampleOnce() {
     text = RenderDcgmMetrics(*gpus, node_, holders);
     json = RenderGpuJson(*gpus, node_, holders);
   }
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took = (env_.Now() - start).count();
   if (gpus && on_sample_) on_sample_(*gpus, holders);
   std::lock_guard lock(mu_);
   sample_seconds_ = took;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/env.h"
 #include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
 
@@ -26,7 +27,7 @@ class GpuSampler {
   using SampleHook =
       std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>;
 
-  GpuSampler(std::shared_ptr<GpuTelemetry> gpus, std::string node,
+  GpuSampler(Env& env, std::shared_ptr<GpuTelemetry> gpus, std::string node,
              std::chrono::milliseconds interval, SampleHook on_sample = {});
   ~GpuSampler();  // stops
 
@@ -42,6 +43,7 @@ class GpuSampler {
   void Loop();
   void SampleOnce();
 
+  Env& env_;
   std::shared_ptr<GpuTelemetry> gpus_;
   const std::string node_;
   const SampleHook on_sample_;

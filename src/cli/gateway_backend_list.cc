@@ -43,7 +43,7 @@ Result<std::string> Get(Services& services, const std::string& url, const std::s
     return InvalidArgument(fmt::format("{} {}: port {} is out of range", peer, url, digits));
   }
   auto transport = services.Http(host, static_cast<uint16_t>(port), kTimeout, peer);
-  RestRequest request{"GET", parsed->base_path + path, {}, ""};
+  ClientRequest request{"GET", parsed->base_path + path, {}, ""};
   if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
   auto response = transport->RoundTrip(request);
   if (!response) return response.error();

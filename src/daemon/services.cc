@@ -25,9 +25,9 @@ class RealServicesImpl final : public Services {
   std::unique_ptr<GpuTelemetry> Gpus(const std::string& nvml_library) override {
     return OpenNvml(nvml_library);
   }
-  RestTransportPtr Http(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+  HttpTransportPtr Http(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
                         const std::string& peer) override {
-    return NewTcpRestTransport(host, port, timeout, peer);
+    return NewTcpHttpTransport(host, port, timeout, peer);
   }
 };
 

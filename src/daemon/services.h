@@ -44,7 +44,7 @@ class Services {
 
   // Plain HTTP/1.1 to a bmas daemon at host:port (one connection per request); `peer` names
   // it in errors.
-  virtual RestTransportPtr Http(const std::string& host, uint16_t port,
+  virtual HttpTransportPtr Http(const std::string& host, uint16_t port,
                                 std::chrono::milliseconds timeout, const std::string& peer) = 0;
 };
 

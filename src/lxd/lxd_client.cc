@@ -25,12 +25,12 @@ using internal::Int;
 using internal::Parse;
 using internal::Serialize;
 
-class UnixLxdTransport final : public LxdTransport {
+class UnixLxdTransport final : public HttpTransport {
  public:
   UnixLxdTransport(std::string path, std::chrono::milliseconds timeout)
       : path_(std::move(path)), timeout_(timeout) {}
 
-  Result<LxdResponse> RoundTrip(const LxdRequest& request) override {
+  Result<ClientResponse> RoundTrip(const ClientRequest& request) override {
     using Local = net::local::stream_protocol;
     net::io_context io;
     Local::socket socket(io);
@@ -69,7 +69,7 @@ int WaitSlice(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout) {
+HttpTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout) {
   return std::make_unique<UnixLxdTransport>(std::move(path), timeout);
 }
 
@@ -87,10 +87,10 @@ bool IsValidInstanceName(const std::string& name) {
 LxdClient::LxdClient(const std::string& socket, std::chrono::milliseconds timeout)
     : transport_(NewUnixLxdTransport(socket, timeout)), wait_slice_s_(WaitSlice(timeout)) {}
 
-LxdClient::LxdClient(LxdTransportPtr transport, std::chrono::milliseconds timeout)
+LxdClient::LxdClient(HttpTransportPtr transport, std::chrono::milliseconds timeout)
     : transport_(std::move(transport)), wait_slice_s_(WaitSlice(timeout)) {}
 
-Result<LxdResponse> LxdClient::Call(LxdRequest request, const std::string& what) {
+Result<ClientResponse> LxdClient::Call(ClientRequest request, const std::string& what) {
   auto response = transport_->RoundTrip(request);
   if (!response) {
     Error e = response.error();
@@ -106,7 +106,7 @@ Result<LxdResponse> LxdClient::Call(LxdRequest request, const std::string& what)
   return Error{CodeFor(code), fmt::format("cannot {}: {}", what, message), {}};
 }
 
-Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string& what) {
+Result<std::string> LxdClient::CallAndWait(ClientRequest request, const std::string& what) {
   auto r = Call(std::move(request), what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
@@ -123,7 +123,7 @@ Result<std::string> LxdClient::CallAndWait(LxdRequest request, const std::string
 Result<std::string> LxdClient::WaitOperation(const std::string& op, const std::string& what) {
   // The wait is long-polled in slices so the transport's deadline never cuts it.
   for (;;) {
-    auto w = Call(LxdRequest{"GET", fmt::format("{}/wait?timeout={}", op, wait_slice_s_), {}, {}},
+    auto w = Call(ClientRequest{"GET", fmt::format("{}/wait?timeout={}", op, wait_slice_s_), {}, {}},
                   what);
     if (!w) return w.error();
     auto wd = Parse(w->body, what);
@@ -148,7 +148,7 @@ Result<std::string> LxdClient::WaitOperation(const std::string& op, const std::s
 }
 
 Result<std::pair<std::string, rapidjson::Document>> LxdClient::StartOperation(
-    LxdRequest request, const std::string& what) {
+    ClientRequest request, const std::string& what) {
   auto r = Call(std::move(request), what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
@@ -165,7 +165,7 @@ Result<std::pair<std::string, rapidjson::Document>> LxdClient::StartOperation(
 }
 
 Result<void> LxdClient::CancelOperation(const std::string& operation) {
-  auto r = Call(LxdRequest{"DELETE", operation, {}, {}}, "cancel operation " + operation);
+  auto r = Call(ClientRequest{"DELETE", operation, {}, {}}, "cancel operation " + operation);
   if (!r) return r.error();
   return {};
 }

@@ -3,7 +3,7 @@
 // A blocking client of LXD's REST API (/1.0) over its unix socket: instances, their state,
 // devices and exec; operations; images; storage pools and profiles.
 //
-// Below it sits a transport seam (LxdTransport): the real one speaks HTTP/1.1 over the unix
+// Below it sits a transport seam (HttpTransport): the real one speaks HTTP/1.1 over the unix
 // socket with Beast; tests pass canned responses instead. JSON stays inside lxd_client*.cc
 // (lxd_client_internal.h): callers see the structs below.
 
@@ -19,43 +19,17 @@
 
 #include <rapidjson/document.h>
 
+#include "common/http_transport.h"
 #include "common/result.h"
 #include "lxd/lxd_api.h"
 #include "lxd/lxd_types.h"
 
 namespace bmas::lxd {
 
-// One HTTP request as the client builds it.
-struct LxdRequest {
-  std::string method;  // "GET", "POST", "PUT", "PATCH", "DELETE"
-  std::string target;  // "/1.0/instances?recursion=1"
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-  std::string content_type = "application/json";
-};
-
-struct LxdResponse {
-  int status = 0;
-  std::string etag;  // the ETag header, "" when absent
-  std::string body;
-};
-
-// Carries one request to LXD and brings back the whole response.
-class LxdTransport {
- public:
-  virtual ~LxdTransport() = default;
-  // Blocks until the response or the transport's deadline. kUnavailable when LXD cannot be
-  // reached or the exchange fails; an HTTP error status is a response, not an error.
-  virtual Result<LxdResponse> RoundTrip(const LxdRequest& request) = 0;
-  // For messages: the socket's path.
-  virtual std::string Where() const = 0;
-};
-using LxdTransportPtr = std::unique_ptr<LxdTransport>;
-
 // HTTP/1.1 over the unix socket at `path`, one connection per request; every read and write
 // is bounded by `timeout` (SO_RCVTIMEO/SO_SNDTIMEO, honoured: see internal::BoundedSocket).
 // Thread-compatible.
-LxdTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout);
+HttpTransportPtr NewUnixLxdTransport(std::string path, std::chrono::milliseconds timeout);
 
 // The API bmas uses. Every method blocks; one call at a time. Errors carry LXD's message
 // and map its error codes: 404 kNotFound, 409 kAlreadyExists, 403 kPermissionDenied,
@@ -66,7 +40,7 @@ class LxdClient final : public LxdApi {
   explicit LxdClient(const std::string& socket,
                      std::chrono::milliseconds timeout = std::chrono::seconds(120));
   // `timeout`: the transport's bound on each read, which operation waits stay inside.
-  explicit LxdClient(LxdTransportPtr transport,
+  explicit LxdClient(HttpTransportPtr transport,
                      std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
   Result<ServerInfo> Server() override;
@@ -143,13 +117,13 @@ class LxdClient final : public LxdApi {
 
  private:
   // Sends one request; a transport failure or an error response becomes an Error for `what`.
-  Result<LxdResponse> Call(LxdRequest request, const std::string& what);
+  Result<ClientResponse> Call(ClientRequest request, const std::string& what);
   // For an async response: waits for its operation and returns the operation's metadata
   // (as JSON text); for a sync one returns its metadata.
-  Result<std::string> CallAndWait(LxdRequest request, const std::string& what);
+  Result<std::string> CallAndWait(ClientRequest request, const std::string& what);
   // Sends a request that starts an operation and returns at once: the operation
   // ("/1.0/operations/<id>") and the operation's own metadata (the secrets of its websockets).
-  Result<std::pair<std::string, rapidjson::Document>> StartOperation(LxdRequest request,
+  Result<std::pair<std::string, rapidjson::Document>> StartOperation(ClientRequest request,
                                                                      const std::string& what);
   // Waits for operation `op` ("/1.0/operations/<id>") to end; its metadata as JSON text.
   Result<std::string> WaitOperation(const std::string& op, const std::string& what);
@@ -167,7 +141,7 @@ class LxdClient final : public LxdApi {
       const std::function<Result<bool>(rapidjson::Value& metadata,
                                        rapidjson::Document::AllocatorType& allocator)>& edit);
 
-  LxdTransportPtr transport_;
+  HttpTransportPtr transport_;
   int wait_slice_s_;  // the long poll of an operation wait, seconds
 };
 

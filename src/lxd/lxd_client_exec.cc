@@ -56,7 +56,7 @@ std::string ExecBody(const ExecSpec& spec, ExecMode mode, int width = 0, int hei
 
 Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec) {
   const std::string what = fmt::format("run a command in {}", name);
-  auto meta = CallAndWait(LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {},
+  auto meta = CallAndWait(ClientRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {},
                                      ExecBody(spec, ExecMode::kRecorded)},
                           what);
   if (!meta) return meta.error();
@@ -66,11 +66,11 @@ Result<ExecResult> LxdClient::Exec(const std::string& name, const ExecSpec& spec
   result.exit_code = static_cast<int>(Int(*doc, "return", -1));
   const StringMap output = Strings(*doc, "output");
   for (const auto& [fd, path] : output) {
-    auto log = Call(LxdRequest{"GET", path, {}, {}}, what + " (read its output)");
+    auto log = Call(ClientRequest{"GET", path, {}, {}}, what + " (read its output)");
     if (!log) return log.error();
     (fd == "1" ? result.out : result.err) = std::move(log->body);
     // The recorded output would otherwise pile up in the instance's log directory.
-    (void)Call(LxdRequest{"DELETE", path, {}, {}}, what + " (delete its output)");
+    (void)Call(ClientRequest{"DELETE", path, {}, {}}, what + " (delete its output)");
   }
   return result;
 }
@@ -93,7 +93,7 @@ Result<WebsocketExec> LxdClient::StartWebsocketExec(const std::string& name, std
                                                     const std::string& what,
                                                     const std::vector<std::string>& fds) {
   auto started = StartOperation(
-      LxdRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, std::move(body)}, what);
+      ClientRequest{"POST", "/1.0/instances/" + Segment(name) + "/exec", {}, std::move(body)}, what);
   if (!started) return started.error();
   WebsocketExec e;
   e.operation = std::move(started->first);

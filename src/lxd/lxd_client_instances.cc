@@ -25,7 +25,7 @@ using internal::WriteDevices;
 using internal::WriteString;
 
 Result<std::vector<Instance>> LxdClient::Instances() {
-  auto r = Call(LxdRequest{"GET", "/1.0/instances?recursion=1", {}, {}}, "list instances");
+  auto r = Call(ClientRequest{"GET", "/1.0/instances?recursion=1", {}, {}}, "list instances");
   if (!r) return r.error();
   auto doc = Parse(r->body, "list instances");
   if (!doc) return doc.error();
@@ -39,7 +39,7 @@ Result<std::vector<Instance>> LxdClient::Instances() {
 
 Result<Instance> LxdClient::GetInstance(const std::string& name) {
   const std::string what = fmt::format("get instance {}", name);
-  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
+  auto r = Call(ClientRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
@@ -59,7 +59,7 @@ Result<void> LxdClient::CreateInstance(const InstanceSpec& spec) {
     w.Key(fingerprint ? "fingerprint" : "alias");
     WriteString(w, spec.image);
   });
-  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, body},
+  auto r = CallAndWait(ClientRequest{"POST", "/1.0/instances", {}, body},
                        fmt::format("create instance {}", spec.name));
   if (!r) return r.error();
   return {};
@@ -69,14 +69,14 @@ Result<void> LxdClient::ChangeState(const std::string& name, const std::string& 
                                     int timeout_s) {
   const std::string body = fmt::format(R"({{"action":"{}","timeout":{},"force":{}}})", action,
                                        timeout_s, force ? "true" : "false");
-  auto r = CallAndWait(LxdRequest{"PUT", "/1.0/instances/" + Segment(name) + "/state", {}, body},
+  auto r = CallAndWait(ClientRequest{"PUT", "/1.0/instances/" + Segment(name) + "/state", {}, body},
                        fmt::format("{} instance {}", action, name));
   if (!r) return r.error();
   return {};
 }
 
 Result<void> LxdClient::DeleteInstance(const std::string& name) {
-  auto r = CallAndWait(LxdRequest{"DELETE", "/1.0/instances/" + Segment(name), {}, {}},
+  auto r = CallAndWait(ClientRequest{"DELETE", "/1.0/instances/" + Segment(name), {}, {}},
                        fmt::format("delete instance {}", name));
   if (!r) return r.error();
   return {};
@@ -90,7 +90,7 @@ Result<void> LxdClient::AddDevice(const std::string& name, const std::string& de
   w.Key("devices");
   WriteDevices(w, {{device, spec}});
   w.EndObject();
-  auto r = CallAndWait(LxdRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
+  auto r = CallAndWait(ClientRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
                        fmt::format("add device {} to {}", device, name));
   if (!r) return r.error();
   return {};
@@ -104,7 +104,7 @@ Result<void> LxdClient::AddDevices(const std::string& name,
   w.Key("devices");
   WriteDevices(w, devices);
   w.EndObject();
-  auto r = CallAndWait(LxdRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
+  auto r = CallAndWait(ClientRequest{"PATCH", "/1.0/instances/" + Segment(name), {}, buf.GetString()},
                        fmt::format("add {} device(s) to {}", devices.size(), name));
   if (!r) return r.error();
   return {};
@@ -113,7 +113,7 @@ Result<void> LxdClient::AddDevices(const std::string& name,
 Result<bool> LxdClient::EditInstance(
     const std::string& name, const std::string& what,
     const std::function<Result<bool>(Value&, rapidjson::Document::AllocatorType&)>& edit) {
-  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
+  auto r = Call(ClientRequest{"GET", "/1.0/instances/" + Segment(name), {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
@@ -123,7 +123,7 @@ Result<bool> LxdClient::EditInstance(
   }
   auto changed = edit(m->value, doc->GetAllocator());
   if (!changed || !*changed) return changed;
-  LxdRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(m->value)};
+  ClientRequest put{"PUT", "/1.0/instances/" + Segment(name), {}, Serialize(m->value)};
   if (!r->etag.empty()) put.headers.emplace_back("If-Match", r->etag);
   if (auto done = CallAndWait(std::move(put), what); !done) return done.error();
   return true;
@@ -148,7 +148,7 @@ Result<int> LxdClient::RemoveDevices(const std::string& name,
 
 Result<int64_t> LxdClient::InitPid(const std::string& name) {
   const std::string what = fmt::format("get the state of {}", name);
-  auto r = Call(LxdRequest{"GET", "/1.0/instances/" + Segment(name) + "/state", {}, {}}, what);
+  auto r = Call(ClientRequest{"GET", "/1.0/instances/" + Segment(name) + "/state", {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();

@@ -20,7 +20,7 @@ using internal::WriteString;
 
 Result<MigrationSource> LxdClient::StartMigrationSource(const std::string& name) {
   const std::string what = fmt::format("start copying instance {} out", name);
-  auto started = StartOperation(LxdRequest{"POST", "/1.0/instances/" + Segment(name), {},
+  auto started = StartOperation(ClientRequest{"POST", "/1.0/instances/" + Segment(name), {},
                                            R"({"migration":true,"live":false,"instance_only":true})"},
                                 what);
   if (!started) return started.error();
@@ -51,7 +51,7 @@ Result<void> LxdClient::CreateInstanceByMigration(const InstanceSpec& spec,
     WriteMap(w, source.secrets);
     Member(w, "instance_only", true);
   });
-  auto r = CallAndWait(LxdRequest{"POST", "/1.0/instances", {}, body},
+  auto r = CallAndWait(ClientRequest{"POST", "/1.0/instances", {}, body},
                        fmt::format("copy instance {} from {}", spec.name, source.operation_url));
   if (!r) return r.error();
   return {};

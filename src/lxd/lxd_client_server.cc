@@ -53,7 +53,7 @@ std::string ProfileBody(const Profile& p, bool with_name) {
 }  // namespace
 
 Result<ServerInfo> LxdClient::Server() {
-  auto r = Call(LxdRequest{"GET", "/1.0", {}, {}}, "ask LXD for its version");
+  auto r = Call(ClientRequest{"GET", "/1.0", {}, {}}, "ask LXD for its version");
   if (!r) return r.error();
   auto doc = Parse(r->body, "read LXD's server info");
   if (!doc) return doc.error();
@@ -82,14 +82,14 @@ Result<void> LxdClient::SetServerConfig(const StringMap& config) {
   w.Key("config");
   WriteMap(w, config);
   w.EndObject();
-  auto r = Call(LxdRequest{"PATCH", "/1.0", {}, buf.GetString()}, "change LXD's server config");
+  auto r = Call(ClientRequest{"PATCH", "/1.0", {}, buf.GetString()}, "change LXD's server config");
   if (!r) return r.error();
   return {};
 }
 
 Result<std::vector<std::string>> LxdClient::TrustedCertificates() {
   const std::string what = "list the certificates LXD trusts";
-  auto r = Call(LxdRequest{"GET", "/1.0/certificates?recursion=1", {}, {}}, what);
+  auto r = Call(ClientRequest{"GET", "/1.0/certificates?recursion=1", {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
@@ -117,14 +117,14 @@ Result<void> LxdClient::TrustCertificate(const std::string& name, const std::str
   w.Key("certificate");
   WriteString(w, der64);
   w.EndObject();
-  auto r = CallAndWait(LxdRequest{"POST", "/1.0/certificates", {}, buf.GetString()},
+  auto r = CallAndWait(ClientRequest{"POST", "/1.0/certificates", {}, buf.GetString()},
                        fmt::format("trust certificate {}", name));
   if (!r) return r.error();
   return {};
 }
 
 Result<std::vector<Image>> LxdClient::Images() {
-  auto r = Call(LxdRequest{"GET", "/1.0/images?recursion=1", {}, {}}, "list images");
+  auto r = Call(ClientRequest{"GET", "/1.0/images?recursion=1", {}, {}}, "list images");
   if (!r) return r.error();
   auto doc = Parse(r->body, "list images");
   if (!doc) return doc.error();
@@ -146,7 +146,7 @@ Result<std::vector<Image>> LxdClient::Images() {
 }
 
 Result<std::string> LxdClient::ImportImage(std::string tarball, const std::string& alias) {
-  LxdRequest req{"POST", "/1.0/images", {}, std::move(tarball)};
+  ClientRequest req{"POST", "/1.0/images", {}, std::move(tarball)};
   req.content_type = "application/octet-stream";
   auto meta = CallAndWait(std::move(req), "import an image");
   if (!meta) return meta.error();
@@ -156,10 +156,10 @@ Result<std::string> LxdClient::ImportImage(std::string tarball, const std::strin
   if (fingerprint.empty()) return Internal("LXD imported an image but gave no fingerprint");
   if (alias.empty()) return fingerprint;
   const std::string what = fmt::format("point alias {} at image {}", alias, fingerprint);
-  auto existing = Call(LxdRequest{"GET", "/1.0/images/aliases/" + Segment(alias), {}, {}}, what);
+  auto existing = Call(ClientRequest{"GET", "/1.0/images/aliases/" + Segment(alias), {}, {}}, what);
   if (existing) {
     const std::string body = fmt::format(R"({{"target":"{}","description":""}})", fingerprint);
-    auto put = Call(LxdRequest{"PUT", "/1.0/images/aliases/" + Segment(alias), {}, body}, what);
+    auto put = Call(ClientRequest{"PUT", "/1.0/images/aliases/" + Segment(alias), {}, body}, what);
     if (!put) return put.error();
     return fingerprint;
   }
@@ -172,13 +172,13 @@ Result<std::string> LxdClient::ImportImage(std::string tarball, const std::strin
   w.Key("target");
   WriteString(w, fingerprint);
   w.EndObject();
-  auto post = Call(LxdRequest{"POST", "/1.0/images/aliases", {}, buf.GetString()}, what);
+  auto post = Call(ClientRequest{"POST", "/1.0/images/aliases", {}, buf.GetString()}, what);
   if (!post) return post.error();
   return fingerprint;
 }
 
 Result<std::vector<StoragePool>> LxdClient::StoragePools() {
-  auto r = Call(LxdRequest{"GET", "/1.0/storage-pools?recursion=1", {}, {}}, "list storage pools");
+  auto r = Call(ClientRequest{"GET", "/1.0/storage-pools?recursion=1", {}, {}}, "list storage pools");
   if (!r) return r.error();
   auto doc = Parse(r->body, "list storage pools");
   if (!doc) return doc.error();
@@ -204,7 +204,7 @@ Result<void> LxdClient::CreateStoragePool(const std::string& name, const std::st
   w.Key("config");
   WriteMap(w, config);
   w.EndObject();
-  auto r = CallAndWait(LxdRequest{"POST", "/1.0/storage-pools", {}, buf.GetString()},
+  auto r = CallAndWait(ClientRequest{"POST", "/1.0/storage-pools", {}, buf.GetString()},
                        fmt::format("create storage pool {} ({})", name, driver));
   if (!r) return r.error();
   return {};
@@ -212,7 +212,7 @@ Result<void> LxdClient::CreateStoragePool(const std::string& name, const std::st
 
 Result<Profile> LxdClient::GetProfile(const std::string& name) {
   const std::string what = fmt::format("get profile {}", name);
-  auto r = Call(LxdRequest{"GET", "/1.0/profiles/" + Segment(name), {}, {}}, what);
+  auto r = Call(ClientRequest{"GET", "/1.0/profiles/" + Segment(name), {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
@@ -226,10 +226,10 @@ Result<void> LxdClient::PutProfile(const Profile& profile) {
   auto existing = GetProfile(profile.name);
   if (!existing && existing.error().code != ErrorCode::kNotFound) return existing.error();
   auto r = existing
-               ? Call(LxdRequest{"PUT", "/1.0/profiles/" + Segment(profile.name), {},
+               ? Call(ClientRequest{"PUT", "/1.0/profiles/" + Segment(profile.name), {},
                                  ProfileBody(profile, false)},
                       what)
-               : Call(LxdRequest{"POST", "/1.0/profiles", {}, ProfileBody(profile, true)}, what);
+               : Call(ClientRequest{"POST", "/1.0/profiles", {}, ProfileBody(profile, true)}, what);
   if (!r) return r.error();
   return {};
 }

@@ -25,18 +25,18 @@ std::string Fixture(const std::string& name) {
 }
 
 // Answers from a queue of canned responses and keeps the requests it was given.
-class CannedTransport final : public LxdTransport {
+class CannedTransport final : public HttpTransport {
  public:
   struct State {
-    std::deque<Result<LxdResponse>> responses;
-    std::vector<LxdRequest> requests;
+    std::deque<Result<ClientResponse>> responses;
+    std::vector<ClientRequest> requests;
   };
   explicit CannedTransport(State* state) : state_(state) {}
 
-  Result<LxdResponse> RoundTrip(const LxdRequest& request) override {
+  Result<ClientResponse> RoundTrip(const ClientRequest& request) override {
     state_->requests.push_back(request);
     if (state_->responses.empty()) return Internal("no canned response left");
-    Result<LxdResponse> r = std::move(state_->responses.front());
+    Result<ClientResponse> r = std::move(state_->responses.front());
     state_->responses.pop_front();
     return r;
   }
@@ -50,9 +50,9 @@ class LxdClientTest : public ::testing::Test {
  protected:
   LxdClient Client() { return LxdClient(std::make_unique<CannedTransport>(&state_)); }
   void Respond(int status, std::string body, std::string etag = {}) {
-    state_.responses.push_back(LxdResponse{status, std::move(etag), std::move(body)});
+    state_.responses.push_back(ClientResponse{status, std::move(body), std::move(etag)});
   }
-  const LxdRequest& Request(size_t i) { return state_.requests.at(i); }
+  const ClientRequest& Request(size_t i) { return state_.requests.at(i); }
 
   CannedTransport::State state_;
 };

@@ -32,7 +32,7 @@ Error TransportError(std::string_view step, const std::string& where, const beas
                {}};
 }
 
-http::request<http::string_body> BuildRequest(const LxdRequest& request, std::string_view host) {
+http::request<http::string_body> BuildRequest(const ClientRequest& request, std::string_view host) {
   http::request<http::string_body> req{http::string_to_verb(request.method), request.target, 11};
   req.set(http::field::host, host);
   req.set(http::field::user_agent, "bmas");
@@ -46,8 +46,8 @@ http::request<http::string_body> BuildRequest(const LxdRequest& request, std::st
   return req;
 }
 
-LxdResponse TakeResponse(http::response<http::string_body>& response) {
-  LxdResponse out;
+ClientResponse TakeResponse(http::response<http::string_body>& response) {
+  ClientResponse out;
   out.status = static_cast<int>(response.result_int());
   if (auto it = response.find(http::field::etag); it != response.end()) {
     out.etag = std::string(it->value());

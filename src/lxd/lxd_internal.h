@@ -34,12 +34,12 @@ Error TransportError(std::string_view step, const std::string& where, const beas
                      std::chrono::milliseconds timeout);
 
 // The Beast request for `request`, with Host `host`, closing the connection after it.
-http::request<http::string_body> BuildRequest(const LxdRequest& request, std::string_view host);
-LxdResponse TakeResponse(http::response<http::string_body>& response);
+http::request<http::string_body> BuildRequest(const ClientRequest& request, std::string_view host);
+ClientResponse TakeResponse(http::response<http::string_body>& response);
 
 // Writes `request` and reads the whole response (up to kMaxResponseBytes) on a connected stream.
 template <class SyncStream>
-Result<LxdResponse> Exchange(SyncStream& stream, const LxdRequest& request, std::string_view host,
+Result<ClientResponse> Exchange(SyncStream& stream, const ClientRequest& request, std::string_view host,
                              const std::string& where, std::chrono::milliseconds timeout) {
   beast::error_code ec;
   auto req = BuildRequest(request, host);

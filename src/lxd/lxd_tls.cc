@@ -220,12 +220,12 @@ class TlsConnection {
   X509Ptr server_cert_;
 };
 
-class HttpsLxdTransport final : public LxdTransport {
+class HttpsLxdTransport final : public HttpTransport {
  public:
   HttpsLxdTransport(HttpsEndpoint endpoint, std::chrono::milliseconds timeout)
       : e_(std::move(endpoint)), timeout_(timeout) {}
 
-  Result<LxdResponse> RoundTrip(const LxdRequest& request) override {
+  Result<ClientResponse> RoundTrip(const ClientRequest& request) override {
     auto hp = ParseHttpsUrl(e_.url);
     if (!hp) return hp.error();
     X509Ptr pinned = ParsePem(e_.server_cert);
@@ -265,7 +265,7 @@ class HttpsLxdTransport final : public LxdTransport {
 
 }  // namespace
 
-LxdTransportPtr NewHttpsLxdTransport(HttpsEndpoint endpoint, std::chrono::milliseconds timeout) {
+HttpTransportPtr NewHttpsLxdTransport(HttpsEndpoint endpoint, std::chrono::milliseconds timeout) {
   return std::make_unique<HttpsLxdTransport>(std::move(endpoint), timeout);
 }
 

@@ -28,7 +28,7 @@ struct HttpsEndpoint {
 // Where() returns the URL. A server certificate other than the pinned one is kUnavailable with a
 // message that names the URL and both SHA-256 fingerprints. A missing/unreadable cert or key file
 // is kInvalidArgument naming the file.
-LxdTransportPtr NewHttpsLxdTransport(HttpsEndpoint endpoint, std::chrono::milliseconds timeout);
+HttpTransportPtr NewHttpsLxdTransport(HttpsEndpoint endpoint, std::chrono::milliseconds timeout);
 
 // The certificate (PEM) a TLS server at `url` presents, not verified: for trust on first use.
 Result<std::string> FetchServerCertificate(const std::string& url,

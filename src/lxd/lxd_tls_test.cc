@@ -217,7 +217,7 @@ TEST_F(LxdTlsTest, RoundTripWithThePinnedCertificate) {
       NewHttpsLxdTransport(Endpoint(server.url(), server_pem), std::chrono::seconds(5));
   EXPECT_EQ(transport->Where(), server.url());
   auto response = transport->RoundTrip(
-      LxdRequest{"POST", "/1.0/instances/ws-alice", {}, R"({"migration":true})"});
+      ClientRequest{"POST", "/1.0/instances/ws-alice", {}, R"({"migration":true})"});
   ASSERT_TRUE(response) << response.error().message;
   EXPECT_EQ(response->status, 201);
   EXPECT_EQ(response->etag, "\"etag-1\"");
@@ -232,7 +232,7 @@ TEST_F(LxdTlsTest, RoundTripWithThePinnedCertificate) {
   EXPECT_EQ(*CertificateFingerprint(seen[0].client_cert), *CertificateFingerprint(client_pem));
 
   // One connection a request: a second one works the same.
-  auto second = transport->RoundTrip(LxdRequest{"GET", "/1.0", {}, {}});
+  auto second = transport->RoundTrip(ClientRequest{"GET", "/1.0", {}, {}});
   ASSERT_TRUE(second) << second.error().message;
   EXPECT_EQ(server.seen().size(), 2u);
 }
@@ -244,7 +244,7 @@ TEST_F(LxdTlsTest, AnotherServerCertificateIsRefusedWithBothFingerprints) {
   TestTlsServer server(Path("server.crt"), Path("server.key"));
 
   auto transport = NewHttpsLxdTransport(Endpoint(server.url(), other_pem), std::chrono::seconds(5));
-  auto response = transport->RoundTrip(LxdRequest{"GET", "/1.0", {}, {}});
+  auto response = transport->RoundTrip(ClientRequest{"GET", "/1.0", {}, {}});
   ASSERT_FALSE(response);
   EXPECT_EQ(response.error().code, ErrorCode::kUnavailable);
   EXPECT_THAT(response.error().message, HasSubstr(server.url()));
@@ -262,7 +262,7 @@ TEST_F(LxdTlsTest, MissingClientKeyIsInvalidArgumentNamingTheFile) {
 
   auto transport =
       NewHttpsLxdTransport(Endpoint(server.url(), server_pem), std::chrono::seconds(5));
-  auto response = transport->RoundTrip(LxdRequest{"GET", "/1.0", {}, {}});
+  auto response = transport->RoundTrip(ClientRequest{"GET", "/1.0", {}, {}});
   ASSERT_FALSE(response);
   EXPECT_EQ(response.error().code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(response.error().message, HasSubstr(Path("client.key")));
@@ -287,7 +287,7 @@ TEST_F(LxdTlsTest, ASilentServerTimesOut) {
   const std::string url = fmt::format("https://127.0.0.1:{}", silent.local_endpoint().port());
 
   auto transport = NewHttpsLxdTransport(Endpoint(url, pem), std::chrono::milliseconds(50));
-  auto response = transport->RoundTrip(LxdRequest{"GET", "/1.0", {}, {}});
+  auto response = transport->RoundTrip(ClientRequest{"GET", "/1.0", {}, {}});
   ASSERT_FALSE(response);
   EXPECT_EQ(response.error().code, ErrorCode::kUnavailable);
   EXPECT_THAT(response.error().message, HasSubstr("no answer within 50 ms"));
@@ -323,7 +323,7 @@ TEST_F(LxdTlsTest, BadUrlsAreInvalidArgument) {
   EXPECT_EQ(fetched.error().code, ErrorCode::kInvalidArgument);
 
   auto transport = NewHttpsLxdTransport(Endpoint("ftp://", "pem"), std::chrono::seconds(1));
-  auto response = transport->RoundTrip(LxdRequest{"GET", "/1.0", {}, {}});
+  auto response = transport->RoundTrip(ClientRequest{"GET", "/1.0", {}, {}});
   ASSERT_FALSE(response);
   EXPECT_EQ(response.error().code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(response.error().message, HasSubstr("ftp://"));

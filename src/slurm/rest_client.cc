@@ -5,127 +5,11 @@
 #include <fmt/format.h>
 
 #include <csignal>
-#include <optional>
 
-#include "common/asio.h"
 #include "common/listen_socket.h"
 #include "slurm/jwt.h"
 
 namespace bmas {
-namespace {
-
-constexpr size_t kMaxResponseBytes = 256u << 20;  // a /jobs listing of a busy cluster
-
-// The outcome of one exchange; default-constructible so that it can leave a coroutine.
-struct Exchanged {
-  beast::error_code ec;
-  const char* step = "";
-  RestResponse response;
-};
-
-class TcpRestTransport final : public RestTransport {
- public:
-  TcpRestTransport(std::string host, uint16_t port, std::chrono::milliseconds timeout,
-                   std::string peer)
-      : host_(std::move(host)), port_(port), timeout_(timeout), peer_(std::move(peer)) {}
-
-  Result<RestResponse> RoundTrip(const RestRequest& request) override {
-    net::io_context io;
-    std::optional<Exchanged> result;
-    std::exception_ptr failure;
-    net::co_spawn(io, Exchange(request), [&result, &failure](std::exception_ptr e, Exchanged x) {
-      failure = e;
-      if (!e) result = std::move(x);
-    });
-    io.run();
-    if (failure) {
-      try {
-        std::rethrow_exception(failure);
-      } catch (const std::exception& e) {
-        return Error{ErrorCode::kUnavailable,
-                     fmt::format("request to {} at {} failed: {}", peer_, Url(), e.what()),
-                     {}};
-      }
-    }
-    if (!result.has_value()) return Internal(peer_ + " exchange ended without a result");
-    if (result->ec) {
-      const bool timed_out = result->ec == beast::error::timeout;
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} to {} at {} failed: {}", result->step, peer_, Url(),
-                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
-                                         : result->ec.message()),
-                   {}};
-    }
-    return std::move(result->response);
-  }
-
-  std::string Url() const override {
-    if (host_.find(':') != std::string::npos) return fmt::format("http://[{}]:{}", host_, port_);
-    return fmt::format("http://{}:{}", host_, port_);
-  }
-
- private:
-  // One request on a fresh connection. The stream's deadline covers connect, write and read.
-  awaitable<Exchanged> Exchange(RestRequest request) {
-    Exchanged out;
-    auto executor = co_await net::this_coro::executor;
-    tcp::resolver resolver(executor);
-    beast::tcp_stream stream(executor);
-    const std::string port = std::to_string(port_);
-    auto endpoints =
-        co_await resolver.async_resolve(host_, port, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "resolve";
-      co_return out;
-    }
-    stream.expires_after(timeout_);
-    co_await stream.async_connect(endpoints, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "connect";
-      co_return out;
-    }
-
-    const http::verb verb = http::string_to_verb(request.method);
-    http::request<http::string_body> req{verb, request.target, 11};
-    req.set(http::field::host, fmt::format("{}:{}", host_, port_));
-    req.set(http::field::user_agent, "bmas");
-    req.set(http::field::accept, "application/json");
-    for (const auto& [name, value] : request.headers) req.set(name, value);
-    if (!request.body.empty()) {
-      // Without this slurmrestd reads the body as a URL query: "Unable to parse query."
-      req.set(http::field::content_type, "application/json");
-      req.body() = std::move(request.body);
-    }
-    req.keep_alive(false);
-    req.prepare_payload();
-    co_await http::async_write(stream, req, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "write";
-      co_return out;
-    }
-
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxResponseBytes);
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "read";
-      co_return out;
-    }
-    out.response.status = static_cast<int>(parser.get().result_int());
-    out.response.body = std::move(parser.get().body());
-    beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    co_return out;
-  }
-
-  std::string host_;
-  uint16_t port_;
-  std::chrono::milliseconds timeout_;
-  std::string peer_;
-};
-
-}  // namespace
 
 Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   auto split = SplitHostPort(address);
@@ -161,11 +45,6 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   return e;
 }
 
-RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
-                                     std::chrono::milliseconds timeout, std::string peer) {
-  return std::make_unique<TcpRestTransport>(std::move(host), port, timeout, std::move(peer));
-}
-
 Result<std::string> SlurmSignalName(int signal) {
   // The enum of v0.0.38's `signal` query parameter.
   static constexpr std::pair<int, const char*> kSignals[] = {
@@ -181,13 +60,13 @@ Result<std::string> SlurmSignalName(int signal) {
 
 SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, std::chrono::milliseconds timeout, Env& env)
     : endpoint_(std::move(endpoint)),
-      transport_(NewTcpRestTransport(endpoint_.host, endpoint_.port, timeout)),
+      transport_(NewTcpHttpTransport(endpoint_.host, endpoint_.port, timeout, "slurmrestd")),
       env_(env) {}
 
-SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport, Env& env)
+SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, HttpTransportPtr transport, Env& env)
     : endpoint_(std::move(endpoint)), transport_(std::move(transport)), env_(env) {}
 
-Result<RestResponse> SlurmRestClient::Call(std::string method, std::string target, std::string body,
+Result<ClientResponse> SlurmRestClient::Call(std::string method, std::string target, std::string body,
                                            std::string_view what) {
   // slurmrestd cannot tell a rejected token from a dead slurmctld (both are "Unspecified
   // error"), so the failures visible here are caught before sending.
@@ -208,7 +87,7 @@ Result<RestResponse> SlurmRestClient::Call(std::string method, std::string targe
                    "token"};
     }
   }
-  RestRequest request;
+  ClientRequest request;
   request.method = std::move(method);
   request.target = std::move(target);
   request.body = std::move(body);
@@ -309,8 +188,8 @@ Result<std::string> HttpGet(const std::string& address, const std::string& targe
                             std::chrono::milliseconds timeout) {
   auto endpoint = ParseRestAddress(address);
   if (!endpoint) return endpoint.error();
-  auto transport = NewTcpRestTransport(endpoint->host, endpoint->port, timeout, peer);
-  RestRequest request{"GET", target, {}, {}};
+  auto transport = NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, peer);
+  ClientRequest request{"GET", target, {}, {}};
   if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
   auto r = transport->RoundTrip(request);
   if (!r) return r.error();

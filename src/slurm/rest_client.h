@@ -3,7 +3,7 @@
 // A blocking client of slurmrestd's REST API, openapi/v0.0.38 (Slurm 22.05), authenticated
 // with a JWT (X-SLURM-USER-NAME / X-SLURM-USER-TOKEN). Jobs run as the user the token names.
 //
-// Below it sits a transport seam (RestTransport): the real one speaks HTTP/1.1 over TCP with
+// Below it sits a transport seam (HttpTransport): the real one speaks HTTP/1.1 over TCP with
 // Beast; tests pass canned responses instead.
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/http_transport.h"
 #include "common/result.h"
 #include "slurm/slurm_json.h"
 
@@ -30,39 +31,6 @@ struct RestEndpoint {
 
 // "host:port" (or "[v6]:port") as an endpoint with no user. InvalidArgument otherwise.
 Result<RestEndpoint> ParseRestAddress(std::string_view address);
-
-// One HTTP request as the client builds it.
-struct RestRequest {
-  std::string method;  // "GET", "POST" or "DELETE"
-  std::string target;  // "/slurm/v0.0.38/jobs"
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;  // JSON; empty for GET and DELETE
-};
-
-struct RestResponse {
-  int status = 0;
-  std::string body;
-};
-
-// Carries one request to slurmrestd and brings back the whole response.
-class RestTransport {
- public:
-  virtual ~RestTransport() = default;
-  // Blocks until the response or the transport's deadline. Errors: kUnavailable, saying which
-  // step failed ("connect", "write", "read") and why, when slurmrestd cannot be reached or
-  // the exchange fails. An HTTP error status is a response, not an error.
-  virtual Result<RestResponse> RoundTrip(const RestRequest& request) = 0;
-  // For messages: "http://127.0.0.1:6820".
-  virtual std::string Url() const = 0;
-};
-using RestTransportPtr = std::unique_ptr<RestTransport>;
-
-// HTTP/1.1 over TCP, one connection per request, each request bounded by `timeout` from
-// connect to the last byte. Thread-compatible: one call at a time per transport. `peer` names
-// the server in error messages (other plain HTTP servers bmas asks use it too).
-RestTransportPtr NewTcpRestTransport(std::string host, uint16_t port,
-                                     std::chrono::milliseconds timeout,
-                                     std::string peer = "slurmrestd");
 
 // GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener),
 // sending `authorization` (e.g. "Bearer <operator secret>") when not empty; the body of a 200.
@@ -98,7 +66,7 @@ class SlurmRestClient final : public SlurmApi {
   explicit SlurmRestClient(RestEndpoint endpoint,
                            std::chrono::milliseconds timeout = std::chrono::seconds(30),
                            Env& env = Env::Default());
-  SlurmRestClient(RestEndpoint endpoint, RestTransportPtr transport, Env& env = Env::Default());
+  SlurmRestClient(RestEndpoint endpoint, HttpTransportPtr transport, Env& env = Env::Default());
 
   // The Slurm release ("22.05.8") when slurmctld answers UP.
   Result<std::string> Ping() override;
@@ -137,11 +105,11 @@ class SlurmRestClient final : public SlurmApi {
  private:
   // Sends one request with the auth headers; a transport failure or an error response
   // becomes an Error for `what`.
-  Result<RestResponse> Call(std::string method, std::string target, std::string body,
+  Result<ClientResponse> Call(std::string method, std::string target, std::string body,
                             std::string_view what);
 
   RestEndpoint endpoint_;
-  RestTransportPtr transport_;
+  HttpTransportPtr transport_;
   Env& env_;
 };
 

@@ -22,22 +22,22 @@ std::string Fixture(const std::string& name) {
 }
 
 // Answers from a queue of canned responses and keeps the requests it was given.
-class CannedTransport final : public RestTransport {
+class CannedTransport final : public HttpTransport {
  public:
   struct State {
-    std::deque<Result<RestResponse>> responses;
-    std::vector<RestRequest> requests;
+    std::deque<Result<ClientResponse>> responses;
+    std::vector<ClientRequest> requests;
   };
   explicit CannedTransport(State* state) : state_(state) {}
 
-  Result<RestResponse> RoundTrip(const RestRequest& request) override {
+  Result<ClientResponse> RoundTrip(const ClientRequest& request) override {
     state_->requests.push_back(request);
     if (state_->responses.empty()) return Internal("no canned response left");
-    Result<RestResponse> r = std::move(state_->responses.front());
+    Result<ClientResponse> r = std::move(state_->responses.front());
     state_->responses.pop_front();
     return r;
   }
-  std::string Url() const override { return "http://canned:1"; }
+  std::string Where() const override { return "http://canned:1"; }
 
  private:
   State* state_;
@@ -55,14 +55,14 @@ class SlurmRestClientTest : public ::testing::Test {
     return SlurmRestClient(e, std::make_unique<CannedTransport>(&state_));
   }
   void Respond(int status, std::string body) {
-    state_.responses.push_back(RestResponse{status, std::move(body)});
+    state_.responses.push_back(ClientResponse{status, std::move(body)});
   }
-  const RestRequest& LastRequest() { return state_.requests.back(); }
+  const ClientRequest& LastRequest() { return state_.requests.back(); }
 
   CannedTransport::State state_;
 };
 
-std::string HeaderOf(const RestRequest& r, std::string_view name) {
+std::string HeaderOf(const ClientRequest& r, std::string_view name) {
   for (const auto& [n, v] : r.headers) {
     if (n == name) return v;
   }
@@ -259,14 +259,15 @@ class OneShotServer {
 
 TEST(TcpRestTransportTest, RoundTrip) {
   const std::string body = R"({"errors": [], "job_id": 5})";
-  RestResponse got;
+  ClientResponse got;
   std::string content_type;
   std::string sent_body;
   {
     OneShotServer server("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
                          std::to_string(body.size()) + "\r\n\r\n" + body);
-    auto transport = NewTcpRestTransport("127.0.0.1", server.port(), std::chrono::seconds(5));
-    RestRequest req{"POST", "/slurm/v0.0.38/job/submit", {{"X-SLURM-USER-NAME", "alice"}}, "{}"};
+    auto transport =
+        NewTcpHttpTransport("127.0.0.1", server.port(), std::chrono::seconds(5), "slurmrestd");
+    ClientRequest req{"POST", "/slurm/v0.0.38/job/submit", {{"X-SLURM-USER-NAME", "alice"}}, "{}"};
     auto r = transport->RoundTrip(req);
     ASSERT_TRUE(r) << r.error().message;
     got = *r;
@@ -307,9 +308,10 @@ TEST(TcpRestTransportTest, SilentServerTimesOut) {
   tcp::acceptor a(io, tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), 0));
   // The kernel completes the handshake from the backlog; nobody ever answers.
   auto transport =
-      NewTcpRestTransport("127.0.0.1", a.local_endpoint().port(), std::chrono::milliseconds(200));
+      NewTcpHttpTransport("127.0.0.1", a.local_endpoint().port(), std::chrono::milliseconds(200),
+                          "slurmrestd");
   const auto start = std::chrono::steady_clock::now();
-  auto r = transport->RoundTrip(RestRequest{"GET", "/slurm/v0.0.38/ping", {}, ""});
+  auto r = transport->RoundTrip(ClientRequest{"GET", "/slurm/v0.0.38/ping", {}, ""});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(r.error().message.find("no answer within 200 ms"), std::string::npos)
