@@ -18,6 +18,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -42,6 +44,25 @@ class parser;
 }
 
 namespace bmas::gateway {
+
+// Orders tuple keys of strings against tuples of views (or other strings) element by element,
+// so that a map keyed by owned strings is searched with views and allocates nothing. (std::less<>
+// does this through tuple's operator<=> with GCC, but not with clang 14.)
+struct ViewTupleLess {
+  using is_transparent = void;
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    return Views(a) < Views(b);
+  }
+
+ private:
+  static std::string_view View(std::string_view s) { return s; }
+  static int64_t View(int64_t n) { return n; }
+  template <class... T>
+  static auto Views(const std::tuple<T...>& t) {
+    return std::apply([](const auto&... x) { return std::make_tuple(View(x)...); }, t);
+  }
+};
 
 struct GatewayOptions {
   HttpServerOptions http;
@@ -207,7 +228,7 @@ class Gateway {
 
   // Metered usage not yet in the store: (minute, user, model, backend) -> delta. Transparent
   // comparison: a request finds its entry with a tuple of views, allocating nothing.
-  std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta, std::less<>>
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta, ViewTupleLess>
       unflushed_;
 
   // Per worker (not guarded): parses request bodies and usage chunks, keeping its buffers from
@@ -225,7 +246,7 @@ class Gateway {
 
   MetricsRegistry metrics_;
   std::map<int, Counter*> requests_by_status_;
-  std::map<std::tuple<std::string, std::string, std::string>, Counter*, std::less<>>
+  std::map<std::tuple<std::string, std::string, std::string>, Counter*, ViewTupleLess>
       tokens_;  // user, model, kind
   Counter& resumed_streams_;
   Histogram& queue_wait_;

@@ -20,6 +20,16 @@
 #include "lxd_workspace_fixture.h"
 #include "store/store.h"
 
+// Whether this binary carries AddressSanitizer: GCC says so with __SANITIZE_ADDRESS__, clang 14
+// with __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define BMAS_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BMAS_TEST_UNDER_ASAN 1
+#endif
+#endif
+
 namespace bmas::testing {
 namespace {
 
@@ -155,7 +165,7 @@ void WriteReply(int fd, int out) {
 }
 
 TEST_F(AgentSecurityTest, TheUsersLoaderVariablesNeverReachRootAndTheCommandStillRuns) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(BMAS_TEST_UNDER_ASAN)
   // An AddressSanitizer build of bmas refuses to start with a library preloaded before its
   // runtime, so the attacker's LD_PRELOAD stops the client itself; `make test` runs this.
   GTEST_SKIP() << "LD_PRELOAD into an AddressSanitizer binary; runs in the normal build";
@@ -747,7 +757,7 @@ TEST_F(AgentSecurityTest, AUsersConnectionsAreCappedAndIdleOnesDroppedWhileOther
 // with EMFILE): it says so at most once per few seconds, keeps accepting, and serves everyone
 // once fds are free again.
 TEST_F(AgentSecurityTest, AnAgentOutOfFileDescriptorsBacksOffAndServesAgain) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(BMAS_TEST_UNDER_ASAN)
   // The sanitizers' runtime opens files of its own (/proc/self/maps, to report), which fail at
   // the fd limit too; `make test` runs this.
   GTEST_SKIP() << "fd exhaustion under the sanitizers' runtime; runs in the normal build";
