@@ -188,8 +188,15 @@ std::vector<pid_t> HostProcesses(const std::string& needle) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A process may exit between the listing and the read: libstdc++'s read of its cmdline
+    // then throws (ESRCH, "No such process"), and it is simply not there any more.
+    std::string cmdline;
+    try {
+      std::ifstream in(e.path() / "cmdline");
+      cmdline.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::ios_base::failure&) {
+      continue;
+    }
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     if (cmdline.starts_with(needle)) out.push_back(std::stoi(name));
   }
