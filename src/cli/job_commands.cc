@@ -247,9 +247,9 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
       "run", "Run a command as a Slurm job, shaped for the cluster's topology; prints the job id "
              "(with --wait: streams its output and exits with its exit code)");
   run->add_option("--user", user_, "Run as this Unix user (root only)");
-  run->add_option("--gpus", gpus_, "GPUs for the whole job: one node when they fit, else whole "
-                                   "nodes")
-      ->check(kNonNegative);
+  run->add_option("--gpus", gpus_,
+                  "GPUs for the whole job: one node when they fit, else whole nodes; or MIG "
+                  "slices on one node: 1g.10gb, 2x3g.40gb (the inventory's mig_layouts)");
   run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(kNonNegative);
   run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
       ->check(kNonNegative);
@@ -337,7 +337,11 @@ int JobCommands::Run(GlobalOptions& global) {
   if (!target) return ReportFailure("run", target.error());
   auto launcher = ParseLauncher(launcher_);
   if (!launcher) return ReportFailure("run", launcher.error());
-  ShapeRequest request{gpus_, nodes_, gpus_per_node_, partition_, *launcher};
+  ShapeRequest request{.nodes = nodes_, .gpus_per_node = gpus_per_node_,
+                       .partition = partition_, .launcher = *launcher};
+  if (auto parsed = ParseGpusOption(gpus_, request); !parsed) {
+    return ReportFailure("run", parsed.error());
+  }
   auto shape = PlanJobShape(target->inventory, request);
   if (!shape) return ReportFailure("run", shape.error());
 
@@ -347,6 +351,7 @@ int JobCommands::Run(GlobalOptions& global) {
   spec.nodes = shape->nodes;
   spec.tasks_per_node = shape->tasks_per_node;
   spec.gpus_per_node = shape->gpus_per_node;
+  spec.gpu_type = shape->gres_type;
   if (cpus_per_gpu_ > 0 && shape->gpus_per_node > 0) {
     const int tasks = std::max(1, shape->tasks_per_node);
     spec.cpus_per_task = (cpus_per_gpu_ * shape->gpus_per_node + tasks - 1) / tasks;
@@ -426,8 +431,13 @@ int JobCommands::Run(GlobalOptions& global) {
     fmt::print("{}\n", *id);
     return 0;
   }
-  fmt::print(stderr, "bmas run: job {} submitted ({} node(s) x {} GPU(s), partition {})\n", *id,
-             shape->nodes, shape->gpus_per_node, shape->partition);
+  if (shape->mig) {
+    fmt::print(stderr, "bmas run: job {} submitted ({} MIG slice(s) {} on one node, partition {})\n",
+               *id, shape->gpus_per_node, shape->gpu_type, shape->partition);
+  } else {
+    fmt::print(stderr, "bmas run: job {} submitted ({} node(s) x {} GPU(s), partition {})\n",
+               *id, shape->nodes, shape->gpus_per_node, shape->partition);
+  }
   auto done = Follow(client, *id, &g_interrupted);
   if (!done) return ReportFailure("run", done.error());
   if (!IsFinal(done->state)) {

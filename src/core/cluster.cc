@@ -103,6 +103,18 @@ GpuSpec ReadGpus(ConfigTable& t) {
     l.RejectUnknownKeys();
     g.nvlinks.push_back({static_cast<int>(pair[0]), static_cast<int>(pair[1]), count, l.line()});
   }
+  for (ConfigTable& m : t.TableArray("mig_layouts")) {
+    MigLayout layout;
+    for (int64_t gpu : m.IntArray("gpus", 0, 1023)) layout.gpus.push_back(static_cast<int>(gpu));
+    if (layout.gpus.empty()) m.Invalid("gpus", "list the GPUs this layout splits, e.g. [2, 3]");
+    layout.profiles = m.StringArray("profiles");
+    if (layout.profiles.empty()) {
+      m.Invalid("profiles", "list MIG profiles, e.g. [\"3g.40gb\", \"2g.20gb\", \"1g.10gb\"]");
+    }
+    layout.line = m.line();
+    m.RejectUnknownKeys();
+    g.mig_layouts.push_back(std::move(layout));
+  }
   t.RejectUnknownKeys();
   return g;
 }
@@ -294,6 +306,30 @@ Cluster ReadRoot(const toml::table& root, const std::string& source) {
 }
 
 }  // namespace
+
+const std::vector<std::string>* MigLayoutOf(const GpuSpec& gpus, int index) {
+  for (const MigLayout& layout : gpus.mig_layouts) {
+    if (std::find(layout.gpus.begin(), layout.gpus.end(), index) != layout.gpus.end()) {
+      return &layout.profiles;
+    }
+  }
+  return nullptr;
+}
+
+int WholeGpuCount(const GpuSpec& gpus) {
+  int whole = 0;
+  for (int g = 0; g < gpus.count; ++g) whole += MigLayoutOf(gpus, g) == nullptr ? 1 : 0;
+  return whole;
+}
+
+int MigSliceCount(const GpuSpec& gpus, std::string_view profile) {
+  int n = 0;
+  for (const MigLayout& layout : gpus.mig_layouts) {
+    const auto per_gpu = std::count(layout.profiles.begin(), layout.profiles.end(), profile);
+    n += static_cast<int>(per_gpu * static_cast<int64_t>(layout.gpus.size()));
+  }
+  return n;
+}
 
 std::vector<std::vector<int>> LinkMatrix(const GpuSpec& gpus) {
   std::vector<std::vector<int>> m(gpus.count, std::vector<int>(gpus.count, 0));

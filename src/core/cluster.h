@@ -34,6 +34,14 @@ struct GpuLink {
   int line = 0;  // where it was declared, for errors
 };
 
+// GPUs of one node split into MIG instances: each of `gpus` holds `profiles` (core/mig.h
+// checks them against the model's tables).
+struct MigLayout {
+  std::vector<int> gpus;              // indices from 0
+  std::vector<std::string> profiles;  // e.g. {"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}
+  int line = 0;
+};
+
 // The GPUs of one node; all of one type.
 struct GpuSpec {
   int count = 0;
@@ -41,7 +49,17 @@ struct GpuSpec {
   int memory_gb = 0;
   bool mig = false;  // the GPUs can be split into MIG instances
   std::vector<GpuLink> nvlinks;
+  std::vector<MigLayout> mig_layouts;  // GPUs in none of them stay whole
 };
+
+// The MIG profiles GPU `index` is split into, or nullptr when it is whole.
+const std::vector<std::string>* MigLayoutOf(const GpuSpec& gpus, int index);
+
+// The GPUs no MIG layout splits.
+int WholeGpuCount(const GpuSpec& gpus);
+
+// How many MIG slices of `profile` the layouts of `gpus` hold.
+int MigSliceCount(const GpuSpec& gpus, std::string_view profile);
 
 // count x count matrix of NVLink counts between the GPUs of `gpus`, 0 on the diagonal.
 // REQUIRES: ValidateCluster accepted the links.

@@ -110,6 +110,21 @@ TEST_P(ClusterBadInventoryTest, ErrorNamesFileLineAndEntry) {
 }
 
 const char kGpus[] = "[cluster.nodes.gpus]\ncount = 2\ntype = \"h100\"\n";
+// Lines 8-12: four H100 80GB that can take MIG; a layout entry starts at line 13.
+const char kMigGpus[] =
+    "[cluster.nodes.gpus]\ncount = 4\ntype = \"h100\"\nmemory_gb = 80\nmig = true\n";
+
+TEST(ClusterTest, MigLayoutsSplitTheGpusTheyName) {
+  Cluster c = ParseCluster(kBase + kMigGpus +
+                               "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [2, 3]\n"
+                               "profiles = [\"3g.40gb\", \"2g.20gb\", \"1g.10gb\", \"1g.10gb\"]\n",
+                           "test.toml");
+  const GpuSpec& gpus = c.nodes[1].gpus;
+  EXPECT_EQ(MigLayoutOf(gpus, 0), nullptr);
+  ASSERT_NE(MigLayoutOf(gpus, 3), nullptr);
+  EXPECT_THAT(*MigLayoutOf(gpus, 3), ElementsAre("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"));
+  EXPECT_EQ(gpus.mig_layouts[0].line, 13);
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterBadInventoryTest,
@@ -186,7 +201,28 @@ INSTANTIATE_TEST_SUITE_P(
                 "cluster.slurm.slurmd_port: 0 is out of range"},
         BadCase{"[[cluster.switches]]\nname = \"s\"\n",
                 "cluster.switches[0].nodes: a switch lists nodes (a leaf) or switches"},
-        BadCase{"[cluster.bogus]\n", "unknown key 'cluster.bogus'"}));
+        BadCase{"[cluster.bogus]\n", "unknown key 'cluster.bogus'"},
+        // MIG layouts.
+        BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\n"
+                                        "profiles = [\"3g.40gb\", \"3g.40gb\", \"2g.20gb\"]\n",
+                "test.toml:13: node n1: mig_layouts: 3g.40gb + 3g.40gb + 2g.20gb needs 8 compute "
+                "slices; an H100 80GB has 7"},
+        BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [4]\n"
+                                        "profiles = [\"7g.80gb\"]\n",
+                "test.toml:13: node n1: mig_layouts: GPU 4 does not exist (the node has 4 GPUs)"},
+        BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0, 1]\n"
+                                        "profiles = [\"7g.80gb\"]\n"
+                                        "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [1]\n"
+                                        "profiles = [\"7g.80gb\"]\n",
+                "test.toml:16: node n1: mig_layouts: GPU 1 already has a layout (line 13)"},
+        BadCase{"[cluster.nodes.gpus]\ncount = 1\ntype = \"h100\"\nmemory_gb = 80\n"
+                "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\nprofiles = [\"7g.80gb\"]\n",
+                "node n1: mig_layouts: the node's GPUs have mig = false"},
+        BadCase{"[cluster.nodes.gpus]\ncount = 1\ntype = \"l40s\"\nmemory_gb = 48\nmig = true\n"
+                "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\nprofiles = [\"1g.12gb\"]\n",
+                "node n1: mig_layouts: no MIG tables for GPU type \"l40s\" with memory_gb = 48"},
+        BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\n",
+                "cluster.nodes[0].gpus.mig_layouts[0].profiles: list MIG profiles"}));
 
 TEST(ClusterTest, FileLevelErrors) {
   EXPECT_THAT(ErrorOf("[engine]\nport = 1\n"), HasSubstr("test.toml: no [cluster] table"));

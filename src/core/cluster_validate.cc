@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/cluster.h"
+#include "core/mig.h"
 
 namespace bmas {
 namespace {
@@ -82,6 +83,34 @@ class Checker {
       }
       if (l.a == l.b) return Fail(l.line, entry, "a GPU cannot link to itself");
       if (!seen.insert(std::minmax(l.a, l.b)).second) return Fail(l.line, entry, "listed twice");
+    }
+    return MigLayouts(n);
+  }
+
+  // Each layout on GPUs that exist, each GPU in one layout at most, on GPUs that can take MIG,
+  // and placeable on the model's tables.
+  Result<void> MigLayouts(const Node& n) {
+    std::map<int, int> layout_line;  // GPU -> the line of its layout
+    for (const MigLayout& m : n.gpus.mig_layouts) {
+      std::string entry = fmt::format("node {}: mig_layouts", n.name);
+      if (!n.gpus.mig) {
+        return Fail(m.line, entry, "the node's GPUs have mig = false; set mig = true to split them");
+      }
+      for (int g : m.gpus) {
+        if (g >= n.gpus.count) {
+          return Fail(m.line, entry,
+                      fmt::format("GPU {} does not exist (the node has {} GPUs)", g, n.gpus.count));
+        }
+        if (auto [it, fresh] = layout_line.emplace(g, m.line); !fresh) {
+          return Fail(m.line, entry,
+                      fmt::format("GPU {} already has a layout (line {})", g, it->second));
+        }
+      }
+      auto model = FindMigGpuModel(n.gpus.type, n.gpus.memory_gb);
+      if (!model) return Fail(m.line, entry, model.error().message);
+      if (auto placed = PlaceMigLayout(**model, m.profiles); !placed) {
+        return Fail(m.line, entry, placed.error().message);
+      }
     }
     return {};
   }

@@ -1,6 +1,9 @@
 #include "core/job_shape.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -23,7 +26,89 @@ std::vector<const Node*> NodesOf(const Cluster& cluster, const Partition& p) {
   return nodes;
 }
 
+// A job on MIG slices: all of them on one node of the partition that has that many.
+Result<JobShape> PlanSliceShape(const Partition& p, const std::vector<const Node*>& nodes,
+                                const ShapeRequest& r) {
+  if (r.nodes > 0 || r.gpus_per_node > 0) {
+    return InvalidArgument(fmt::format(
+        "MIG slices run on one node: give --gpus {}x{} without --nodes or --gpus-per-node",
+        std::max(1, r.gpus), r.mig_profile));
+  }
+  int most = 0;
+  std::set<std::string> profiles;
+  for (const Node* n : nodes) {
+    most = std::max(most, MigSliceCount(n->gpus, r.mig_profile));
+    for (const MigLayout& layout : n->gpus.mig_layouts) {
+      profiles.insert(layout.profiles.begin(), layout.profiles.end());
+    }
+  }
+  if (most == 0) {
+    return InvalidArgument(
+        profiles.empty()
+            ? fmt::format("partition {} has no MIG slices (the inventory's mig_layouts split "
+                          "GPUs): ask for whole GPUs, --gpus N",
+                          p.name)
+            : fmt::format("partition {} has no {} slices; it has {}", p.name, r.mig_profile,
+                          fmt::join(profiles, ", ")),
+        "gpus");
+  }
+  const int want = std::max(1, r.gpus);
+  if (want > most) {
+    return InvalidArgument(fmt::format("a node of partition {} has at most {} {} slices, not {}",
+                                       p.name, most, r.mig_profile, want),
+                           "gpus");
+  }
+  JobShape shape;
+  shape.partition = p.name;
+  shape.nodes = 1;
+  shape.gpus_per_node = want;
+  shape.gpu_type = r.mig_profile;
+  shape.gres_type = r.mig_profile;
+  shape.mig = true;
+  shape.launcher = r.launcher;
+  shape.tasks_per_node = r.launcher == Launcher::kMpi ? want : 1;
+  return shape;
+}
+
 }  // namespace
+
+Result<void> ParseGpusOption(std::string_view text, ShapeRequest& request) {
+  const auto bad = [&] {
+    return InvalidArgument(
+        fmt::format("--gpus {}: give a number of GPUs (4), a MIG profile (1g.10gb) or a number "
+                    "of slices of one (2x3g.40gb)",
+                    text),
+        "gpus");
+  };
+  const auto number = [](std::string_view digits, int& out) {
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+    return ec == std::errc() && end == digits.data() + digits.size() && out >= 0 &&
+           out <= 1 << 20;
+  };
+  if (text.empty()) return bad();
+  int n = 0;
+  if (number(text, n)) {
+    request.gpus = n;
+    request.mig_profile.clear();
+    return {};
+  }
+  // A profile is "<compute>g.<memory>gb", perhaps "+me": a digit, 'g', '.', ...
+  const size_t g = text.find('g');
+  const size_t x = text.find('x');
+  std::string_view profile = text;
+  n = 1;
+  if (x != std::string_view::npos && x < g) {
+    if (!number(text.substr(0, x), n) || n == 0) return bad();
+    profile = text.substr(x + 1);
+  }
+  if (profile.size() < 4 || !std::isdigit(static_cast<unsigned char>(profile[0])) ||
+      profile.find("g.") == std::string_view::npos || profile.find("gb") == std::string_view::npos) {
+    return bad();
+  }
+  request.gpus = n;
+  request.mig_profile = std::string(profile);
+  return {};
+}
 
 Result<Launcher> ParseLauncher(std::string_view name) {
   if (name == "none") return Launcher::kNone;
@@ -57,23 +142,28 @@ Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& r) {
   if (r.gpus < 0 || r.nodes < 0 || r.gpus_per_node < 0) {
     return InvalidArgument("GPU and node counts cannot be negative");
   }
-  // Whole-node placement assumes the partition's GPU nodes are alike: the largest ones count.
   const std::vector<const Node*> nodes = NodesOf(cluster, *p);
+  if (!r.mig_profile.empty()) return PlanSliceShape(*p, nodes, r);
+  // Whole-node placement assumes the partition's GPU nodes are alike: the largest ones count.
   int per_node = 0;
   std::string type;
+  bool any_mig = false;
   for (const Node* n : nodes) {
-    if (n->gpus.count > per_node) {
-      per_node = n->gpus.count;
+    any_mig = any_mig || !n->gpus.mig_layouts.empty();
+    if (WholeGpuCount(n->gpus) > per_node) {
+      per_node = WholeGpuCount(n->gpus);
       type = n->gpus.type;
     }
   }
-  const int full_nodes = static_cast<int>(std::count_if(
-      nodes.begin(), nodes.end(), [&](const Node* n) { return n->gpus.count == per_node; }));
+  const int full_nodes = static_cast<int>(std::count_if(nodes.begin(), nodes.end(), [&](const Node* n) {
+    return WholeGpuCount(n->gpus) == per_node;
+  }));
   const int total = per_node * full_nodes;
 
   JobShape shape;
   shape.partition = p->name;
   shape.gpu_type = type;
+  if (any_mig) shape.gres_type = type;
   const bool explicit_layout = r.nodes > 0 || r.gpus_per_node > 0;
   if (explicit_layout) {
     shape.nodes = std::max(1, r.nodes);
@@ -134,6 +224,8 @@ std::map<std::string, std::string> DistributedEnvironment(const Cluster& cluster
   const int per_node = shape.launcher == Launcher::kTorchrun ? std::max(1, shape.gpus_per_node)
                                                               : shape.tasks_per_node;
   env["WORLD_SIZE"] = std::to_string(shape.nodes * per_node);
+  // MIG slices have no NVLink and no peer-to-peer access between them: NCCL must not try.
+  if (shape.mig) env["NCCL_P2P_DISABLE"] = "1";
   // The network from the partition's first node: the same NICs on every node.
   const Node* node = nullptr;
   for (const Partition& p : cluster.partitions) {

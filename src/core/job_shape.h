@@ -25,6 +25,8 @@ struct ShapeRequest {
   int gpus_per_node = 0;  // --gpus-per-node M
   std::string partition;  // "" = the default partition
   Launcher launcher = Launcher::kNone;
+  // --gpus 2x3g.40gb: MIG slices of this profile rather than whole GPUs ("" = whole GPUs).
+  std::string mig_profile;
 };
 
 struct JobShape {
@@ -32,11 +34,21 @@ struct JobShape {
   int nodes = 1;
   int gpus_per_node = 0;
   int tasks_per_node = 1;  // mpi: one per GPU; torchrun and none: one per node
-  std::string gpu_type;    // the nodes' GPU type
+  std::string gpu_type;    // the nodes' GPU type, or the MIG profile of a job on slices
+  // The GPU type to ask Slurm for ("" = any): a job on slices names their profile, and on a
+  // partition with MIG slices a job of whole GPUs names the whole GPUs' type, since Slurm would
+  // give an untyped request a slice.
+  std::string gres_type;
+  bool mig = false;        // on MIG slices: no NVLink, no peer-to-peer between them
   Launcher launcher = Launcher::kNone;
 };
 
-// The shape for `request` on the partition's nodes. InvalidArgument, saying why and what
+// What `bmas run --gpus` takes: "4" (whole GPUs), "1g.10gb" (one MIG slice) or "2x3g.40gb"
+// (two slices of that profile). Sets request.gpus and request.mig_profile.
+Result<void> ParseGpusOption(std::string_view text, ShapeRequest& request);
+
+// The shape for `request` on the partition's nodes. Whole GPUs count only the GPUs no MIG layout
+// splits; a job on MIG slices takes them on one node. InvalidArgument, saying why and what
 // would fit, when it cannot be satisfied (more GPUs than the partition has, a per-node count
 // over a node's GPUs, N GPUs that do not split into whole nodes, ...).
 Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& request);

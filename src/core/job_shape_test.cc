@@ -23,6 +23,59 @@ std::string Refusal(const ShapeRequest& r, const Cluster& c = Reference()) {
   return shape ? "" : shape.error().message;
 }
 
+// The local cluster with MIG: oss01 has 4 whole H100s; oss02 and oss03 2 whole each, and
+// slices: 3g.40gb, 2g.20gb and 9 x 1g.10gb each.
+Cluster LocalMig() {
+  return LoadCluster(std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-mig.toml");
+}
+
+TEST(JobShapeTest, GpusOptionTakesCountsProfilesAndCountsOfProfiles) {
+  ShapeRequest r;
+  ASSERT_TRUE(ParseGpusOption("4", r));
+  EXPECT_EQ(r.gpus, 4);
+  EXPECT_EQ(r.mig_profile, "");
+  ASSERT_TRUE(ParseGpusOption("1g.10gb", r));
+  EXPECT_EQ(r.gpus, 1);
+  EXPECT_EQ(r.mig_profile, "1g.10gb");
+  ASSERT_TRUE(ParseGpusOption("2x3g.40gb", r));
+  EXPECT_EQ(r.gpus, 2);
+  EXPECT_EQ(r.mig_profile, "3g.40gb");
+  ASSERT_TRUE(ParseGpusOption("1g.10gb+me", r));
+  EXPECT_EQ(r.mig_profile, "1g.10gb+me");
+  for (const char* bad : {"", "x", "-1", "0x1g.10gb", "2x", "h100", "3g", "1.5"}) {
+    auto parsed = ParseGpusOption(bad, r);
+    ASSERT_FALSE(parsed) << bad;
+    EXPECT_THAT(parsed.error().message, HasSubstr("a MIG profile (1g.10gb)")) << bad;
+  }
+}
+
+TEST(JobShapeTest, SlicesGoOnOneNodeAndNameTheirProfile) {
+  JobShape s = Plan({.gpus = 2, .mig_profile = "1g.10gb"}, LocalMig());
+  EXPECT_EQ(s.nodes, 1);
+  EXPECT_EQ(s.gpus_per_node, 2);
+  EXPECT_EQ(s.gres_type, "1g.10gb");
+  EXPECT_TRUE(s.mig);
+  EXPECT_EQ(DistributedEnvironment(LocalMig(), s).at("NCCL_P2P_DISABLE"), "1");
+  EXPECT_EQ(Refusal({.gpus = 10, .mig_profile = "1g.10gb"}, LocalMig()),
+            "a node of partition lab has at most 9 1g.10gb slices, not 10");
+  EXPECT_EQ(Refusal({.gpus = 1, .mig_profile = "1g.20gb"}, LocalMig()),
+            "partition lab has no 1g.20gb slices; it has 1g.10gb, 2g.20gb, 3g.40gb");
+  EXPECT_THAT(Refusal({.gpus = 1, .mig_profile = "1g.10gb"}),
+              HasSubstr("partition lab has no MIG slices"));
+  EXPECT_THAT(Refusal({.gpus = 2, .nodes = 2, .mig_profile = "1g.10gb"}, LocalMig()),
+              HasSubstr("MIG slices run on one node"));
+}
+
+TEST(JobShapeTest, WholeGpusBesideSlicesAreAskedForByType) {
+  // Slurm would give an untyped gpu request a slice; whole GPUs count without the split ones.
+  JobShape s = Plan({.gpus = 4}, LocalMig());
+  EXPECT_EQ(s.gres_type, "h100");
+  EXPECT_FALSE(s.mig);
+  EXPECT_THAT(Refusal({.gpus = 8}, LocalMig()), HasSubstr("has 4 GPUs in all (1 nodes x 4)"));
+  EXPECT_EQ(Plan({.gpus = 4}).gres_type, "");  // no MIG anywhere: any GPU will do
+  EXPECT_EQ(DistributedEnvironment(Reference(), Plan({.gpus = 4})).count("NCCL_P2P_DISABLE"), 0u);
+}
+
 TEST(JobShapeTest, GpusThatFitInOneNodeStayInOneNode) {
   for (int gpus : {1, 2, 3, 4}) {
     JobShape s = Plan({.gpus = gpus});

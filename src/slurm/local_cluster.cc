@@ -49,6 +49,9 @@ using internal::StopDaemons;
 using internal::WriteFile;
 
 constexpr int kNvidiaMajor = 195;  // the NVIDIA driver's character device major
+// The driver's nvidia-caps major is given out at load time (/proc/devices); the fakes take one
+// from the range Linux leaves to local use.
+constexpr int kFakeNvidiaCapsMajor = 240;
 
 // FNV-1a: stable across runs and builds, unlike std::hash.
 uint64_t Fnv1a(std::string_view s) {
@@ -290,6 +293,24 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
       if (!fs::exists(dev) &&
           mknod(dev.c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, g)) != 0) {
         return Internal(fmt::format("cannot make {}: {}", dev, std::strerror(errno)));
+      }
+    }
+    // MIG slices: their GPU instance's and compute instance's access capabilities.
+    const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
+    if (!slices.empty()) {
+      if (auto r = MakeDir(c.device_dir + "/" + n.name + "/nvidia-caps", 0755); !r) {
+        return r.error();
+      }
+    }
+    for (const MigSlice& slice : slices) {
+      for (int minor : {MigGpuInstanceCapMinor(slice.gpu, slice.gpu_instance),
+                        MigComputeInstanceCapMinor(slice.gpu, slice.gpu_instance,
+                                                   slice.compute_instance)}) {
+        const std::string cap = MigCapPath(local.slurm, n, minor);
+        if (!fs::exists(cap) &&
+            mknod(cap.c_str(), S_IFCHR | 0444, makedev(kFakeNvidiaCapsMajor, minor)) != 0) {
+          return Internal(fmt::format("cannot make {}: {}", cap, std::strerror(errno)));
+        }
       }
     }
   }

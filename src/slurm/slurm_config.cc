@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/hostlist.h"
 
@@ -147,7 +148,7 @@ void Nodes(Out out, const Cluster& c) {
                      n.cores_per_socket, n.threads_per_core);
     }
     fmt::format_to(out, " RealMemory={}", n.memory_mib);
-    if (n.gpus.count > 0) fmt::format_to(out, " Gres=gpu:{}:{}", n.gpus.type, n.gpus.count);
+    if (std::string gres = NodeGres(n); !gres.empty()) fmt::format_to(out, " Gres={}", gres);
     if (!n.features.empty()) fmt::format_to(out, " Feature={}", fmt::join(n.features, ","));
     fmt::format_to(out, "\n");
   }
@@ -181,7 +182,10 @@ std::string SlurmConf(const Cluster& c) {
 }
 
 // One line per GPU, so that each can carry its row of the NVLink matrix: Links= counts the
-// links to GPU 0, 1, ... in turn, -1 for the GPU itself.
+// links to GPU 0, 1, ... in turn, -1 for the GPU itself. A GPU split by MIG is one line per
+// slice instead, its type the profile's and its files the GPU's and the slice's two access
+// capabilities. Slices have no NVLink (MIG turns it off), and Slurm's Links= counts positions
+// among a node's gres lines, so a node with MIG layouts gets no Links= at all.
 std::string GresConf(const Cluster& c) {
   std::string text = Header(c);
   Out out(text);
@@ -189,10 +193,21 @@ std::string GresConf(const Cluster& c) {
   fmt::format_to(out, "AutoDetect=off\n");
   for (const Node& n : c.nodes) {
     std::vector<std::vector<int>> links = LinkMatrix(n.gpus);
+    const bool with_links = !n.gpus.nvlinks.empty() && n.gpus.mig_layouts.empty();
+    const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
     for (int g = 0; g < n.gpus.count; ++g) {
+      if (MigLayoutOf(n.gpus, g) != nullptr) {
+        for (const MigSlice& slice : slices) {
+          if (slice.gpu != g) continue;
+          fmt::format_to(out, "NodeName={} Name=gpu Type={} MultipleFiles={}\n", n.name,
+                         slice.placement.profile->name,
+                         fmt::join(MigSliceFiles(c.slurm, n, slice), ","));
+        }
+        continue;
+      }
       fmt::format_to(out, "NodeName={} Name=gpu Type={} File={}", n.name, n.gpus.type,
                      GpuDevicePath(c.slurm, n, g));
-      if (!n.gpus.nvlinks.empty()) {
+      if (with_links) {
         links[g][g] = -1;
         fmt::format_to(out, " Links={}", fmt::join(links[g], ","));
       }
@@ -232,6 +247,41 @@ std::string GpuDevicePath(const SlurmSettings& settings, const Node& node, int i
   if (settings.local)
     return fmt::format("{}/{}/nvidia{}", settings.gpu_device_dir, node.name, index);
   return fmt::format("{}/nvidia{}", settings.gpu_device_dir, index);
+}
+
+std::string MigCapPath(const SlurmSettings& settings, const Node& node, int minor) {
+  if (settings.local) {
+    return fmt::format("{}/{}/nvidia-caps/nvidia-cap{}", settings.gpu_device_dir, node.name,
+                       minor);
+  }
+  return fmt::format("{}/nvidia-caps/nvidia-cap{}", settings.gpu_device_dir, minor);
+}
+
+std::vector<std::string> MigSliceFiles(const SlurmSettings& settings, const Node& node,
+                                       const MigSlice& slice) {
+  return {GpuDevicePath(settings, node, slice.gpu),
+          MigCapPath(settings, node, MigGpuInstanceCapMinor(slice.gpu, slice.gpu_instance)),
+          MigCapPath(settings, node,
+                     MigComputeInstanceCapMinor(slice.gpu, slice.gpu_instance,
+                                                slice.compute_instance))};
+}
+
+std::string NodeGres(const Node& node) {
+  const int whole = WholeGpuCount(node.gpus);
+  std::vector<std::string> parts;
+  if (whole > 0) parts.push_back(fmt::format("gpu:{}:{}", node.gpus.type, whole));
+  std::vector<std::pair<std::string_view, int>> per_profile;  // in order of first appearance
+  for (const MigSlice& slice : MigSlicesOf(node.gpus)) {
+    auto it = std::find_if(per_profile.begin(), per_profile.end(),
+                           [&](const auto& p) { return p.first == slice.placement.profile->name; });
+    if (it == per_profile.end()) {
+      per_profile.emplace_back(slice.placement.profile->name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  for (const auto& [profile, n] : per_profile) parts.push_back(fmt::format("gpu:{}:{}", profile, n));
+  return fmt::format("{}", fmt::join(parts, ","));
 }
 
 ConfigFiles RenderSlurmConfig(const Cluster& cluster) {

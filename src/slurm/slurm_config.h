@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/cluster.h"
+#include "core/mig.h"
 
 namespace bmas::slurm {
 
@@ -22,5 +23,18 @@ ConfigFiles RenderSlurmConfig(const Cluster& cluster);
 // The device file gres.conf names for GPU `index` of `node`: <gpu_device_dir>/nvidiaN, or
 // <gpu_device_dir>/<node>/nvidiaN for a local cluster, whose nodes share one host.
 std::string GpuDevicePath(const SlurmSettings& settings, const Node& node, int index);
+
+// The device file of the MIG access capability `minor` on `node` (core/mig.h):
+// <gpu_device_dir>/nvidia-caps/nvidia-cap<minor>, under <node>/ for a local cluster.
+std::string MigCapPath(const SlurmSettings& settings, const Node& node, int minor);
+
+// The files a job on MIG slice `slice` of `node` opens: its GPU's, then the access
+// capabilities of its GPU instance and compute instance (gres.conf's MultipleFiles).
+std::vector<std::string> MigSliceFiles(const SlurmSettings& settings, const Node& node,
+                                       const MigSlice& slice);
+
+// slurm.conf's Gres= of a node: "gpu:h100:4", or with MIG layouts the whole GPUs and each
+// profile's slices, "gpu:h100:2,gpu:3g.40gb:1,gpu:1g.10gb:9"; "" without GPUs.
+std::string NodeGres(const Node& node);
 
 }  // namespace bmas::slurm

@@ -80,6 +80,28 @@ TEST(SlurmGoldenTest, ReferenceCluster) { CheckGolden("cluster-12x4.toml", "12x4
 
 TEST(SlurmGoldenTest, LocalCluster) { CheckGolden("cluster-local.toml", "local"); }
 
+TEST(SlurmGoldenTest, LocalMigCluster) { CheckGolden("cluster-local-mig.toml", "local-mig"); }
+
+// Each MIG slice is a GPU of its profile's type, opened through its GPU's device file and its two
+// access capabilities; the node counts its whole GPUs and its slices per profile.
+TEST(SlurmMigConfigTest, SlicesAreGresOfTheirProfilesType) {
+  Cluster c = LoadCluster(kSource + "/examples/cluster-local-mig.toml");
+  ConfigFiles files = RenderSlurmConfig(c);
+  EXPECT_THAT(files["slurm.conf"],
+              HasSubstr(" Gres=gpu:h100:2,gpu:3g.40gb:1,gpu:2g.20gb:1,gpu:1g.10gb:9 "));
+  EXPECT_THAT(files["slurm.conf"], HasSubstr("NodeName=oss01 NodeAddr=127.0.0.1 Port=17818 CPUs=8 "
+                                             "RealMemory=16384 Gres=gpu:h100:4 "));
+  // GPU 2's first slice is GPU instance 1: caps gpu2/gi1/access and gpu2/gi1/ci0/access.
+  EXPECT_THAT(files["gres.conf"],
+              HasSubstr("NodeName=oss02 Name=gpu Type=3g.40gb MultipleFiles=/dev/bmas-local/oss02/"
+                        "nvidia2,/dev/bmas-local/oss02/nvidia-caps/nvidia-cap282,"
+                        "/dev/bmas-local/oss02/nvidia-caps/nvidia-cap283\n"));
+  EXPECT_THAT(files["gres.conf"], HasSubstr("NodeName=oss02 Name=gpu Type=h100 "
+                                            "File=/dev/bmas-local/oss02/nvidia1\n"));
+  EXPECT_THAT(files["gres.conf"], HasSubstr("NodeName=oss01 Name=gpu Type=h100 "
+                                            "File=/dev/bmas-local/oss01/nvidia1 Links=6,-1,6,6\n"));
+}
+
 class SlurmConfigTest : public ::testing::Test {
  protected:
   Cluster reference_ = LoadCluster(kSource + "/examples/cluster-12x4.toml");

@@ -8,6 +8,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <rapidjson/document.h>
 
 #include <csignal>
@@ -131,6 +132,68 @@ TEST_F(SlurmLocalTest, UpRunsJobsOnFakeGpusAndDownStopsExactlyWhatItStarted) {
   CliRun gone = Bmas({"--state-dir", state, "slurm", "status"});
   EXPECT_EQ(gone.status.code, 1);
   EXPECT_THAT(gone.err, HasSubstr("no local Slurm cluster"));
+}
+
+// MIG slices (examples/cluster-local-mig.toml): slurmd takes each slice as a GPU of its profile's
+// type, the nodes come up idle, and a job given one slice may open its GPU and the two access
+// capabilities of its slice, and no other slice's (cgroup.conf's ConstrainDevices: a fake device
+// the job may open answers ENXIO, no driver; one it may not, EPERM).
+TEST_F(SlurmLocalTest, MigSlicesAreGpusOfTheirProfileFencedToTheirOwnCapabilities) {
+  const std::string state = dir_.path() + "/state";
+  CliRun up = Up(state, {"--cluster", std::string(BMAS_SOURCE_DIR) +
+                                          "/examples/cluster-local-mig.toml"});
+  ASSERT_TRUE(up.status.Success()) << up.err;
+  rapidjson::Document status = Status(state);
+  for (const auto& n : At(status, "nodes").GetArray()) {
+    EXPECT_EQ(Str(At(n, "state")), "idle") << Str(At(n, "name"));
+  }
+  const std::string conf = Conf(state);
+  auto shown = RunCommand({"scontrol", "show", "node", "oss02"}, {"SLURM_CONF=" + conf});
+  ASSERT_TRUE(shown) << shown.error().message;
+  EXPECT_THAT(shown->out, HasSubstr("Gres=gpu:h100:2,gpu:3g.40gb:1,gpu:2g.20gb:1,gpu:1g.10gb:9"));
+
+  std::string gres;
+  {
+    std::ifstream in(state + "/slurm/etc/gres.conf");
+    gres.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = gres.find("File=/dev/bmas-");
+  ASSERT_NE(at, std::string::npos) << gres;
+  const std::string node_dir = gres.substr(at + 5, gres.find("/oss01/") - at - 5) + "/oss02";
+  struct stat st;
+  ASSERT_EQ(stat((node_dir + "/nvidia-caps/nvidia-cap300").c_str(), &st), 0) << node_dir;
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+
+  // The job tries its node's GPUs and every capability there, and says how each open fails.
+  const std::string probe = fmt::format(
+      "for f in {0}/nvidia2 {0}/nvidia3 {0}/nvidia-caps/*; do "
+      "if (exec 3<$f) 2>/dev/null; then r=open; else r=$( (exec 3<$f) 2>&1 ); fi; "
+      "case $r in *'not permitted'*) r=EPERM;; *'No such device'*) r=ENXIO;; esac; "
+      "echo \"$(basename $f) $r\"; done",
+      node_dir);
+  auto job = RunCommand({"srun", "--gres=gpu:1g.10gb:1", "-w", "oss02", "sh", "-c", probe},
+                        {"SLURM_CONF=" + conf}, std::chrono::seconds(30));
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->exit_code, 0) << job->err;
+  std::map<std::string, std::string> opens;
+  std::istringstream lines(job->out);
+  for (std::string file, result; lines >> file >> result;) opens[file] = result;
+  int allowed_caps = 0, denied_caps = 0;
+  for (const auto& [file, result] : opens) {
+    if (file.rfind("nvidia-cap", 0) != 0) continue;
+    allowed_caps += result == "ENXIO";
+    denied_caps += result == "EPERM";
+  }
+  EXPECT_EQ(allowed_caps, 2) << job->out;  // its GPU instance's and compute instance's
+  EXPECT_EQ(denied_caps, 2 * 11 - 2) << job->out;  // 11 slices on oss02
+  EXPECT_NE(opens["nvidia2"] == "ENXIO", opens["nvidia3"] == "ENXIO") << job->out;
+
+  // Whole GPUs beside the slices are asked for by their type.
+  auto whole = RunCommand({"srun", "--gres=gpu:h100:2", "-w", "oss02", "sh", "-c",
+                           "echo $CUDA_VISIBLE_DEVICES"},
+                          {"SLURM_CONF=" + conf}, std::chrono::seconds(30));
+  ASSERT_TRUE(whole) << whole.error().message;
+  EXPECT_EQ(whole->exit_code, 0) << whole->err;
 }
 
 // A slurmctld that died alone is started again by the next `bmas slurm up`; the other
