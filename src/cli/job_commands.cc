@@ -249,7 +249,17 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
   run->add_option("--user", user_, "Run as this Unix user (root only)");
   run->add_option("--gpus", gpus_,
                   "GPUs for the whole job: one node when they fit, else whole nodes; or MIG "
-                  "slices on one node: 1g.10gb, 2x3g.40gb (the inventory's mig_layouts)");
+                  "slices on one node: 1g.10gb, 2x3g.40gb (the inventory's mig_layouts)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (!text.empty() && text[0] == '-') {
+              return fmt::format("must be at least 0 (got {})", text);
+            }
+            ShapeRequest scratch;
+            auto parsed = ParseGpusOption(text, scratch);
+            return parsed ? "" : parsed.error().message;
+          },
+          "N|PROFILE|NxPROFILE"));
   run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(kNonNegative);
   run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
       ->check(kNonNegative);

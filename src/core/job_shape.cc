@@ -75,8 +75,8 @@ Result<JobShape> PlanSliceShape(const Partition& p, const std::vector<const Node
 Result<void> ParseGpusOption(std::string_view text, ShapeRequest& request) {
   const auto bad = [&] {
     return InvalidArgument(
-        fmt::format("--gpus {}: give a number of GPUs (4), a MIG profile (1g.10gb) or a number "
-                    "of slices of one (2x3g.40gb)",
+        fmt::format("'{}' is not a number of GPUs (4), a MIG profile (1g.10gb) or a number of "
+                    "slices of one (2x3g.40gb)",
                     text),
         "gpus");
   };
