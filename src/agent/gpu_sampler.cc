@@ -99,8 +99,9 @@ void GpuSampler::SampleOnce() {
   std::map<int, GpuHolder> holders;
   if (gpus) {
     holders = HoldersOf(*gpus, HolderOfProcess);
-    text = RenderDcgmMetrics(*gpus, node_, holders);
-    json = RenderGpuJson(*gpus, node_, holders);
+    const MigHolders mig_holders = MigHoldersOf(*gpus, HolderOfProcess);
+    text = RenderDcgmMetrics(*gpus, node_, holders, mig_holders);
+    json = RenderGpuJson(*gpus, node_, holders, mig_holders);
   }
   const double took = (env_.Now() - start).count();
   if (gpus && on_sample_) on_sample_(*gpus, holders);

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "cli/slurm_target.h"
 #include "common/config.h"
+#include "core/cluster.h"
 #include "doctor/node_facts.h"
 #include "doctor/report.h"
 #include "daemon/services.h"
@@ -45,6 +47,14 @@ doctor::SlurmClockFacts ReadSlurmClock(GlobalOptions& global) {
   return f;
 }
 
+// This host's name without its domain, as Slurm names nodes.
+std::string ShortHostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "";
+  const std::string host = name;
+  return host.substr(0, host.find('.'));
+}
+
 }  // namespace
 
 void DoctorCommand::Register(CLI::App& app, GlobalOptions& global) {
@@ -56,6 +66,11 @@ void DoctorCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd_->add_flag("--json", json_,
                  "Print {\"ok\", \"checks\": [{\"name\", \"kind\", \"ok\", \"required\", "
                  "\"found\", \"fix\"}], \"can_run\", \"cannot_run\"}");
+  cmd_->add_option("--cluster", cluster_,
+                   "Cluster inventory (e.g. examples/cluster-local-mig.toml): also check that "
+                   "this node's GPUs have the MIG layouts it gives them (mig-layout)");
+  cmd_->add_option("--node", node_, "This node's name in --cluster's inventory (default: the "
+                                    "host name, without its domain)");
   cmd_->footer(
       "Each check is of a kind: spec (the cluster's minimum hardware specification), bmas "
       "(what bmas needs on this node) or info (reported only: the clock; clock-skew against "
@@ -72,7 +87,16 @@ int DoctorCommand::Run(GlobalOptions& global) {
   doctor::NodeFacts facts = doctor::ReadNodeFacts(options);
   facts.slurm_clock = ReadSlurmClock(global);
   auto gpus = global.services->Gpus(config.telemetry.nvml_library)->Read();
-  const doctor::Report report = doctor::Diagnose(facts, gpus, config.lxd.users);
+  std::optional<Cluster> cluster;
+  doctor::InventoryNode inventory;
+  if (!cluster_.empty()) {
+    cluster = LoadCluster(cluster_);  // a ConfigError names the file and line (main prints it)
+    inventory.source = cluster_;
+    inventory.node_name = node_.empty() ? ShortHostName() : node_;
+    inventory.node = cluster->FindNode(inventory.node_name);
+  }
+  const doctor::Report report = doctor::Diagnose(facts, gpus, config.lxd.users,
+                                                 cluster ? &inventory : nullptr);
   fmt::print("{}", json_ ? doctor::FormatJson(report) : doctor::FormatText(report));
   return report.ok ? 0 : 1;
 }

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 // `bmas doctor [--json]`: this node against the cluster's hardware specification and against
 // what bmas needs here (src/doctor/).
 
@@ -18,6 +20,8 @@ class DoctorCommand {
 
   CLI::App* cmd_ = nullptr;
   bool json_ = false;
+  std::string cluster_;  // --cluster: the inventory whose MIG layouts this node's GPUs must have
+  std::string node_;     // --node: this node's name in it ("" = the host name)
 };
 
 }  // namespace bmas

@@ -62,9 +62,11 @@ std::vector<Part> Parts(const NodeFacts& f, const Result<std::vector<GpuReading>
 
 }  // namespace
 
-Report Diagnose(const NodeFacts& f, const Result<std::vector<GpuReading>>& gpus, int users) {
+Report Diagnose(const NodeFacts& f, const Result<std::vector<GpuReading>>& gpus, int users,
+                const InventoryNode* inventory) {
   Report r;
   r.checks = GpuChecks(gpus);
+  if (inventory != nullptr) r.checks.push_back(MigLayoutCheck(gpus, *inventory));
   for (Check c : {RdmaCheck(f.rdma), RoceCheck(f.rdma), RamCheck(f.meminfo),
                   BareMetalCheck(f.virt), CgroupCheck(f.mounts, f.cgroup_controllers),
                   KernelCheck(f.kernel_release), LxdCheck(f.lxd), SlurmCheck(f.slurm),

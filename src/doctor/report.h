@@ -8,6 +8,7 @@
 
 #include "common/result.h"
 #include "doctor/checks.h"
+#include "doctor/mig_check.h"
 #include "doctor/node_facts.h"
 #include "gpu/gpu_telemetry.h"
 
@@ -27,8 +28,9 @@ struct Report {
 };
 
 // `gpus`: what GpuTelemetry::Read() gave. `users`: the workspaces LXD's id ranges are sized
-// for (config [lxd] users).
-Report Diagnose(const NodeFacts& facts, const Result<std::vector<GpuReading>>& gpus, int users);
+// for (config [lxd] users). `inventory`, when given (--cluster), adds "mig-layout".
+Report Diagnose(const NodeFacts& facts, const Result<std::vector<GpuReading>>& gpus, int users,
+                const InventoryNode* inventory = nullptr);
 
 // One line per check, "✓ name: found" or "✗ name: found (required: ...; fix: ...)", grouped
 // by kind, then what can and cannot run here.

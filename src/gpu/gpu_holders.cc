@@ -23,6 +23,15 @@ std::optional<int64_t> NumberAfter(const std::string& line, const std::string& m
   return std::nullopt;
 }
 
+std::optional<GpuHolder> FirstHolder(
+    const std::vector<pid_t>& pids,
+    const std::function<std::optional<GpuHolder>(pid_t)>& holder_of) {
+  for (pid_t pid : pids) {
+    if (auto h = holder_of(pid)) return h;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<int64_t> JobOfCgroup(const std::string& proc_cgroup) {
@@ -39,11 +48,17 @@ std::map<int, GpuHolder> HoldersOf(
     const std::function<std::optional<GpuHolder>(pid_t)>& holder_of) {
   std::map<int, GpuHolder> holders;
   for (const GpuReading& g : gpus) {
-    for (pid_t pid : g.pids) {
-      if (auto h = holder_of(pid)) {
-        holders[g.index] = *h;
-        break;
-      }
+    if (auto h = FirstHolder(g.pids, holder_of)) holders[g.index] = *h;
+  }
+  return holders;
+}
+
+MigHolders MigHoldersOf(const std::vector<GpuReading>& gpus,
+                        const std::function<std::optional<GpuHolder>(pid_t)>& holder_of) {
+  MigHolders holders;
+  for (const GpuReading& g : gpus) {
+    for (const MigDeviceReading& m : g.mig_devices) {
+      if (auto h = FirstHolder(m.pids, holder_of)) holders[{g.index, m.gpu_instance}] = *h;
     }
   }
   return holders;

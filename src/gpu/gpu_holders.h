@@ -26,4 +26,8 @@ std::optional<int64_t> JobOfCgroup(const std::string& proc_cgroup);
 std::map<int, GpuHolder> HoldersOf(const std::vector<GpuReading>& gpus,
                                    const std::function<std::optional<GpuHolder>(pid_t)>& holder_of);
 
+// For each MIG device, the first of its processes that `holder_of` maps to a job.
+MigHolders MigHoldersOf(const std::vector<GpuReading>& gpus,
+                        const std::function<std::optional<GpuHolder>(pid_t)>& holder_of);
+
 }  // namespace bmas

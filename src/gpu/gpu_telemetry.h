@@ -15,6 +15,21 @@
 
 namespace bmas {
 
+// One MIG device of a GPU in MIG mode: a GPU instance and its compute instance, as NVML's MIG
+// device handles report them. NVML gives no utilization for a MIG device (nor for a GPU in MIG
+// mode), so a slice's activity is its memory and its processes.
+struct MigDeviceReading {
+  int index = 0;             // nvmlDeviceGetMigDeviceHandleByIndex's index on its GPU
+  std::string uuid;          // "MIG-...": what CUDA_VISIBLE_DEVICES takes
+  int gpu_instance = 0;      // DCGM's GPU_I_ID
+  int compute_instance = 0;
+  std::string profile;       // "3g.40gb", DCGM's GPU_I_PROFILE; "" when NVML did not say
+  int compute_slices = 0;    // of the GPU's 7
+  uint64_t mem_used_bytes = 0;
+  uint64_t mem_total_bytes = 0;
+  std::vector<pid_t> pids;  // processes with a compute context on it
+};
+
 struct GpuReading {
   int index = 0;
   std::string uuid;  // "GPU-..."
@@ -31,7 +46,8 @@ struct GpuReading {
   int nvlinks_total = 0;  // links the GPU has (those NVML answered for)
   int cuda_major = 0;     // compute capability: 8 Ampere, 9 Hopper; 8.9 Ada is (8, 9)
   int cuda_minor = 0;
-  std::vector<pid_t> pids;  // processes with a compute context on it
+  std::vector<pid_t> pids;  // processes with a compute context on it (its MIG devices' too)
+  std::vector<MigDeviceReading> mig_devices;  // in MIG mode, by index
 };
 
 class GpuTelemetry {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -24,6 +25,37 @@ struct nvmlMemory_t {
   unsigned long long free;
   unsigned long long used;
 };
+constexpr nvmlReturn_t kNvmlNotFound = 6;
+struct nvmlDeviceAttributes_t {
+  unsigned multiprocessorCount;
+  unsigned sharedCopyEngineCount;
+  unsigned sharedDecoderCount;
+  unsigned sharedEncoderCount;
+  unsigned sharedJpegCount;
+  unsigned sharedOfaCount;
+  unsigned gpuInstanceSliceCount;
+  unsigned computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+};
+struct nvmlGpuInstanceProfileInfo_v2_t {
+  unsigned version;  // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)
+  unsigned id;
+  unsigned isP2pSupported;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;
+  char name[96];  // "MIG 3g.40gb"
+};
+constexpr unsigned kProfileInfoV2 = sizeof(nvmlGpuInstanceProfileInfo_v2_t) | (2u << 24);
+// NVML_GPU_INSTANCE_PROFILE_* are 0 (1_SLICE) up to 0x10 in NVML 12.x; one a driver does not
+// know answers an error and is skipped, so a few more are asked for.
+constexpr unsigned kNvmlGpuInstanceProfiles = 32;
 struct nvmlProcessInfo_t {  // nvmlProcessInfo_v2_t, what the _v2 and _v3 calls fill
   unsigned pid;
   unsigned long long usedGpuMemory;
@@ -102,6 +134,12 @@ class NvmlTelemetry : public GpuTelemetry {
     Bind(mig_mode_, "nvmlDeviceGetMigMode");
     Bind(nvlink_state_, "nvmlDeviceGetNvLinkState");
     Bind(compute_capability_, "nvmlDeviceGetCudaComputeCapability");
+    Bind(max_mig_devices_, "nvmlDeviceGetMaxMigDeviceCount");
+    Bind(mig_handle_, "nvmlDeviceGetMigDeviceHandleByIndex");
+    Bind(gpu_instance_id_, "nvmlDeviceGetGpuInstanceId");
+    Bind(compute_instance_id_, "nvmlDeviceGetComputeInstanceId");
+    Bind(attributes_, "nvmlDeviceGetAttributes_v2");
+    Bind(profile_info_, "nvmlDeviceGetGpuInstanceProfileInfoV");
     Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v3");
     if (processes_ == nullptr) Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v2");
     if (init_ == nullptr || device_count_ == nullptr || handle_by_index_ == nullptr) {
@@ -162,14 +200,86 @@ class NvmlTelemetry : public GpuTelemetry {
       }
     }
     if (compute_capability_ != nullptr) compute_capability_(device, &g.cuda_major, &g.cuda_minor);
-    if (processes_ != nullptr) {
-      nvmlProcessInfo_t infos[128];
-      unsigned n = 128;
-      if (processes_(device, &n, infos) == kNvmlSuccess) {
-        for (unsigned i = 0; i < n && i < 128; ++i) g.pids.push_back(static_cast<pid_t>(infos[i].pid));
+    g.pids = Processes(device);
+    if (g.mig_enabled) g.mig_devices = ReadMigDevices(device);
+    return g;
+  }
+
+  std::vector<pid_t> Processes(nvmlDevice_t device) {
+    std::vector<pid_t> pids;
+    if (processes_ == nullptr) return pids;
+    nvmlProcessInfo_t infos[128];
+    unsigned n = 128;
+    if (processes_(device, &n, infos) == kNvmlSuccess) {
+      for (unsigned i = 0; i < n && i < 128; ++i) pids.push_back(static_cast<pid_t>(infos[i].pid));
+    }
+    return pids;
+  }
+
+  // The GPU instance profiles of `device`, by the driver's profile id: what names a MIG
+  // device's profile ("3g.40gb", from "MIG 3g.40gb") by its slices, memory and media engines.
+  std::vector<nvmlGpuInstanceProfileInfo_v2_t> ProfilesOf(nvmlDevice_t device) {
+    std::vector<nvmlGpuInstanceProfileInfo_v2_t> profiles;
+    if (profile_info_ == nullptr) return profiles;
+    for (unsigned p = 0; p < kNvmlGpuInstanceProfiles; ++p) {
+      nvmlGpuInstanceProfileInfo_v2_t info{};
+      info.version = kProfileInfoV2;
+      if (profile_info_(device, p, &info) == kNvmlSuccess) profiles.push_back(info);
+    }
+    return profiles;
+  }
+
+  std::vector<MigDeviceReading> ReadMigDevices(nvmlDevice_t device) {
+    std::vector<MigDeviceReading> out;
+    unsigned max = 0;
+    if (max_mig_devices_ == nullptr || mig_handle_ == nullptr ||
+        max_mig_devices_(device, &max) != kNvmlSuccess) {
+      return out;
+    }
+    const auto profiles = ProfilesOf(device);
+    for (unsigned i = 0; i < max; ++i) {
+      nvmlDevice_t mig = nullptr;
+      const nvmlReturn_t r = mig_handle_(device, i, &mig);
+      if (r == kNvmlNotFound) continue;  // no MIG device at this index
+      if (r != kNvmlSuccess) break;
+      MigDeviceReading m;
+      m.index = static_cast<int>(i);
+      char text[96] = {};
+      if (uuid_ != nullptr && uuid_(mig, text, sizeof text) == kNvmlSuccess) m.uuid = text;
+      unsigned id = 0;
+      if (gpu_instance_id_ != nullptr && gpu_instance_id_(mig, &id) == kNvmlSuccess) {
+        m.gpu_instance = static_cast<int>(id);
+      }
+      if (compute_instance_id_ != nullptr && compute_instance_id_(mig, &id) == kNvmlSuccess) {
+        m.compute_instance = static_cast<int>(id);
+      }
+      nvmlDeviceAttributes_t attrs{};
+      if (attributes_ != nullptr && attributes_(mig, &attrs) == kNvmlSuccess) {
+        m.compute_slices = static_cast<int>(attrs.gpuInstanceSliceCount);
+        m.profile = ProfileName(profiles, attrs);
+      }
+      nvmlMemory_t mem{};
+      if (memory_ != nullptr && memory_(mig, &mem) == kNvmlSuccess) {
+        m.mem_used_bytes = mem.used;
+        m.mem_total_bytes = mem.total;
+      }
+      m.pids = Processes(mig);
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+  // The profile whose slices, memory and media engines are the MIG device's: "3g.40gb".
+  static std::string ProfileName(const std::vector<nvmlGpuInstanceProfileInfo_v2_t>& profiles,
+                                 const nvmlDeviceAttributes_t& attrs) {
+    for (const auto& p : profiles) {
+      if (p.sliceCount == attrs.gpuInstanceSliceCount && p.memorySizeMB == attrs.memorySizeMB &&
+          p.ofaCount == attrs.sharedOfaCount && p.jpegCount == attrs.sharedJpegCount) {
+        std::string name(p.name, strnlen(p.name, sizeof p.name));
+        return name.starts_with("MIG ") ? name.substr(4) : name;
       }
     }
-    return g;
+    return "";
   }
 
   const std::string library_;
@@ -195,6 +305,13 @@ class NvmlTelemetry : public GpuTelemetry {
   nvmlReturn_t (*nvlink_state_)(nvmlDevice_t, unsigned, int*) = nullptr;
   nvmlReturn_t (*compute_capability_)(nvmlDevice_t, int*, int*) = nullptr;
   nvmlReturn_t (*processes_)(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*) = nullptr;
+  nvmlReturn_t (*max_mig_devices_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*mig_handle_)(nvmlDevice_t, unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*gpu_instance_id_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*compute_instance_id_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*attributes_)(nvmlDevice_t, nvmlDeviceAttributes_t*) = nullptr;
+  nvmlReturn_t (*profile_info_)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_v2_t*) =
+      nullptr;
 };
 
 }  // namespace

@@ -72,6 +72,51 @@ TEST_F(NvmlTest, ReadsEveryGpusReadingsThroughTheLibrary) {
   EXPECT_EQ((*gpus)[0].util_pct, 99u);
 }
 
+TEST_F(NvmlTest, AGpuInMigModeListsItsMigDevicesWithTheirUuidsInstancesAndProfiles) {
+  Write("uuid=GPU-aaaa name=NVIDIA_H100_80GB_HBM3 util=35 mem_used_mib=0 mem_total_mib=81559 "
+        "mig=0 cc=9.0\n"
+        "uuid=GPU-bbbb name=NVIDIA_H100_80GB_HBM3 util=35 mem_used_mib=700 mem_total_mib=81559 "
+        "mig=1 cc=9.0\n"
+        "mig uuid=MIG-b-1 gi=1 ci=0 profile=3g.40gb mem_used_mib=512 pids=701,702\n"
+        "mig uuid=MIG-b-2 gi=2 ci=0 profile=2g.20gb\n"
+        "mig uuid=MIG-b-3 gi=3 ci=0 profile=1g.10gb+me mem_used_mib=188 pids=703\n"
+        "mig uuid=MIG-b-4 gi=4 ci=0 profile=1g.10gb\n"
+        "uuid=GPU-cccc name=NVIDIA_H200 mem_total_mib=143771 mig=1 cc=9.0\n"
+        "mig uuid=MIG-c-1 gi=1 ci=0 profile=7g.141gb\n");
+  auto gpus = OpenNvml(BMAS_FAKE_NVML_LIBRARY)->Read();
+  ASSERT_TRUE(gpus) << gpus.error().message;
+  ASSERT_EQ(gpus->size(), 3u);
+  EXPECT_TRUE((*gpus)[0].mig_devices.empty());  // MIG capable, not in MIG mode
+  EXPECT_EQ((*gpus)[0].util_pct, 35u);
+  const GpuReading& split = (*gpus)[1];
+  EXPECT_TRUE(split.mig_enabled);
+  // In MIG mode NVML has no utilization for the GPU: the reading stays 0.
+  EXPECT_EQ(split.util_pct, 0u);
+  // The GPU lists every MIG device's processes.
+  EXPECT_EQ(split.pids, (std::vector<pid_t>{701, 702, 703}));
+  ASSERT_EQ(split.mig_devices.size(), 4u);
+  const MigDeviceReading& big = split.mig_devices[0];
+  EXPECT_EQ(big.index, 0);
+  EXPECT_EQ(big.uuid, "MIG-b-1");
+  EXPECT_EQ(big.gpu_instance, 1);
+  EXPECT_EQ(big.compute_instance, 0);
+  EXPECT_EQ(big.profile, "3g.40gb");
+  EXPECT_EQ(big.compute_slices, 3);
+  EXPECT_EQ(big.mem_used_bytes, 512ull << 20);
+  EXPECT_EQ(big.mem_total_bytes, (81559ull / 8 * 4) << 20);
+  EXPECT_EQ(big.pids, (std::vector<pid_t>{701, 702}));
+  EXPECT_EQ(split.mig_devices[1].profile, "2g.20gb");
+  EXPECT_TRUE(split.mig_devices[1].pids.empty());
+  // 1g.10gb and 1g.10gb+me have the same slices and memory: the media engines tell them apart.
+  EXPECT_EQ(split.mig_devices[2].profile, "1g.10gb+me");
+  EXPECT_EQ(split.mig_devices[2].pids, (std::vector<pid_t>{703}));
+  EXPECT_EQ(split.mig_devices[3].profile, "1g.10gb");
+  EXPECT_EQ(split.mig_devices[3].gpu_instance, 4);
+  ASSERT_EQ((*gpus)[2].mig_devices.size(), 1u);
+  EXPECT_EQ((*gpus)[2].mig_devices[0].profile, "7g.141gb");
+  EXPECT_EQ((*gpus)[2].mig_devices[0].compute_slices, 7);
+}
+
 TEST_F(NvmlTest, NoLibraryOrNoDriverIsUnavailableAndSaysWhy) {
   auto missing = OpenNvml("/nonexistent/libnvidia-ml.so.1");
   auto none = missing->Read();

@@ -10,6 +10,22 @@
 // the call answers with NVML_ERROR_NOT_SUPPORTED, as the driver does.) No file: nvmlInit fails
 // with NVML_ERROR_DRIVER_NOT_LOADED, and so does a read after the file is removed. Return codes
 // are NVML's.
+//
+// A GPU in MIG mode (mig=1) is followed by one line per MIG device, a GPU instance with one
+// compute instance:
+//
+//   mig uuid=MIG-0a1b gi=1 ci=0 profile=3g.40gb mem_used_mib=512 pids=789
+//
+// The GPU answers NVML's MIG queries as the driver does: nvmlDeviceGetMaxMigDeviceCount (7),
+// nvmlDeviceGetMigDeviceHandleByIndex (NVML_ERROR_NOT_FOUND past the last device),
+// nvmlDeviceIsMigDeviceHandle, nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId,
+// nvmlDeviceGetDeviceHandleFromMigDeviceHandle, nvmlDeviceGetAttributes_v2 and
+// nvmlDeviceGetGpuInstanceProfileInfoV. A MIG device answers nvmlDeviceGetUUID,
+// nvmlDeviceGetMemoryInfo and the running processes for itself; its parent lists every
+// process with its GPU and compute instance ids. In MIG mode the GPU's utilization is
+// NVML_ERROR_NOT_SUPPORTED, as nvidia-smi's "N/A" shows. The profiles are the MIG User Guide's
+// for a GPU of 40, 80 or 141 GB (by mem_total_mib); their memory here is an eighth of the
+// GPU's per memory slice, near the driver's figures.
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,12 +36,24 @@ enum {
   kUninitialized = 1,
   kInvalidArgument = 2,
   kNotSupported = 3,
+  kNotFound = 6,
   kInsufficientSize = 7,
   kDriverNotLoaded = 9,
 };
 
 #define kMaxGpus 16
 #define kMaxPids 64
+#define kMaxMigDevices 7  /* per GPU: seven 1g instances at most */
+
+struct MigDevice {
+  char uuid[80];
+  char profile[32];
+  int gi, ci;
+  long mem_used_mib;
+  unsigned pids[kMaxPids];
+  int npids;
+  struct Gpu* parent;
+};
 
 struct Gpu {
   char uuid[80];
@@ -34,11 +62,90 @@ struct Gpu {
   int cc_major, cc_minor;
   unsigned pids[kMaxPids];
   int npids;
+  struct MigDevice mig_devices[kMaxMigDevices];
+  int nmig;
 };
 
 static struct Gpu gpus[kMaxGpus];
 static int ngpus = 0;
 static int initialized = 0;
+
+/* A GPU instance profile as nvmlDeviceGetGpuInstanceProfileInfoV reports it, by the
+ * NVML_GPU_INSTANCE_PROFILE_* it is asked for. */
+struct Profile {
+  unsigned nvml_profile; /* the enum asked for */
+  unsigned id;           /* the driver's profile id (nvidia-smi mig -lgip's ID column) */
+  unsigned slices, memory_slices, instances, ofa, jpeg;
+  const char* suffix; /* after "<slices>g." */
+};
+static const struct Profile kProfiles[] = {
+    {0x0, 19, 1, 1, 7, 0, 0, ""},   /* 1g */
+    {0x7, 20, 1, 1, 1, 1, 1, "+me"}, /* 1g with media extensions */
+    {0x9, 15, 1, 2, 4, 0, 0, ""},   /* 1g on two memory slices */
+    {0x1, 14, 2, 2, 3, 0, 0, ""},   /* 2g */
+    {0x2, 9, 3, 4, 2, 0, 0, ""},    /* 3g */
+    {0x3, 5, 4, 4, 1, 0, 0, ""},    /* 4g */
+    {0x4, 0, 7, 8, 1, 1, 1, ""},    /* 7g */
+};
+#define kNumProfiles (sizeof kProfiles / sizeof kProfiles[0])
+
+/* The GB a profile's name gives on this GPU, by memory slices: 40, 80 and 141 GB parts. */
+static int ProfileGb(const struct Gpu* g, unsigned memory_slices) {
+  static const int k40[] = {0, 5, 10, 0, 20, 0, 0, 0, 40};
+  static const int k80[] = {0, 10, 20, 0, 40, 0, 0, 0, 80};
+  static const int k141[] = {0, 18, 35, 0, 71, 0, 0, 0, 141};
+  if (g->mem_total_mib >= 130000) return k141[memory_slices];
+  if (g->mem_total_mib >= 70000) return k80[memory_slices];
+  return k40[memory_slices];
+}
+
+static void ProfileName(const struct Gpu* g, const struct Profile* p, char* out, size_t size) {
+  snprintf(out, size, "%ug.%dgb%s", p->slices, ProfileGb(g, p->memory_slices), p->suffix);
+}
+
+/* The profile a MIG device line names, on its GPU. */
+static const struct Profile* ProfileOf(const struct MigDevice* d) {
+  for (size_t i = 0; i < kNumProfiles; ++i) {
+    char name[32];
+    ProfileName(d->parent, &kProfiles[i], name, sizeof name);
+    if (strcmp(name, d->profile) == 0) return &kProfiles[i];
+  }
+  return NULL;
+}
+
+static long ProfileMib(const struct Gpu* g, const struct Profile* p) {
+  return g->mem_total_mib / 8 * (long)p->memory_slices;
+}
+
+static void ReadPids(const char* v, unsigned* pids, int* npids) {
+  char* save = NULL;
+  char copy[512];
+  snprintf(copy, sizeof copy, "%s", v);
+  for (char* p = strtok_r(copy, ",", &save); p != NULL && *npids < kMaxPids;
+       p = strtok_r(NULL, ",", &save)) {
+    pids[(*npids)++] = (unsigned)strtoul(p, NULL, 10);
+  }
+}
+
+/* A "mig ..." line: a MIG device of the GPU before it. */
+static void ReadMigDevice(char* line, struct Gpu* g) {
+  if (g == NULL || g->nmig >= kMaxMigDevices) return;
+  struct MigDevice* d = &g->mig_devices[g->nmig++];
+  memset(d, 0, sizeof *d);
+  d->parent = g;
+  for (char* word = strtok(line, " \t\n"); word != NULL; word = strtok(NULL, " \t\n")) {
+    char* eq = strchr(word, '=');
+    if (eq == NULL) continue;
+    *eq = '\0';
+    const char* v = eq + 1;
+    if (strcmp(word, "uuid") == 0) snprintf(d->uuid, sizeof d->uuid, "%s", v);
+    else if (strcmp(word, "profile") == 0) snprintf(d->profile, sizeof d->profile, "%s", v);
+    else if (strcmp(word, "gi") == 0) d->gi = atoi(v);
+    else if (strcmp(word, "ci") == 0) d->ci = atoi(v);
+    else if (strcmp(word, "mem_used_mib") == 0) d->mem_used_mib = atol(v);
+    else if (strcmp(word, "pids") == 0) ReadPids(v, d->pids, &d->npids);
+  }
+}
 
 static int Load(void) {
   const char* path = getenv("BMAS_FAKE_NVML");
@@ -48,6 +155,10 @@ static int Load(void) {
   ngpus = 0;
   while (ngpus < kMaxGpus && fgets(line, sizeof line, f) != NULL) {
     if (line[0] == '#' || line[0] == '\n') continue;
+    if (strncmp(line, "mig ", 4) == 0) {
+      ReadMigDevice(line + 4, ngpus > 0 ? &gpus[ngpus - 1] : NULL);
+      continue;
+    }
     struct Gpu* g = &gpus[ngpus++];
     memset(g, 0, sizeof *g);
     g->util = g->mem_util = g->mem_used_mib = g->mem_total_mib = g->power_mw = g->temp = -1;
@@ -73,15 +184,7 @@ static int Load(void) {
       else if (strcmp(word, "nvlinks") == 0) g->nvlinks = atol(v);
       else if (strcmp(word, "nvlinks_up") == 0) g->nvlinks_up = atol(v);
       else if (strcmp(word, "cc") == 0) sscanf(v, "%d.%d", &g->cc_major, &g->cc_minor);
-      else if (strcmp(word, "pids") == 0) {
-        char* save = NULL;
-        char copy[512];
-        snprintf(copy, sizeof copy, "%s", v);
-        for (char* p = strtok_r(copy, ",", &save); p != NULL && g->npids < kMaxPids;
-             p = strtok_r(NULL, ",", &save)) {
-          g->pids[g->npids++] = (unsigned)strtoul(p, NULL, 10);
-        }
-      }
+      else if (strcmp(word, "pids") == 0) ReadPids(v, g->pids, &g->npids);
     }
   }
   fclose(f);
@@ -93,7 +196,20 @@ extern "C" {
 static struct Gpu* Device(void* device) {
   struct Gpu* g = (struct Gpu*)device;
   if (!initialized || g < gpus || g >= gpus + ngpus) return NULL;
+  /* A MIG device's handle points inside its GPU's entry, never at its start. */
+  if (((const char*)g - (const char*)gpus) % sizeof(struct Gpu) != 0) return NULL;
   return g;
+}
+
+/* A MIG device handle (one nvmlDeviceGetMigDeviceHandleByIndex gave), or NULL. */
+static struct MigDevice* MigHandle(void* device) {
+  if (!initialized) return NULL;
+  for (int i = 0; i < ngpus; ++i) {
+    struct MigDevice* first = gpus[i].mig_devices;
+    struct MigDevice* d = (struct MigDevice*)device;
+    if (d >= first && d < first + gpus[i].nmig) return d;
+  }
+  return NULL;
 }
 
 int nvmlInit_v2(void) {
@@ -112,6 +228,7 @@ const char* nvmlErrorString(int r) {
     case kUninitialized: return "Uninitialized";
     case kInvalidArgument: return "Invalid Argument";
     case kNotSupported: return "Not Supported";
+    case kNotFound: return "Not Found";
     case kInsufficientSize: return "Insufficient Size";
     case kDriverNotLoaded: return "Driver Not Loaded";
     default: return "Unknown Error";
@@ -139,6 +256,11 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
   return kSuccess;
 }
 int nvmlDeviceGetUUID(void* device, char* out, unsigned size) {
+  struct MigDevice* d = MigHandle(device);
+  if (d != NULL) {
+    snprintf(out, size, "%s", d->uuid);
+    return kSuccess;
+  }
   struct Gpu* g = Device(device);
   if (g == NULL) return kInvalidArgument;
   snprintf(out, size, "%s", g->uuid);
@@ -152,17 +274,26 @@ int nvmlDeviceGetName(void* device, char* out, unsigned size) {
 }
 int nvmlDeviceGetUtilizationRates(void* device, unsigned* rates /* gpu, memory */) {
   struct Gpu* g = Device(device);
-  if (g == NULL) return kInvalidArgument;
-  if (g->util < 0) return kNotSupported;
+  if (g == NULL) return MigHandle(device) != NULL ? kNotSupported : kInvalidArgument;
+  if (g->util < 0 || g->mig == 1) return kNotSupported;
   rates[0] = (unsigned)g->util;
   rates[1] = (unsigned)(g->mem_util < 0 ? 0 : g->mem_util);
   return kSuccess;
 }
 int nvmlDeviceGetMemoryInfo(void* device, unsigned long long* memory /* total, free, used */) {
+  const unsigned long long mib = 1024ULL * 1024ULL;
+  struct MigDevice* d = MigHandle(device);
+  const struct Profile* p = d != NULL ? ProfileOf(d) : NULL;
+  if (d != NULL) {
+    if (p == NULL) return kNotSupported;
+    memory[0] = (unsigned long long)ProfileMib(d->parent, p) * mib;
+    memory[2] = (unsigned long long)d->mem_used_mib * mib;
+    memory[1] = memory[0] - memory[2];
+    return kSuccess;
+  }
   struct Gpu* g = Device(device);
   if (g == NULL) return kInvalidArgument;
   if (g->mem_total_mib < 0) return kNotSupported;
-  const unsigned long long mib = 1024ULL * 1024ULL;
   memory[0] = (unsigned long long)g->mem_total_mib * mib;
   memory[2] = (unsigned long long)(g->mem_used_mib < 0 ? 0 : g->mem_used_mib) * mib;
   memory[1] = memory[0] - memory[2];
@@ -211,21 +342,134 @@ struct ProcessInfo {
   unsigned long long used;
   unsigned gpu_instance, compute_instance;
 };
+static int Processes(const unsigned* pids, int npids, unsigned gi, unsigned ci,
+                     unsigned* count, struct ProcessInfo* infos, int* filled) {
+  for (int i = 0; i < npids; ++i) {
+    if ((unsigned)*filled < *count) {
+      infos[*filled].pid = pids[i];
+      infos[*filled].used = 0;
+      infos[*filled].gpu_instance = gi;
+      infos[*filled].compute_instance = ci;
+    }
+    ++*filled;
+  }
+  return kSuccess;
+}
 int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* count,
                                             struct ProcessInfo* infos) {
-  struct Gpu* g = Device(device);
-  if (g == NULL) return kInvalidArgument;
-  if (*count < (unsigned)g->npids) {
-    *count = (unsigned)g->npids;
+  int filled = 0;
+  struct MigDevice* d = MigHandle(device);
+  if (d != NULL) {
+    Processes(d->pids, d->npids, (unsigned)d->gi, (unsigned)d->ci, count, infos, &filled);
+  } else {
+    struct Gpu* g = Device(device);
+    if (g == NULL) return kInvalidArgument;
+    Processes(g->pids, g->npids, 0xFFFFFFFFu, 0xFFFFFFFFu, count, infos, &filled);
+    /* In MIG mode the GPU lists the processes of all its MIG devices. */
+    for (int m = 0; m < g->nmig; ++m) {
+      struct MigDevice* s = &g->mig_devices[m];
+      Processes(s->pids, s->npids, (unsigned)s->gi, (unsigned)s->ci, count, infos, &filled);
+    }
+  }
+  if (*count < (unsigned)filled) {
+    *count = (unsigned)filled;
     return kInsufficientSize;
   }
-  for (int i = 0; i < g->npids; ++i) {
-    infos[i].pid = g->pids[i];
-    infos[i].used = 0;
-    infos[i].gpu_instance = infos[i].compute_instance = 0xFFFFFFFFu;
-  }
-  *count = (unsigned)g->npids;
+  *count = (unsigned)filled;
   return kSuccess;
+}
+
+/* MIG. */
+int nvmlDeviceGetMaxMigDeviceCount(void* device, unsigned* count) {
+  struct Gpu* g = Device(device);
+  if (g == NULL) return kInvalidArgument;
+  if (g->mig < 0) return kNotSupported;
+  *count = kMaxMigDevices;
+  return kSuccess;
+}
+int nvmlDeviceGetMigDeviceHandleByIndex(void* device, unsigned index, void** mig) {
+  struct Gpu* g = Device(device);
+  if (g == NULL) return kInvalidArgument;
+  if (g->mig != 1) return kNotSupported; /* not in MIG mode */
+  if (index >= kMaxMigDevices) return kInvalidArgument;
+  if (index >= (unsigned)g->nmig) return kNotFound;
+  *mig = &g->mig_devices[index];
+  return kSuccess;
+}
+int nvmlDeviceIsMigDeviceHandle(void* device, unsigned* is_mig) {
+  if (MigHandle(device) == NULL && Device(device) == NULL) return kInvalidArgument;
+  *is_mig = MigHandle(device) != NULL ? 1 : 0;
+  return kSuccess;
+}
+int nvmlDeviceGetGpuInstanceId(void* device, unsigned* id) {
+  struct MigDevice* d = MigHandle(device);
+  if (d == NULL) return Device(device) != NULL ? kNotSupported : kInvalidArgument;
+  *id = (unsigned)d->gi;
+  return kSuccess;
+}
+int nvmlDeviceGetComputeInstanceId(void* device, unsigned* id) {
+  struct MigDevice* d = MigHandle(device);
+  if (d == NULL) return Device(device) != NULL ? kNotSupported : kInvalidArgument;
+  *id = (unsigned)d->ci;
+  return kSuccess;
+}
+int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void* device, void** parent) {
+  struct MigDevice* d = MigHandle(device);
+  if (d == NULL) return kInvalidArgument;
+  *parent = d->parent;
+  return kSuccess;
+}
+/* nvmlDeviceAttributes_t. */
+struct Attributes {
+  unsigned multiprocessors, copy_engines, decoders, encoders, jpegs, ofas;
+  unsigned gpu_instance_slices, compute_instance_slices;
+  unsigned long long memory_mb;
+};
+int nvmlDeviceGetAttributes_v2(void* device, struct Attributes* a) {
+  struct MigDevice* d = MigHandle(device);
+  const struct Profile* p = d != NULL ? ProfileOf(d) : NULL;
+  if (p == NULL) return Device(device) != NULL || d != NULL ? kNotSupported : kInvalidArgument;
+  memset(a, 0, sizeof *a);
+  a->multiprocessors = 16 * p->slices; /* an H100 SXM5 has 132 SMs; 16 per 1g slice */
+  a->jpegs = p->jpeg;
+  a->ofas = p->ofa;
+  a->gpu_instance_slices = a->compute_instance_slices = p->slices;
+  a->memory_mb = (unsigned long long)ProfileMib(d->parent, p);
+  return kSuccess;
+}
+/* nvmlGpuInstanceProfileInfo_v2_t. */
+struct ProfileInfoV2 {
+  unsigned version, id, p2p, slices, instances, multiprocessors, copy_engines, decoders,
+      encoders, jpegs, ofas;
+  unsigned long long memory_mb;
+  char name[96];
+};
+int nvmlDeviceGetGpuInstanceProfileInfoV(void* device, unsigned profile, struct ProfileInfoV2* info) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || info == NULL) return kInvalidArgument;
+  if (g->mig < 0) return kNotSupported;
+  if ((info->version & 0xFFFFFF) != sizeof *info || (info->version >> 24) != 2) {
+    return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+  }
+  for (size_t i = 0; i < kNumProfiles; ++i) {
+    const struct Profile* p = &kProfiles[i];
+    if (p->nvml_profile != profile) continue;
+    const unsigned version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    info->id = p->id;
+    info->slices = p->slices;
+    info->instances = p->instances;
+    info->multiprocessors = 16 * p->slices;
+    info->jpegs = p->jpeg;
+    info->ofas = p->ofa;
+    info->memory_mb = (unsigned long long)ProfileMib(g, p);
+    char name[32];
+    ProfileName(g, p, name, sizeof name);
+    snprintf(info->name, sizeof info->name, "MIG %s", name);
+    return kSuccess;
+  }
+  return kNotSupported;
 }
 
 }  // extern "C"

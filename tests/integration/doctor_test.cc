@@ -163,5 +163,55 @@ TEST_F(DoctorTest, TheGpuChecksReadNvml) {
   EXPECT_THAT(poor["gpu-arch"].second, HasSubstr("RTX 3090"));
 }
 
+// `--cluster INVENTORY --node NAME` adds mig-layout: the node's GPUs as the fake NVML reports
+// them, MIG devices included, against the layouts examples/cluster-local-mig.toml gives oss02.
+TEST_F(DoctorTest, TheMigLayoutCheckReadsNvmlAgainstTheInventory) {
+  const std::string values = dir_.WriteFile("gpus.txt", "");
+  const std::string config = dir_.WriteFile(
+      "bmas.toml", std::string("[telemetry]\nnvml_library = \"") + BMAS_FAKE_NVML_LIBRARY + "\"\n");
+  const std::string inventory = std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-mig.toml";
+  auto mig_check = [&](const std::string& gpus, const std::string& node) {
+    std::ofstream(values) << gpus;
+    auto r = RunBmas({"--config", config, "doctor", "--json", "--cluster", inventory, "--node", node},
+                     {{"BMAS_STATE_DIR", dir_.path() + "/state"}, {"BMAS_FAKE_NVML", values}},
+                     std::chrono::seconds(60));
+    rapidjson::Document d;
+    d.Parse(r ? r->out.c_str() : "{}");
+    std::pair<bool, std::string> check{false, "no mig-layout check in: " + (r ? r->out : "")};
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("checks")) return check;
+    for (const auto& c : d["checks"].GetArray()) {
+      if (std::string(c["name"].GetString()) == "mig-layout") {
+        check = {c["ok"].GetBool(), std::string(c["found"].GetString()) + " | fix: " +
+                                        c["fix"].GetString()};
+      }
+    }
+    return check;
+  };
+  const std::string gpu = "name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 cc=9.0 nvlinks=18 "
+                          "nvlinks_up=18 ";
+  std::string split = "uuid=GPU-0 " + gpu + "mig=0\nuuid=GPU-1 " + gpu + "mig=0\n" +
+                      "uuid=GPU-2 " + gpu + "mig=1\n" +
+                      "mig uuid=MIG-2-1 gi=1 ci=0 profile=3g.40gb\n"
+                      "mig uuid=MIG-2-2 gi=2 ci=0 profile=2g.20gb\n"
+                      "mig uuid=MIG-2-3 gi=3 ci=0 profile=1g.10gb\n"
+                      "mig uuid=MIG-2-4 gi=4 ci=0 profile=1g.10gb\n"
+                      "uuid=GPU-3 " + gpu + "mig=1\n";
+  for (int gi = 1; gi <= 7; ++gi) {
+    split += fmt::format("mig uuid=MIG-3-{} gi={} ci=0 profile=1g.10gb\n", gi, gi);
+  }
+  auto good = mig_check(split, "oss02");
+  EXPECT_TRUE(good.first) << good.second;
+  EXPECT_THAT(good.second, HasSubstr("GPU 2: 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb"));
+  // oss01 keeps every GPU whole: GPUs 2 and 3 in MIG mode are wrong there.
+  auto whole = mig_check(split, "oss01");
+  EXPECT_FALSE(whole.first);
+  EXPECT_THAT(whole.second, HasSubstr("GPU 2: MIG on (3g.40gb (GI 1) + 2g.20gb (GI 2)"));
+  EXPECT_THAT(whole.second, HasSubstr("nvidia-smi -i 3 -mig 0"));
+  // A node the inventory does not list.
+  auto stranger = mig_check(split, "gpu-9");
+  EXPECT_FALSE(stranger.first);
+  EXPECT_THAT(stranger.second, HasSubstr("lists no node gpu-9"));
+}
+
 }  // namespace
 }  // namespace bmas::testing

@@ -103,6 +103,36 @@ TEST_F(GpuTelemetryTest, AJobsGpuMetricsCarryItsJobAndUser) {
   }
   EXPECT_EQ(GetAsUser("bmastest2", port, "/health").status, 200);  // open, and says nothing
   EXPECT_FALSE(UserCanRead("bmastest2", state_ + "/run/operator.secret"));
+
+  // Issue 26: GPU 1 in MIG mode, the job's process on its 2g.20gb. Memory and processes are
+  // per MIG device, with DCGM's GPU_I_ID and GPU_I_PROFILE, each with its own holder; the GPU
+  // has no utilization series in MIG mode.
+  Write("uuid=GPU-fake-0 name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 mem_total_mib=81559 "
+        "mig=0 cc=9.0\n"
+        "uuid=GPU-fake-1 name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 mem_total_mib=81559 "
+        "power_mw=90000 mig=1 cc=9.0\n"
+        "mig uuid=MIG-fake-1-1 gi=1 ci=0 profile=3g.40gb\n"
+        "mig uuid=MIG-fake-1-2 gi=2 ci=0 profile=2g.20gb mem_used_mib=300 pids=" +
+        std::to_string(pid) + "\n");
+  const std::string slice = fmt::format(
+      "DCGM_FI_DEV_FB_USED{{gpu=\"1\",UUID=\"GPU-fake-1\",modelName=\"NVIDIA H100 80GB HBM3\","
+      "Hostname=\"{}\",GPU_I_ID=\"2\",GPU_I_PROFILE=\"2g.20gb\",hpc_job=\"{}\","
+      "user=\"bmastest1\"}} 300\n",
+      host, job);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        metrics = AgentMetrics();
+        return metrics.find(slice) != std::string::npos;
+      },
+      std::chrono::seconds(20)))
+      << metrics;
+  EXPECT_THAT(metrics, HasSubstr("GPU_I_ID=\"1\",GPU_I_PROFILE=\"3g.40gb\",hpc_job=\"\",user=\"\"} 0\n"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\"")));
+  const rapidjson::Document split = ParseJson(AgentMetrics("/gpus"));
+  const auto& mig = At(At(At(At(split, "sample"), "gpus"), 1), "mig");
+  EXPECT_EQ(Str(At(At(mig, 1), "uuid")), "MIG-fake-1-2");
+  EXPECT_EQ(Str(At(At(mig, 1), "user")), "bmastest1");
+  EXPECT_EQ(Int(At(At(mig, 0), "job_id")), 0);
   ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
 
   // The driver goes away: the agent says so, and serves on.
