@@ -106,9 +106,11 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* hook = slurm_->add_subcommand(
       "hook", "What Slurm's Prolog and Epilog run: bind a job's GPUs into its user's workspace, "
               "or unbind them (root, SLURM_* variables)");
-  hook->add_option("phase", hook_phase_, "prolog or epilog")
+  hook->add_option("phase", hook_phase_,
+                   "prolog or epilog (root), or task-prolog (the job's user: names MIG slices "
+                   "by MIG UUID in CUDA_VISIBLE_DEVICES)")
       ->required()
-      ->check(CLI::IsMember({"prolog", "epilog"}));
+      ->check(CLI::IsMember({"prolog", "epilog", "task-prolog"}));
   hook->callback([this, &global] { global.exit_code = RunSlurmHook(global, hook_phase_); });
 }
 

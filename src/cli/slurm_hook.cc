@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "agent/agent.h"
 #include "cli/lxd_commands.h"
@@ -18,6 +20,7 @@
 #include "lxd/job_copy.h"
 #include "lxd/local_lxd.h"
 #include "lxd/workspace.h"
+#include "slurm/gres_slots.h"
 #include "slurm/local_cluster.h"
 #include "slurm/node_drain.h"
 
@@ -48,9 +51,47 @@ std::vector<pid_t> NvmlProcesses(Services& services, const std::vector<int>& gpu
   return pids;
 }
 
+// Slurm's TaskProlog, as the job's user before each task: a job on MIG slices gets them by
+// MIG UUID in CUDA_VISIBLE_DEVICES (slurm/gres_slots.h). slurmstepd reads "export NAME=VALUE"
+// lines from stdout into the task's environment and shows "print TEXT" lines in its output.
+// Nothing is printed for a job without slices.
+int RunTaskProlog(GlobalOptions& global) {
+  std::string allocated_text = Variable("SLURM_STEP_GPUS");
+  if (allocated_text.empty()) allocated_text = Variable("SLURM_JOB_GPUS");
+  const std::string node = Variable("SLURMD_NODENAME");
+  if (allocated_text.empty() || node.empty()) return 0;
+  auto allocated = lxd::ParseGpuList(allocated_text);
+  const std::string slurm_conf =
+      Variable("SLURM_CONF").empty() ? "/etc/slurm/slurm.conf" : Variable("SLURM_CONF");
+  const std::string gres_conf = (fs::path(slurm_conf).parent_path() / "gres.conf").string();
+  std::ifstream in(gres_conf);
+  if (!allocated || !in) return 0;  // no GPUs of bmas's gres.conf: Slurm's value stands
+  std::stringstream text;
+  text << in.rdbuf();
+  auto slots = slurm::GpuGresSlots(text.str(), node);
+  if (!slots) return 0;
+  const bool any_slice =
+      std::any_of(allocated->begin(), allocated->end(), [&](int i) {
+        return i >= 0 && static_cast<size_t>(i) < slots->size() && (*slots)[i].gpu_instance >= 0;
+      });
+  if (!any_slice) return 0;
+  const Config config = global.LoadConfigOrDefaults();
+  auto readings = global.services->Gpus(config.telemetry.nvml_library)->Read();
+  auto visible = readings ? slurm::MigVisibleDevices(*slots, *allocated, *readings)
+                          : Result<std::string>(readings.error());
+  if (!visible) {
+    fmt::print("print bmas: CUDA_VISIBLE_DEVICES stays Slurm's ({}): {}\n",
+               Variable("CUDA_VISIBLE_DEVICES"), visible.error().message);
+    return 0;
+  }
+  if (!visible->empty()) fmt::print("export CUDA_VISIBLE_DEVICES={}\n", *visible);
+  return 0;
+}
+
 }  // namespace
 
 int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
+  if (phase == "task-prolog") return RunTaskProlog(global);
   const Env& env = global.services->env();
   const TimePoint start = env.Now();
   const std::string job_text = Variable("SLURM_JOB_ID"), user = Variable("SLURM_JOB_USER"),

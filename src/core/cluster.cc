@@ -279,6 +279,7 @@ void ReadSlurm(ConfigTable& t, SlurmSettings& s) {
   s.slurmrestd = t.String("slurmrestd", s.slurmrestd);
   s.prolog = AbsolutePath(t, "prolog", s.prolog, true);
   s.epilog = AbsolutePath(t, "epilog", s.epilog, true);
+  s.task_prolog = AbsolutePath(t, "task_prolog", s.task_prolog, true);
   s.kill_wait_s = Int32(t, "kill_wait_s", s.kill_wait_s, 0, 65533);
   s.def_mem_per_cpu_mib = t.Int("def_mem_per_cpu_mib", s.def_mem_per_cpu_mib, 0, int64_t{1} << 40);
   s.accounting = t.Bool("accounting", s.accounting);

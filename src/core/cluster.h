@@ -143,6 +143,9 @@ struct SlurmSettings {
   std::string slurmrestd;               // "host:port" of a running slurmrestd; "" = none
   std::string prolog = "/usr/local/sbin/bmas-slurm-prolog";  // "" = none
   std::string epilog = "/usr/local/sbin/bmas-slurm-epilog";  // "" = none
+  // As the job's user before each task, on a cluster with MIG layouts only: names the job's
+  // slices by MIG UUID in CUDA_VISIBLE_DEVICES (`bmas slurm hook task-prolog`).
+  std::string task_prolog = "/usr/local/sbin/bmas-slurm-task-prolog";  // "" = none
   int kill_wait_s = 30;             // SIGTERM to SIGKILL for preempted and cancelled jobs
   int64_t first_job_id = 0;         // FirstJobId; 0 = Slurm's (1)
   int64_t def_mem_per_cpu_mib = 0;  // 0 = the smallest node's memory per CPU

@@ -164,6 +164,7 @@ Cluster Localize(Cluster c, const std::string& root, const std::string& device_d
   s.jwt_key = root + "/etc/jwt_hs256.key";
   s.prolog = root + "/bin/bmas-slurm-prolog";
   s.epilog = root + "/bin/bmas-slurm-epilog";
+  s.task_prolog = root + "/bin/bmas-slurm-task-prolog";
   if (s.accounting) {
     // slurmdbd after slurmrestd, then MariaDB, in the state dir's block of ports.
     s.slurmdbd_host = "localhost";
@@ -285,6 +286,13 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
                                    ShellQuote(c.root));
     if (auto r = WriteFile(hook, text, 0755); !r) return r.error();
   }
+  // The task prolog runs as the job's user: its stdout is what slurmstepd reads ("export ...").
+  const std::string task_prolog =
+      self.empty() ? std::string("#!/bin/sh\nexit 0\n")
+                   : fmt::format("#!/bin/sh\n# bmas task prolog: a job's MIG slices by MIG UUID.\n"
+                                 "SLURM_CONF={} exec {} --state-dir {} slurm hook task-prolog\n",
+                                 ShellQuote(c.conf), ShellQuote(self), ShellQuote(c.state_dir));
+  if (auto r = WriteFile(local.slurm.task_prolog, task_prolog, 0755); !r) return r.error();
   // Fake GPUs: character devices with the NVIDIA major; opening one gives ENXIO (no driver).
   for (const Node& n : local.nodes) {
     if (auto r = MakeDir(c.device_dir + "/" + n.name, 0755); !r) return r.error();

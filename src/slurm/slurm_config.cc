@@ -108,6 +108,15 @@ void Scheduling(Out out, const Cluster& c) {
     if (!s.prolog.empty()) fmt::format_to(out, "Prolog={}\nPrologFlags=Alloc\n", s.prolog);
     if (!s.epilog.empty()) fmt::format_to(out, "Epilog={}\n", s.epilog);
   }
+  const bool slices = std::any_of(c.nodes.begin(), c.nodes.end(),
+                                  [](const Node& n) { return !n.gpus.mig_layouts.empty(); });
+  if (slices && !s.task_prolog.empty()) {
+    fmt::format_to(out,
+                   "# As the job's user before each task: names its MIG slices by MIG UUID in\n"
+                   "# CUDA_VISIBLE_DEVICES (gres.conf lists GPUs; Slurm sets their indexes).\n"
+                   "TaskProlog={}\n",
+                   s.task_prolog);
+  }
 }
 
 void Accounting(Out out, const Cluster& c) {

@@ -188,6 +188,37 @@ TEST_F(SlurmLocalTest, MigSlicesAreGpusOfTheirProfileFencedToTheirOwnCapabilitie
   EXPECT_EQ(denied_caps, 2 * 11 - 2) << job->out;  // 11 slices on oss02
   EXPECT_NE(opens["nvidia2"] == "ENXIO", opens["nvidia3"] == "ENXIO") << job->out;
 
+  // The task prolog names the job's slices by MIG UUID, read through NVML (the fake here,
+  // describing oss02's GPUs), for a user who is not root; Slurm's own value is their indexes.
+  const std::string nvml = "/tmp/bmas-fake-nvml-mig-" + std::to_string(getpid()) + ".txt";
+  const std::string config = "/tmp/bmas-fake-nvml-mig-" + std::to_string(getpid()) + ".toml";
+  {
+    std::ofstream(nvml) << "uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=0\n"
+                           "uuid=GPU-1 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=0\n"
+                           "uuid=GPU-2 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1\n"
+                           "mig uuid=MIG-2-1 gi=1 ci=0 profile=3g.40gb\n"
+                           "mig uuid=MIG-2-2 gi=2 ci=0 profile=2g.20gb\n"
+                           "mig uuid=MIG-2-3 gi=3 ci=0 profile=1g.10gb\n"
+                           "mig uuid=MIG-2-4 gi=4 ci=0 profile=1g.10gb\n";
+    std::ofstream(config) << "[telemetry]\nnvml_library = \"" << BMAS_FAKE_NVML_LIBRARY << "\"\n";
+  }
+  chmod(nvml.c_str(), 0644);
+  chmod(config.c_str(), 0644);
+  auto visible = [&](const std::string& gres) {
+    auto r = RunCommand({"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "srun",
+                         "--chdir=/", "--gres=" + gres, "-w", "oss02", "sh", "-c",
+                         "echo $(id -un) $CUDA_VISIBLE_DEVICES"},
+                        {"SLURM_CONF=" + conf, "BMAS_CONFIG=" + config, "BMAS_FAKE_NVML=" + nvml},
+                        std::chrono::seconds(30));
+    return r ? r->out + r->err : r.error().message;
+  };
+  EXPECT_THAT(visible("gpu:1g.10gb:2"), HasSubstr("nobody MIG-2-3,MIG-2-4\n"));
+  EXPECT_THAT(visible("gpu:3g.40gb:1"), HasSubstr("nobody MIG-2-1\n"));
+  // A whole GPU keeps Slurm's index.
+  EXPECT_THAT(visible("gpu:h100:1"), HasSubstr("nobody 0\n"));
+  std::remove(nvml.c_str());
+  std::remove(config.c_str());
+
   // Whole GPUs beside the slices are asked for by their type.
   auto whole = RunCommand({"srun", "--gres=gpu:h100:2", "-w", "oss02", "sh", "-c",
                            "echo $CUDA_VISIBLE_DEVICES"},

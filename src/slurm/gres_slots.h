@@ -1,0 +1,37 @@
+#pragma once
+
+// Which GPU or MIG slice each of a node's gpu gres indexes is. Slurm numbers a node's gres
+// devices in gres.conf's order (what SLURM_JOB_GPUS and SLURM_STEP_GPUS list: "4,5" for the
+// third and fourth line of a node), and bmas's gres.conf gives a whole GPU its
+// /dev/nvidiaN and a slice its GPU's file and its GPU instance's access capability
+// (slurm_config.h). The task prolog reads them back to name a job's slices by MIG UUID in
+// CUDA_VISIBLE_DEVICES, as NVIDIA's container runtime does; Slurm itself does that only when
+// it detects GPUs through NVML (AutoDetect=nvml), which bmas's gres.conf does not use. Pure.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "gpu/gpu_telemetry.h"
+
+namespace bmas::slurm {
+
+struct GresSlot {
+  int gpu = -1;           // the GPU's index on the node (/dev/nvidia<gpu>)
+  int gpu_instance = -1;  // the slice's GPU instance id; -1 for a whole GPU
+};
+
+// The gpu gres lines of `node` in `gres_conf` (gres.conf's text), in order. A line whose files
+// name no /dev/...nvidiaN is InvalidArgument, with its line number.
+Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::string_view node);
+
+// CUDA_VISIBLE_DEVICES for the gres indexes `allocated` (SLURM_STEP_GPUS) when any of them is
+// a MIG slice: each slice's MIG UUID and each whole GPU's UUID, in `allocated`'s order, from
+// `gpus` (NVML's readings of this node). "" when none is a slice (Slurm's own value stands).
+// NotFound when an index, GPU or slice has no reading: the caller leaves Slurm's value.
+Result<std::string> MigVisibleDevices(const std::vector<GresSlot>& slots,
+                                      const std::vector<int>& allocated,
+                                      const std::vector<GpuReading>& gpus);
+
+}  // namespace bmas::slurm

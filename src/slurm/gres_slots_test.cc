@@ -1,0 +1,76 @@
+#include "slurm/gres_slots.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace bmas::slurm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// gres.conf as bmas writes it for examples/cluster-local-mig.toml (tests/golden/slurm/local-mig).
+std::string GoldenGresConf() {
+  std::ifstream in(std::string(BMAS_SOURCE_DIR) + "/tests/golden/slurm/local-mig/gres.conf");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(GresSlotsTest, EachGresIndexOfANodeIsItsWholeGpuOrItsSlice) {
+  auto slots = GpuGresSlots(GoldenGresConf(), "oss02");
+  ASSERT_TRUE(slots) << slots.error().message;
+  // GPUs 0 and 1 whole; GPU 2 split into four, GPU 3 into seven.
+  ASSERT_EQ(slots->size(), 2u + 4u + 7u);
+  EXPECT_EQ((*slots)[0].gpu, 0);
+  EXPECT_EQ((*slots)[0].gpu_instance, -1);
+  EXPECT_EQ((*slots)[1].gpu, 1);
+  EXPECT_EQ((*slots)[2].gpu, 2);
+  EXPECT_EQ((*slots)[2].gpu_instance, 1);
+  EXPECT_EQ((*slots)[5].gpu_instance, 4);
+  EXPECT_EQ((*slots)[6].gpu, 3);
+  EXPECT_EQ((*slots)[12].gpu_instance, 7);
+  auto whole = GpuGresSlots(GoldenGresConf(), "oss01");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->size(), 4u);
+  EXPECT_TRUE(GpuGresSlots(GoldenGresConf(), "oss09")->empty());
+  auto bad = GpuGresSlots("NodeName=n1 Name=gpu File=/dev/null\n", "n1");
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().message, HasSubstr("gres.conf:1: node n1: no /dev/nvidiaN"));
+}
+
+TEST(GresSlotsTest, SlicesAreNamedByMigUuidAndWholeGpusAloneAreLeftToSlurm) {
+  auto slots = GpuGresSlots(GoldenGresConf(), "oss02");
+  ASSERT_TRUE(slots);
+  GpuReading g0, g2;
+  g0.index = 0;
+  g0.uuid = "GPU-0";
+  g2.index = 2;
+  g2.uuid = "GPU-2";
+  g2.mig_enabled = true;
+  for (int gi = 1; gi <= 4; ++gi) {
+    MigDeviceReading m;
+    m.gpu_instance = gi;
+    m.uuid = "MIG-2-" + std::to_string(gi);
+    g2.mig_devices.push_back(m);
+  }
+  // SLURM_STEP_GPUS=4,5: GPU 2's two 1g.10gb, its GPU instances 3 and 4.
+  auto both = MigVisibleDevices(*slots, {4, 5}, {g0, g2});
+  ASSERT_TRUE(both) << both.error().message;
+  EXPECT_EQ(*both, "MIG-2-3,MIG-2-4");
+  EXPECT_EQ(*MigVisibleDevices(*slots, {0}, {g0, g2}), "");  // a whole GPU: Slurm's value
+  // GPU 3's slices have no reading: the caller keeps Slurm's value and says why.
+  auto missing = MigVisibleDevices(*slots, {6}, {g0, g2});
+  ASSERT_FALSE(missing);
+  EXPECT_THAT(missing.error().message, HasSubstr("NVML lists no GPU 3"));
+  g2.mig_devices.pop_back();
+  missing = MigVisibleDevices(*slots, {5}, {g0, g2});
+  ASSERT_FALSE(missing);
+  EXPECT_THAT(missing.error().message, HasSubstr("no MIG device of GPU 2 with GPU instance 4"));
+  EXPECT_FALSE(MigVisibleDevices(*slots, {40}, {g0, g2}));
+}
+
+}  // namespace
+}  // namespace bmas::slurm
