@@ -51,6 +51,39 @@ std::vector<pid_t> NvmlProcesses(Services& services, const std::vector<int>& gpu
   return pids;
 }
 
+// The node's gres.conf: beside `slurm_conf` (a local cluster's), else beside $SLURM_CONF, else
+// /etc/slurm's.
+std::string GresConfPath(const std::string& slurm_conf) {
+  std::string conf = slurm_conf;
+  if (conf.empty()) conf = Variable("SLURM_CONF");
+  if (conf.empty()) conf = "/etc/slurm/slurm.conf";
+  return (fs::path(conf).parent_path() / "gres.conf").string();
+}
+
+// The gpu gres lines of `node` in the gres.conf beside `slurm_conf`; empty when it cannot be read.
+std::vector<slurm::GresSlot> NodeGresSlots(const std::string& node,
+                                           const std::string& slurm_conf) {
+  std::ifstream in(GresConfPath(slurm_conf));
+  if (!in) return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto slots = slurm::GpuGresSlots(text.str(), node);
+  return slots ? *slots : std::vector<slurm::GresSlot>{};
+}
+
+// The job's GPUs and slices on `node` from its gres indexes. Without a gres.conf that lists
+// the node's GPUs (one kept elsewhere), each index is taken as the GPU's number.
+Result<slurm::JobGres> JobGresOnNode(const std::vector<int>& indexes, const std::string& node,
+                                     const std::string& slurm_conf) {
+  const std::vector<slurm::GresSlot> slots = NodeGresSlots(node, slurm_conf);
+  if (slots.empty()) {
+    slurm::JobGres whole;
+    whole.gpus = indexes;
+    return whole;
+  }
+  return slurm::JobGresOf(slots, indexes);
+}
+
 // Slurm's TaskProlog, as the job's user before each task: a job on MIG slices gets them by
 // MIG UUID in CUDA_VISIBLE_DEVICES (slurm/gres_slots.h). slurmstepd reads "export NAME=VALUE"
 // lines from stdout into the task's environment and shows "print TEXT" lines in its output.
@@ -61,23 +94,16 @@ int RunTaskProlog(GlobalOptions& global) {
   const std::string node = Variable("SLURMD_NODENAME");
   if (allocated_text.empty() || node.empty()) return 0;
   auto allocated = lxd::ParseGpuList(allocated_text);
-  const std::string slurm_conf =
-      Variable("SLURM_CONF").empty() ? "/etc/slurm/slurm.conf" : Variable("SLURM_CONF");
-  const std::string gres_conf = (fs::path(slurm_conf).parent_path() / "gres.conf").string();
-  std::ifstream in(gres_conf);
-  if (!allocated || !in) return 0;  // no GPUs of bmas's gres.conf: Slurm's value stands
-  std::stringstream text;
-  text << in.rdbuf();
-  auto slots = slurm::GpuGresSlots(text.str(), node);
-  if (!slots) return 0;
-  const bool any_slice =
-      std::any_of(allocated->begin(), allocated->end(), [&](int i) {
-        return i >= 0 && static_cast<size_t>(i) < slots->size() && (*slots)[i].gpu_instance >= 0;
-      });
+  const std::vector<slurm::GresSlot> slots = NodeGresSlots(node, "");
+  // No GPUs of bmas's gres.conf: Slurm's value stands.
+  if (!allocated || slots.empty()) return 0;
+  const bool any_slice = std::any_of(allocated->begin(), allocated->end(), [&](int i) {
+    return i >= 0 && static_cast<size_t>(i) < slots.size() && slots[i].gpu_instance >= 0;
+  });
   if (!any_slice) return 0;
   const Config config = global.LoadConfigOrDefaults();
   auto readings = global.services->Gpus(config.telemetry.nvml_library)->Read();
-  auto visible = readings ? slurm::MigVisibleDevices(*slots, *allocated, *readings)
+  auto visible = readings ? slurm::MigVisibleDevices(slots, *allocated, *readings)
                           : Result<std::string>(readings.error());
   if (!visible) {
     fmt::print("print bmas: CUDA_VISIBLE_DEVICES stays Slurm's ({}): {}\n",
@@ -149,28 +175,39 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
       note(fmt::format("copied {} from {} in {:.0f} ms", instance, container->copied_from,
                        MillisecondsSince(env, start)));
     }
-    auto gpus = lxd::ParseGpuList(Variable("SLURM_JOB_GPUS"));
-    if (!gpus) {
-      note(gpus.error().message);
+    auto indexes = lxd::ParseGpuList(Variable("SLURM_JOB_GPUS"));
+    if (!indexes) {
+      note(indexes.error().message);
       return 0;
     }
-    if (gpus->empty()) return 0;
+    if (indexes->empty()) return 0;
     // Where this node's GPU device nodes are: per node under /dev/bmas-<id>/ on a local
     // cluster, /dev/nvidiaN on a real one.
     auto cluster = slurm::ReadLocalCluster(state_dir);
     std::string dir = cluster ? cluster->device_dir + "/" + node : "/dev";
     auto source = [&](int g) { return fmt::format("{}/nvidia{}", dir, g); };
+    // Slurm's indexes are the node's gres.conf lines: a GPU, or a MIG slice of one with its
+    // access capabilities (slurm/gres_slots.h).
+    auto job_gres = JobGresOnNode(*indexes, node, cluster ? cluster->conf : "");
+    if (!job_gres) {
+      note("GPUs not bound: " + job_gres.error().message);
+      return 0;
+    }
+    const std::vector<int>* gpus = &job_gres->gpus;
+    std::vector<lxd::CapDevice> caps;
+    for (const auto& [gpu, file] : job_gres->caps) caps.push_back({gpu, file});
     // Before the plug: only the job's cgroup may open its GPUs (lxd/device_fence.h). A GPU that
     // cannot be fenced is not plugged in.
     std::vector<std::string> sources;
     for (int g : *gpus) sources.push_back(source(g));
+    for (const lxd::CapDevice& c : caps) sources.push_back(c.source);
     if (auto fenced = lxd::FenceWorkspaceGpus(client, instance, job, lxd::NodeGpuDevices(dir),
                                               sources);
         !fenced) {
       note("GPUs not bound: " + fenced.error().message);
       return 0;
     }
-    auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source);
+    auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source, caps);
     note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
                              MillisecondsSince(env, start))
                : "binding failed: " + paths.error().message);

@@ -175,6 +175,15 @@ std::map<int, dev_t> NodeGpus(const std::string& dir) {
 std::vector<dev_t> NodeGpuDevices(const std::string& dir) {
   std::vector<dev_t> out;
   for (const auto& [gpu, rdev] : NodeGpus(dir)) out.push_back(rdev);
+  static const std::regex kCap("nvidia-cap[0-9]{1,6}");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/nvidia-caps", ec)) {
+    struct stat st {};
+    if (std::regex_match(e.path().filename().string(), kCap) && stat(e.path().c_str(), &st) == 0 &&
+        S_ISCHR(st.st_mode)) {
+      out.push_back(st.st_rdev);
+    }
+  }
   return out;
 }
 
@@ -241,8 +250,14 @@ Result<std::vector<std::string>> ReconcileFences(
       const auto& [sources, names] = devices;
       struct stat st {};
       if (stat(fmt::format("{}/bmas-job-{}", unified, job).c_str(), &st) == 0) continue;
-      // The node's GPUs: the other device nodes beside the job's.
-      const std::string dir = std::filesystem::path(sources.front()).parent_path().string();
+      // The node's GPUs: the other device nodes beside the job's GPU (a MIG capability's
+      // node is in the nvidia-caps directory below).
+      std::filesystem::path first = sources.front();
+      for (const std::string& s : sources) {
+        if (s.find("/nvidia-caps/") == std::string::npos) first = s;
+      }
+      std::string dir = first.parent_path().string();
+      if (first.parent_path().filename() == "nvidia-caps") dir = first.parent_path().parent_path();
       auto r = FenceWorkspaceGpus(client, i.name, job, NodeGpuDevices(dir), sources);
       if (r) {
         fenced.push_back(fmt::format("{} (job {})", i.name, job));

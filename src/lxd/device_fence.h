@@ -48,7 +48,9 @@ std::string WorkspaceCgroupDir(const std::string& init_proc_cgroup);
 Result<void> FenceJobGpus(const std::string& init_proc_cgroup, int64_t job,
                           const std::vector<dev_t>& node_gpus, const std::vector<dev_t>& job_gpus);
 
-// The character devices dir/nvidia<N> (a node's GPUs): their device numbers.
+// The character devices dir/nvidia<N> (a node's GPUs) and dir/nvidia-caps/nvidia-cap<M> (the
+// access capabilities of its MIG instances, and MIG's config and monitor): their device
+// numbers, all of which a workspace outside its jobs is refused.
 std::vector<dev_t> NodeGpuDevices(const std::string& dir);
 
 // The same, by GPU number N.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -22,13 +23,21 @@ bool ParseInt(std::string_view text, int64_t& out) {
 }  // namespace
 
 std::string JobDeviceName(const JobDevice& d) {
-  return fmt::format("{}{}-{}-gpu{}", kPrefix, d.job, d.node, d.gpu);
+  return d.cap >= 0 ? fmt::format("{}{}-{}-gpu{}-cap{}", kPrefix, d.job, d.node, d.gpu, d.cap)
+                    : fmt::format("{}{}-{}-gpu{}", kPrefix, d.job, d.node, d.gpu);
 }
 
 std::optional<JobDevice> ParseJobDeviceName(const std::string& name) {
   std::string_view s = name;
   if (!s.starts_with(kPrefix)) return std::nullopt;
   s.remove_prefix(kPrefix.size());
+  int64_t cap = -1;
+  // "-cap<M>" after the last "-gpu<N>" (a node's own name may hold either word).
+  if (const size_t at = s.rfind("-cap"), gpu = s.rfind("-gpu");
+      at != std::string_view::npos && gpu != std::string_view::npos && gpu < at) {
+    if (!ParseInt(s.substr(at + 4), cap)) return std::nullopt;
+    s = s.substr(0, at);
+  }
   const size_t dash = s.find('-');
   const size_t gpu = s.rfind("-gpu");
   if (dash == std::string_view::npos || gpu == std::string_view::npos || gpu <= dash) {
@@ -42,13 +51,15 @@ std::optional<JobDevice> ParseJobDeviceName(const std::string& name) {
   d.node = std::string(s.substr(dash + 1, gpu - dash - 1));
   if (d.node.empty()) return std::nullopt;
   d.gpu = static_cast<int>(index);
+  d.cap = static_cast<int>(cap);
   return d;
 }
 
 std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
                                             int64_t job, const std::string& node,
                                             const std::vector<int>& gpus,
-                                            const std::function<std::string(int)>& source) {
+                                            const std::function<std::string(int)>& source,
+                                            const std::vector<CapDevice>& caps) {
   std::set<std::string> taken;
   for (const auto& [name, spec] : existing) {
     if (auto it = spec.find("path"); it != spec.end()) taken.insert(it->second);
@@ -62,19 +73,32 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
     out[JobDeviceName({job, node, g})] = {
         {"type", "unix-char"}, {"source", source(g)}, {"path", path}, {"mode", "0666"}};
   }
+  for (const CapDevice& c : caps) {
+    const std::string file = std::filesystem::path(c.source).filename().string();
+    int64_t minor = 0;
+    if (!file.starts_with("nvidia-cap") || !ParseInt(std::string_view(file).substr(10), minor)) {
+      continue;  // not a capability's device node
+    }
+    out[JobDeviceName({job, node, c.gpu, static_cast<int>(minor)})] = {
+        {"type", "unix-char"},
+        {"source", c.source},
+        {"path", "/dev/nvidia-caps/" + file},
+        {"mode", "0666"}};
+  }
   return out;
 }
 
 Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
                                           int64_t job, const std::string& node,
                                           const std::vector<int>& gpus,
-                                          const std::function<std::string(int)>& source) {
+                                          const std::function<std::string(int)>& source,
+                                          const std::vector<CapDevice>& caps) {
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
   if (current->status != InstanceStatus::kRunning) {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }
-  auto devices = GpuDevices(current->devices, job, node, gpus, source);
+  auto devices = GpuDevices(current->devices, job, node, gpus, source, caps);
   if (auto added = client.AddDevices(instance, devices); !added) return added.error();
   std::vector<std::string> paths;
   for (const auto& [name, spec] : devices) paths.push_back(spec.at("path"));

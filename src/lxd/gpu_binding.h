@@ -26,27 +26,38 @@ struct JobDevice {
   int64_t job = 0;
   std::string node;
   int gpu = 0;
+  int cap = -1;  // a MIG slice's access capability nvidia-cap<cap> on GPU `gpu`; -1: the GPU
 };
 
-// "bmas-j<job>-<node>-gpu<gpu>".
+// A MIG slice's access capability to plug in beside its GPU: the host's device node
+// (.../nvidia-caps/nvidia-cap<minor>), at /dev/nvidia-caps/nvidia-cap<minor> inside.
+struct CapDevice {
+  int gpu = 0;
+  std::string source;
+};
+
+// "bmas-j<job>-<node>-gpu<gpu>", or for a capability "...-gpu<gpu>-cap<cap>".
 std::string JobDeviceName(const JobDevice& d);
 // The reverse; nullopt for a name bmas did not make.
 std::optional<JobDevice> ParseJobDeviceName(const std::string& name);
 
 // The devices to add to an instance that already has `existing` so that the job's `gpus` on
 // `node` appear: unix-char devices from `source(gpu)` at /dev/nvidia<gpu>, or the next free
-// /dev/nvidiaN when that path is taken.
+// /dev/nvidiaN when that path is taken. A job on MIG slices also gets their capabilities
+// `caps`.
 std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
                                             int64_t job, const std::string& node,
                                             const std::vector<int>& gpus,
-                                            const std::function<std::string(int)>& source);
+                                            const std::function<std::string(int)>& source,
+                                            const std::vector<CapDevice>& caps = {});
 
-// Plugs the job's GPUs on `node` into `instance`, starting it first if it is stopped. Returns
-// the paths they appear at inside.
+// Plugs the job's GPUs on `node` (and its slices' capabilities) into `instance`, starting it
+// first if it is stopped. Returns the paths they appear at inside.
 Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
                                           int64_t job, const std::string& node,
                                           const std::vector<int>& gpus,
-                                          const std::function<std::string(int)>& source);
+                                          const std::function<std::string(int)>& source,
+                                          const std::vector<CapDevice>& caps = {});
 
 // Unplugs the devices of `job` on `node` from `instance`; returns how many it had.
 Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,

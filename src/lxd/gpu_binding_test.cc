@@ -41,6 +41,29 @@ TEST(GpuBindingTest, AClashingPathMovesToTheNextFreeIndex) {
   EXPECT_EQ(second.at("bmas-j7-oss02-gpu1").at("path"), "/dev/nvidia3");
 }
 
+// A job on a MIG slice: its GPU's device node and its slice's two access capabilities, named so
+// that release and the reconcile pass find them again.
+TEST(GpuBindingTest, ASlicesCapabilitiesComeBesideItsGpu) {
+  const JobDevice cap{7, "gpu-cap-node", 2, 300};
+  EXPECT_EQ(JobDeviceName(cap), "bmas-j7-gpu-cap-node-gpu2-cap300");
+  auto back = ParseJobDeviceName(JobDeviceName(cap));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->node, "gpu-cap-node");
+  EXPECT_EQ(back->gpu, 2);
+  EXPECT_EQ(back->cap, 300);
+  EXPECT_EQ(ParseJobDeviceName("bmas-j7-oss01-gpu2")->cap, -1);
+  EXPECT_FALSE(ParseJobDeviceName("bmas-j7-oss01-gpu2-capx"));
+  auto devices = GpuDevices({}, 7, "oss02", {2}, Source,
+                            {{2, "/dev/bmas-x/oss02/nvidia-caps/nvidia-cap300"},
+                             {2, "/dev/bmas-x/oss02/nvidia-caps/nvidia-cap301"}});
+  ASSERT_EQ(devices.size(), 3u);
+  const StringMap& c = devices.at("bmas-j7-oss02-gpu2-cap301");
+  EXPECT_EQ(c.at("type"), "unix-char");
+  EXPECT_EQ(c.at("source"), "/dev/bmas-x/oss02/nvidia-caps/nvidia-cap301");
+  EXPECT_EQ(c.at("path"), "/dev/nvidia-caps/nvidia-cap301");
+  EXPECT_EQ(devices.at("bmas-j7-oss02-gpu2").at("path"), "/dev/nvidia2");
+}
+
 TEST(GpuBindingTest, SlurmGpuListsParse) {
   EXPECT_EQ(*ParseGpuList("0,1"), (std::vector<int>{0, 1}));
   EXPECT_EQ(*ParseGpuList("0-2,5"), (std::vector<int>{0, 1, 2, 5}));

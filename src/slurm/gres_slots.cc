@@ -67,8 +67,10 @@ Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::stri
     for (const std::string& f : Split(files, ',')) {
       if (int n = NumberAfter(f, "nvidia-cap"); n >= 0) {
         caps.push_back(n);
+        slot.cap_files.push_back(f);
       } else if (int g = NumberAfter(f, "nvidia"); g >= 0) {
         slot.gpu = g;
+        slot.gpu_file = f;
       }
     }
     if (slot.gpu < 0) {
@@ -86,6 +88,23 @@ Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::stri
     slots.push_back(slot);
   }
   return slots;
+}
+
+Result<JobGres> JobGresOf(const std::vector<GresSlot>& slots, const std::vector<int>& allocated) {
+  JobGres out;
+  for (int index : allocated) {
+    if (index < 0 || static_cast<size_t>(index) >= slots.size()) {
+      return NotFound(fmt::format("gres index {} is not in this node's gres.conf ({} GPUs)",
+                                  index, slots.size()));
+    }
+    const GresSlot& slot = slots[index];
+    if (std::find(out.gpus.begin(), out.gpus.end(), slot.gpu) == out.gpus.end()) {
+      out.gpus.push_back(slot.gpu);
+    }
+    for (const std::string& cap : slot.cap_files) out.caps.emplace_back(slot.gpu, cap);
+  }
+  std::sort(out.gpus.begin(), out.gpus.end());
+  return out;
 }
 
 Result<std::string> MigVisibleDevices(const std::vector<GresSlot>& slots,

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -20,11 +21,22 @@ namespace bmas::slurm {
 struct GresSlot {
   int gpu = -1;           // the GPU's index on the node (/dev/nvidia<gpu>)
   int gpu_instance = -1;  // the slice's GPU instance id; -1 for a whole GPU
+  std::string gpu_file;   // the GPU's device node, as gres.conf names it
+  std::vector<std::string> cap_files;  // a slice's access capabilities' device nodes
 };
 
 // The gpu gres lines of `node` in `gres_conf` (gres.conf's text), in order. A line whose files
 // name no /dev/...nvidiaN is InvalidArgument, with its line number.
 Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::string_view node);
+
+// What the gres indexes `allocated` (SLURM_JOB_GPUS) give a job on the node: its GPUs' numbers,
+// once each and in order (a slice's GPU too), and its slices' access capabilities as (GPU,
+// device node). NotFound for an index the node's gres.conf lacks.
+struct JobGres {
+  std::vector<int> gpus;
+  std::vector<std::pair<int, std::string>> caps;
+};
+Result<JobGres> JobGresOf(const std::vector<GresSlot>& slots, const std::vector<int>& allocated);
 
 // CUDA_VISIBLE_DEVICES for the gres indexes `allocated` (SLURM_STEP_GPUS) when any of them is
 // a MIG slice: each slice's MIG UUID and each whole GPU's UUID, in `allocated`'s order, from

@@ -30,6 +30,11 @@ TEST(GresSlotsTest, EachGresIndexOfANodeIsItsWholeGpuOrItsSlice) {
   EXPECT_EQ((*slots)[2].gpu, 2);
   EXPECT_EQ((*slots)[2].gpu_instance, 1);
   EXPECT_EQ((*slots)[5].gpu_instance, 4);
+  EXPECT_EQ((*slots)[5].gpu_file, "/dev/bmas-local/oss02/nvidia2");
+  EXPECT_EQ((*slots)[5].cap_files,
+            (std::vector<std::string>{"/dev/bmas-local/oss02/nvidia-caps/nvidia-cap309",
+                                      "/dev/bmas-local/oss02/nvidia-caps/nvidia-cap310"}));
+  EXPECT_TRUE((*slots)[0].cap_files.empty());
   EXPECT_EQ((*slots)[6].gpu, 3);
   EXPECT_EQ((*slots)[12].gpu_instance, 7);
   auto whole = GpuGresSlots(GoldenGresConf(), "oss01");
@@ -39,6 +44,23 @@ TEST(GresSlotsTest, EachGresIndexOfANodeIsItsWholeGpuOrItsSlice) {
   auto bad = GpuGresSlots("NodeName=n1 Name=gpu File=/dev/null\n", "n1");
   ASSERT_FALSE(bad);
   EXPECT_THAT(bad.error().message, HasSubstr("gres.conf:1: node n1: no /dev/nvidiaN"));
+}
+
+TEST(GresSlotsTest, AJobsGresIndexesAreItsGpusAndItsSlicesCapabilities) {
+  auto slots = GpuGresSlots(GoldenGresConf(), "oss02");
+  ASSERT_TRUE(slots);
+  // Two 1g.10gb of GPU 2 (indexes 4 and 5): GPU 2 once, and four capabilities.
+  auto two = JobGresOf(*slots, {5, 4});
+  ASSERT_TRUE(two) << two.error().message;
+  EXPECT_EQ(two->gpus, std::vector<int>{2});
+  ASSERT_EQ(two->caps.size(), 4u);
+  EXPECT_EQ(two->caps[0], (std::pair<int, std::string>{
+                              2, "/dev/bmas-local/oss02/nvidia-caps/nvidia-cap309"}));
+  auto whole = JobGresOf(*slots, {0, 1});
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->gpus, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(whole->caps.empty());
+  EXPECT_FALSE(JobGresOf(*slots, {13}));
 }
 
 TEST(GresSlotsTest, SlicesAreNamedByMigUuidAndWholeGpusAloneAreLeftToSlurm) {

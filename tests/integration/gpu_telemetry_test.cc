@@ -284,5 +284,56 @@ TEST_F(GpuSweepDrainTest, AProcessOnAGpuOutsideAnyJobIsKilledAndOneThatStaysDrai
   ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
 }
 
+// Issue 26: the local cluster with MIG layouts (examples/cluster-local-mig.toml). A job on a
+// slice gets its GPU's device node and its slice's two access capabilities in the user's
+// workspace, fenced as a whole GPU is: the job opens them (ENXIO: no driver behind them), a
+// session of the same user outside the job cannot (EPERM), and none is left after the job.
+class MigWorkspaceTest : public GpuTelemetryTest {
+ protected:
+  void SetUp() override {
+    slurm_up_args_ = {"--cluster",
+                      std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-mig.toml"};
+    GpuTelemetryTest::SetUp();
+  }
+};
+
+TEST_F(MigWorkspaceTest, ASliceJobGetsItsGpuAndItsCapabilitiesInTheWorkspaceAndNothingElse) {
+  const std::string probe =
+      "for d in /dev/nvidia[0-9]* /dev/nvidia-caps/*; do r=$(cat $d 2>&1); "
+      "case $r in *'not permitted'*) r=EPERM;; *'No such device'*) r=ENXIO;; esac; "
+      "echo \"$d $r\"; done";
+  std::remove((Home("bmastest1") + "/probe-job").c_str());
+  CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1g.10gb", "--", "sh", "-c",
+                                           probe + " >probe-job; exec sleep 3009"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string job = run.out.substr(0, run.out.find('\n'));
+  const std::string out = Home("bmastest1") + "/probe-job";
+  auto read = [&] {
+    std::ifstream in(out);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  ASSERT_TRUE(Eventually([&] { return !read().empty(); }, std::chrono::seconds(40)))
+      << DevicesIn("bmastest1");
+  // GPU 2's first 1g.10gb, its GPU instance 3: capabilities 300 and 301 (core/mig.h).
+  EXPECT_EQ(read(),
+            "/dev/nvidia2 ENXIO\n/dev/nvidia-caps/nvidia-cap300 ENXIO\n"
+            "/dev/nvidia-caps/nvidia-cap301 ENXIO\n");
+  // A session of the same user, outside the job's cgroup, opens none of them.
+  CommandOutput session =
+      InHome("bmastest1", {"workspace", "exec", "bmastest1", "--", "sh", "-c", probe});
+  EXPECT_EQ(session.out,
+            "/dev/nvidia2 EPERM\n/dev/nvidia-caps/nvidia-cap300 EPERM\n"
+            "/dev/nvidia-caps/nvidia-cap301 EPERM\n")
+      << session.err;
+  ASSERT_EQ(InHome("bmastest1", {"cancel", job}).exit_code, 0);
+  // Unplugged: no GPU and no capability (LXD leaves the empty nvidia-caps directory).
+  auto left = [&] {
+    return Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c",
+                 "ls /dev/nvidia-caps; ls /dev/nvidia[0-9]* 2>/dev/null"})
+        .out;
+  };
+  EXPECT_TRUE(Eventually([&] { return left().empty(); }, std::chrono::seconds(20))) << left();
+}
+
 }  // namespace
 }  // namespace bmas::testing

@@ -144,7 +144,9 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
     LxdWorkspaceTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     if (access("/usr/sbin/slurmctld", X_OK) != 0) GTEST_SKIP() << "needs Slurm";
-    CommandOutput slurm = Bmas({"slurm", "up"}, "", std::chrono::seconds(120));
+    std::vector<std::string> up = {"slurm", "up"};
+    up.insert(up.end(), slurm_up_args_.begin(), slurm_up_args_.end());
+    CommandOutput slurm = Bmas(up, "", std::chrono::seconds(120));
     ASSERT_EQ(slurm.exit_code, 0) << slurm.out << slurm.err;
     slurm_ = true;
     std::vector<std::string> args = {"--config", config_, "--state-dir", state_, "agent",
@@ -205,6 +207,7 @@ class WorkspaceJobsTest : public LxdWorkspaceTest {
 
   bool slurm_ = false;
   std::vector<std::string> agent_flags_;  // more flags for `bmas agent`, set before SetUp
+  std::vector<std::string> slurm_up_args_;  // more for `bmas slurm up` (--cluster FILE)
   std::string reconcile_interval_ = "0.5";  // seconds between the agent's reconcile passes
   std::unique_ptr<Process> agent_;
 };
