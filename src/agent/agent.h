@@ -78,7 +78,8 @@ struct AgentOptions {
   std::set<uid_t> service_uids;
   std::function<Result<void>(const std::string& node, const std::string& reason)> drain;
   // Called with each good sample and who holds each GPU (idle-GPU policing); may be unset.
-  std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>
+  std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&,
+                     const MigHolders&)>
       on_gpu_sample;
 };
 

@@ -152,7 +152,7 @@ void AgentReconciler::SweepGpus(const std::vector<lxd::Instance>& instances,
   in.stopping = [this] { return Stopping(); };
   for (const lxd::Instance& i : instances) {
     for (const auto& [name, spec] : i.devices) {
-      if (auto d = lxd::ParseJobDeviceName(name)) in.plugged[{d->node, d->gpu}] = d->job;
+      if (auto d = lxd::ParseJobDeviceName(name)) in.plugged[{d->node, d->gpu}].insert(d->job);
     }
   }
   if (o_.gpus) {

@@ -97,14 +97,15 @@ void GpuSampler::SampleOnce() {
   auto gpus = gpus_->Read();
   std::string text, json;
   std::map<int, GpuHolder> holders;
+  MigHolders mig_holders;
   if (gpus) {
     holders = HoldersOf(*gpus, HolderOfProcess);
-    const MigHolders mig_holders = MigHoldersOf(*gpus, HolderOfProcess);
+    mig_holders = MigHoldersOf(*gpus, HolderOfProcess);
     text = RenderDcgmMetrics(*gpus, node_, holders, mig_holders);
     json = RenderGpuJson(*gpus, node_, holders, mig_holders);
   }
   const double took = (env_.Now() - start).count();
-  if (gpus && on_sample_) on_sample_(*gpus, holders);
+  if (gpus && on_sample_) on_sample_(*gpus, holders, mig_holders);
   std::lock_guard lock(mu_);
   sample_seconds_ = took;
   up_ = gpus.has_value();

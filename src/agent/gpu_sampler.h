@@ -23,9 +23,10 @@ namespace bmas {
 
 class GpuSampler {
  public:
-  // Called after each good sample, with who holds each GPU, outside the sampler's lock.
-  using SampleHook =
-      std::function<void(const std::vector<GpuReading>&, const std::map<int, GpuHolder>&)>;
+  // Called after each good sample, with who holds each GPU and MIG slice, outside the
+  // sampler's lock.
+  using SampleHook = std::function<void(const std::vector<GpuReading>&,
+                                        const std::map<int, GpuHolder>&, const MigHolders&)>;
 
   GpuSampler(Env& env, std::shared_ptr<GpuTelemetry> gpus, std::string node,
              std::chrono::milliseconds interval, SampleHook on_sample = {});

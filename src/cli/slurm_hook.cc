@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "agent/agent.h"
 #include "cli/lxd_commands.h"
@@ -51,31 +49,11 @@ std::vector<pid_t> NvmlProcesses(Services& services, const std::vector<int>& gpu
   return pids;
 }
 
-// The node's gres.conf: beside `slurm_conf` (a local cluster's), else beside $SLURM_CONF, else
-// /etc/slurm's.
-std::string GresConfPath(const std::string& slurm_conf) {
-  std::string conf = slurm_conf;
-  if (conf.empty()) conf = Variable("SLURM_CONF");
-  if (conf.empty()) conf = "/etc/slurm/slurm.conf";
-  return (fs::path(conf).parent_path() / "gres.conf").string();
-}
-
-// The gpu gres lines of `node` in the gres.conf beside `slurm_conf`; empty when it cannot be read.
-std::vector<slurm::GresSlot> NodeGresSlots(const std::string& node,
-                                           const std::string& slurm_conf) {
-  std::ifstream in(GresConfPath(slurm_conf));
-  if (!in) return {};
-  std::stringstream text;
-  text << in.rdbuf();
-  auto slots = slurm::GpuGresSlots(text.str(), node);
-  return slots ? *slots : std::vector<slurm::GresSlot>{};
-}
-
 // The job's GPUs and slices on `node` from its gres indexes. Without a gres.conf that lists
 // the node's GPUs (one kept elsewhere), each index is taken as the GPU's number.
 Result<slurm::JobGres> JobGresOnNode(const std::vector<int>& indexes, const std::string& node,
                                      const std::string& slurm_conf) {
-  const std::vector<slurm::GresSlot> slots = NodeGresSlots(node, slurm_conf);
+  const std::vector<slurm::GresSlot> slots = slurm::ReadNodeGresSlots(node, slurm_conf);
   if (slots.empty()) {
     slurm::JobGres whole;
     whole.gpus = indexes;
@@ -94,7 +72,7 @@ int RunTaskProlog(GlobalOptions& global) {
   const std::string node = Variable("SLURMD_NODENAME");
   if (allocated_text.empty() || node.empty()) return 0;
   auto allocated = lxd::ParseGpuList(allocated_text);
-  const std::vector<slurm::GresSlot> slots = NodeGresSlots(node, "");
+  const std::vector<slurm::GresSlot> slots = slurm::ReadNodeGresSlots(node);
   // No GPUs of bmas's gres.conf: Slurm's value stands.
   if (!allocated || slots.empty()) return 0;
   const bool any_slice = std::any_of(allocated->begin(), allocated->end(), [&](int i) {

@@ -17,6 +17,7 @@
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
 #include "idle/idle_police.h"
+#include "slurm/gres_slots.h"
 #include "daemon/secret.h"
 #include "daemon/service_account.h"
 #include "lxd/local_lxd.h"
@@ -158,10 +159,16 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
         }
       }
     };
+    // Slurm's GPU indexes are this node's gres.conf lines: whole GPUs and MIG slices.
+    hooks.gres_slots = [state_dir, node = o.node]() {
+      auto local = slurm::ReadLocalCluster(state_dir);
+      return slurm::ReadNodeGresSlots(node.substr(0, node.find('.')), local ? local->conf : "");
+    };
     auto police = std::make_shared<IdlePolice>(idle, o.node, hooks);
     o.on_gpu_sample = [police](const std::vector<GpuReading>& gpus,
-                               const std::map<int, GpuHolder>& holders) {
-      police->OnSample(gpus, holders, std::time(nullptr));
+                               const std::map<int, GpuHolder>& holders,
+                               const MigHolders& mig_holders) {
+      police->OnSample(gpus, holders, std::time(nullptr), mig_holders);
     };
   }
   return RunAgent(o);

@@ -18,12 +18,14 @@ enum class Scope {
   kGpu,     // the whole GPU, in MIG mode or not
   kUtil,    // the whole GPU outside MIG mode; nothing in it (NVML has no utilization there)
   kMemory,  // the whole GPU outside MIG mode; each MIG device in it
+  kSlice,   // each MIG device whose activity GPM gave; nothing outside MIG mode
 };
 
 // A GPU's reading or one of its MIG devices', as a field sees it.
 struct Sample {
   uint64_t mem_used = 0, mem_total = 0;
   size_t processes = 0;
+  double util_pct = 0;
 };
 
 GpuHolder HolderOf(const std::map<int, GpuHolder>& holders, int gpu) {
@@ -69,6 +71,9 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& gpus, const std::st
       {"bmas_gpu_processes", "Processes with a compute context on the GPU or MIG device.",
        Scope::kMemory,
        [](const GpuReading&, const Sample& s) { return static_cast<double>(s.processes); }},
+      {"DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+       "Ratio of time the graphics engine is active (MIG devices, from NVML's GPM).",
+       Scope::kSlice, [](const GpuReading&, const Sample& s) { return s.util_pct / 100; }},
   };
   std::string out;
   auto series = [&](const Field& f, const GpuReading& g, const std::string& instance,
@@ -84,14 +89,15 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& gpus, const std::st
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", f.name, f.help, f.name);
     for (const GpuReading& g : gpus) {
       const bool split = g.mig_enabled;
-      if (split && f.scope == Scope::kUtil) continue;
-      if (split && f.scope == Scope::kMemory) {
+      if ((split && f.scope == Scope::kUtil) || (!split && f.scope == Scope::kSlice)) continue;
+      if (split && (f.scope == Scope::kMemory || f.scope == Scope::kSlice)) {
         for (const MigDeviceReading& m : g.mig_devices) {
+          if (f.scope == Scope::kSlice && !m.util_known) continue;
           series(f, g,
                  fmt::format("GPU_I_ID=\"{}\",GPU_I_PROFILE=\"{}\",", m.gpu_instance,
                              EscapeLabelValue(m.profile)),
                  HolderOf(mig_holders, g.index, m.gpu_instance),
-                 {m.mem_used_bytes, m.mem_total_bytes, m.pids.size()});
+                 {m.mem_used_bytes, m.mem_total_bytes, m.pids.size(), m.util_pct});
         }
         continue;
       }
@@ -133,6 +139,12 @@ std::string RenderGpuJson(const std::vector<GpuReading>& gpus, const std::string
         Member(w, "uuid", m.uuid);
         Member(w, "mem_used_mb", m.mem_used_bytes >> 20);
         Member(w, "mem_total_mb", m.mem_total_bytes >> 20);
+        w.Key("util");
+        if (m.util_known) {
+          w.Double(m.util_pct);
+        } else {
+          w.Null();
+        }
         Member(w, "job_id", holder.job);
         Member(w, "user", holder.user);
         w.EndObject();

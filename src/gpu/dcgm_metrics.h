@@ -37,8 +37,8 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& gpus, const std::st
 
 // The same readings as JSON for the dashboard (the agent's /gpus): {"node", "gpus": [{"index",
 // "uuid", "name", "util", "mem_used_mb", "mem_total_mb", "power_w", "temperature_c", "job_id",
-// "user", "mig": [{"gpu_instance", "profile", "uuid", "mem_used_mb", "mem_total_mb", "job_id",
-// "user"}]}]}; job_id 0 and user "" for a GPU or MIG device no job holds, "mig" empty outside
+// "user", "mig": [{"gpu_instance", "profile", "uuid", "mem_used_mb", "mem_total_mb", "util"
+// (null until GPM gave it), "job_id", "user"}]}]}; job_id 0 and user "" for a GPU or MIG device no job holds, "mig" empty outside
 // MIG mode.
 std::string RenderGpuJson(const std::vector<GpuReading>& gpus, const std::string& node,
                           const std::map<int, GpuHolder>& holders,

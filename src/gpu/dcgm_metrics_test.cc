@@ -46,7 +46,7 @@ TEST(DcgmMetricsTest, AGpuInMigModeReportsMemoryAndProcessesPerMigDeviceAsDcgmDo
   g.mig_capable = g.mig_enabled = true;
   g.pids = {7};
   MigDeviceReading big{0, "MIG-c-1", 1, 0, "3g.40gb", 3, 512ull << 20, 40768ull << 20, {7}};
-  MigDeviceReading small{1, "MIG-c-2", 2, 0, "1g.10gb", 1, 0, 10192ull << 20, {}};
+  MigDeviceReading small{1, "MIG-c-2", 2, 0, "1g.10gb", 1, 0, 10192ull << 20, {}, true, 25};
   g.mig_devices = {big, small};
   const std::string text =
       RenderDcgmMetrics({g}, "oss02", {{2, {42, "alice"}}}, {{{2, 1}, {42, "alice"}}});
@@ -66,10 +66,16 @@ TEST(DcgmMetricsTest, AGpuInMigModeReportsMemoryAndProcessesPerMigDeviceAsDcgmDo
   EXPECT_THAT(text, HasSubstr("bmas_gpu_processes{gpu=\"2\",UUID=\"GPU-c\",modelName=\"NVIDIA "
                               "H100 80GB HBM3\",Hostname=\"oss02\",GPU_I_ID=\"1\","
                               "GPU_I_PROFILE=\"3g.40gb\",hpc_job=\"42\",user=\"alice\"} 1\n"));
+  // The slice's engine activity where GPM gave it, as DCGM's profiling field (a ratio).
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"2\",UUID=\"GPU-c\",modelName="
+                              "\"NVIDIA H100 80GB HBM3\",Hostname=\"oss02\",GPU_I_ID=\"2\","
+                              "GPU_I_PROFILE=\"1g.10gb\",hpc_job=\"\",user=\"\"} 0.25\n"));
+  EXPECT_THAT(text, Not(HasSubstr("GR_ENGINE_ACTIVE{gpu=\"2\",UUID=\"GPU-c\",modelName=\"NVIDIA "
+                                  "H100 80GB HBM3\",Hostname=\"oss02\",GPU_I_ID=\"1\"")));
   const std::string json = RenderGpuJson({g}, "oss02", {}, {{{2, 2}, {43, "bob"}}});
   EXPECT_THAT(json, HasSubstr("\"mig\":[{\"gpu_instance\":1,\"profile\":\"3g.40gb\","
                               "\"uuid\":\"MIG-c-1\",\"mem_used_mb\":512,\"mem_total_mb\":40768,"
-                              "\"job_id\":0,\"user\":\"\"},{\"gpu_instance\":2"));
+                              "\"util\":null,\"job_id\":0,\"user\":\"\"},{\"gpu_instance\":2"));
   EXPECT_THAT(json, HasSubstr("\"job_id\":43,\"user\":\"bob\"}]"));
 }
 

@@ -16,8 +16,10 @@
 namespace bmas {
 
 // One MIG device of a GPU in MIG mode: a GPU instance and its compute instance, as NVML's MIG
-// device handles report them. NVML gives no utilization for a MIG device (nor for a GPU in MIG
-// mode), so a slice's activity is its memory and its processes.
+// device handles report them. NVML's utilization call has nothing for a MIG device (nor for a
+// GPU in MIG mode); a slice's activity comes from GPU performance monitoring instead
+// (nvmlGpmMigSampleGet, Hopper and later): the share of time its graphics or compute engine
+// was active between two reads, DCGM's DCGM_FI_PROF_GR_ENGINE_ACTIVE.
 struct MigDeviceReading {
   int index = 0;             // nvmlDeviceGetMigDeviceHandleByIndex's index on its GPU
   std::string uuid;          // "MIG-...": what CUDA_VISIBLE_DEVICES takes
@@ -28,6 +30,8 @@ struct MigDeviceReading {
   uint64_t mem_used_bytes = 0;
   uint64_t mem_total_bytes = 0;
   std::vector<pid_t> pids;  // processes with a compute context on it
+  bool util_known = false;  // GPM answered, and this is not the first read of the slice
+  double util_pct = 0;      // its engine's active time since the last read
 };
 
 struct GpuReading {

@@ -3,7 +3,10 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -56,6 +59,30 @@ constexpr unsigned kProfileInfoV2 = sizeof(nvmlGpuInstanceProfileInfo_v2_t) | (2
 // NVML_GPU_INSTANCE_PROFILE_* are 0 (1_SLICE) up to 0x10 in NVML 12.x; one a driver does not
 // know answers an error and is skipped, so a few more are asked for.
 constexpr unsigned kNvmlGpuInstanceProfiles = 32;
+// GPU performance monitoring (GPM): samples are opaque; a metric is computed between two.
+using nvmlGpmSample_t = struct nvmlGpmSample_st*;
+struct nvmlGpmSupport_t {
+  unsigned version;  // NVML_GPM_SUPPORT_VERSION
+  unsigned isSupportedDevice;
+};
+struct nvmlGpmMetric_t {
+  unsigned metricId;
+  nvmlReturn_t nvmlReturn;
+  double value;
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;
+};
+constexpr unsigned kGpmMetricGraphicsUtil = 1;  // NVML_GPM_METRIC_GRAPHICS_UTIL, 0.0-100.0
+struct nvmlGpmMetricsGet_t {
+  unsigned version;  // NVML_GPM_METRICS_GET_VERSION
+  unsigned numMetrics;
+  nvmlGpmSample_t sample1;
+  nvmlGpmSample_t sample2;
+  nvmlGpmMetric_t metrics[1];  // the library fills numMetrics of them
+};
 struct nvmlProcessInfo_t {  // nvmlProcessInfo_v2_t, what the _v2 and _v3 calls fill
   unsigned pid;
   unsigned long long usedGpuMemory;
@@ -69,6 +96,7 @@ class NvmlTelemetry : public GpuTelemetry {
       : library_(library.empty() ? kNvmlLibrary : std::move(library)) {}
 
   ~NvmlTelemetry() override {
+    for (const auto& [key, sample] : gpm_samples_) gpm_free_(sample);
     if (initialized_ && shutdown_ != nullptr) shutdown_();
     if (handle_ != nullptr) dlclose(handle_);
   }
@@ -81,12 +109,22 @@ class NvmlTelemetry : public GpuTelemetry {
       return Failed("nvmlDeviceGetCount", r);
     }
     std::vector<GpuReading> gpus;
+    sampled_.clear();
     for (unsigned i = 0; i < count; ++i) {
       nvmlDevice_t device = nullptr;
       if (nvmlReturn_t r = handle_by_index_(i, &device); r != kNvmlSuccess) {
         return Failed(fmt::format("nvmlDeviceGetHandleByIndex({})", i), r);
       }
       gpus.push_back(ReadDevice(static_cast<int>(i), device));
+    }
+    // A slice that is gone (another layout) drops its last sample.
+    for (auto it = gpm_samples_.begin(); it != gpm_samples_.end();) {
+      if (sampled_.contains(it->first)) {
+        ++it;
+      } else {
+        gpm_free_(it->second);
+        it = gpm_samples_.erase(it);
+      }
     }
     return gpus;
   }
@@ -140,6 +178,11 @@ class NvmlTelemetry : public GpuTelemetry {
     Bind(compute_instance_id_, "nvmlDeviceGetComputeInstanceId");
     Bind(attributes_, "nvmlDeviceGetAttributes_v2");
     Bind(profile_info_, "nvmlDeviceGetGpuInstanceProfileInfoV");
+    Bind(gpm_support_, "nvmlGpmQueryDeviceSupport");
+    Bind(gpm_alloc_, "nvmlGpmSampleAlloc");
+    Bind(gpm_free_, "nvmlGpmSampleFree");
+    Bind(gpm_mig_sample_, "nvmlGpmMigSampleGet");
+    Bind(gpm_metrics_, "nvmlGpmMetricsGet");
     Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v3");
     if (processes_ == nullptr) Bind(processes_, "nvmlDeviceGetComputeRunningProcesses_v2");
     if (init_ == nullptr || device_count_ == nullptr || handle_by_index_ == nullptr) {
@@ -237,6 +280,8 @@ class NvmlTelemetry : public GpuTelemetry {
       return out;
     }
     const auto profiles = ProfilesOf(device);
+    char parent_uuid[96] = {};
+    if (uuid_ != nullptr) uuid_(device, parent_uuid, sizeof parent_uuid);
     for (unsigned i = 0; i < max; ++i) {
       nvmlDevice_t mig = nullptr;
       const nvmlReturn_t r = mig_handle_(device, i, &mig);
@@ -264,9 +309,46 @@ class NvmlTelemetry : public GpuTelemetry {
         m.mem_total_bytes = mem.total;
       }
       m.pids = Processes(mig);
+      SampleActivity(device, parent_uuid, m);
       out.push_back(std::move(m));
     }
     return out;
+  }
+
+  // The slice's engine activity since the last read, through GPM: a new sample of its GPU
+  // instance against the one kept from the last read.
+  void SampleActivity(nvmlDevice_t device, const char* parent_uuid, MigDeviceReading& m) {
+    if (gpm_support_ == nullptr || gpm_alloc_ == nullptr || gpm_free_ == nullptr ||
+        gpm_mig_sample_ == nullptr || gpm_metrics_ == nullptr) {
+      return;
+    }
+    nvmlGpmSupport_t support{1, 0};
+    if (gpm_support_(device, &support) != kNvmlSuccess || support.isSupportedDevice == 0) return;
+    nvmlGpmSample_t sample = nullptr;
+    if (gpm_alloc_(&sample) != kNvmlSuccess) return;
+    if (gpm_mig_sample_(device, static_cast<unsigned>(m.gpu_instance), sample) != kNvmlSuccess) {
+      gpm_free_(sample);
+      return;
+    }
+    const std::pair<std::string, int> key{parent_uuid, m.gpu_instance};
+    sampled_.insert(key);
+    auto last = gpm_samples_.find(key);
+    if (last != gpm_samples_.end()) {
+      nvmlGpmMetricsGet_t get{};
+      get.version = 1;
+      get.numMetrics = 1;
+      get.sample1 = last->second;
+      get.sample2 = sample;
+      get.metrics[0].metricId = kGpmMetricGraphicsUtil;
+      if (gpm_metrics_(&get) == kNvmlSuccess && get.metrics[0].nvmlReturn == kNvmlSuccess) {
+        m.util_known = true;
+        m.util_pct = get.metrics[0].value;
+      }
+      gpm_free_(last->second);
+      last->second = sample;
+    } else {
+      gpm_samples_.emplace(key, sample);
+    }
   }
 
   // The profile whose slices, memory and media engines are the MIG device's: "3g.40gb".
@@ -312,6 +394,15 @@ class NvmlTelemetry : public GpuTelemetry {
   nvmlReturn_t (*attributes_)(nvmlDevice_t, nvmlDeviceAttributes_t*) = nullptr;
   nvmlReturn_t (*profile_info_)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_v2_t*) =
       nullptr;
+  nvmlReturn_t (*gpm_support_)(nvmlDevice_t, nvmlGpmSupport_t*) = nullptr;
+  nvmlReturn_t (*gpm_alloc_)(nvmlGpmSample_t*) = nullptr;
+  nvmlReturn_t (*gpm_free_)(nvmlGpmSample_t) = nullptr;
+  nvmlReturn_t (*gpm_mig_sample_)(nvmlDevice_t, unsigned, nvmlGpmSample_t) = nullptr;
+  nvmlReturn_t (*gpm_metrics_)(nvmlGpmMetricsGet_t*) = nullptr;
+  // Each slice's last GPM sample, by its GPU's UUID and GPU instance id; and those seen in the
+  // read under way.
+  std::map<std::pair<std::string, int>, nvmlGpmSample_t> gpm_samples_;
+  std::set<std::pair<std::string, int>> sampled_;
 };
 
 }  // namespace

@@ -83,7 +83,8 @@ TEST_F(NvmlTest, AGpuInMigModeListsItsMigDevicesWithTheirUuidsInstancesAndProfil
         "mig uuid=MIG-b-4 gi=4 ci=0 profile=1g.10gb\n"
         "uuid=GPU-cccc name=NVIDIA_H200 mem_total_mib=143771 mig=1 cc=9.0\n"
         "mig uuid=MIG-c-1 gi=1 ci=0 profile=7g.141gb\n");
-  auto gpus = OpenNvml(BMAS_FAKE_NVML_LIBRARY)->Read();
+  auto nvml = OpenNvml(BMAS_FAKE_NVML_LIBRARY);
+  auto gpus = nvml->Read();
   ASSERT_TRUE(gpus) << gpus.error().message;
   ASSERT_EQ(gpus->size(), 3u);
   EXPECT_TRUE((*gpus)[0].mig_devices.empty());  // MIG capable, not in MIG mode
@@ -115,6 +116,29 @@ TEST_F(NvmlTest, AGpuInMigModeListsItsMigDevicesWithTheirUuidsInstancesAndProfil
   ASSERT_EQ((*gpus)[2].mig_devices.size(), 1u);
   EXPECT_EQ((*gpus)[2].mig_devices[0].profile, "7g.141gb");
   EXPECT_EQ((*gpus)[2].mig_devices[0].compute_slices, 7);
+  // No activity on a first read: GPM measures between two samples.
+  EXPECT_FALSE(big.util_known);
+
+  // The next read has each slice's engine activity since the last one (GPM); a slice whose
+  // samples NVML refuses has none.
+  Write("uuid=GPU-bbbb name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1 cc=9.0\n"
+        "mig uuid=MIG-b-1 gi=1 ci=0 profile=3g.40gb util=40\n"
+        "mig uuid=MIG-b-2 gi=2 ci=0 profile=2g.20gb util=0\n"
+        "mig uuid=MIG-b-3 gi=3 ci=0 profile=1g.10gb\n");
+  ASSERT_TRUE(nvml->Read());
+  Write("uuid=GPU-bbbb name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1 cc=9.0\n"
+        "mig uuid=MIG-b-1 gi=1 ci=0 profile=3g.40gb util=65\n"
+        "mig uuid=MIG-b-2 gi=2 ci=0 profile=2g.20gb util=0\n"
+        "mig uuid=MIG-b-3 gi=3 ci=0 profile=1g.10gb\n");
+  gpus = nvml->Read();
+  ASSERT_TRUE(gpus) << gpus.error().message;
+  const auto& slices = (*gpus)[0].mig_devices;
+  ASSERT_EQ(slices.size(), 3u);
+  EXPECT_TRUE(slices[0].util_known);
+  EXPECT_DOUBLE_EQ(slices[0].util_pct, 65);
+  EXPECT_TRUE(slices[1].util_known);
+  EXPECT_DOUBLE_EQ(slices[1].util_pct, 0);
+  EXPECT_FALSE(slices[2].util_known);
 }
 
 TEST_F(NvmlTest, NoLibraryOrNoDriverIsUnavailableAndSaysWhy) {

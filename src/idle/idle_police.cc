@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -21,7 +22,8 @@
 namespace bmas {
 
 void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
-                          const std::map<int, GpuHolder>& holders, int64_t now) {
+                          const std::map<int, GpuHolder>& holders, int64_t now,
+                          const MigHolders& mig_holders) {
   auto jobs = hooks_.jobs();
   if (!jobs) {
     // Not judged without Slurm's word: its allocations say which GPUs are whose.
@@ -30,6 +32,14 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
   }
   std::map<int, const GpuReading*> readings;
   for (const GpuReading& g : gpus) readings[g.index] = &g;
+  const std::vector<slurm::GresSlot> slots =
+      hooks_.gres_slots ? hooks_.gres_slots() : std::vector<slurm::GresSlot>{};
+  auto slot_of = [&](int index) {
+    if (index >= 0 && static_cast<size_t>(index) < slots.size()) return slots[index];
+    slurm::GresSlot whole;
+    whole.gpu = index;
+    return whole;
+  };
   std::map<int64_t, const JobInfo*> here;
   std::vector<JobGpuSample> samples;
   for (const JobInfo& job : *jobs) {
@@ -40,14 +50,29 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
     for (const NodeGpus& alloc : job.gpu_alloc) {
       if (alloc.node != node_ && alloc.node != node_.substr(0, node_.find('.'))) continue;
       for (int index : alloc.indexes) {
-        const auto reading = readings.find(index);
+        const slurm::GresSlot slot = slot_of(index);
+        const auto reading = readings.find(slot.gpu);
         if (reading == readings.end()) continue;
         // Only a process of this job's, of its own user's, makes its GPU busy: another job's
         // (or another user's in a cgroup named after it) counts for nothing.
-        const auto held = holders.find(index);
-        const bool own = held != holders.end() && held->second.job == job.id &&
-                         held->second.user == job.user;
-        sample.gpus.push_back({static_cast<double>(reading->second->util_pct), own});
+        auto own_holder = [&](const auto& map, const auto& key) {
+          const auto held = map.find(key);
+          return held != map.end() && held->second.job == job.id &&
+                 held->second.user == job.user;
+        };
+        if (slot.gpu_instance < 0) {
+          sample.gpus.push_back({static_cast<double>(reading->second->util_pct),
+                                 own_holder(holders, slot.gpu)});
+          continue;
+        }
+        const auto& slices = reading->second->mig_devices;
+        const auto mig = std::find_if(slices.begin(), slices.end(), [&](const MigDeviceReading& m) {
+          return m.gpu_instance == slot.gpu_instance;
+        });
+        if (mig == slices.end()) continue;
+        const bool own = own_holder(mig_holders, std::make_pair(slot.gpu, slot.gpu_instance));
+        if (!mig->util_known && own) continue;  // a process of its own, activity unknown
+        sample.gpus.push_back({mig->util_known ? mig->util_pct : 0.0, own});
       }
     }
     if (sample.gpus.empty()) continue;

@@ -16,6 +16,7 @@
 #include "idle/idle_policy.h"
 #include "gpu/dcgm_metrics.h"
 #include "gpu/gpu_telemetry.h"
+#include "slurm/gres_slots.h"
 #include "slurm/slurm_json.h"
 
 namespace bmas {
@@ -25,6 +26,9 @@ struct IdlePoliceHooks {
   std::function<Result<std::vector<JobInfo>>()> jobs;
   // A warning or a cancellation to carry out, with the job it is about.
   std::function<void(const IdleAction& action, const JobInfo& job)> act;
+  // This node's gpu gres lines (slurm/gres_slots.h): what the indexes in Slurm's allocations
+  // are, a GPU or a MIG slice. Unset or empty: each index is the GPU's number.
+  std::function<std::vector<slurm::GresSlot>()> gres_slots;
 };
 
 class IdlePolice {
@@ -34,10 +38,12 @@ class IdlePolice {
   IdlePolice(IdleSettings settings, std::string node, IdlePoliceHooks hooks)
       : settings_(std::move(settings)), node_(std::move(node)), hooks_(std::move(hooks)) {}
 
-  // One sample of this node's GPUs and who holds them, taken at `now` (unix seconds). Without
-  // Slurm's answer nothing is judged.
+  // One sample of this node's GPUs and who holds them and their MIG slices, taken at `now`
+  // (unix seconds). Without Slurm's answer nothing is judged. A slice is judged as a GPU is,
+  // by its own engine activity (GPM) and its own processes; one whose activity NVML did not
+  // give is idle only when no process of the job is on it.
   void OnSample(const std::vector<GpuReading>& gpus, const std::map<int, GpuHolder>& holders,
-                int64_t now);
+                int64_t now, const MigHolders& mig_holders = {});
 
  private:
   IdleSettings settings_;

@@ -49,6 +49,7 @@ class IdlePoliceTest : public ::testing::Test {
     IdlePoliceHooks hooks;
     hooks.jobs = [this]() -> Result<std::vector<JobInfo>> { return jobs_; };
     hooks.act = [this](const IdleAction& a, const JobInfo&) { acted_.push_back(a); };
+    hooks.gres_slots = gres_slots_;
     return IdlePolice(s, kNode, hooks);
   }
   // Samples every 10 s from 0 to `until`.
@@ -58,6 +59,7 @@ class IdlePoliceTest : public ::testing::Test {
   }
   std::vector<JobInfo> jobs_ = {Job(7, "alice", {0})};
   std::vector<IdleAction> acted_;
+  std::function<std::vector<slurm::GresSlot>()> gres_slots_;  // unset: indexes are GPUs
 };
 
 TEST_F(IdlePoliceTest, AnIdleJobOfItsOwnUsersProcessesIsWarnedThenCancelled) {
@@ -221,6 +223,54 @@ TEST(AppendToJobOutputTest, WritesOnlyAsTheUserAndNeverThroughASymlink) {
   ASSERT_TRUE(result) << result.error().message;
   EXPECT_EQ(Read(home / "out" / "job.out"), "bmas: warned\nbmas: cancelled\n");
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace bmas
+
+namespace bmas {
+namespace {
+
+// A node with MIG slices (examples/cluster-local-mig.toml's oss02): Slurm's indexes are its
+// gres.conf lines, 0-1 the whole GPUs, 2-5 GPU 2's slices (GPU instances 1-4).
+class IdlePoliceMigTest : public IdlePoliceTest {
+ protected:
+  IdlePoliceMigTest() {
+    gres_slots_ = [] {
+      std::vector<slurm::GresSlot> slots = {{0, -1, "", {}}, {1, -1, "", {}}};
+      for (int gi = 1; gi <= 4; ++gi) slots.push_back({2, gi, "", {}});
+      return slots;
+    };
+  }
+  static GpuReading SplitGpu(const std::vector<std::pair<bool, double>>& activity) {
+    GpuReading g = Gpu(2, 0);
+    g.mig_enabled = true;
+    for (size_t k = 0; k < activity.size(); ++k) {
+      MigDeviceReading m;
+      m.gpu_instance = static_cast<int>(k) + 1;
+      m.util_known = activity[k].first;
+      m.util_pct = activity[k].second;
+      g.mig_devices.push_back(m);
+    }
+    return g;
+  }
+};
+
+// Four jobs on GPU 2's slices: a busy one, one whose process sits idle on its slice, one with no
+// process on it, and one whose slice's activity NVML did not give. Only the two idle ones are
+// warned and cancelled; the whole GPU 0 at index 0 is GPU 0, not a slice.
+TEST_F(IdlePoliceMigTest, EachSliceIsJudgedByItsOwnActivityAndProcesses) {
+  jobs_ = {Job(21, "ann", {2}), Job(22, "ben", {3}), Job(23, "cat", {4}), Job(24, "dan", {5}),
+           Job(25, "eve", {0})};
+  IdlePolice police = Police();
+  const std::vector<GpuReading> gpus = {Gpu(0, 90), Gpu(1, 0),
+                                        SplitGpu({{true, 80}, {true, 0}, {true, 0}, {false, 0}})};
+  const std::map<int, GpuHolder> holders = {{0, {25, "eve"}}, {2, {21, "ann"}}};
+  const MigHolders slices = {{{2, 1}, {21, "ann"}}, {{2, 2}, {22, "ben"}}, {{2, 4}, {24, "dan"}}};
+  for (int64_t t = 0; t <= 300; t += 10) police.OnSample(gpus, holders, t, slices);
+  std::map<int64_t, int> actions;
+  for (const IdleAction& a : acted_) ++actions[a.job_id];
+  EXPECT_EQ(actions, (std::map<int64_t, int>{{22, 2}, {23, 2}}));
 }
 
 }  // namespace

@@ -109,9 +109,11 @@ GpuSweepReport SweepGpus(const GpuSweepInput& in) {
   };
   std::vector<GpuUse> foreign;
   for (const GpuUse& use : FindUses(in)) {
-    auto owner = in.plugged.find(use.gpu);
-    if (MayUseGpu(use, owner == in.plugged.end() ? std::nullopt : std::optional(owner->second),
-                  running, in.services)) {
+    std::optional<int64_t> owner;
+    if (auto jobs = in.plugged.find(use.gpu); jobs != in.plugged.end() && !jobs->second.empty()) {
+      owner = use.job && jobs->second.contains(*use.job) ? *use.job : *jobs->second.begin();
+    }
+    if (MayUseGpu(use, owner, running, in.services)) {
       continue;
     }
     foreign.push_back(use);

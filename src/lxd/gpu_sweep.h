@@ -59,8 +59,9 @@ struct GpuSweepInput {
   // NVML's processes by GPU number, on `nvml_node`'s GPUs; unset: no NVML.
   std::function<Result<std::map<int, std::vector<pid_t>>>()> nvml;
   std::string nvml_node;
-  // Which job's workspace each GPU is plugged in for.
-  std::map<GpuKey, int64_t> plugged;
+  // Which jobs' workspaces each GPU is plugged in for: one job, or for a GPU split into MIG
+  // slices each job on one of its slices (they share the GPU's device node).
+  std::map<GpuKey, std::set<int64_t>> plugged;
   std::set<uid_t> services;
   // Whether a Slurm job runs; an error counts as running (nothing is killed on a doubt).
   std::function<Result<bool>(int64_t)> alive;

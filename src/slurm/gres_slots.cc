@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -88,6 +90,18 @@ Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::stri
     slots.push_back(slot);
   }
   return slots;
+}
+
+std::vector<GresSlot> ReadNodeGresSlots(const std::string& node, const std::string& slurm_conf) {
+  std::string conf = slurm_conf;
+  if (const char* env = std::getenv("SLURM_CONF"); conf.empty() && env != nullptr) conf = env;
+  if (conf.empty()) conf = "/etc/slurm/slurm.conf";
+  std::ifstream in(std::filesystem::path(conf).parent_path() / "gres.conf");
+  if (!in) return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto slots = GpuGresSlots(text.str(), node);
+  return slots ? *slots : std::vector<GresSlot>{};
 }
 
 Result<JobGres> JobGresOf(const std::vector<GresSlot>& slots, const std::vector<int>& allocated) {

@@ -29,6 +29,11 @@ struct GresSlot {
 // name no /dev/...nvidiaN is InvalidArgument, with its line number.
 Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::string_view node);
 
+// The gpu gres lines of `node` in the gres.conf beside `slurm_conf` ("" = $SLURM_CONF, else
+// /etc/slurm/slurm.conf); empty when that file cannot be read, or lists no GPU of the node
+// (AutoDetect, or a gres.conf kept elsewhere): then a gres index is taken as the GPU's number.
+std::vector<GresSlot> ReadNodeGresSlots(const std::string& node, const std::string& slurm_conf = "");
+
 // What the gres indexes `allocated` (SLURM_JOB_GPUS) give a job on the node: its GPUs' numbers,
 // once each and in order (a slice's GPU too), and its slices' access capabilities as (GPU,
 // device node). NotFound for an index the node's gres.conf lacks.

@@ -14,7 +14,7 @@
 // A GPU in MIG mode (mig=1) is followed by one line per MIG device, a GPU instance with one
 // compute instance:
 //
-//   mig uuid=MIG-0a1b gi=1 ci=0 profile=3g.40gb mem_used_mib=512 pids=789
+//   mig uuid=MIG-0a1b gi=1 ci=0 profile=3g.40gb mem_used_mib=512 pids=789 util=40
 //
 // The GPU answers NVML's MIG queries as the driver does: nvmlDeviceGetMaxMigDeviceCount (7),
 // nvmlDeviceGetMigDeviceHandleByIndex (NVML_ERROR_NOT_FOUND past the last device),
@@ -23,7 +23,11 @@
 // nvmlDeviceGetGpuInstanceProfileInfoV. A MIG device answers nvmlDeviceGetUUID,
 // nvmlDeviceGetMemoryInfo and the running processes for itself; its parent lists every
 // process with its GPU and compute instance ids. In MIG mode the GPU's utilization is
-// NVML_ERROR_NOT_SUPPORTED, as nvidia-smi's "N/A" shows. The profiles are the MIG User Guide's
+// NVML_ERROR_NOT_SUPPORTED, as nvidia-smi's "N/A" shows; a MIG device's activity comes through
+// GPU performance monitoring instead (nvmlGpmQueryDeviceSupport on compute capability 9 and
+// later, nvmlGpmSampleAlloc/Free, nvmlGpmMigSampleGet, nvmlGpmMetricsGet): here
+// NVML_GPM_METRIC_GRAPHICS_UTIL between two samples is the device's `util` when the second was
+// taken (no `util`: its samples fail as unsupported). The profiles are the MIG User Guide's
 // for a GPU of 40, 80 or 141 GB (by mem_total_mib); their memory here is an eighth of the
 // GPU's per memory slice, near the driver's figures.
 
@@ -50,6 +54,7 @@ struct MigDevice {
   char profile[32];
   int gi, ci;
   long mem_used_mib;
+  long util; /* -1: none */
   unsigned pids[kMaxPids];
   int npids;
   struct Gpu* parent;
@@ -133,6 +138,7 @@ static void ReadMigDevice(char* line, struct Gpu* g) {
   struct MigDevice* d = &g->mig_devices[g->nmig++];
   memset(d, 0, sizeof *d);
   d->parent = g;
+  d->util = -1;
   for (char* word = strtok(line, " \t\n"); word != NULL; word = strtok(NULL, " \t\n")) {
     char* eq = strchr(word, '=');
     if (eq == NULL) continue;
@@ -143,6 +149,7 @@ static void ReadMigDevice(char* line, struct Gpu* g) {
     else if (strcmp(word, "gi") == 0) d->gi = atoi(v);
     else if (strcmp(word, "ci") == 0) d->ci = atoi(v);
     else if (strcmp(word, "mem_used_mib") == 0) d->mem_used_mib = atol(v);
+    else if (strcmp(word, "util") == 0) d->util = atol(v);
     else if (strcmp(word, "pids") == 0) ReadPids(v, d->pids, &d->npids);
   }
 }
@@ -470,6 +477,71 @@ int nvmlDeviceGetGpuInstanceProfileInfoV(void* device, unsigned profile, struct 
     return kSuccess;
   }
   return kNotSupported;
+}
+
+/* GPU performance monitoring. */
+struct GpmSupport {
+  unsigned version, supported;
+};
+struct GpmSample {
+  unsigned magic;
+  double util;
+};
+#define kGpmMagic 0x67706d31u
+struct GpmMetric {
+  unsigned id;
+  int ret;
+  double value;
+  struct {
+    char *short_name, *long_name, *unit;
+  } info;
+};
+struct GpmMetricsGet {
+  unsigned version, count;
+  struct GpmSample *sample1, *sample2;
+  struct GpmMetric metrics[1];
+};
+int nvmlGpmQueryDeviceSupport(void* device, struct GpmSupport* support) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || support == NULL || support->version != 1) return kInvalidArgument;
+  support->supported = g->cc_major >= 9 ? 1 : 0;
+  return kSuccess;
+}
+int nvmlGpmSampleAlloc(struct GpmSample** sample) {
+  if (sample == NULL) return kInvalidArgument;
+  *sample = (struct GpmSample*)calloc(1, sizeof **sample);
+  (*sample)->magic = kGpmMagic;
+  return kSuccess;
+}
+int nvmlGpmSampleFree(struct GpmSample* sample) {
+  if (sample == NULL || sample->magic != kGpmMagic) return kInvalidArgument;
+  sample->magic = 0;
+  free(sample);
+  return kSuccess;
+}
+int nvmlGpmMigSampleGet(void* device, unsigned gpu_instance, struct GpmSample* sample) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || sample == NULL || sample->magic != kGpmMagic) return kInvalidArgument;
+  if (g->mig != 1) return kNotSupported;
+  for (int m = 0; m < g->nmig; ++m) {
+    if ((unsigned)g->mig_devices[m].gi != gpu_instance) continue;
+    if (g->mig_devices[m].util < 0) return kNotSupported;
+    sample->util = (double)g->mig_devices[m].util;
+    return kSuccess;
+  }
+  return kNotFound;
+}
+int nvmlGpmMetricsGet(struct GpmMetricsGet* get) {
+  if (get == NULL || get->version != 1 || get->sample1 == NULL || get->sample2 == NULL ||
+      get->sample1->magic != kGpmMagic || get->sample2->magic != kGpmMagic) {
+    return kInvalidArgument;
+  }
+  for (unsigned i = 0; i < get->count; ++i) {
+    struct GpmMetric* m = &get->metrics[i];
+    m->ret = m->id == 1 ? kSuccess : kNotSupported; /* NVML_GPM_METRIC_GRAPHICS_UTIL */
+    m->value = m->id == 1 ? get->sample2->util : 0;
+  }
+  return kSuccess;
 }
 
 }  // extern "C"

@@ -152,9 +152,10 @@ class IdleGpuTest : public GpuTelemetryTest {
  protected:
   void SetUp() override {
     config_extra_ = "[idle]\nwarn_after_min = 0.05\ncancel_after_min = 0.12\n"
-                    "[telemetry]\nnode = \"oss01\"\n";
+                    "[telemetry]\nnode = \"" + idle_node_ + "\"\n";
     GpuTelemetryTest::SetUp();
   }
+  std::string idle_node_ = "oss01";  // the node the agent polices
   rapidjson::Document Show(const std::string& job) {
     return ParseJson(Bmas({"job", "show", job, "--json"}).out);
   }
@@ -333,6 +334,66 @@ TEST_F(MigWorkspaceTest, ASliceJobGetsItsGpuAndItsCapabilitiesInTheWorkspaceAndN
         .out;
   };
   EXPECT_TRUE(Eventually([&] { return left().empty(); }, std::chrono::seconds(20))) << left();
+}
+
+// Idle policing and the GPU sweep on MIG slices, on oss02 of the MIG cluster: two busy jobs on
+// two slices of GPU 2 and an idle one on a slice of GPU 3, all bmastest1's. NVML lists the busy
+// jobs' processes on their slices with engine activity (GPM); the idle job has no process on its
+// slice. The idle job is warned and cancelled; the busy ones run on, and the sweep, which sees
+// both busy jobs' processes on GPU 2, kills neither (GPU 2 is plugged in for both).
+class MigIdleTest : public IdleGpuTest {
+ protected:
+  void SetUp() override {
+    slurm_up_args_ = {"--cluster",
+                      std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-mig.toml"};
+    idle_node_ = "oss02";
+    IdleGpuTest::SetUp();
+  }
+};
+
+TEST_F(MigIdleTest, AnIdleSliceIsCancelledAndBusySlicesOfOneGpuRunOn) {
+  std::vector<std::string> jobs;
+  for (const char* seconds : {"3013", "3014", "3015"}) {
+    CommandOutput r = InHome("bmastest1", {"run", "--gpus", "1g.10gb", "--", "sleep", seconds});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    jobs.push_back(r.out.substr(0, r.out.find('\n')));
+  }
+  ASSERT_TRUE(Eventually(
+      [] {
+        return !HostProcesses("sleep 3013").empty() && !HostProcesses("sleep 3014").empty() &&
+               !HostProcesses("sleep 3015").empty();
+      },
+      std::chrono::seconds(40)));
+  // oss02's gres indexes 4 and 5 are GPU 2's GPU instances 3 and 4; 6 is GPU 3's first.
+  const std::vector<int> expected_indexes = {4, 5, 6};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ASSERT_EQ(Str(At(At(Show(jobs[i]), "nodes"), 0)), "oss02") << "job " << jobs[i];
+    ASSERT_EQ(GpuOf(jobs[i]), expected_indexes[i]) << "job " << jobs[i];
+  }
+  const pid_t busy_a = HostProcesses("sleep 3013").front();
+  const pid_t busy_b = HostProcesses("sleep 3014").front();
+  std::string gpus = "uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 util=0 mem_total_mib=81559 cc=9.0\n"
+                     "uuid=GPU-1 name=NVIDIA_H100_80GB_HBM3 util=0 mem_total_mib=81559 cc=9.0\n"
+                     "uuid=GPU-2 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1 cc=9.0\n"
+                     "mig uuid=MIG-2-1 gi=1 ci=0 profile=3g.40gb util=0\n"
+                     "mig uuid=MIG-2-2 gi=2 ci=0 profile=2g.20gb util=0\n";
+  gpus += fmt::format("mig uuid=MIG-2-3 gi=3 ci=0 profile=1g.10gb util=80 pids={}\n", busy_a);
+  gpus += fmt::format("mig uuid=MIG-2-4 gi=4 ci=0 profile=1g.10gb util=80 pids={}\n", busy_b);
+  gpus += "uuid=GPU-3 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1 cc=9.0\n";
+  for (int gi = 1; gi <= 7; ++gi) {
+    gpus += fmt::format("mig uuid=MIG-3-{} gi={} ci=0 profile=1g.10gb util=0\n", gi, gi);
+  }
+  Write(gpus);
+  ASSERT_TRUE(Eventually([&] { return State(jobs[2]) == "CANCELLED"; }, std::chrono::seconds(60)))
+      << State(jobs[2]) << agent_->StderrText();
+  EXPECT_THAT(Bmas({"logs", jobs[2]}).out,
+              HasSubstr("bmas: job " + jobs[2] + " cancelled: its 1 GPU(s) stayed under"));
+  EXPECT_EQ(State(jobs[0]), "RUNNING");
+  EXPECT_EQ(State(jobs[1]), "RUNNING");
+  EXPECT_EQ(kill(busy_a, 0), 0) << "the sweep killed a busy slice's process";
+  EXPECT_EQ(kill(busy_b, 0), 0) << "the sweep killed a busy slice's process";
+  EXPECT_THAT(agent_->StderrText(), ::testing::Not(HasSubstr("outside the job the GPU belongs to")));
+  for (size_t i = 0; i < 2; ++i) ASSERT_EQ(InHome("bmastest1", {"cancel", jobs[i]}).exit_code, 0);
 }
 
 }  // namespace
