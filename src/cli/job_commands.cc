@@ -32,6 +32,7 @@
 #include "common/json_object.h"
 #include "common/process.h"
 #include "core/job_shape.h"
+#include "core/mig.h"
 #include "daemon/services.h"
 #include "slurm/gpu_cap.h"
 #include "slurm/jwt.h"
@@ -114,6 +115,12 @@ Result<JobInfo> Follow(SlurmApi& client, int64_t id,
   }
 }
 
+// A job's GPUs for a table: "2", or for MIG slices "2x1g.10gb".
+std::string GpusText(const JobInfo& j) {
+  return IsMigProfileName(j.gpu_type) ? fmt::format("{}x{}", j.gpus, j.gpu_type)
+                                      : std::to_string(j.gpus);
+}
+
 // The members of job `j`'s JSON object; `idle` is its "idle" member's JSON (IdleStatusJson).
 void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
   Member(w, "id", j.id);
@@ -125,6 +132,8 @@ void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
   Member(w, "reason_text", PlainJobReason(j.reason));
   StringsMember(w, "nodes", j.nodes);
   Member(w, "gpus", j.gpus);
+  Member(w, "gpu_type", j.gpu_type);
+  Member(w, "mig", IsMigProfileName(j.gpu_type));
   Member(w, "restart_count", j.restart_count);
   Member(w, "exit_code", j.exit_code);
   Member(w, "submit_time", j.submit_time);
@@ -500,14 +509,14 @@ int JobCommands::Jobs(GlobalOptions& global) {
                }));
     return 0;
   }
-  constexpr std::string_view kRow = "{:<8} {:<16} {:<10} {:<10} {:<11} {:>4} {:>8}  {:<11} {}\n";
+  constexpr std::string_view kRow = "{:<8} {:<16} {:<10} {:<10} {:<11} {:>9} {:>8}  {:<11} {}\n";
   fmt::print(kRow, "ID", "NAME", "USER", "PARTITION", "STATE", "GPUS", "RESTARTS", "NODES",
              "REASON");
   for (const JobInfo& j : shown) {
     std::string reason = PlainJobReason(j.reason);
     const std::string note = idle.Note(j);
     if (!note.empty()) reason = reason.empty() ? note : reason + "; " + note;
-    fmt::print(kRow, j.id, j.name.substr(0, 16), j.user, j.partition, j.state, j.gpus,
+    fmt::print(kRow, j.id, j.name.substr(0, 16), j.user, j.partition, j.state, GpusText(j),
                j.restart_count, fmt::format("{}", fmt::join(j.nodes, ",")), reason);
   }
   return 0;
@@ -560,7 +569,8 @@ int JobCommands::Show(GlobalOptions& global) {
   fmt::print("job {} ({}) of {} in {}: {}\n", job->id, job->name, job->user, job->partition,
              StateAndReason(*job));
   fmt::print("  nodes     {}\n  gpus      {}\n  restarts  {}\n  exit code {}\n",
-             job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")), job->gpus,
+             job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")),
+             IsMigProfileName(job->gpu_type) ? GpusText(*job) + " (MIG slices)" : GpusText(*job),
              job->restart_count, job->exit_code);
   fmt::print("  submitted {}\n  started   {}\n  ended     {}\n  output    {}\n",
              When(job->submit_time), When(job->start_time), When(job->end_time), job->stdout_path);

@@ -208,6 +208,22 @@ constexpr int kMinorsPerGi = 1 + kComputeInstancesPerGi;
 constexpr int kGpuInstancesPerGpu = 15;
 }  // namespace
 
+bool IsMigProfileName(std::string_view name) {
+  // <digits>g.<digits>gb, then "+me" or nothing.
+  auto digits = [&](size_t& at) {
+    const size_t start = at;
+    while (at < name.size() && name[at] >= '0' && name[at] <= '9') ++at;
+    return at > start;
+  };
+  size_t at = 0;
+  if (!digits(at) || name.substr(at, 2) != "g.") return false;
+  at += 2;
+  if (!digits(at) || name.substr(at, 2) != "gb") return false;
+  at += 2;
+  const std::string_view rest = name.substr(at);
+  return rest.empty() || rest == "+me";
+}
+
 int MigGpuInstanceCapMinor(int gpu, int gpu_instance) {
   return kCapMinorsBeforeGpus + gpu * kGpuInstancesPerGpu * kMinorsPerGi +
          gpu_instance * kMinorsPerGi;

@@ -53,6 +53,10 @@ std::span<const MigGpuModel> MigGpuModels();
 // `memory_gb`, or an error that lists the models bmas knows.
 Result<const MigGpuModel*> FindMigGpuModel(std::string_view type, int memory_gb);
 
+// Whether `name` reads as a MIG profile ("1g.10gb", "3g.40gb", "1g.18gb+me"), not a GPU
+// model's GRES type ("h100").
+bool IsMigProfileName(std::string_view name);
+
 // `name`'s profile on `model`, or nullptr.
 const MigProfile* FindMigProfile(const MigGpuModel& model, std::string_view name);
 

@@ -145,5 +145,14 @@ TEST(MigTest, SlicesAreListedGpuByGpuWithInstanceIdsInLayoutOrder) {
   EXPECT_EQ(slices[4].placement.profile->name, "1g.10gb");
 }
 
+TEST(MigTest, ProfileNamesAreToldFromGpuTypes) {
+  for (const char* name : {"1g.10gb", "3g.40gb", "7g.141gb", "1g.18gb+me"}) {
+    EXPECT_TRUE(IsMigProfileName(name)) << name;
+  }
+  for (const char* name : {"h100", "", "1g", "g.10gb", "1g.10gb+", "1g.10gbx", "a100_80gb"}) {
+    EXPECT_FALSE(IsMigProfileName(name)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace bmas

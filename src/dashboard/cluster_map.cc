@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/mig.h"
+
 namespace bmas::dashboard {
 namespace {
 
@@ -39,8 +41,10 @@ void ApplyTelemetry(const NodeTelemetry* t, NodeCell& cell) {
   }
 }
 
-void Hold(GpuCell& g, const JobInfo& j) {
+// On a node with MIG layouts a cell is one of Slurm's gpu gres: a whole GPU or a slice.
+void Hold(GpuCell& g, const JobInfo& j, const std::string& gres_type = "") {
   g.state = IsInferenceJob(j) ? "inference" : "training";
+  if (IsMigProfileName(gres_type)) g.slice = gres_type;
   g.job_id = j.id;
   g.user = j.user;
   g.job_name = j.name;
@@ -97,7 +101,7 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
         if (a.node != n.name) continue;
         indexed = true;
         for (int i : a.indexes) {
-          if (i >= 0 && i < static_cast<int>(cell.gpus.size())) Hold(cell.gpus[i], j);
+          if (i >= 0 && i < static_cast<int>(cell.gpus.size())) Hold(cell.gpus[i], j, a.type);
         }
       }
       if (!indexed) unindexed.push_back(&j);

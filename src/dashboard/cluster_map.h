@@ -21,6 +21,7 @@ struct GpuCell {
   std::string user;
   std::string job_name;
   std::string partition;
+  std::string slice;  // held as a MIG slice: its profile ("1g.10gb"); "" for a whole GPU
   int util = -1;  // percent from the agent; -1 = no telemetry for this GPU
   uint64_t mem_used_mb = 0;
   uint64_t mem_total_mb = 0;

@@ -108,6 +108,30 @@ TEST(ClusterMapTest, ResearchNodesAreReservedAndAJobWithoutIndexesTakesFreeGpus)
   EXPECT_EQ(map[1].gpus[3].state, "reserved");
 }
 
+// oss02 of examples/cluster-local-mig.toml: 13 gpu gres, 2 whole GPUs and 11 slices. A job on
+// two 1g.10gb slices holds the cells of its gres indexes, marked as slices; the queue says so.
+TEST(ClusterMapTest, ASliceJobsCellsSayTheyAreSlices) {
+  ClusterState s;
+  s.now = kNow;
+  s.slurm_reachable = true;
+  s.nodes = {Node("oss02", 13, "mixed")};
+  JobInfo j = Running(20, "alice", "oss02", {4, 5});
+  j.gpu_type = "1g.10gb";
+  j.gpu_alloc[0].type = "1g.10gb";
+  s.jobs.push_back(j);
+  s.jobs.push_back(Running(21, "alice", "oss02", {0}));
+  s.users = {User{"alice", {}, 0, false}};
+  auto map = BuildClusterMap(s);
+  ASSERT_EQ(map[0].gpus.size(), 13u);
+  EXPECT_EQ(map[0].gpus[4].slice, "1g.10gb");
+  EXPECT_EQ(map[0].gpus[5].job_id, 20);
+  EXPECT_EQ(map[0].gpus[0].slice, "");
+  EXPECT_EQ(map[0].gpus[0].job_id, 21);
+  const Viewer alice{"alice", false};
+  EXPECT_NE(ClusterJson(s, alice).find("\"slice\":\"1g.10gb\""), std::string::npos);
+  EXPECT_NE(QueueJson(s, alice).find("\"gpus\":2,\"slice\":\"1g.10gb\""), std::string::npos);
+}
+
 TEST(ViewsTest, AUserSeesOthersGpusButNotWhoseAndAnAdminSeesAll) {
   const ClusterState s = ThreeNodes();
   auto bob = Json(ClusterJson(s, Viewer{"bob", false}));

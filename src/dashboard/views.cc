@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/json_object.h"
+#include "core/mig.h"
 #include "dashboard/cluster_map.h"
 #include "dashboard/queue_reason.h"
 
@@ -75,6 +76,7 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Str(w, "partition", j.partition);
   Str(w, "state", JobStateName(j.state));
   Num(w, "gpus", j.gpus);
+  Str(w, "slice", IsMigProfileName(j.gpu_type) ? j.gpu_type : "");
   Num(w, "submitted", j.submit_time);
   Num(w, "started", j.start_time);
   Num(w, "ended", j.end_time);
@@ -209,6 +211,7 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
         Str(w, "user", seen ? g.user : "");
         Str(w, "job_name", seen ? g.job_name : "");
         Str(w, "partition", g.partition);
+        Str(w, "slice", g.slice);
         Member(w, "mine", !g.user.empty() && g.user == v.user);
         w.Key("util");
         if (g.util >= 0) w.Int(g.util); else w.Null();

@@ -193,6 +193,10 @@ JobInfo ParseJob(const Value& j) {
     g.indexes = ParseGresIndexes(detail[i]);
     job.gpu_alloc.push_back(std::move(g));
   }
+  job.gpu_type = !job.gpu_alloc.empty() ? job.gpu_alloc.front().type : std::string();
+  for (const char* asked : {"tres_per_job", "tres_per_node", "tres_per_task"}) {
+    if (job.gpu_type.empty()) job.gpu_type = GpuTypeInGres(JsonString(j, asked));
+  }
   if (held > 0) {
     job.gpus = held;
   } else if (const int alloc = CountGpusInGres(JsonString(j, "tres_alloc_str")); alloc > 0) {

@@ -64,6 +64,7 @@ struct JobInfo {
   int node_count = 0;
   int tasks = 0;
   int gpus = 0;                     // allocated, else requested (see ParseJobsResponse)
+  std::string gpu_type;             // the GRES type it holds or asks for ("h100", "1g.10gb")
   std::vector<NodeGpus> gpu_alloc;  // only while the job holds them
   int restart_count = 0;
   int exit_code = 0;           // final states: the script's exit status, 128 + N if signal N

@@ -91,6 +91,19 @@ TEST(ParseJobsTest, RunningTwoGpuJob) {
   EXPECT_EQ(j.batch_host, "oss01");
 }
 
+// Two 1g.10gb MIG slices on oss02 of examples/cluster-local-mig.toml: the job's GPUs are gres
+// indexes 4 and 5 of its node, and its GPU type is the slices' profile.
+TEST(ParseJobsTest, RunningJobOnMigSlices) {
+  const JobInfo j = OnlyJob("job_running_mig_slices.json");
+  EXPECT_EQ(j.state, JobState::kRunning);
+  EXPECT_EQ(j.gpus, 2);
+  EXPECT_EQ(j.gpu_type, "1g.10gb");
+  ASSERT_EQ(j.gpu_alloc.size(), 1u);
+  EXPECT_EQ(j.gpu_alloc[0].node, "oss02");
+  EXPECT_EQ(j.gpu_alloc[0].type, "1g.10gb");
+  EXPECT_EQ(j.gpu_alloc[0].indexes, (std::vector<int>{4, 5}));
+}
+
 TEST(ParseJobsTest, FinishedJobKeepsRequestedGpusAndDecodesExitStatus) {
   // After the end gres_detail is empty and tres_alloc_str has no gres/gpu (no accounting);
   // the count comes from tres_per_node "gres:gpu:2". exit_code 768 is a wait status: exit 3.

@@ -41,6 +41,8 @@ function duration(s) {
 }
 const hours = (h) => (h || 0).toFixed(2);
 const jobLabel = (j) => (j.id ? String(j.id) : "another user's");
+// "2", or for MIG slices "2x1g.10gb".
+const gpusText = (j) => (j.slice ? `${j.gpus}x${j.slice}` : String(j.gpus));
 
 async function api(p) {
   const r = await fetch(p, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -85,10 +87,11 @@ function clusterPage(c) {
             "data-gpu": `${n.name}/${g.index}`, "data-state": g.state,
             "data-job": g.job_id || null,
             title: `${n.name} GPU ${g.index}: ${g.state}` +
+              (g.slice ? ` · MIG slice ${g.slice}` : "") +
               (g.user ? ` · job ${g.job_id} (${g.user})` : "") +
               (g.util !== null ? ` · ${g.util}% busy` : ""),
           },
-          el("div", {}, `#${g.index}`),
+          el("div", {}, `#${g.index}` + (g.slice ? ` ${g.slice}` : "")),
           el("div", {}, g.job_id ? `job ${g.job_id}` : g.state === "idle" ? "" : g.state),
           el("div", {}, g.user || ""),
           el("div", {}, g.util !== null ? `${g.util}%` : ""))))))),
@@ -100,19 +103,19 @@ function queuePage(q) {
     el("h2", {}, `Queue · ${q.totals.pending} pending (${q.totals.pending_gpus} GPUs), ${q.totals.running} running`),
     el("h3", {}, "Pending"),
     table(["Job", "User", "Name", "Partition", "GPUs", "Waiting", "Why"],
-      q.pending.map((j) => [jobLabel(j), j.user, j.name, j.partition, j.gpus, duration(j.waiting_s),
+      q.pending.map((j) => [jobLabel(j), j.user, j.name, j.partition, gpusText(j), duration(j.waiting_s),
         el("span", { class: "reason", "data-job": j.id || null }, j.reason_text)]),
       (i) => (q.pending[i].mine ? "mine" : null)),
     el("h3", {}, "Running"),
     table(["Job", "User", "Name", "Partition", "GPUs", "Nodes", "Started", "Ends by", ""],
-      q.running.map((j) => [jobLabel(j), j.user, j.name, j.partition, j.gpus, j.nodes.join(","),
+      q.running.map((j) => [jobLabel(j), j.user, j.name, j.partition, gpusText(j), j.nodes.join(","),
         clock(j.started), j.time_limit_min > 0 ? clock(j.started + j.time_limit_min * 60) : "no limit",
         j.idle ? el("span", { class: "badge warn" },
           j.idle.kind === "warn" ? `GPUs idle since ${clock(j.idle.since)}` : "cancelled: GPUs idle") : ""]),
       (i) => (q.running[i].mine ? "mine" : null)),
     el("h3", {}, "Recently ended"),
     table(["Job", "User", "Name", "State", "GPUs", "Ended", "Reason"],
-      q.recent.map((j) => [jobLabel(j), j.user, j.name, j.state, j.gpus, clock(j.ended), j.reason])),
+      q.recent.map((j) => [jobLabel(j), j.user, j.name, j.state, gpusText(j), clock(j.ended), j.reason])),
   ];
 }
 
