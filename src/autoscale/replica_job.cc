@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "autoscale/controller.h"
+#include "core/mig.h"
 
 namespace bmas::autoscale {
 namespace {
@@ -41,6 +42,10 @@ Result<void> ValidateDeployment(const Deployment& d) {
   }
   if (d.gpus_per_replica < 1) {
     return InvalidArgument("--gpus-per-replica must be at least 1", "gpus_per_replica");
+  }
+  if (!d.gpu_slice.empty() && !IsMigProfileName(d.gpu_slice)) {
+    return InvalidArgument(
+        fmt::format("'{}' is not a MIG profile such as 3g.40gb", d.gpu_slice), "gpu_slice");
   }
   if (d.ttft_slo_ms < 0) return InvalidArgument("--ttft-slo-ms must be 0 (none) or more", "ttft_slo_ms");
   const std::map<std::string, std::string> probe = {{"model", "m"}, {"port", "1"},
@@ -84,7 +89,9 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
       {"model", d.model},
       {"port", std::to_string(c.port)},
       {"gpus", std::to_string(d.gpus_per_replica)},
-      {"profile", d.profile.empty() ? std::string("llama-3.1-8b-h100") : d.profile},
+      // On MIG slices the engine runs its profile scaled to the slice (engine/timing.h).
+      {"profile", (d.profile.empty() ? std::string("llama-3.1-8b-h100") : d.profile) +
+                      (d.gpu_slice.empty() ? "" : "@" + d.gpu_slice)},
       {"host", c.host},
       {"bmas", c.bmas}};
   auto command = ExpandReplicaCommand(d.command.empty() ? kDefaultReplicaCommand : d.command,
@@ -96,6 +103,7 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
   spec.nodes = 1;
   spec.tasks = 1;
   spec.gpus_per_node = d.gpus_per_replica;
+  spec.gpu_type = d.gpu_slice;  // "gpu:3g.40gb:N": slices of that profile, on one node
   spec.cwd = c.cwd;
   spec.stdout_path = c.cwd + "/replica-%j.log";
   spec.environment = c.environment;

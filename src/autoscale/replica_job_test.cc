@@ -54,5 +54,25 @@ TEST(ReplicaJobTest, TheCommandIsExpandedQuotedAndExecedOnOneNode) {
       << engine->script;
 }
 
+// Issue 26: replicas on MIG slices. The job asks for slices of the profile on one node, and
+// the engine gets its profile scaled to the slice.
+TEST(ReplicaJobTest, AReplicaOnMigSlicesAsksForThemAndScalesItsEngine) {
+  ReplicaJobContext c{.bmas = "/usr/bin/bmas", .host = "127.0.0.1", .port = 18100,
+                      .partition = "inference", .cwd = "/var/lib/bmas/replicas"};
+  Deployment d{.model = "m", .gpus_per_replica = 1, .profile = "llama-3.1-8b-h100",
+               .gpu_slice = "3g.40gb"};
+  ASSERT_TRUE(ValidateDeployment(d));
+  auto spec = ReplicaJobSpec(d, c);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->gpu_type, "3g.40gb");
+  EXPECT_EQ(spec->gpus_per_node, 1);
+  EXPECT_NE(spec->script.find("--profile 'llama-3.1-8b-h100@3g.40gb'"), std::string::npos)
+      << spec->script;
+  d.gpu_slice = "h100";
+  auto bad = ValidateDeployment(d);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().param, "gpu_slice");
+}
+
 }  // namespace
 }  // namespace bmas::autoscale

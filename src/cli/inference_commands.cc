@@ -14,10 +14,22 @@
 #include "cli/slurm_target.h"
 #include "cli/user_commands.h"
 #include "common/json_object.h"
+#include "core/job_shape.h"
 #include "daemon/secret.h"
 #include "daemon/inference_controller.h"
 
 namespace bmas {
+namespace {
+
+// "1 GPU", "2 GPUs", "1 MIG slice 3g.40gb".
+std::string ReplicaGpus(const Deployment& d) {
+  const std::string plural = d.gpus_per_replica == 1 ? "" : "s";
+  return d.gpu_slice.empty()
+             ? fmt::format("{} GPU{}", d.gpus_per_replica, plural)
+             : fmt::format("{} MIG slice{} {}", d.gpus_per_replica, plural, d.gpu_slice);
+}
+
+}  // namespace
 
 void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* inference = app.add_subcommand(
@@ -36,9 +48,16 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
   deploy_->add_option("--max", flags_.max_replicas, "Most replicas under load")
       ->check(kPositive)
       ->default_str("1");
-  deploy_->add_option("--gpus-per-replica", flags_.gpus_per_replica,
-                      "GPUs of one replica, on one node (vLLM's --tensor-parallel-size)")
-      ->check(kPositive)
+  deploy_->add_option("--gpus-per-replica", gpus_per_replica_,
+                      "GPUs of one replica, on one node (vLLM's --tensor-parallel-size); or MIG "
+                      "slices: 3g.40gb, 2x3g.40gb")
+      ->check([](const std::string& text) {
+        ShapeRequest scratch;
+        auto parsed = ParseGpusOption(text, scratch);
+        if (!parsed) return parsed.error().message;
+        return scratch.gpus >= 1 ? std::string()
+                                 : fmt::format("must be at least 1 (got {})", text);
+      })
       ->default_str("1");
   deploy_->add_option("--profile", flags_.profile,
                       "The engine's GPU profile (bmas engine --profile), {profile} in the command")
@@ -142,6 +161,12 @@ int InferenceCommands::Controller(GlobalOptions& global) {
 
 int InferenceCommands::Deploy(GlobalOptions& global) {
   if (deploy_->count("--profile") == 0) flags_.profile = "llama-3.1-8b-h100";
+  ShapeRequest gpus;
+  if (auto parsed = ParseGpusOption(gpus_per_replica_, gpus); !parsed) {
+    return ReportFailure("inference deploy", parsed.error());
+  }
+  flags_.gpus_per_replica = gpus.gpus;
+  flags_.gpu_slice = gpus.mig_profile;
   if (auto valid = autoscale::ValidateDeployment(flags_); !valid) {
     return ReportFailure("inference deploy", valid.error());
   }
@@ -160,10 +185,9 @@ int InferenceCommands::Deploy(GlobalOptions& global) {
   if (auto put = (*store)->PutDeployment(flags_); !put) {
     return ReportFailure("inference deploy", put.error());
   }
-  fmt::print("deployed {}: {} to {} replicas of {} GPU{}{}; `bmas up` runs them as Slurm jobs "
+  fmt::print("deployed {}: {} to {} replicas of {}{}; `bmas up` runs them as Slurm jobs "
              "in the inference partition (see `bmas inference list`)\n",
-             flags_.model, flags_.min_replicas, flags_.max_replicas, flags_.gpus_per_replica,
-             flags_.gpus_per_replica == 1 ? "" : "s",
+             flags_.model, flags_.min_replicas, flags_.max_replicas, ReplicaGpus(flags_),
              flags_.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 under {} ms", flags_.ttft_slo_ms)
                                     : std::string());
   return 0;
@@ -176,6 +200,7 @@ std::string DeploymentsJson(const std::vector<Deployment>& deployments,
     Member(w, "min", d.min_replicas);
     Member(w, "max", d.max_replicas);
     Member(w, "gpus_per_replica", d.gpus_per_replica);
+    Member(w, "gpu_slice", d.gpu_slice);
     Member(w, "profile", d.profile);
     Member(w, "ttft_slo_ms", d.ttft_slo_ms);
     auto its = [&](const ReplicaRecord& r) { return r.model == d.model; };
@@ -206,8 +231,8 @@ int InferenceCommands::List(GlobalOptions& global) {
     return 0;
   }
   for (const Deployment& d : *deployments) {
-    fmt::print("{}: min {} max {}, {} GPU(s) per replica, profile {}{}\n", d.model,
-               d.min_replicas, d.max_replicas, d.gpus_per_replica, d.profile,
+    fmt::print("{}: min {} max {}, {} per replica, profile {}{}\n", d.model,
+               d.min_replicas, d.max_replicas, ReplicaGpus(d), d.profile,
                d.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 SLO {} ms", d.ttft_slo_ms) : "");
     bool any = false;
     for (const ReplicaRecord& r : *replicas) {

@@ -25,6 +25,7 @@ class InferenceCommands {
   int Controller(GlobalOptions& global);
 
   Deployment flags_;
+  std::string gpus_per_replica_ = "1";  // --gpus-per-replica: "2", "3g.40gb" or "2x1g.10gb"
   CLI::App* deploy_ = nullptr;
   bool json_ = false;
   bool if_missing_ = false;

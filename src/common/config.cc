@@ -133,6 +133,7 @@ Config LoadConfig(const std::string& path) {
         t->Double("replica_breach_settle_s", config.up.replica_breach_settle_s, 0, 3600);
     config.up.replica_port_base =
         static_cast<int>(t->Int("replica_port_base", config.up.replica_port_base, 1024, 64535));
+    config.up.cluster = t->String("cluster", config.up.cluster);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("lxd")) {

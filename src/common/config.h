@@ -77,6 +77,9 @@ struct UpSettings {
   double replica_scale_down_idle_s = 300;  // low load this long before a replica goes
   double replica_load_window_s = 60;  // the autoscaler smooths the load over this long
   double replica_breach_settle_s = 30;  // a new replica's time to show in TTFT before more
+  // The local Slurm's inventory (examples/cluster-local-mig.toml); "" = the built-in 3 nodes of
+  // 4 fake GPUs.
+  std::string cluster;
 };
 
 // The web dashboard (`bmas dashboard`).

@@ -23,15 +23,9 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   } catch (const ConfigError& e) {
     return InvalidArgument(e.what(), "profiles_file");
   }
-  auto it = profiles.find(s.profile);
-  if (it == profiles.end()) {
-    std::vector<std::string> names;
-    for (const auto& [name, p] : profiles) names.push_back(name);
-    return InvalidArgument(fmt::format("unknown profile '{}'; known profiles: {}", s.profile,
-                                       fmt::join(names, ", ")),
-                           "profile");
-  }
-  const engine::Profile& p = it->second;
+  auto found = engine::FindProfile(profiles, s.profile);
+  if (!found) return found.error();
+  const engine::Profile& p = *found;
   engine::EngineServerOptions o;
   o.model = s.model;
   o.profile_name = p.name;

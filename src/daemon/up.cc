@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/config_table.h"
 #include "common/listen_socket.h"
 #include "common/private_files.h"
 #include "common/process.h"
@@ -362,8 +363,15 @@ class UpRun {
   // The plan said to start a local Slurm. When it does not start, the plan is made again
   // without it (the engines run as processes, nothing watches Slurm).
   void StartSlurm(UpFacts& facts) {
-    auto cluster = slurm::StartLocalCluster(slurm::BuiltinLocalCluster(), "", dir_,
-                                            std::chrono::seconds(60));
+    const std::string& file = options_.config.up.cluster;
+    Result<slurm::LocalCluster> cluster = Error{ErrorCode::kInvalidArgument, ""};
+    try {
+      cluster = slurm::StartLocalCluster(file.empty() ? slurm::BuiltinLocalCluster()
+                                                      : LoadCluster(file),
+                                         file, dir_, std::chrono::seconds(60));
+    } catch (const ConfigError& e) {
+      cluster = Error{ErrorCode::kInvalidArgument, fmt::format("[up] cluster: {}", e.what())};
+    }
     if (!cluster) {
       facts.slurm_start_error = cluster.error().message;
       plan_ = PlanUp(options_, facts);

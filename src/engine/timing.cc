@@ -1,9 +1,13 @@
 #include "engine/timing.h"
 
+#include "core/mig.h"
+
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "common/config_table.h"
@@ -83,6 +87,70 @@ ProfileMap LoadProfiles(const std::string& file) {
   text << in.rdbuf();
   for (auto& [name, p] : ParseProfiles(text.str(), file)) profiles[name] = p;
   return profiles;
+}
+
+Result<Profile> ProfileOnMigSlice(const Profile& whole, std::string_view slice) {
+  // A profile's name means different slices on different GPUs (1g.10gb is one memory slice of
+  // an 80 GB part, two of a 40 GB one): the model whose memory is nearest the profile's.
+  const MigProfile* mig = nullptr;
+  double nearest = 0;
+  for (const MigGpuModel& model : MigGpuModels()) {
+    const MigProfile* found = FindMigProfile(model, slice);
+    const double distance = std::abs(model.memory_gb - whole.gpu_memory_gib);
+    if (found != nullptr && (mig == nullptr || distance < nearest)) {
+      mig = found;
+      nearest = distance;
+    }
+  }
+  if (mig == nullptr) {
+    return InvalidArgument(
+        fmt::format("'{}' is not a MIG profile of a GPU bmas knows (for example 1g.10gb, "
+                    "3g.40gb, 7g.80gb)",
+                    slice),
+        "profile");
+  }
+  const double compute = static_cast<double>(mig->compute_slices) / kMigComputeSlices;
+  const double memory = static_cast<double>(mig->memory_slices) / kMigMemorySlices;
+  Profile p = whole;
+  p.name = fmt::format("{}@{}", whole.name, slice);
+  p.description = fmt::format("{}, on a MIG slice {} ({}/7 of its SMs, {}/8 of its memory)",
+                              whole.description, slice, mig->compute_slices, mig->memory_slices);
+  p.gpu_memory_gib = whole.gpu_memory_gib * memory;
+  p.time.base_s = whole.time.base_s / memory;
+  p.time.per_context_token_s = whole.time.per_context_token_s / memory;
+  p.time.per_prefill_token_s = whole.time.per_prefill_token_s / compute;
+  p.time.per_decode_token_s = whole.time.per_decode_token_s / compute;
+  if (whole.num_kv_blocks > 0) {
+    p.num_kv_blocks = static_cast<int>(whole.num_kv_blocks * memory);
+  }
+  const double free_gib =
+      p.gpu_memory_gib * p.gpu_memory_utilization - p.weights_gib - p.activation_peak_gib;
+  if (free_gib <= 0 || (p.num_kv_blocks == 0 && p.DerivedKvBlocks(p.block_size) <= 0)) {
+    return InvalidArgument(
+        fmt::format("{} needs {:.1f} GiB for its weights and activations; a {} slice has "
+                    "{:.1f} GiB ({:.0f}% usable): pick a larger slice",
+                    whole.name, p.weights_gib + p.activation_peak_gib, slice, p.gpu_memory_gib,
+                    p.gpu_memory_utilization * 100),
+        "profile");
+  }
+  return p;
+}
+
+Result<Profile> FindProfile(const ProfileMap& profiles, std::string_view name) {
+  const size_t at = name.find('@');
+  const std::string_view base = name.substr(0, at);
+  auto it = profiles.find(base);
+  if (it == profiles.end()) {
+    std::vector<std::string> names;
+    for (const auto& [known, p] : profiles) names.push_back(known);
+    return InvalidArgument(fmt::format("unknown profile '{}'; known profiles: {} (NAME@SLICE runs "
+                                       "one on a MIG slice, such as {}@3g.40gb)",
+                                       base, fmt::join(names, ", "),
+                                       names.empty() ? "NAME" : names.front()),
+                           "profile");
+  }
+  if (at == std::string_view::npos) return it->second;
+  return ProfileOnMigSlice(it->second, name.substr(at + 1));
 }
 
 }  // namespace bmas::engine

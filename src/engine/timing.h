@@ -66,4 +66,25 @@ ProfileMap LoadProfiles(const std::string& file);
 // The text of the built-in profiles file.
 std::string_view BuiltinProfilesToml();
 
+// `whole`, a profile of a whole GPU, on a MIG slice of that GPU (`slice`: "3g.40gb"). NVIDIA's
+// MIG User Guide gives each GPU instance its own SMs, compute_slices/7 of the GPU's, and its
+// own memory slices with their share of the L2 cache and of the memory bandwidth,
+// memory_slices/8 (core/mig.h). So the slice's profile keeps its per-step work and has:
+//   - the GPU's memory times memory_slices/8 (its KV cache is what is left of that after the
+//     weights and activations);
+//   - the time of the steps' bandwidth-bound parts (base_s, dominated by streaming the weights,
+//     and per_context_token_s, reading the KV cache) times 8/memory_slices;
+//   - the time of the compute-bound parts (per_prefill_token_s, per_decode_token_s) times
+//     7/compute_slices.
+// The frontend and start-up stay. NVIDIA's published MIG figures fit this scaling: on an A100,
+// seven 1g.5gb instances serve BERT-Large inference at about seven times one instance's rate,
+// and one 1g.5gb at about a seventh of the whole GPU's (NVIDIA, "Getting the Most Out of the
+// NVIDIA A100 GPU with MIG", 2020). InvalidArgument when the profile is not a MIG profile or
+// the weights do not fit the slice.
+Result<Profile> ProfileOnMigSlice(const Profile& whole, std::string_view slice);
+
+// The profile `name` names: one of `profiles`, or "NAME@SLICE" for NAME on a MIG slice
+// (ProfileOnMigSlice). InvalidArgument lists the known names.
+Result<Profile> FindProfile(const ProfileMap& profiles, std::string_view name);
+
 }  // namespace bmas::engine

@@ -259,3 +259,36 @@ TEST_F(LoadProfilesTest, MissingFileIsAnError) {
 
 }  // namespace
 }  // namespace bmas::engine
+
+namespace bmas::engine {
+namespace {
+
+// Issue 26: a replica on a MIG slice. Llama-3.1-8B's H100 profile on a 3g.40gb: half the memory
+// (4 of 8 memory slices), so its bandwidth-bound terms take twice as long, and 3 of 7 SMs, so
+// its compute-bound terms take 7/3 as long; a 1g.10gb cannot hold its 17 GiB.
+TEST(MigSliceProfileTest, ASliceScalesMemoryBandwidthAndCompute) {
+  const Profile& whole = BuiltinProfiles().at("llama-3.1-8b-h100");
+  auto slice = FindProfile(BuiltinProfiles(), "llama-3.1-8b-h100@3g.40gb");
+  ASSERT_TRUE(slice) << slice.error().message;
+  EXPECT_EQ(slice->name, "llama-3.1-8b-h100@3g.40gb");
+  EXPECT_DOUBLE_EQ(slice->gpu_memory_gib, 40);
+  EXPECT_DOUBLE_EQ(slice->time.base_s, whole.time.base_s * 2);
+  EXPECT_DOUBLE_EQ(slice->time.per_context_token_s, whole.time.per_context_token_s * 2);
+  EXPECT_DOUBLE_EQ(slice->time.per_decode_token_s, whole.time.per_decode_token_s * 7 / 3);
+  EXPECT_DOUBLE_EQ(slice->time.per_prefill_token_s, whole.time.per_prefill_token_s * 7 / 3);
+  EXPECT_DOUBLE_EQ(slice->time.frontend_s, whole.time.frontend_s);
+  // What is left for the KV cache: 0.9 x 40 - 15 - 2 GiB, against 0.9 x 80 - 17 on the GPU.
+  EXPECT_GT(slice->DerivedKvBlocks(16), 0);
+  EXPECT_NEAR(static_cast<double>(slice->DerivedKvBlocks(16)) / whole.DerivedKvBlocks(16),
+              (0.9 * 40 - 17) / (0.9 * 80 - 17), 0.01);
+  auto small = FindProfile(BuiltinProfiles(), "llama-3.1-8b-h100@1g.10gb");
+  ASSERT_FALSE(small);
+  EXPECT_THAT(small.error().message, ::testing::HasSubstr("a 1g.10gb slice has 10.0 GiB"));
+  EXPECT_FALSE(FindProfile(BuiltinProfiles(), "llama-3.1-8b-h100@h100"));
+  auto unknown = FindProfile(BuiltinProfiles(), "nope@3g.40gb");
+  ASSERT_FALSE(unknown);
+  EXPECT_THAT(unknown.error().message, ::testing::HasSubstr("unknown profile 'nope'"));
+}
+
+}  // namespace
+}  // namespace bmas::engine

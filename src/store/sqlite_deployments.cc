@@ -7,14 +7,16 @@ namespace bmas::sqlite_internal {
 bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now) {
   Statement s(db,
               "INSERT INTO deployments (model, min_replicas, max_replicas, gpus_per_replica, "
-              "profile, ttft_slo_ms, command, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+              "profile, ttft_slo_ms, command, updated_at, gpu_slice) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
               "ON CONFLICT(model) DO UPDATE SET min_replicas = excluded.min_replicas, "
               "max_replicas = excluded.max_replicas, gpus_per_replica = excluded.gpus_per_replica, "
               "profile = excluded.profile, ttft_slo_ms = excluded.ttft_slo_ms, "
-              "command = excluded.command, updated_at = excluded.updated_at");
+              "command = excluded.command, updated_at = excluded.updated_at, "
+              "gpu_slice = excluded.gpu_slice");
   s.Bind(1, d.model).Bind(2, int64_t{d.min_replicas}).Bind(3, int64_t{d.max_replicas});
   s.Bind(4, int64_t{d.gpus_per_replica}).Bind(5, d.profile).Bind(6, int64_t{d.ttft_slo_ms});
-  s.Bind(7, d.command).Bind(8, d.updated_at != 0 ? d.updated_at : now);
+  s.Bind(7, d.command).Bind(8, d.updated_at != 0 ? d.updated_at : now).Bind(9, d.gpu_slice);
   return s.Step() == SQLITE_DONE;
 }
 
@@ -32,11 +34,11 @@ std::optional<bool> RemoveDeployment(sqlite3* db, const std::string& model) {
 std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db) {
   Statement s(db,
               "SELECT model, min_replicas, max_replicas, gpus_per_replica, profile, ttft_slo_ms, "
-              "command, updated_at FROM deployments ORDER BY model");
+              "command, updated_at, gpu_slice FROM deployments ORDER BY model");
   return Rows(s, [](const Statement& row) {
     return Deployment{row.Text(0), static_cast<int>(row.Int(1)), static_cast<int>(row.Int(2)),
                       static_cast<int>(row.Int(3)), row.Text(4), static_cast<int>(row.Int(5)),
-                      row.Text(6), row.Int(7)};
+                      row.Text(6), row.Int(7), row.Text(8)};
   });
 }
 

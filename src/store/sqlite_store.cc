@@ -127,6 +127,9 @@ constexpr const char* kMigrations[] = {
       since INTEGER NOT NULL
     );
     )sql",
+    R"sql(
+    ALTER TABLE deployments ADD COLUMN gpu_slice TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

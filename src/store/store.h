@@ -71,6 +71,9 @@ struct Deployment {
   int ttft_slo_ms = 0;        // time to first token the autoscaler keeps p95 under; 0 = none
   std::string command;        // the replica's command template; "" = `bmas engine`
   int64_t updated_at = 0;     // unix seconds
+  // A MIG profile ("3g.40gb"): each replica runs on gpus_per_replica slices of it rather than on
+  // whole GPUs; "" = whole GPUs.
+  std::string gpu_slice;
 };
 
 // A replica as the controller last saw it: a Slurm job and where it listens.

@@ -294,11 +294,13 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
   ASSERT_TRUE(store_->PutDeployment(d));
   d.max_replicas = 4;
   ASSERT_TRUE(store_->PutDeployment(d));  // an update, not a second row
-  ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m0"}));
+  ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m0", .gpu_slice = "3g.40gb"}));
   auto all = store_->ListDeployments();
   ASSERT_TRUE(all) << all.error().message;
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].model, "m0");
+  EXPECT_EQ((*all)[0].gpu_slice, "3g.40gb");
+  EXPECT_EQ((*all)[1].gpu_slice, "");
   EXPECT_EQ((*all)[1].max_replicas, 4);
   EXPECT_EQ((*all)[1].min_replicas, 0);
   EXPECT_EQ((*all)[1].profile, "llama-3.1-8b-h100");

@@ -54,8 +54,8 @@ class InferenceTest : public ::testing::Test {
     state_ = dir_.path() + "/state";
     const std::string config = dir_.WriteFile(
         "bmas.toml",
-        "[up]\nlxd = false\ndashboard = false\nengines = 1\nreplica_scale_down_idle_s = 10\n"
-        "[engine]\nprofile = \"instant\"\n");
+        "[up]\nlxd = false\ndashboard = false\nengines = 1\nreplica_scale_down_idle_s = 10\n" +
+            up_extra_ + "[engine]\nprofile = \"instant\"\n");
     auto up = Process::Start({"--config", config, "--state-dir", state_, "up"});
     ASSERT_TRUE(up) << up.error().message;
     up_ = std::move(*up);
@@ -118,6 +118,13 @@ class InferenceTest : public ::testing::Test {
     return n;
   }
 
+  // `scontrol show job -d ID` as root: its GPUs, with their indexes.
+  std::string ShowJobDetail(int64_t id) {
+    auto r = RunCommand({"scontrol", "show", "job", "-d", std::to_string(id)},
+                        {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"}, std::chrono::seconds(10));
+    return r ? r->out : r.error().message;
+  }
+
   // `scontrol show job ID` as root, for its restarts and state.
   std::string ShowJob(int64_t id) {
     auto r = RunCommand({"scontrol", "show", "job", std::to_string(id)},
@@ -136,6 +143,7 @@ class InferenceTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::string up_extra_;  // more of the config's [up] table, set before SetUp
   std::string state_;
   std::unique_ptr<Process> up_;
   uint16_t gateway_port_ = 0;
@@ -342,6 +350,38 @@ TEST_F(InferenceTest, ReplicasFollowLoadYieldToTrainingWithoutLosingAStreamAndCo
   ASSERT_TRUE(text);
   EXPECT_GE(MetricValue(text->body, "bmas_gateway_resumed_streams_total").value_or(0), 1)
       << "no stream was cut by the preemption: the test proves nothing";
+}
+
+// Issue 26: a deployment on MIG slices (`--gpus-per-replica 3g.40gb`), with `bmas up` on the
+// local cluster with MIG layouts ([up] cluster = examples/cluster-local-mig.toml). The
+// controller's replica job asks Slurm for a 3g.40gb slice and gets one; the engine in it runs
+// its profile scaled to the slice; the gateway routes to it.
+class InferenceMigTest : public InferenceTest {
+ protected:
+  void SetUp() override {
+    up_extra_ = fmt::format("cluster = \"{}/examples/cluster-local-mig.toml\"\n", BMAS_SOURCE_DIR);
+    InferenceTest::SetUp();
+  }
+};
+
+TEST_F(InferenceMigTest, AReplicaRunsOnASliceWithItsEngineScaledToIt) {
+  CommandOutput deployed = Bmas({"inference", "deploy", "acme/slice", "--min", "1", "--max", "1",
+                                 "--gpus-per-replica", "3g.40gb", "--profile", "instant"});
+  ASSERT_EQ(deployed.exit_code, 0) << deployed.err;
+  EXPECT_THAT(deployed.out, HasSubstr("1 MIG slice 3g.40gb"));
+  ASSERT_TRUE(Eventually([&] { return Count("acme/slice", "ready") == 1; }, 90s))
+      << Bmas({"inference", "list"}).out << up_->StderrText();
+  const Replica replica = Replicas()["acme/slice"].front();
+  EXPECT_THAT(ShowJobDetail(replica.job_id), HasSubstr("gpu:3g.40gb:1(IDX:"));
+  std::smatch port;
+  ASSERT_TRUE(std::regex_search(replica.url, port, std::regex(":([0-9]+)$"))) << replica.url;
+  HttpClient engine(static_cast<uint16_t>(std::stoi(port[1])));
+  auto metrics = engine.Get("/metrics");
+  ASSERT_TRUE(metrics) << metrics.error().message;
+  EXPECT_THAT(metrics->body, HasSubstr("profile=\"instant@3g.40gb\""));
+  HttpResponse answer = Complete("acme/slice", 2);
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  EXPECT_THAT(answer.body, HasSubstr("\"completion_tokens\":2"));
 }
 
 }  // namespace
