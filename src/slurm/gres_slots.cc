@@ -65,6 +65,7 @@ Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::stri
     std::string files = Value(words, "MultipleFiles");
     if (files.empty()) files = Value(words, "File");
     GresSlot slot;
+    slot.type = Value(words, "Type");
     std::vector<int> caps;
     for (const std::string& f : Split(files, ',')) {
       if (int n = NumberAfter(f, "nvidia-cap"); n >= 0) {
@@ -89,6 +90,15 @@ Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::stri
     }
     slots.push_back(slot);
   }
+  // Slurm's order: type by type, in the order the types first appear.
+  std::vector<std::string> types;
+  for (const GresSlot& s : slots) {
+    if (std::find(types.begin(), types.end(), s.type) == types.end()) types.push_back(s.type);
+  }
+  std::stable_sort(slots.begin(), slots.end(), [&](const GresSlot& a, const GresSlot& b) {
+    return std::find(types.begin(), types.end(), a.type) <
+           std::find(types.begin(), types.end(), b.type);
+  });
   return slots;
 }
 

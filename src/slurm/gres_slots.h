@@ -1,8 +1,11 @@
 #pragma once
 
-// Which GPU or MIG slice each of a node's gpu gres indexes is. Slurm numbers a node's gres
-// devices in gres.conf's order (what SLURM_JOB_GPUS and SLURM_STEP_GPUS list: "4,5" for the
-// third and fourth line of a node), and bmas's gres.conf gives a whole GPU its
+// Which GPU or MIG slice each of a node's gpu gres indexes is. Slurm 22.05 numbers a node's
+// gres devices (what SLURM_JOB_GPUS and SLURM_STEP_GPUS list) type by type, the types in the
+// order they first appear in gres.conf and each type's lines in their order: observed with
+// real Slurm, where GPU 3's lines 2g, 2g, 2g, 1g after GPU 2's 3g, 2g, 1g, 1g made the 2g
+// slices 3-6 and the 1g ones 7-9 (in file order the 1g of GPU 2 would be 4 and 5). bmas's
+// gres.conf gives a whole GPU its
 // /dev/nvidiaN and a slice its GPU's file and its GPU instance's access capability
 // (slurm_config.h). The task prolog reads them back to name a job's slices by MIG UUID in
 // CUDA_VISIBLE_DEVICES, as NVIDIA's container runtime does; Slurm itself does that only when
@@ -23,10 +26,11 @@ struct GresSlot {
   int gpu_instance = -1;  // the slice's GPU instance id; -1 for a whole GPU
   std::string gpu_file;   // the GPU's device node, as gres.conf names it
   std::vector<std::string> cap_files;  // a slice's access capabilities' device nodes
+  std::string type;                    // its Type= ("h100", "1g.10gb"; "" when untyped)
 };
 
-// The gpu gres lines of `node` in `gres_conf` (gres.conf's text), in order. A line whose files
-// name no /dev/...nvidiaN is InvalidArgument, with its line number.
+// The gpu gres lines of `node` in `gres_conf` (gres.conf's text), in Slurm's index order. A line
+// whose files name no /dev/...nvidiaN is InvalidArgument, with its line number.
 Result<std::vector<GresSlot>> GpuGresSlots(std::string_view gres_conf, std::string_view node);
 
 // The gpu gres lines of `node` in the gres.conf beside `slurm_conf` ("" = $SLURM_CONF, else

@@ -46,6 +46,26 @@ TEST(GresSlotsTest, EachGresIndexOfANodeIsItsWholeGpuOrItsSlice) {
   EXPECT_THAT(bad.error().message, HasSubstr("gres.conf:1: node n1: no /dev/nvidiaN"));
 }
 
+// Slurm numbers a node's gres type by type (observed with 22.05.8): GPU 3's 2g slices come
+// right after GPU 2's, before any 1g, whatever the file's order.
+TEST(GresSlotsTest, IndexesGoTypeByTypeInTheOrderTypesFirstAppear) {
+  const std::string conf =
+      "NodeName=n1 Name=gpu Type=h100 File=/dev/nvidia0\n"
+      "NodeName=n1 Name=gpu Type=2g.20gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap156\n"
+      "NodeName=n1 Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap165\n"
+      "NodeName=n1 Name=gpu Type=2g.20gb MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap291\n"
+      "NodeName=n1 Name=gpu Type=h100 File=/dev/nvidia3\n";
+  auto slots = GpuGresSlots(conf, "n1");
+  ASSERT_TRUE(slots) << slots.error().message;
+  ASSERT_EQ(slots->size(), 5u);
+  std::vector<std::pair<std::string, int>> order;
+  for (const GresSlot& s : *slots) order.emplace_back(s.type, s.gpu);
+  EXPECT_EQ(order, (std::vector<std::pair<std::string, int>>{
+                       {"h100", 0}, {"h100", 3}, {"2g.20gb", 1}, {"2g.20gb", 2}, {"1g.10gb", 1}}));
+  EXPECT_EQ((*slots)[2].gpu_instance, 2);  // gpu1/gi2: 3 + 135 + 18 = 156
+  EXPECT_EQ((*slots)[4].gpu_instance, 3);
+}
+
 TEST(GresSlotsTest, AJobsGresIndexesAreItsGpusAndItsSlicesCapabilities) {
   auto slots = GpuGresSlots(GoldenGresConf(), "oss02");
   ASSERT_TRUE(slots);

@@ -227,6 +227,55 @@ TEST_F(SlurmLocalTest, MigSlicesAreGpusOfTheirProfileFencedToTheirOwnCapabilitie
   EXPECT_EQ(whole->exit_code, 0) << whole->err;
 }
 
+// Slurm numbers a node's gres type by type, not in gres.conf's order. With layouts whose types
+// interleave (GPU 2: 3g, 1g, 1g, 1g, 1g; GPU 3: 3g, 2g, 1g, 1g), the one 2g.20gb slice is GPU 3's
+// GPU instance 2 whatever index Slurm gives it, and the task prolog names that slice's UUID.
+TEST_F(SlurmLocalTest, TheTaskPrologFollowsSlurmsGresOrderWhenTypesInterleave) {
+  std::string inventory;
+  {
+    std::ifstream in(std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-mig.toml");
+    inventory.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string two = R"(profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])";
+  const std::string three =
+      R"(profiles = ["1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"])";
+  ASSERT_NE(inventory.find(two), std::string::npos);
+  ASSERT_NE(inventory.find(three), std::string::npos);
+  inventory.replace(inventory.find(two), two.size(),
+                    R"(profiles = ["3g.40gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"])");
+  inventory.replace(inventory.find(three), three.size(),
+                    R"(profiles = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])");
+  const std::string file = dir_.WriteFile("interleaved.toml", inventory);
+  const std::string state = dir_.path() + "/state";
+  CliRun up = Up(state, {"--cluster", file});
+  ASSERT_TRUE(up.status.Success()) << up.err;
+  const std::string nvml = dir_.WriteFile(
+      "gpus.txt",
+      "uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=0\n"
+      "uuid=GPU-1 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=0\n"
+      "uuid=GPU-2 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1\n"
+      "mig uuid=MIG-2-1 gi=1 ci=0 profile=3g.40gb\nmig uuid=MIG-2-2 gi=2 ci=0 profile=1g.10gb\n"
+      "mig uuid=MIG-2-3 gi=3 ci=0 profile=1g.10gb\nmig uuid=MIG-2-4 gi=4 ci=0 profile=1g.10gb\n"
+      "mig uuid=MIG-2-5 gi=5 ci=0 profile=1g.10gb\n"
+      "uuid=GPU-3 name=NVIDIA_H100_80GB_HBM3 mem_total_mib=81559 mig=1\n"
+      "mig uuid=MIG-3-1 gi=1 ci=0 profile=3g.40gb\nmig uuid=MIG-3-2 gi=2 ci=0 profile=2g.20gb\n"
+      "mig uuid=MIG-3-3 gi=3 ci=0 profile=1g.10gb\nmig uuid=MIG-3-4 gi=4 ci=0 profile=1g.10gb\n");
+  const std::string config = dir_.WriteFile(
+      "bmas.toml", std::string("[telemetry]\nnvml_library = \"") + BMAS_FAKE_NVML_LIBRARY + "\"\n");
+  auto visible = [&](const std::string& gres) {
+    auto r = RunCommand({"srun", "--gres=" + gres, "-w", "oss02", "sh", "-c",
+                         "echo $SLURM_STEP_GPUS $CUDA_VISIBLE_DEVICES"},
+                        {"SLURM_CONF=" + Conf(state), "BMAS_CONFIG=" + config,
+                         "BMAS_FAKE_NVML=" + nvml},
+                        std::chrono::seconds(30));
+    return r ? r->out + r->err : r.error().message;
+  };
+  EXPECT_THAT(visible("gpu:2g.20gb:1"), HasSubstr(" MIG-3-2\n"));
+  EXPECT_THAT(visible("gpu:3g.40gb:2"), HasSubstr(" MIG-2-1,MIG-3-1\n"));
+  EXPECT_THAT(visible("gpu:1g.10gb:6"),
+              HasSubstr(" MIG-2-2,MIG-2-3,MIG-2-4,MIG-2-5,MIG-3-3,MIG-3-4\n"));
+}
+
 // A slurmctld that died alone is started again by the next `bmas slurm up`; the other
 // daemons, and so their jobs, run on (found by the fault benchmark, bench/RESULTS.md AS2).
 TEST_F(SlurmLocalTest, UpStartsAgainADaemonThatDiedAndLeavesTheOthersRunning) {
