@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs bmas's workspace benchmarks and writes them into bench/RESULTS.md under "# Workspace benchmarks".
 
-Usage: bench/lxd_bench.py [BUILD_DIR] [--quick] [--only 1,2,4]
+Usage: bench/lxd_bench.py [BUILD_DIR] [--quick] [--only 1,2,4,6]
 
 Starts its own LXD (`bmas lxd up` with a private `[lxd] dir`: a btrfs pool on a sparse loop file
 in a temporary directory), builds the Debian image with `bmas image build --base debian`, and at
@@ -12,7 +12,9 @@ bmasbench001..bmasbench300, made with `useradd --create-home` when missing and k
 and W2 always run: the others build on them) and writes them into RESULTS.md, keeping the other W
 sections as an earlier run left them ("Not measured this session" where there are none). W3 runs
 jobs in a workspace: it starts the local Slurm cluster (`bmas slurm up`, in the same state
-directory) and `bmas agent`, and stops both before W1's parallel creations. Needs root and LXD (`bash scripts/install-deps.sh`);
+directory) and `bmas agent`, and stops both before W1's parallel creations; W6 does the same on the
+local cluster with MIG layouts (examples/cluster-local-mig.toml), a whole GPU's jobs against a
+MIG slice's. Needs root and LXD (`bash scripts/install-deps.sh`);
 without them it says why and exits 0, so `make bench` still runs the other benchmarks.
 """
 import concurrent.futures
@@ -456,6 +458,101 @@ def gpu_jobs_section(w):
     return "W3. GPU bind and release latency for jobs in a workspace", shown, text, rows
 
 
+# ---- W6. MIG slice bind and release ---------------------------------------------------------------
+
+SLICE_PAIRS = 5 if QUICK else 20  # W6: pairs of jobs, one whole GPU and one 1g.10gb slice
+
+
+def start_agent(lxd):
+    """`bmas agent` beside the local cluster; returns (process, its metrics URL)."""
+    agent = subprocess.Popen(lxd.bmas("agent", "--reconcile-interval", "0.5", "--metrics-port", "0"),
+                             env=lxd.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        line = agent.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening on (\S+)", line)
+        if m:
+            threading.Thread(target=agent.stdout.read, daemon=True).start()  # keep its pipe drained
+            return agent, m.group(1)
+    agent.kill()
+    raise RuntimeError("bmas agent did not say it was listening")
+
+
+def slice_jobs(lxd, user):
+    """The local cluster with MIG layouts; SLICE_PAIRS pairs of jobs by `user` (a running
+    workspace), one on a whole GPU and one on a 1g.10gb slice, alternating which goes first. The
+    hooks' log gives each job's bind (prolog start to devices added) and release (epilog start to
+    devices removed)."""
+    inventory = os.path.join(ROOT, "examples", "cluster-local-mig.toml")
+    lxd.run(lxd.bmas("slurm", "up", "--cluster", inventory))
+    agent, _ = start_agent(lxd)
+    kinds, failed = {}, []
+    try:
+        for i in range(SLICE_PAIRS):
+            order = [("whole", "1"), ("slice", "1g.10gb")]
+            for kind, gpus in (order if i % 2 == 0 else order[::-1]):
+                r = lxd.run(as_user(lxd, user, "run", "--gpus", gpus, "--wait", "--", "true"), check=False)
+                m = re.search(r"job (\d+) submitted", r.stderr)
+                if r.returncode != 0 or not m:
+                    failed.append(f"{kind}: {r.stderr.strip()[-200:]}")
+                    continue
+                kinds[m.group(1)] = kind
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        lxd.run(lxd.bmas("slurm", "down"), check=False)
+    hooks = open(os.path.join(lxd.state, "slurm", "log", "hooks.log")).read()
+    out = {"whole": {"bind": [], "release": [], "devices": set()},
+           "slice": {"bind": [], "release": [], "devices": set()}}
+    for job, paths, ms in re.findall(r"^prolog job (\d+) user \S+ node \S+: bound (\S+) in \S+ in (\d+) ms$",
+                                     hooks, re.M):
+        if job in kinds:
+            out[kinds[job]]["bind"].append(float(ms))
+            out[kinds[job]]["devices"].add(len(paths.split(",")))
+    for job, ms in re.findall(r"^epilog job (\d+) user \S+ node \S+: released \d+ device\(s\) from \S+ in (\d+) ms$",
+                              hooks, re.M):
+        if job in kinds:
+            out[kinds[job]]["release"].append(float(ms))
+    for k in out:
+        out[k]["devices"] = sorted(out[k]["devices"])
+    return dict(jobs=out, failed=failed, user=user)
+
+
+def slice_jobs_section(w):
+    j = w["jobs"]
+    ms = lambda xs, q: f"{percentile(xs, q):.0f}" if xs else "-"
+    ratio = lambda what: (percentile(j["slice"][what], .5) / percentile(j["whole"][what], .5)
+                          if j["slice"][what] and j["whole"][what] else float("nan"))
+    rows = ["| job | devices plugged | jobs | bind p50 (ms) | bind p99 (ms) | release p50 (ms) | release p99 (ms) |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    for kind, label in (("whole", "`--gpus 1` (a whole GPU)"), ("slice", "`--gpus 1g.10gb` (a MIG slice)")):
+        x = j[kind]
+        rows.append(f"| {label} | {', '.join(str(d) for d in x['devices']) or '-'} | {len(x['bind'])} | "
+                    f"{ms(x['bind'], .5)} | {ms(x['bind'], .99)} | {ms(x['release'], .5)} | "
+                    f"{ms(x['release'], .99)} |")
+    text = (f"{len(j['whole']['bind'])} jobs on a whole GPU and {len(j['slice']['bind'])} on a 1g.10gb MIG slice, "
+            f"by {w['user']}, whose workspace is running, in pairs alternating which goes first; the local cluster "
+            f"with MIG layouts (`bmas slurm up --cluster examples/cluster-local-mig.toml`: oss01 whole, oss02-03 with "
+            f"GPU 2 split 3g+2g+1g+1g and GPU 3 into seven 1g; fake GPUs and capabilities, ENXIO on open), its prolog "
+            f"and epilog, and `bmas agent` beside it. A slice's job gets three devices plugged (the GPU's node and its "
+            f"GPU and compute instances' access capabilities), fenced to the job's cgroup, where a whole GPU gets one. "
+            f"From the hooks' log: bind is prolog start to the devices added in LXD, release epilog start to the "
+            f"devices removed. Slice against whole GPU, p50: bind **{ratio('bind'):.2f}x**, release "
+            f"**{ratio('release'):.2f}x**." +
+            (f" **{len(w['failed'])} jobs FAILED**: {w['failed'][0]}" if w["failed"] else ""))
+    shown = ("build/bmas --config CONFIG --state-dir STATE slurm up --cluster examples/cluster-local-mig.toml\n"
+             "build/bmas --config CONFIG --state-dir STATE agent --reconcile-interval 0.5 --metrics-port 0\n"
+             f"cd ~ && build/bmas --config CONFIG --state-dir STATE run --gpus 1 --wait -- true         # as {w['user']}\n"
+             f"cd ~ && build/bmas --config CONFIG --state-dir STATE run --gpus 1g.10gb --wait -- true   # alternating\n"
+             "grep -E ': (bound|released) ' STATE/slurm/log/hooks.log")
+    return "W6. MIG slice bind and release, against a whole GPU's", shown, text, rows
+
+
 # ---- W4. Scale ----------------------------------------------------------------------------------
 
 def scale(lxd, stop_users, define_users, mem_before_kb):
@@ -534,7 +631,8 @@ def scale(lxd, stop_users, define_users, mem_before_kb):
 
 
 NAMES = {1: "Workspace creation, Debian image", 2: "Idle memory per running workspace",
-         3: "GPU bind and release latency for jobs in a workspace", 4: "Scale"}
+         3: "GPU bind and release latency for jobs in a workspace", 4: "Scale",
+         6: "MIG slice bind and release, against a whole GPU's"}
 
 
 def old_sections():
@@ -601,6 +699,19 @@ def main():
                 print(f"lxd_bench: W3 done after {time.time() - t0:.0f} s", file=sys.stderr)
             else:
                 print("lxd_bench: W3 skipped: Slurm is not installed", file=sys.stderr)
+        if ONLY is None or 6 in ONLY:
+            if os.access("/usr/sbin/slurmctld", os.X_OK):
+                try:
+                    w6 = slice_jobs(lxd, cold)
+                    print(f"lxd_bench: W6 raw: {json.dumps(w6)}", file=sys.stderr)
+                    sections[6] = slice_jobs_section(w6)
+                except Exception as e:
+                    print(f"lxd_bench: W6 FAILED: {e!r}", file=sys.stderr)
+                    sections[6] = (NAMES[6], "(see bench/lxd_bench.py, slice_jobs)",
+                                   f"**FAILED** this session: {e}", [])
+                print(f"lxd_bench: W6 done after {time.time() - t0:.0f} s", file=sys.stderr)
+            else:
+                print("lxd_bench: W6 skipped: Slurm is not installed", file=sys.stderr)
         par_s, par_total, par_failed = create_parallel(lxd, par)
         sections[1] = creation_section(lxd, cold_s, seq_s, par_s, par_total, par_failed)
         print(f"lxd_bench: W1 and W2 done after {time.time() - t0:.0f} s", file=sys.stderr)
@@ -631,7 +742,7 @@ def main():
             + (f" This run measured W{',W'.join(str(n) for n in sorted(sections))} only (`--only`)." if ONLY else "")
             + "\n\n")
     kept = old_sections()
-    for number in (1, 2, 3, 4):
+    for number in (1, 2, 3, 4, 6):
         if number in sections:
             title, command, body, table = sections[number]
             text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
