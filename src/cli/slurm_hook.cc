@@ -1,5 +1,7 @@
 #include "cli/slurm_hook.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,6 +13,7 @@
 #include "agent/agent.h"
 #include "cli/lxd_commands.h"
 #include "common/config.h"
+#include "common/private_files.h"
 #include "daemon/services.h"
 #include "lxd/device_fence.h"
 #include "lxd/gpu_binding.h"
@@ -31,6 +34,14 @@ std::string Variable(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
 }
+
+// Closes an fd, and so drops its flock, at the end of its scope.
+struct ClosesFd {
+  int fd = -1;
+  ~ClosesFd() {
+    if (fd >= 0) close(fd);
+  }
+};
 
 double MillisecondsSince(const Clock& clock, TimePoint start) {
   return (clock.Now() - start).count() * 1000;
@@ -174,6 +185,12 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     const std::vector<int>* gpus = &job_gres->gpus;
     std::vector<lxd::CapDevice> caps;
     for (const auto& [gpu, file] : job_gres->caps) caps.push_back({gpu, file});
+    // One plug at a time per workspace: LXD refuses an instance update while another one runs
+    // ("A matching non-reusable operation has now succeeded"), and a user's jobs start together.
+    auto lock = LockPrivateFile((fs::path(state_dir) / "run").string(), "plug-" + instance + ".lock",
+                                /*wait=*/true);
+    if (!lock) note("plugging without the workspace's lock: " + lock.error().message);
+    const ClosesFd held{lock ? *lock : -1};
     // Before the plug: only the job's cgroup may open its GPUs (lxd/device_fence.h). A GPU that
     // cannot be fenced is not plugged in.
     std::vector<std::string> sources;
@@ -225,6 +242,9 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
       note(drained ? "drained " + node : drained.error().message);
       return 0;
     }
+    auto lock = LockPrivateFile((fs::path(state_dir) / "run").string(), "plug-" + instance + ".lock",
+                                /*wait=*/true);
+    const ClosesFd held{lock ? *lock : -1};
     auto released = lxd::ReleaseGpus(client, instance, job, node);
     note(released ? fmt::format("released {} device(s) from {} in {:.0f} ms", *released, instance,
                                 MillisecondsSince(env, start))

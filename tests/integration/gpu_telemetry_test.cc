@@ -389,7 +389,10 @@ TEST_F(MigIdleTest, AnIdleSliceIsCancelledAndBusySlicesOfOneGpuRunOn) {
   EXPECT_THAT(Bmas({"logs", jobs[2]}).out,
               HasSubstr("bmas: job " + jobs[2] + " cancelled: its 1 GPU(s) stayed under"));
   EXPECT_EQ(State(jobs[0]), "RUNNING");
-  EXPECT_EQ(State(jobs[1]), "RUNNING");
+  EXPECT_EQ(State(jobs[1]), "RUNNING") << agent_->StderrText() << [&] {
+    std::ifstream in(state_ + "/slurm/log/hooks.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }() << Bmas({"logs", jobs[1]}).out;
   EXPECT_EQ(kill(busy_a, 0), 0) << "the sweep killed a busy slice's process";
   EXPECT_EQ(kill(busy_b, 0), 0) << "the sweep killed a busy slice's process";
   EXPECT_THAT(agent_->StderrText(), ::testing::Not(HasSubstr("outside the job the GPU belongs to")));
