@@ -320,28 +320,31 @@ def container_nvidia(pid):
     return [d for d in os.listdir(f"/proc/{pid}/root/dev") if d.startswith("nvidia")]
 
 
+def start_agent(lxd):
+    """`bmas agent` beside the local cluster; returns (process, its metrics URL)."""
+    agent = subprocess.Popen(lxd.bmas("agent", "--reconcile-interval", "0.5", "--metrics-port", "0"),
+                             env=lxd.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        line = agent.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening on (\S+)", line)
+        if m:
+            threading.Thread(target=agent.stdout.read, daemon=True).start()  # keep its pipe drained
+            return agent, m.group(1)
+    agent.kill()
+    raise RuntimeError("bmas agent did not say it was listening")
+
+
 def gpu_jobs(lxd, user, plain_user):
     """Slurm up, `bmas agent`, GPU_JOBS jobs of 2 GPUs by `user` (who has a running workspace),
     then PAIRS `true` jobs by `user` and by `plain_user` (no workspace), alternating."""
     import random
     import urllib.request
     lxd.run(lxd.bmas("slurm", "up"))
-    agent = subprocess.Popen(lxd.bmas("agent", "--reconcile-interval", "0.5", "--metrics-port", "0"),
-                             env=lxd.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    agent, url = start_agent(lxd)
     try:
-        url = None
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            line = agent.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on (\S+)", line)
-            if m:
-                url = m.group(1)
-                break
-        if url is None:
-            raise RuntimeError("bmas agent did not say it was listening")
-        threading.Thread(target=agent.stdout.read, daemon=True).start()  # keep its pipe drained
         pid = lxd.instance_state(f"ws-{user}")["pid"]
         if container_nvidia(pid):
             raise RuntimeError(f"ws-{user} holds nvidia devices before any job")
@@ -461,23 +464,6 @@ def gpu_jobs_section(w):
 # ---- W6. MIG slice bind and release ---------------------------------------------------------------
 
 SLICE_PAIRS = 5 if QUICK else 20  # W6: pairs of jobs, one whole GPU and one 1g.10gb slice
-
-
-def start_agent(lxd):
-    """`bmas agent` beside the local cluster; returns (process, its metrics URL)."""
-    agent = subprocess.Popen(lxd.bmas("agent", "--reconcile-interval", "0.5", "--metrics-port", "0"),
-                             env=lxd.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        line = agent.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"listening on (\S+)", line)
-        if m:
-            threading.Thread(target=agent.stdout.read, daemon=True).start()  # keep its pipe drained
-            return agent, m.group(1)
-    agent.kill()
-    raise RuntimeError("bmas agent did not say it was listening")
 
 
 def slice_jobs(lxd, user):
