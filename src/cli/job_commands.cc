@@ -117,6 +117,7 @@ Result<JobInfo> Follow(SlurmApi& client, int64_t id,
 
 // A job's GPUs for a table: "2", or for MIG slices "2x1g.10gb".
 std::string GpusText(const JobInfo& j) {
+  if (j.gpus == 0 && j.shards > 0) return fmt::format("{} shard{}", j.shards, j.shards == 1 ? "" : "s");
   return IsMigProfileName(j.gpu_type) ? fmt::format("{}x{}", j.gpus, j.gpu_type)
                                       : std::to_string(j.gpus);
 }
@@ -134,6 +135,7 @@ void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
   Member(w, "gpus", j.gpus);
   Member(w, "gpu_type", j.gpu_type);
   Member(w, "mig", IsMigProfileName(j.gpu_type));
+  Member(w, "shards", j.shards);
   Member(w, "restart_count", j.restart_count);
   Member(w, "exit_code", j.exit_code);
   Member(w, "submit_time", j.submit_time);
@@ -269,6 +271,10 @@ void JobCommands::Register(CLI::App& app, GlobalOptions& global) {
             return parsed ? "" : parsed.error().message;
           },
           "N|PROFILE|NxPROFILE"));
+  run->add_option("--share", share_,
+                  "With --gpus 1: a 1/N share of a GPU that others' jobs share too (the "
+                  "inventory's shared GPUs; nothing fences its memory)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--nodes", nodes_, "Nodes (with --gpus-per-node)")->check(kNonNegative);
   run->add_option("--gpus-per-node", gpus_per_node_, "GPUs on each node")
       ->check(kNonNegative);
@@ -357,7 +363,7 @@ int JobCommands::Run(GlobalOptions& global) {
   auto launcher = ParseLauncher(launcher_);
   if (!launcher) return ReportFailure("run", launcher.error());
   ShapeRequest request{.nodes = nodes_, .gpus_per_node = gpus_per_node_,
-                       .partition = partition_, .launcher = *launcher};
+                       .partition = partition_, .launcher = *launcher, .share = share_};
   if (auto parsed = ParseGpusOption(gpus_, request); !parsed) {
     return ReportFailure("run", parsed.error());
   }
@@ -371,6 +377,11 @@ int JobCommands::Run(GlobalOptions& global) {
   spec.tasks_per_node = shape->tasks_per_node;
   spec.gpus_per_node = shape->gpus_per_node;
   spec.gpu_type = shape->gres_type;
+  if (shape->shards > 0) {
+    // Shards of one GPU, not GPUs: Slurm counts them against the shared GPU's.
+    spec.gpus_per_node = 0;
+    spec.gres = fmt::format("shard:{}", shape->shards);
+  }
   if (cpus_per_gpu_ > 0 && shape->gpus_per_node > 0) {
     const int tasks = std::max(1, shape->tasks_per_node);
     spec.cpus_per_task = (cpus_per_gpu_ * shape->gpus_per_node + tasks - 1) / tasks;
@@ -450,7 +461,10 @@ int JobCommands::Run(GlobalOptions& global) {
     fmt::print("{}\n", *id);
     return 0;
   }
-  if (shape->mig) {
+  if (shape->shards > 0) {
+    fmt::print(stderr, "bmas run: job {} submitted (1/{} of a shared GPU, partition {})\n", *id,
+               share_, shape->partition);
+  } else if (shape->mig) {
     fmt::print(stderr, "bmas run: job {} submitted ({} MIG slice(s) {} on one node, partition {})\n",
                *id, shape->gpus_per_node, shape->gpu_type, shape->partition);
   } else {
@@ -570,7 +584,9 @@ int JobCommands::Show(GlobalOptions& global) {
              StateAndReason(*job));
   fmt::print("  nodes     {}\n  gpus      {}\n  restarts  {}\n  exit code {}\n",
              job->nodes.empty() ? "-" : fmt::format("{}", fmt::join(job->nodes, ",")),
-             IsMigProfileName(job->gpu_type) ? GpusText(*job) + " (MIG slices)" : GpusText(*job),
+             IsMigProfileName(job->gpu_type) ? GpusText(*job) + " (MIG slices)"
+             : job->gpus == 0 && job->shards > 0 ? GpusText(*job) + " of a shared GPU"
+                                                  : GpusText(*job),
              job->restart_count, job->exit_code);
   fmt::print("  submitted {}\n  started   {}\n  ended     {}\n  output    {}\n",
              When(job->submit_time), When(job->start_time), When(job->end_time), job->stdout_path);

@@ -36,7 +36,7 @@ class JobCommands {
   CLI::App* run_ = nullptr;
   std::string user_;
   std::string gpus_ = "0";  // ParseGpusOption: 4, 1g.10gb, 2x3g.40gb
-  int nodes_ = 0, gpus_per_node_ = 0, cpus_per_gpu_ = 0;
+  int nodes_ = 0, gpus_per_node_ = 0, cpus_per_gpu_ = 0, share_ = 0;
   std::string mem_;
   std::string partition_, time_, name_, launcher_ = "none";
   bool wait_ = false;

@@ -115,6 +115,16 @@ GpuSpec ReadGpus(ConfigTable& t) {
     m.RejectUnknownKeys();
     g.mig_layouts.push_back(std::move(layout));
   }
+  for (ConfigTable& m : t.TableArray("shared")) {
+    SharedGpus shared;
+    for (int64_t gpu : m.IntArray("gpus", 0, 1023)) shared.gpus.push_back(static_cast<int>(gpu));
+    if (shared.gpus.empty()) m.Invalid("gpus", "list the GPUs to share, e.g. [0]");
+    if (!m.Has("shards")) m.Invalid("shards", "give how many shards each GPU is cut into, e.g. 4");
+    shared.shards = Int32(m, "shards", 2, 2, 128);
+    shared.line = m.line();
+    m.RejectUnknownKeys();
+    g.shared.push_back(std::move(shared));
+  }
   t.RejectUnknownKeys();
   return g;
 }
@@ -319,8 +329,36 @@ const std::vector<std::string>* MigLayoutOf(const GpuSpec& gpus, int index) {
 
 int WholeGpuCount(const GpuSpec& gpus) {
   int whole = 0;
-  for (int g = 0; g < gpus.count; ++g) whole += MigLayoutOf(gpus, g) == nullptr ? 1 : 0;
+  for (int g = 0; g < gpus.count; ++g) {
+    whole += MigLayoutOf(gpus, g) == nullptr && ShardsOf(gpus, g) == 0 ? 1 : 0;
+  }
   return whole;
+}
+
+int ShardsOf(const GpuSpec& gpus, int index) {
+  for (const SharedGpus& s : gpus.shared) {
+    if (std::find(s.gpus.begin(), s.gpus.end(), index) != s.gpus.end()) return s.shards;
+  }
+  return 0;
+}
+
+int SharedGpuCount(const GpuSpec& gpus) {
+  int n = 0;
+  for (int g = 0; g < gpus.count; ++g) n += ShardsOf(gpus, g) > 0 ? 1 : 0;
+  return n;
+}
+
+std::string SharedGpuType(const GpuSpec& gpus) { return gpus.type + "-shared"; }
+
+bool HasSplitGpus(const GpuSpec& gpus) {
+  return !gpus.mig_layouts.empty() || !gpus.shared.empty();
+}
+
+int ClusterShardsPerGpu(const Cluster& cluster) {
+  for (const Node& n : cluster.nodes) {
+    for (const SharedGpus& s : n.gpus.shared) return s.shards;
+  }
+  return 0;
 }
 
 int MigSliceCount(const GpuSpec& gpus, std::string_view profile) {

@@ -42,6 +42,18 @@ struct MigLayout {
   int line = 0;
 };
 
+// GPUs of one node shared by several jobs at once, as Slurm's `shard` gres: each of `gpus` is
+// `shards` shards, and a job takes some of one GPU's. Nothing fences a shard's memory or
+// compute (Slurm's shards, like MPS without limits, only count), so this is for GPUs without
+// MIG, or for light work on ones with it. Slurm lists such a GPU as a gpu of a type of its own
+// (SharedGpuType), so that whole-GPU jobs, which ask for the node's type, never land on it
+// (docs/slurm-shards.md).
+struct SharedGpus {
+  std::vector<int> gpus;  // indices from 0
+  int shards = 0;         // per GPU
+  int line = 0;
+};
+
 // The GPUs of one node; all of one type.
 struct GpuSpec {
   int count = 0;
@@ -50,13 +62,31 @@ struct GpuSpec {
   bool mig = false;  // the GPUs can be split into MIG instances
   std::vector<GpuLink> nvlinks;
   std::vector<MigLayout> mig_layouts;  // GPUs in none of them stay whole
+  std::vector<SharedGpus> shared;      // GPUs shared as shards (in no MIG layout)
 };
 
 // The MIG profiles GPU `index` is split into, or nullptr when it is whole.
 const std::vector<std::string>* MigLayoutOf(const GpuSpec& gpus, int index);
 
-// The GPUs no MIG layout splits.
+// The GPUs a whole-GPU job can get: in no MIG layout and not shared as shards.
 int WholeGpuCount(const GpuSpec& gpus);
+
+// How many shards GPU `index` is shared as; 0 when it is not shared.
+int ShardsOf(const GpuSpec& gpus, int index);
+
+// The GPUs shared as shards.
+int SharedGpuCount(const GpuSpec& gpus);
+
+// The gpu gres type of the node's shared GPUs: "<type>-shared" ("h100-shared").
+std::string SharedGpuType(const GpuSpec& gpus);
+
+// Whether some GPU of the node is not a plain whole GPU (split by MIG, or shared): then a
+// whole-GPU job must name the whole GPUs' type, or Slurm may give it a slice or a shared GPU.
+bool HasSplitGpus(const GpuSpec& gpus);
+
+// The shards every shared GPU of the cluster is cut into (validation keeps them equal, so that
+// `bmas run --share N` means one fraction everywhere); 0 when no GPU is shared.
+int ClusterShardsPerGpu(const struct Cluster& cluster);
 
 // How many MIG slices of `profile` the layouts of `gpus` hold.
 int MigSliceCount(const GpuSpec& gpus, std::string_view profile);

@@ -126,6 +126,26 @@ TEST(ClusterTest, MigLayoutsSplitTheGpusTheyName) {
   EXPECT_EQ(gpus.mig_layouts[0].line, 13);
 }
 
+TEST(ClusterTest, SharedGpusAreShardsAndNotWholeGpus) {
+  Cluster c = ParseCluster(kBase + kMigGpus +
+                               "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [3]\n"
+                               "profiles = [\"7g.80gb\"]\n"
+                               "[[cluster.nodes.gpus.shared]]\ngpus = [1, 2]\nshards = 4\n",
+                           "test.toml");
+  const GpuSpec& gpus = c.nodes[1].gpus;
+  EXPECT_EQ(ShardsOf(gpus, 0), 0);
+  EXPECT_EQ(ShardsOf(gpus, 1), 4);
+  EXPECT_EQ(ShardsOf(gpus, 2), 4);
+  EXPECT_EQ(ShardsOf(gpus, 3), 0);
+  EXPECT_EQ(SharedGpuCount(gpus), 2);
+  EXPECT_EQ(WholeGpuCount(gpus), 1);  // GPU 0: 1 and 2 are shared, 3 is split
+  EXPECT_EQ(SharedGpuType(gpus), "h100-shared");
+  EXPECT_TRUE(HasSplitGpus(gpus));
+  EXPECT_FALSE(HasSplitGpus(GpuSpec{.count = 4, .type = "h100"}));
+  EXPECT_EQ(ClusterShardsPerGpu(c), 4);
+  EXPECT_EQ(gpus.shared[0].line, 16);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterBadInventoryTest,
     ::testing::Values(
@@ -222,7 +242,24 @@ INSTANTIATE_TEST_SUITE_P(
                 "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\nprofiles = [\"1g.12gb\"]\n",
                 "node n1: mig_layouts: no MIG tables for GPU type \"l40s\" with memory_gb = 48"},
         BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\n",
-                "cluster.nodes[0].gpus.mig_layouts[0].profiles: list MIG profiles"}));
+                "cluster.nodes[0].gpus.mig_layouts[0].profiles: list MIG profiles"},
+        // Shared GPUs.
+        BadCase{std::string(kGpus) + "[[cluster.nodes.gpus.shared]]\ngpus = [2]\nshards = 4\n",
+                "test.toml:11: node n1: shared: GPU 2 does not exist (the node has 2 GPUs)"},
+        BadCase{std::string(kGpus) + "[[cluster.nodes.gpus.shared]]\ngpus = [0]\n",
+                "cluster.nodes[0].gpus.shared[0].shards: give how many shards"},
+        BadCase{std::string(kGpus) + "[[cluster.nodes.gpus.shared]]\ngpus = [0]\nshards = 1\n",
+                "cluster.nodes[0].gpus.shared[0].shards: 1 is out of range"},
+        BadCase{std::string(kGpus) + "[[cluster.nodes.gpus.shared]]\ngpus = [0]\nshards = 4\n"
+                                     "[[cluster.nodes.gpus.shared]]\ngpus = [0]\nshards = 4\n",
+                "test.toml:14: node n1: shared: GPU 0 is already shared (line 11)"},
+        BadCase{std::string(kGpus) + "[[cluster.nodes.gpus.shared]]\ngpus = [0]\nshards = 4\n"
+                                     "[[cluster.nodes.gpus.shared]]\ngpus = [1]\nshards = 2\n",
+                "test.toml:14: node n1: shared: 2 shards per GPU, but line 11 shares GPUs as 4"},
+        BadCase{std::string(kMigGpus) + "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [0]\n"
+                                        "profiles = [\"7g.80gb\"]\n"
+                                        "[[cluster.nodes.gpus.shared]]\ngpus = [0]\nshards = 4\n",
+                "test.toml:16: node n1: shared: GPU 0 is split by a MIG layout"}));
 
 TEST(ClusterTest, FileLevelErrors) {
   EXPECT_THAT(ErrorOf("[engine]\nport = 1\n"), HasSubstr("test.toml: no [cluster] table"));

@@ -84,7 +84,41 @@ class Checker {
       if (l.a == l.b) return Fail(l.line, entry, "a GPU cannot link to itself");
       if (!seen.insert(std::minmax(l.a, l.b)).second) return Fail(l.line, entry, "listed twice");
     }
-    return MigLayouts(n);
+    if (auto mig = MigLayouts(n); !mig) return mig;
+    return Shared(n);
+  }
+
+  // Shared GPUs that exist, each listed once, in no MIG layout, and cut into as many shards as
+  // every other shared GPU of the cluster (so that `bmas run --share N` is one fraction).
+  Result<void> Shared(const Node& n) {
+    std::map<int, int> shared_line;  // GPU -> the line that shares it
+    for (const SharedGpus& s : n.gpus.shared) {
+      std::string entry = fmt::format("node {}: shared", n.name);
+      for (int g : s.gpus) {
+        if (g >= n.gpus.count) {
+          return Fail(s.line, entry,
+                      fmt::format("GPU {} does not exist (the node has {} GPUs)", g, n.gpus.count));
+        }
+        if (auto [it, fresh] = shared_line.emplace(g, s.line); !fresh) {
+          return Fail(s.line, entry, fmt::format("GPU {} is already shared (line {})", g, it->second));
+        }
+        if (MigLayoutOf(n.gpus, g) != nullptr) {
+          return Fail(s.line, entry,
+                      fmt::format("GPU {} is split by a MIG layout; a GPU is either split into "
+                                  "slices or shared as shards, not both",
+                                  g));
+        }
+      }
+      if (first_shards_ == nullptr) first_shards_ = &s;
+      if (s.shards != first_shards_->shards) {
+        return Fail(s.line, entry,
+                    fmt::format("{} shards per GPU, but line {} shares GPUs as {}: every shared "
+                                "GPU of a cluster is cut into the same number of shards, so that "
+                                "`bmas run --share N` means one fraction everywhere",
+                                s.shards, first_shards_->line, first_shards_->shards));
+      }
+    }
+    return {};
   }
 
   // Each layout on GPUs that exist, each GPU in one layout at most, on GPUs that can take MIG,
@@ -204,6 +238,7 @@ class Checker {
   }
 
   const Cluster& c_;
+  const SharedGpus* first_shards_ = nullptr;  // the first shared GPUs seen
 };
 
 }  // namespace

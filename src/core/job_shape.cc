@@ -70,6 +70,50 @@ Result<JobShape> PlanSliceShape(const Partition& p, const std::vector<const Node
   return shape;
 }
 
+// A share of one shared GPU: shards_per_gpu / share of its shards, on a node that has one.
+Result<JobShape> PlanShareShape(const Cluster& cluster, const Partition& p,
+                                const std::vector<const Node*>& nodes, const ShapeRequest& r) {
+  if (!r.mig_profile.empty() || r.gpus > 1 || r.nodes > 1 || r.gpus_per_node > 1) {
+    return InvalidArgument(
+        "--share N gives a share of one GPU: give --gpus 1 --share N (for more, ask for whole "
+        "GPUs or MIG slices)",
+        "share");
+  }
+  const int per_gpu = ClusterShardsPerGpu(cluster);
+  const Node* shared = nullptr;
+  for (const Node* n : nodes) {
+    if (SharedGpuCount(n->gpus) > 0 && shared == nullptr) shared = n;
+  }
+  if (shared == nullptr) {
+    return InvalidArgument(
+        per_gpu == 0 ? "the cluster shares no GPU (the inventory's [[cluster.nodes.gpus.shared]] "
+                       "does): ask for a whole GPU or a MIG slice"
+                     : fmt::format("partition {} has no shared GPU: give --partition of one that "
+                                   "has, or ask for a whole GPU",
+                                   p.name),
+        "share");
+  }
+  if (r.share < 1 || r.share > per_gpu || per_gpu % r.share != 0) {
+    std::vector<int> fits;
+    for (int k = 1; k <= per_gpu; ++k) {
+      if (per_gpu % k == 0) fits.push_back(k);
+    }
+    return InvalidArgument(fmt::format("shared GPUs are cut into {} shards, so --share {} is not "
+                                       "a whole number of them; --share takes {}",
+                                       per_gpu, r.share, fmt::join(fits, ", ")),
+                           "share");
+  }
+  JobShape shape;
+  shape.partition = p.name;
+  shape.nodes = 1;
+  shape.gpus_per_node = 1;
+  shape.gpu_type = SharedGpuType(shared->gpus);
+  shape.shards = per_gpu / r.share;
+  shape.launcher = r.launcher;
+  shape.tasks_per_node = 1;
+  return shape;
+}
+
 }  // namespace
 
 Result<void> ParseGpusOption(std::string_view text, ShapeRequest& request) {
@@ -143,13 +187,14 @@ Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& r) {
     return InvalidArgument("GPU and node counts cannot be negative");
   }
   const std::vector<const Node*> nodes = NodesOf(cluster, *p);
+  if (r.share != 0) return PlanShareShape(cluster, *p, nodes, r);
   if (!r.mig_profile.empty()) return PlanSliceShape(*p, nodes, r);
   // Whole-node placement assumes the partition's GPU nodes are alike: the largest ones count.
   int per_node = 0;
   std::string type;
-  bool any_mig = false;
+  bool any_split = false;
   for (const Node* n : nodes) {
-    any_mig = any_mig || !n->gpus.mig_layouts.empty();
+    any_split = any_split || HasSplitGpus(n->gpus);
     if (WholeGpuCount(n->gpus) > per_node) {
       per_node = WholeGpuCount(n->gpus);
       type = n->gpus.type;
@@ -163,7 +208,7 @@ Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& r) {
   JobShape shape;
   shape.partition = p->name;
   shape.gpu_type = type;
-  if (any_mig) shape.gres_type = type;
+  if (any_split) shape.gres_type = type;
   const bool explicit_layout = r.nodes > 0 || r.gpus_per_node > 0;
   if (explicit_layout) {
     shape.nodes = std::max(1, r.nodes);
@@ -225,6 +270,7 @@ std::map<std::string, std::string> DistributedEnvironment(const Cluster& cluster
                                                               : shape.tasks_per_node;
   env["WORLD_SIZE"] = std::to_string(shape.nodes * per_node);
   // MIG slices have no NVLink and no peer-to-peer access between them: NCCL must not try.
+  // (A share is one GPU: nothing to talk to.)
   if (shape.mig) env["NCCL_P2P_DISABLE"] = "1";
   // The network from the partition's first node: the same NICs on every node.
   const Node* node = nullptr;

@@ -27,6 +27,8 @@ struct ShapeRequest {
   Launcher launcher = Launcher::kNone;
   // --gpus 2x3g.40gb: MIG slices of this profile rather than whole GPUs ("" = whole GPUs).
   std::string mig_profile;
+  // --gpus 1 --share N: a 1/N share of one shared GPU, as Slurm shards (0 = not shared).
+  int share = 0;
 };
 
 struct JobShape {
@@ -40,6 +42,9 @@ struct JobShape {
   // give an untyped request a slice.
   std::string gres_type;
   bool mig = false;        // on MIG slices: no NVLink, no peer-to-peer between them
+  // A share of one GPU: the Slurm shards to ask for (--gres=shard:N) instead of GPUs; 0 = none.
+  // gpus_per_node is 1 (what the job sees) and gpu_type the shared GPUs' type.
+  int shards = 0;
   Launcher launcher = Launcher::kNone;
 };
 
@@ -48,7 +53,8 @@ struct JobShape {
 Result<void> ParseGpusOption(std::string_view text, ShapeRequest& request);
 
 // The shape for `request` on the partition's nodes. Whole GPUs count only the GPUs no MIG layout
-// splits; a job on MIG slices takes them on one node. InvalidArgument, saying why and what
+// splits and none shared; a job on MIG slices takes them on one node; a share takes shards of
+// one shared GPU (`share` must divide the cluster's shards per GPU). InvalidArgument, saying why and what
 // would fit, when it cannot be satisfied (more GPUs than the partition has, a per-node count
 // over a node's GPUs, N GPUs that do not split into whole nodes, ...).
 Result<JobShape> PlanJobShape(const Cluster& cluster, const ShapeRequest& request);

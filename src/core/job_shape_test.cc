@@ -76,6 +76,31 @@ TEST(JobShapeTest, WholeGpusBesideSlicesAreAskedForByType) {
   EXPECT_EQ(DistributedEnvironment(Reference(), Plan({.gpus = 4})).count("NCCL_P2P_DISABLE"), 0u);
 }
 
+// examples/cluster-local-shared.toml: oss03's GPUs 2 and 3 are shared as four shards each.
+Cluster LocalShared() {
+  return LoadCluster(std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-shared.toml");
+}
+
+TEST(JobShapeTest, AShareIsShardsOfOneSharedGpu) {
+  JobShape s = Plan({.gpus = 1, .share = 4}, LocalShared());
+  EXPECT_EQ(s.shards, 1);
+  EXPECT_EQ(s.nodes, 1);
+  EXPECT_EQ(s.gpus_per_node, 1);
+  EXPECT_EQ(s.gpu_type, "l40s-shared");
+  EXPECT_EQ(s.gres_type, "");
+  EXPECT_EQ(Plan({.gpus = 1, .share = 2}, LocalShared()).shards, 2);
+  EXPECT_EQ(Plan({.gpus = 1, .share = 1}, LocalShared()).shards, 4);
+  EXPECT_EQ(Refusal({.gpus = 1, .share = 3}, LocalShared()),
+            "shared GPUs are cut into 4 shards, so --share 3 is not a whole number of them; "
+            "--share takes 1, 2, 4");
+  EXPECT_THAT(Refusal({.gpus = 2, .share = 4}, LocalShared()), HasSubstr("a share of one GPU"));
+  EXPECT_THAT(Refusal({.gpus = 1, .share = 4}), HasSubstr("the cluster shares no GPU"));
+  // Whole GPUs beside shared ones are asked for by type, and count without the shared ones.
+  JobShape whole = Plan({.gpus = 2}, LocalShared());
+  EXPECT_EQ(whole.gres_type, "l40s");
+  EXPECT_EQ(whole.shards, 0);
+}
+
 TEST(JobShapeTest, GpusThatFitInOneNodeStayInOneNode) {
   for (int gpus : {1, 2, 3, 4}) {
     JobShape s = Plan({.gpus = gpus});

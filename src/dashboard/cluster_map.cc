@@ -106,6 +106,19 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
       }
       if (!indexed) unindexed.push_back(&j);
     }
+    // Jobs on shards of a shared GPU: several on one GPU, which names the first.
+    for (const JobInfo& j : s.jobs) {
+      if (!HoldsGpus(j.state) || j.shards <= 0) continue;
+      for (const NodeGpus& a : j.shard_alloc) {
+        if (a.node != n.name) continue;
+        for (int i : a.indexes) {
+          if (i < 0 || i >= static_cast<int>(cell.gpus.size())) continue;
+          GpuCell& g = cell.gpus[i];
+          if (g.sharers++ == 0) Hold(g, j);
+          g.shards += j.shards;
+        }
+      }
+    }
     for (const JobInfo* j : unindexed) {
       int want = j->gpus / std::max<int>(1, static_cast<int>(j->nodes.size()));
       for (GpuCell& g : cell.gpus) {

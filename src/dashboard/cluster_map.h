@@ -22,6 +22,9 @@ struct GpuCell {
   std::string job_name;
   std::string partition;
   std::string slice;  // held as a MIG slice: its profile ("1g.10gb"); "" for a whole GPU
+  // A shared GPU: the shards its jobs hold and how many jobs (the cell names the first).
+  int shards = 0;
+  int sharers = 0;
   int util = -1;  // percent from the agent; -1 = no telemetry for this GPU
   uint64_t mem_used_mb = 0;
   uint64_t mem_total_mb = 0;

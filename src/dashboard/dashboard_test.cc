@@ -132,6 +132,33 @@ TEST(ClusterMapTest, ASliceJobsCellsSayTheyAreSlices) {
   EXPECT_NE(QueueJson(s, alice).find("\"gpus\":2,\"slice\":\"1g.10gb\""), std::string::npos);
 }
 
+// oss03 of examples/cluster-local-shared.toml: GPU 2 is shared, and two jobs hold shards of it.
+// Its cell names the first and counts both; the queue gives each job's shards.
+TEST(ClusterMapTest, ASharedGpusCellCountsTheJobsOnItsShards) {
+  ClusterState s;
+  s.now = kNow;
+  s.slurm_reachable = true;
+  s.nodes = {Node("oss03", 4, "mixed")};
+  for (int64_t id : {30, 31}) {
+    JobInfo j = Running(id, "alice", "oss03", {});
+    j.gpus = 0;
+    j.gpu_alloc.clear();
+    j.shards = id == 30 ? 1 : 2;
+    j.shard_alloc = {NodeGpus{"oss03", "", {2}}};
+    s.jobs.push_back(j);
+  }
+  s.users = {User{"alice", {}, 0, false}};
+  auto map = BuildClusterMap(s);
+  ASSERT_EQ(map[0].gpus.size(), 4u);
+  EXPECT_EQ(map[0].gpus[2].job_id, 30);
+  EXPECT_EQ(map[0].gpus[2].sharers, 2);
+  EXPECT_EQ(map[0].gpus[2].shards, 3);
+  EXPECT_EQ(map[0].gpus[0].job_id, 0);
+  const Viewer alice{"alice", false};
+  EXPECT_NE(ClusterJson(s, alice).find("\"shards\":3,\"sharers\":2"), std::string::npos);
+  EXPECT_NE(QueueJson(s, alice).find("\"gpus\":0,\"slice\":\"\",\"shards\":2"), std::string::npos);
+}
+
 TEST(ViewsTest, AUserSeesOthersGpusButNotWhoseAndAnAdminSeesAll) {
   const ClusterState s = ThreeNodes();
   auto bob = Json(ClusterJson(s, Viewer{"bob", false}));

@@ -77,6 +77,7 @@ void Job(JsonWriter& w, const JobInfo& j, const Viewer& v, const ClusterState& s
   Str(w, "state", JobStateName(j.state));
   Num(w, "gpus", j.gpus);
   Str(w, "slice", IsMigProfileName(j.gpu_type) ? j.gpu_type : "");
+  Num(w, "shards", j.shards);
   Num(w, "submitted", j.submit_time);
   Num(w, "started", j.start_time);
   Num(w, "ended", j.end_time);
@@ -212,6 +213,8 @@ std::string ClusterJson(const ClusterState& s, const Viewer& v) {
         Str(w, "job_name", seen ? g.job_name : "");
         Str(w, "partition", g.partition);
         Str(w, "slice", g.slice);
+        Num(w, "shards", g.shards);
+        Num(w, "sharers", g.sharers);
         Member(w, "mine", !g.user.empty() && g.user == v.user);
         w.Key("util");
         if (g.util >= 0) w.Int(g.util); else w.Null();

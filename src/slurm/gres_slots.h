@@ -4,9 +4,11 @@
 // gres devices (what SLURM_JOB_GPUS and SLURM_STEP_GPUS list) type by type, the types in the
 // order they first appear in gres.conf and each type's lines in their order: observed with
 // real Slurm, where GPU 3's lines 2g, 2g, 2g, 1g after GPU 2's 3g, 2g, 1g, 1g made the 2g
-// slices 3-6 and the 1g ones 7-9 (in file order the 1g of GPU 2 would be 4 and 5). bmas's
-// gres.conf gives a whole GPU its
-// /dev/nvidiaN and a slice its GPU's file and its GPU instance's access capability
+// slices 3-6 and the 1g ones 7-9 (in file order the 1g of GPU 2 would be 4 and 5). Strictly,
+// the types go in the order of the node's Gres= in slurm.conf (seen when the two differed), and
+// bmas writes both in one order (slurm_config.h's NodeGres). A shared GPU's shards carry its
+// gpu index (a shard job's SLURM_JOB_GPUS names its GPU's). bmas's gres.conf gives a whole GPU
+// its /dev/nvidiaN and a slice its GPU's file and its GPU instance's access capability
 // (slurm_config.h). The task prolog reads them back to name a job's slices by MIG UUID in
 // CUDA_VISIBLE_DEVICES, as NVIDIA's container runtime does; Slurm itself does that only when
 // it detects GPUs through NVML (AutoDetect=nvml), which bmas's gres.conf does not use. Pure.

@@ -66,6 +66,27 @@ TEST(GresSlotsTest, IndexesGoTypeByTypeInTheOrderTypesFirstAppear) {
   EXPECT_EQ((*slots)[4].gpu_instance, 3);
 }
 
+// A shared GPU is a gpu line of its own type beside a shard line on its file: the shard line is
+// no gpu index, and a shard job's SLURM_JOB_GPUS (its GPU's gpu index) maps to the GPU. Observed
+// with real Slurm: shared GPUs 0 and 2 before whole GPUs 1 and 3 are indexes 0 and 1.
+TEST(GresSlotsTest, ASharedGpuIsOneIndexAndItsShardsNone) {
+  const std::string conf =
+      "NodeName=oss03 Name=gpu Type=l40s-shared File=/dev/x/oss03/nvidia0\n"
+      "NodeName=oss03 Name=shard Count=4 File=/dev/x/oss03/nvidia0\n"
+      "NodeName=oss03 Name=gpu Type=l40s File=/dev/x/oss03/nvidia1\n"
+      "NodeName=oss03 Name=gpu Type=l40s-shared File=/dev/x/oss03/nvidia2\n"
+      "NodeName=oss03 Name=shard Count=4 File=/dev/x/oss03/nvidia2\n"
+      "NodeName=oss03 Name=gpu Type=l40s File=/dev/x/oss03/nvidia3\n";
+  auto slots = GpuGresSlots(conf, "oss03");
+  ASSERT_TRUE(slots) << slots.error().message;
+  ASSERT_EQ(slots->size(), 4u);
+  auto job = JobGresOf(*slots, {1});
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->gpus, (std::vector<int>{2}));
+  EXPECT_TRUE(job->caps.empty());
+  EXPECT_EQ(JobGresOf(*slots, {2, 3})->gpus, (std::vector<int>{1, 3}));
+}
+
 TEST(GresSlotsTest, AJobsGresIndexesAreItsGpusAndItsSlicesCapabilities) {
   auto slots = GpuGresSlots(GoldenGresConf(), "oss02");
   ASSERT_TRUE(slots);

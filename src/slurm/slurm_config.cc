@@ -79,9 +79,14 @@ void Daemons(Out out, const Cluster& c) {
 void Scheduling(Out out, const Cluster& c) {
   const SlurmSettings& s = c.slurm;
   fmt::format_to(out, "\n# Scheduling: cores and memory are consumable, GPUs are GRES.\n");
+  const bool shards = ClusterShardsPerGpu(c) > 0;
+  if (shards) {
+    fmt::format_to(out, "# Shared GPUs are also shards, some of which a job takes (--gres=shard:N).\n");
+  }
   fmt::format_to(out,
                  "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\n"
-                 "GresTypes=gpu\nSchedulerType=sched/backfill\n");
+                 "GresTypes={}\nSchedulerType=sched/backfill\n",
+                 shards ? "gpu,shard" : "gpu");
   fmt::format_to(out,
                  "# Schedule on submission, backfill every second so preemption is prompt, and\n"
                  "# run the main scheduler every 2 s (not 60) so that requeued jobs, preempted\n"
@@ -194,7 +199,9 @@ std::string SlurmConf(const Cluster& c) {
 // links to GPU 0, 1, ... in turn, -1 for the GPU itself. A GPU split by MIG is one line per
 // slice instead, its type the profile's and its files the GPU's and the slice's two access
 // capabilities. Slices have no NVLink (MIG turns it off), and Slurm's Links= counts positions
-// among a node's gres lines, so a node with MIG layouts gets no Links= at all.
+// among a node's gres lines, so a node with MIG layouts gets no Links= at all. A shared GPU is a
+// gpu of its own type (SharedGpuType) plus a shard line with the same file: Slurm needs both
+// (docs/slurm-shards.md), and numbers types apart, so such a node gets no Links= either.
 std::string GresConf(const Cluster& c) {
   std::string text = Header(c);
   Out out(text);
@@ -202,7 +209,7 @@ std::string GresConf(const Cluster& c) {
   fmt::format_to(out, "AutoDetect=off\n");
   for (const Node& n : c.nodes) {
     std::vector<std::vector<int>> links = LinkMatrix(n.gpus);
-    const bool with_links = !n.gpus.nvlinks.empty() && n.gpus.mig_layouts.empty();
+    const bool with_links = !n.gpus.nvlinks.empty() && !HasSplitGpus(n.gpus);
     const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
     for (int g = 0; g < n.gpus.count; ++g) {
       if (MigLayoutOf(n.gpus, g) != nullptr) {
@@ -212,6 +219,13 @@ std::string GresConf(const Cluster& c) {
                          slice.placement.profile->name,
                          fmt::join(MigSliceFiles(c.slurm, n, slice), ","));
         }
+        continue;
+      }
+      if (const int shards = ShardsOf(n.gpus, g); shards > 0) {
+        fmt::format_to(out, "NodeName={} Name=gpu Type={} File={}\n", n.name,
+                       SharedGpuType(n.gpus), GpuDevicePath(c.slurm, n, g));
+        fmt::format_to(out, "NodeName={} Name=shard Count={} File={}\n", n.name, shards,
+                       GpuDevicePath(c.slurm, n, g));
         continue;
       }
       fmt::format_to(out, "NodeName={} Name=gpu Type={} File={}", n.name, n.gpus.type,
@@ -276,20 +290,37 @@ std::vector<std::string> MigSliceFiles(const SlurmSettings& settings, const Node
 }
 
 std::string NodeGres(const Node& node) {
-  const int whole = WholeGpuCount(node.gpus);
-  std::vector<std::string> parts;
-  if (whole > 0) parts.push_back(fmt::format("gpu:{}:{}", node.gpus.type, whole));
-  std::vector<std::pair<std::string_view, int>> per_profile;  // in order of first appearance
-  for (const MigSlice& slice : MigSlicesOf(node.gpus)) {
-    auto it = std::find_if(per_profile.begin(), per_profile.end(),
-                           [&](const auto& p) { return p.first == slice.placement.profile->name; });
-    if (it == per_profile.end()) {
-      per_profile.emplace_back(slice.placement.profile->name, 1);
+  // Each gpu type in the order it first appears among the node's GPUs, as in gres.conf: Slurm
+  // numbers a node's gres type by type, and with both files in one order the numbering is the
+  // one gres_slots.h reads back (observed: the order of the types in Gres= wins when the two
+  // differ).
+  std::vector<std::pair<std::string, int>> per_type;
+  const auto add = [&](const std::string& type) {
+    auto it = std::find_if(per_type.begin(), per_type.end(),
+                           [&](const auto& p) { return p.first == type; });
+    if (it == per_type.end()) {
+      per_type.emplace_back(type, 1);
     } else {
       ++it->second;
     }
+  };
+  const std::vector<MigSlice> slices = MigSlicesOf(node.gpus);
+  int shards = 0;
+  for (int g = 0; g < node.gpus.count; ++g) {
+    if (MigLayoutOf(node.gpus, g) != nullptr) {
+      for (const MigSlice& slice : slices) {
+        if (slice.gpu == g) add(std::string(slice.placement.profile->name));
+      }
+    } else if (const int n = ShardsOf(node.gpus, g); n > 0) {
+      add(SharedGpuType(node.gpus));
+      shards += n;
+    } else {
+      add(node.gpus.type);
+    }
   }
-  for (const auto& [profile, n] : per_profile) parts.push_back(fmt::format("gpu:{}:{}", profile, n));
+  std::vector<std::string> parts;
+  for (const auto& [type, n] : per_type) parts.push_back(fmt::format("gpu:{}:{}", type, n));
+  if (shards > 0) parts.push_back(fmt::format("shard:{}", shards));
   return fmt::format("{}", fmt::join(parts, ","));
 }
 

@@ -82,6 +82,29 @@ TEST(SlurmGoldenTest, LocalCluster) { CheckGolden("cluster-local.toml", "local")
 
 TEST(SlurmGoldenTest, LocalMigCluster) { CheckGolden("cluster-local-mig.toml", "local-mig"); }
 
+TEST(SlurmGoldenTest, LocalSharedCluster) {
+  CheckGolden("cluster-local-shared.toml", "local-shared");
+}
+
+// A shared GPU is a gpu of its own type and a shard line on the same file; the node's Gres=
+// lists its gpu types in the order gres.conf first names them, so that Slurm's numbering
+// (type by type) is the one the hooks read back.
+TEST(SlurmSharedConfigTest, SharedGpusAreGpusOfTheirOwnTypeAndShards) {
+  Cluster c = LoadCluster(kSource + "/examples/cluster-local-shared.toml");
+  c.nodes[2].gpus.shared[0].gpus = {0, 2};  // interleaved with the whole GPUs 1 and 3
+  ConfigFiles files = RenderSlurmConfig(c);
+  EXPECT_THAT(files["slurm.conf"], HasSubstr("GresTypes=gpu,shard\n"));
+  EXPECT_THAT(files["slurm.conf"], HasSubstr(" Gres=gpu:l40s-shared:2,gpu:l40s:2,shard:8 "));
+  EXPECT_THAT(files["gres.conf"], HasSubstr("NodeName=oss03 Name=gpu Type=l40s-shared "
+                                            "File=/dev/bmas-local/oss03/nvidia0\n"
+                                            "NodeName=oss03 Name=shard Count=4 "
+                                            "File=/dev/bmas-local/oss03/nvidia0\n"
+                                            "NodeName=oss03 Name=gpu Type=l40s "
+                                            "File=/dev/bmas-local/oss03/nvidia1\n"));
+  EXPECT_THAT(RenderSlurmConfig(LoadCluster(kSource + "/examples/cluster-local.toml"))["slurm.conf"],
+              HasSubstr("GresTypes=gpu\n"));
+}
+
 // Each MIG slice is a GPU of its profile's type, opened through its GPU's device file and its two
 // access capabilities; the node counts its whole GPUs and its slices per profile.
 TEST(SlurmMigConfigTest, SlicesAreGresOfTheirProfilesType) {

@@ -184,6 +184,13 @@ JobInfo ParseJob(const Value& j) {
   const std::vector<std::string> detail = JsonStringList(j, "gres_detail");
   int held = 0;
   for (size_t i = 0; i < detail.size(); ++i) {
+    if (const int shards = CountGresIn(detail[i], "shard"); shards > 0) {
+      job.shards += shards;
+      NodeGpus g;
+      g.node = i < job.nodes.size() ? job.nodes[i] : std::string();
+      g.indexes = ParseGresIndexes(detail[i]);
+      job.shard_alloc.push_back(std::move(g));
+    }
     const int count = CountGpusInGres(detail[i]);
     held += count;
     if (count == 0) continue;
@@ -196,6 +203,9 @@ JobInfo ParseJob(const Value& j) {
   job.gpu_type = !job.gpu_alloc.empty() ? job.gpu_alloc.front().type : std::string();
   for (const char* asked : {"tres_per_job", "tres_per_node", "tres_per_task"}) {
     if (job.gpu_type.empty()) job.gpu_type = GpuTypeInGres(JsonString(j, asked));
+  }
+  if (job.shards == 0) {
+    job.shards = CountGresIn(JsonString(j, "tres_per_node"), "shard") * std::max(job.node_count, 1);
   }
   if (held > 0) {
     job.gpus = held;
@@ -574,7 +584,9 @@ JobState ParseJobState(std::string_view name) {
   return JobState::kUnknown;
 }
 
-int CountGpusInGres(std::string_view gres) {
+int CountGpusInGres(std::string_view gres) { return CountGresIn(gres, "gpu"); }
+
+int CountGresIn(std::string_view gres, std::string_view name) {
   // A TRES string may list "gres/gpu=4" next to "gres/gpu:h100=4"; the untyped entry is the
   // total, so typed entries count only when there is none.
   int64_t untyped = 0;
@@ -582,7 +594,7 @@ int CountGpusInGres(std::string_view gres) {
   bool saw_untyped = false;
   for (std::string_view item : SplitTopLevel(gres)) {
     const GresItem g = ParseGresItem(item);
-    if (g.name != "gpu") continue;
+    if (g.name != name) continue;
     if (g.type.empty()) {
       untyped += g.count;
       saw_untyped = true;

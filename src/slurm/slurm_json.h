@@ -66,6 +66,9 @@ struct JobInfo {
   int gpus = 0;                     // allocated, else requested (see ParseJobsResponse)
   std::string gpu_type;             // the GRES type it holds or asks for ("h100", "1g.10gb")
   std::vector<NodeGpus> gpu_alloc;  // only while the job holds them
+  // A job on a shared GPU holds shards of it, not GPUs (gpus is 0): held, else requested.
+  int shards = 0;
+  std::vector<NodeGpus> shard_alloc;  // the shared GPU's gres index, only while held
   int restart_count = 0;
   int exit_code = 0;           // final states: the script's exit status, 128 + N if signal N
   int exit_signal = 0;         // N when the script was killed by signal N, else 0
@@ -159,6 +162,9 @@ JobState ParseJobState(std::string_view name);
 // GPUs in one GRES string: "gpu:h100:4(IDX:0-3)", "gpu:2", "gres:gpu:2", "gres/gpu:h100=2",
 // comma-separated lists; other GRES are ignored. 0 when there is no GPU.
 int CountGpusInGres(std::string_view gres);
+
+// The same for the gres called `name` ("shard": "shard:3(IDX:2)" holds 3).
+int CountGresIn(std::string_view gres, std::string_view name);
 
 // The indexes in "gpu:h100:2(IDX:0-1,3)": {0, 1, 3}; empty for "IDX:N/A" or no IDX.
 std::vector<int> ParseGresIndexes(std::string_view gres_detail);

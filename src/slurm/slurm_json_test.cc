@@ -104,6 +104,19 @@ TEST(ParseJobsTest, RunningJobOnMigSlices) {
   EXPECT_EQ(j.gpu_alloc[0].indexes, (std::vector<int>{4, 5}));
 }
 
+// One shard of oss03's GPU 2 in examples/cluster-local-shared.toml (Slurm 22.05's slurmrestd):
+// no GPU, one shard, at the shared GPU's gres index.
+TEST(ParseJobsTest, RunningJobOnAShard) {
+  const JobInfo j = OnlyJob("job_running_shard.json");
+  EXPECT_EQ(j.state, JobState::kRunning);
+  EXPECT_EQ(j.gpus, 0);
+  EXPECT_TRUE(j.gpu_alloc.empty());
+  EXPECT_EQ(j.shards, 1);
+  ASSERT_EQ(j.shard_alloc.size(), 1u);
+  EXPECT_EQ(j.shard_alloc[0].node, "oss03");
+  EXPECT_EQ(j.shard_alloc[0].indexes, (std::vector<int>{2}));
+}
+
 TEST(ParseJobsTest, FinishedJobKeepsRequestedGpusAndDecodesExitStatus) {
   // After the end gres_detail is empty and tres_alloc_str has no gres/gpu (no accounting);
   // the count comes from tres_per_node "gres:gpu:2". exit_code 768 is a wait status: exit 3.
@@ -494,6 +507,10 @@ TEST(CountGpusInGresTest, Forms) {
       {"shard:8", 0},
   };
   for (const auto& [gres, n] : cases) EXPECT_EQ(CountGpusInGres(gres), n) << gres;
+  EXPECT_EQ(CountGresIn("shard:3(IDX:2)", "shard"), 3);
+  EXPECT_EQ(CountGresIn("gres:shard:1", "shard"), 1);
+  EXPECT_EQ(CountGresIn("gpu:h100:2(IDX:0-1),shard:2(IDX:2)", "shard"), 2);
+  EXPECT_EQ(CountGresIn("shard:3(IDX:2)", "gpu"), 0);
 }
 
 TEST(ParseGresIndexesTest, Forms) {

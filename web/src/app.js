@@ -42,7 +42,8 @@ function duration(s) {
 const hours = (h) => (h || 0).toFixed(2);
 const jobLabel = (j) => (j.id ? String(j.id) : "another user's");
 // "2", or for MIG slices "2x1g.10gb".
-const gpusText = (j) => (j.slice ? `${j.gpus}x${j.slice}` : String(j.gpus));
+const gpusText = (j) => (j.slice ? `${j.gpus}x${j.slice}`
+  : !j.gpus && j.shards ? `${j.shards} shard${j.shards === 1 ? "" : "s"}` : String(j.gpus));
 
 async function api(p) {
   const r = await fetch(p, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -88,10 +89,12 @@ function clusterPage(c) {
             "data-job": g.job_id || null,
             title: `${n.name} GPU ${g.index}: ${g.state}` +
               (g.slice ? ` · MIG slice ${g.slice}` : "") +
+              (g.sharers ? ` · shared: ${g.shards} shards held by ${g.sharers} job(s)` : "") +
               (g.user ? ` · job ${g.job_id} (${g.user})` : "") +
               (g.util !== null ? ` · ${g.util}% busy` : ""),
           },
-          el("div", {}, `#${g.index}` + (g.slice ? ` ${g.slice}` : "")),
+          el("div", {}, `#${g.index}` + (g.slice ? ` ${g.slice}` : "") +
+            (g.sharers ? ` shared ×${g.sharers}` : "")),
           el("div", {}, g.job_id ? `job ${g.job_id}` : g.state === "idle" ? "" : g.state),
           el("div", {}, g.user || ""),
           el("div", {}, g.util !== null ? `${g.util}%` : ""))))))),
