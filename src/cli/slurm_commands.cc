@@ -103,6 +103,29 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0.1, 3600.0))
       ->default_str("2");
   monitor->callback([this, &global] { global.exit_code = RunMonitor(global); });
+  CLI::App* relayout = slurm_->add_subcommand(
+      "relayout", "Give a GPU whose MIG layout follows demand (the inventory's "
+                  "[[cluster.nodes.gpus.flexible]]) another layout, on the local cluster: by hand, "
+                  "or --auto (the policy, once, from what waits in the queue). Other GPUs' jobs "
+                  "run on, slurmctld does not restart; a GPU with a job is never changed (root)");
+  relayout->add_option("gpu", relayout_node_, "The GPU, as <node>-gpu<N>: oss01-gpu3");
+  relayout->add_option("layout", relayout_layout_,
+                       "\"whole\", or profiles joined by '+': 7x1g.10gb, \"3g.40gb+2g.20gb+2x1g.10gb\"");
+  relayout->add_flag("--auto", relayout_auto_,
+                     "Let the policy choose: each idle GPU takes the layout that serves the most "
+                     "of what has waited --min-wait seconds");
+  relayout->add_option("--min-wait", relayout_min_wait_s_,
+                       "Seconds a pending job must have waited to count (--auto)")
+      ->check(CLI::Range(0, 86400))
+      ->default_str("30");
+  relayout->add_option("--hold", relayout_hold_s_,
+                       "Seconds a GPU keeps a new layout before --auto may change it again")
+      ->check(CLI::Range(0, 86400))
+      ->default_str("300");
+  relayout->add_option("--timeout", timeout_s_, "Seconds to wait for the new layout to register")
+      ->check(CLI::Range(1, 3600))
+      ->default_str("60");
+  relayout->callback([this, &global] { global.exit_code = RunRelayout(global); });
   CLI::App* hook = slurm_->add_subcommand(
       "hook", "What Slurm's Prolog and Epilog run: bind a job's GPUs into its user's workspace, "
               "or unbind them (root, SLURM_* variables)");

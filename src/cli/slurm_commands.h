@@ -31,6 +31,7 @@ class SlurmCommands {
   int RunDown(GlobalOptions& global);
   int RunStatus(GlobalOptions& global);
   int RunMonitor(GlobalOptions& global);
+  int RunRelayout(GlobalOptions& global);  // slurm_relayout.cc
 
   CLI::App* slurm_ = nullptr;
   CLI::App* config_ = nullptr;
@@ -42,6 +43,9 @@ class SlurmCommands {
   int monitor_port_ = 0;
   std::string hook_phase_;
   double monitor_interval_s_ = 2;
+  std::string relayout_node_, relayout_layout_;
+  bool relayout_auto_ = false;
+  int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300;
 };
 
 }  // namespace bmas

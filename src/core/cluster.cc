@@ -4,12 +4,15 @@
 #include <cctype>
 #include <functional>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "common/config_table.h"
 #include "core/hostlist.h"
+#include "core/mig_relayout.h"
 
 namespace bmas {
 namespace {
@@ -125,6 +128,45 @@ GpuSpec ReadGpus(ConfigTable& t) {
     m.RejectUnknownKeys();
     g.shared.push_back(std::move(shared));
   }
+  std::set<int> flexible;
+  for (ConfigTable& m : t.TableArray("flexible")) {
+    FlexibleGpus f;
+    for (int64_t gpu : m.IntArray("gpus", 0, 1023)) {
+      f.gpus.push_back(static_cast<int>(gpu));
+      flexible.insert(static_cast<int>(gpu));
+    }
+    if (f.gpus.empty()) m.Invalid("gpus", "list the GPUs whose layout follows demand, e.g. [3]");
+    for (const std::string& text : m.StringArray("layouts")) {
+      auto layout = ParseLayoutText(text);
+      if (!layout) m.Invalid("layouts", layout.error().message);
+      f.layouts.push_back(std::move(*layout));
+    }
+    if (f.layouts.size() > 8) m.Invalid("layouts", "at most 8 layouts per GPU");
+    if (f.layouts.size() < 2) {
+      m.Invalid("layouts", "give at least two layouts to choose from, the first the one it "
+                           "starts in, e.g. [\"whole\", \"7x1g.10gb\", \"3g.40gb + 3g.40gb\"]");
+    }
+    f.line = m.line();
+    m.RejectUnknownKeys();
+    g.flexible.push_back(std::move(f));
+  }
+  if (!flexible.empty()) {
+    if (!g.mig) t.Invalid("flexible", "GPUs whose MIG layout changes need mig = true");
+    // Split off as GPU nodes, the host keeps GPUs 0..k-1 under their own numbers.
+    const int first = g.count - static_cast<int>(flexible.size());
+    if (*flexible.begin() != first || *flexible.rbegin() != g.count - 1) {
+      t.Invalid("flexible", fmt::format("the GPUs whose layout changes must be the node's last ones "
+                                        "(of {}: {}-{}), each listed once",
+                                        g.count, std::max(first, 0), g.count - 1));
+    }
+    for (int gpu : flexible) {
+      if (MigLayoutOf(g, gpu) != nullptr || ShardsOf(g, gpu) > 0) {
+        t.Invalid("flexible", fmt::format("GPU {} also has a fixed MIG layout or is shared; a "
+                                          "GPU whose layout follows demand has only its layouts",
+                                          gpu));
+      }
+    }
+  }
   t.RejectUnknownKeys();
   return g;
 }
@@ -187,6 +229,54 @@ void ReadNodeGroup(ConfigTable& t, std::vector<Node>& out) {
     node.address = addresses.size() == 1 ? addresses[0] : addresses[i];
     out.push_back(node);
   }
+}
+
+// Each flexible GPU of a node becomes a group of layout nodes "<node>-gpu<N>-<k>" right after
+// it, each with its share of the node's CPUs and memory, its layout, and its host's address,
+// NICs and features; the host keeps its other GPUs.
+void SplitOffGpuNodes(std::vector<Node>& nodes) {
+  std::vector<Node> out;
+  for (Node& host : nodes) {
+    std::vector<Node> layout_nodes;
+    const int count = host.gpus.count;
+    int split = 0;
+    const int cpus = std::max(1, host.cpus / std::max(1, count));
+    const int64_t memory = host.memory_mib / std::max(1, count);
+    for (const FlexibleGpus& f : host.gpus.flexible) {
+      for (int gpu : f.gpus) {
+        ++split;
+        for (size_t k = 0; k < f.layouts.size(); ++k) {
+          Node n = host;
+          n.name = fmt::format("{}-gpu{}-{}", host.name, gpu, k);
+          n.host = host.name;
+          n.gpu_group = fmt::format("{}-gpu{}", host.name, gpu);
+          n.layout_index = static_cast<int>(k);
+          n.port = 0;
+          n.sockets = n.cores_per_socket = n.threads_per_core = 0;
+          n.cpus = cpus;
+          n.memory_mib = memory;
+          n.gpus = GpuSpec{.count = 1, .type = host.gpus.type, .memory_gb = host.gpus.memory_gb,
+                           .mig = true, .first_index = gpu};
+          if (!f.layouts[k].empty()) n.gpus.mig_layouts = {{{0}, f.layouts[k], f.line}};
+          n.line = f.line;
+          layout_nodes.push_back(std::move(n));
+        }
+      }
+    }
+    if (split > 0) {
+      host.gpus.count -= split;
+      host.cpus = std::max(1, host.cpus - split * cpus);
+      host.memory_mib -= split * memory;
+      host.sockets = host.cores_per_socket = host.threads_per_core = 0;
+      std::erase_if(host.gpus.nvlinks, [&](const GpuLink& l) {
+        return l.a >= host.gpus.count || l.b >= host.gpus.count;
+      });
+    }
+    host.gpus.flexible.clear();
+    out.push_back(std::move(host));
+    for (Node& n : layout_nodes) out.push_back(std::move(n));
+  }
+  nodes = std::move(out);
 }
 
 Switch ReadSwitch(ConfigTable& t) {
@@ -354,6 +444,49 @@ bool HasSplitGpus(const GpuSpec& gpus) {
   return !gpus.mig_layouts.empty() || !gpus.shared.empty();
 }
 
+std::vector<std::string> GpuGroups(const Cluster& cluster) {
+  std::vector<std::string> groups;
+  for (const Node& n : cluster.nodes) {
+    if (!n.gpu_group.empty() &&
+        std::find(groups.begin(), groups.end(), n.gpu_group) == groups.end()) {
+      groups.push_back(n.gpu_group);
+    }
+  }
+  return groups;
+}
+
+std::vector<const Node*> LayoutNodesOf(const Cluster& cluster, std::string_view group) {
+  std::vector<const Node*> nodes;
+  for (const Node& n : cluster.nodes) {
+    if (!group.empty() && n.gpu_group == group) nodes.push_back(&n);
+  }
+  return nodes;
+}
+
+Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
+                                 const std::vector<std::string>& layout) {
+  const std::vector<const Node*> nodes = LayoutNodesOf(cluster, group);
+  if (nodes.empty()) {
+    const std::vector<std::string> groups = GpuGroups(cluster);
+    return NotFound(fmt::format(
+        "{} is not a GPU whose layout follows demand; {}", group,
+        groups.empty() ? "the inventory has none ([[cluster.nodes.gpus.flexible]] makes them)"
+                       : fmt::format("those are {}", fmt::join(groups, ", "))));
+  }
+  std::vector<std::string> names;
+  for (const Node* n : nodes) {
+    if (GpuNodeLayout(*n) == layout) return n;
+    names.push_back(LayoutText(GpuNodeLayout(*n)));
+  }
+  return InvalidArgument(fmt::format("{} is not one of {}'s layouts: {}", LayoutText(layout),
+                                     group, fmt::join(names, "; ")));
+}
+
+std::vector<std::string> GpuNodeLayout(const Node& node) {
+  const std::vector<std::string>* layout = MigLayoutOf(node.gpus, 0);
+  return layout == nullptr ? std::vector<std::string>{} : *layout;
+}
+
 int ClusterShardsPerGpu(const Cluster& cluster) {
   for (const Node& n : cluster.nodes) {
     for (const SharedGpus& s : n.gpus.shared) return s.shards;
@@ -387,7 +520,9 @@ const Node* Cluster::FindNode(std::string_view name) const {
 int SlurmdPortOf(const Cluster& cluster, size_t index) {
   const Node& n = cluster.nodes[index];
   if (n.port != 0) return n.port;
-  return cluster.slurm.slurmd_port + (cluster.slurm.local ? static_cast<int>(index) : 0);
+  if (cluster.slurm.local) return cluster.slurm.slurmd_port + static_cast<int>(index);
+  if (n.gpu_group.empty()) return cluster.slurm.slurmd_port;
+  return cluster.slurm.slurmd_port + 10 + 8 * n.gpus.first_index + n.layout_index;
 }
 
 Cluster ReadCluster(ConfigTable& t) {
@@ -399,9 +534,25 @@ Cluster ReadCluster(ConfigTable& t) {
   std::vector<ConfigTable> groups = t.TableArray("nodes");
   if (groups.empty()) t.Invalid("nodes", "required: at least one [[cluster.nodes]] entry");
   for (ConfigTable& g : groups) ReadNodeGroup(g, c.nodes);
+  SplitOffGpuNodes(c.nodes);
   for (ConfigTable& s : t.TableArray("switches")) c.switches.push_back(ReadSwitch(s));
   for (ConfigTable& p : t.TableArray("partitions"))
     c.partitions.push_back(ReadPartition(p, c.nodes));
+  // A host's GPU nodes go where the host goes.
+  const auto with_gpu_nodes = [&](std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    for (const std::string& name : names) {
+      out.push_back(name);
+      for (const Node& n : c.nodes) {
+        if (n.host == name && std::find(names.begin(), names.end(), n.name) == names.end()) {
+          out.push_back(n.name);
+        }
+      }
+    }
+    names = std::move(out);
+  };
+  for (Switch& s : c.switches) with_gpu_nodes(s.nodes);
+  for (Partition& p : c.partitions) with_gpu_nodes(p.nodes);
   if (c.partitions.empty()) c.partitions = DefaultPartitions(c.nodes);
   if (auto s = t.Table("slurm")) ReadSlurm(*s, c.slurm);
   t.RejectUnknownKeys();

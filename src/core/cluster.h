@@ -54,6 +54,20 @@ struct SharedGpus {
   int line = 0;
 };
 
+// GPUs of one node whose MIG layout follows demand (core/mig_relayout.h). Each of `gpus` becomes
+// a group of Slurm nodes, one per layout: "<node>-gpu<N>-<k>" holds the GPU in layouts[k]. Only
+// the group's active node runs a slurmd; the others are DOWN ("standby"), so Slurm accepts jobs
+// for any of the layouts' profiles and they wait until the policy makes a layout active.
+// Changing a layout stops one slurmd and starts another: no other node's gres, indexes or jobs
+// are touched, and slurmctld never restarts (docs/mig-relayout-slurm.md). They must be the
+// node's last GPUs. The first layout is the one it starts in; an empty layout ("whole" in the
+// file) is the whole GPU, MIG off; at most 8 layouts.
+struct FlexibleGpus {
+  std::vector<int> gpus;
+  std::vector<std::vector<std::string>> layouts;
+  int line = 0;
+};
+
 // The GPUs of one node; all of one type.
 struct GpuSpec {
   int count = 0;
@@ -63,6 +77,11 @@ struct GpuSpec {
   std::vector<GpuLink> nvlinks;
   std::vector<MigLayout> mig_layouts;  // GPUs in none of them stay whole
   std::vector<SharedGpus> shared;      // GPUs shared as shards (in no MIG layout)
+  // As read; ReadCluster splits these GPUs off into layout nodes and clears it.
+  std::vector<FlexibleGpus> flexible;
+  // The host's index of the first of these GPUs: 0, except on a layout node, whose one GPU
+  // keeps its host's number (device files and NVML name it so).
+  int first_index = 0;
 };
 
 // The MIG profiles GPU `index` is split into, or nullptr when it is whole.
@@ -109,7 +128,14 @@ struct Node {
   std::vector<Nic> nics;
   std::vector<std::string> features;  // Slurm node features, for --constraint
   int line = 0;                       // the line of its [[cluster.nodes]] entry
+  // A layout node (one layout of a GPU whose layout follows demand): its host's name, its GPU's
+  // group ("oss01-gpu3") and its layout's index; "" and -1 for other nodes. When active it runs
+  // its own slurmd on the host (`slurmd -N <name>`), on its own port.
+  std::string host;
+  std::string gpu_group;
+  int layout_index = -1;
 };
+
 
 struct Controller {
   std::string name;
@@ -196,7 +222,22 @@ struct Cluster {
   const Node* FindNode(std::string_view name) const;
 };
 
-// slurmd's port for nodes[index]: its own, else (local) slurm_port + index, else SlurmdPort.
+// The GPUs whose layout follows demand, by group name ("oss01-gpu3"), in inventory order.
+std::vector<std::string> GpuGroups(const Cluster& cluster);
+
+// The layout nodes of `group`, in the order of its layouts.
+std::vector<const Node*> LayoutNodesOf(const Cluster& cluster, std::string_view group);
+
+// The node of `group` that holds its GPU in `layout`. NotFound naming the groups when there is
+// no such group; InvalidArgument listing its layouts when `layout` is not one of them.
+Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
+                                 const std::vector<std::string>& layout);
+
+// A node's one GPU's layout: its MIG profiles, empty when whole.
+std::vector<std::string> GpuNodeLayout(const Node& node);
+
+// slurmd's port for nodes[index]: its own, else (local) slurm_port + index, else SlurmdPort
+// (a layout node's: SlurmdPort + 10 + 8 x its GPU's index + its layout's, beside its host's).
 int SlurmdPortOf(const Cluster& cluster, size_t index);
 
 // Reads the [cluster] table of the TOML file `path` (other tables are left to their own

@@ -195,7 +195,7 @@ std::vector<MigSlice> MigSlicesOf(const GpuSpec& gpus) {
     auto placed = PlaceMigLayout(**model, *layout);
     if (!placed) continue;
     for (size_t i = 0; i < placed->size(); ++i) {
-      slices.push_back({g, static_cast<int>(i) + 1, 0, (*placed)[i]});
+      slices.push_back({gpus.first_index + g, static_cast<int>(i) + 1, 0, (*placed)[i]});
     }
   }
   return slices;

@@ -76,7 +76,7 @@ Result<std::vector<MigPlacement>> PlaceMigLayout(const MigGpuModel& model,
 // One MIG instance of a node, as Slurm schedules it and a job gets it: a GPU instance with one
 // compute instance that spans it (what `nvidia-smi mig -cgi ... -C` makes).
 struct MigSlice {
-  int gpu = 0;                // the GPU's index on its node
+  int gpu = 0;                // the GPU's index on its host (a GPU node's: its first_index)
   int gpu_instance = 0;       // its GPU instance id: 1, 2, ... in the layout's order
   int compute_instance = 0;   // 0: the one compute instance
   MigPlacement placement;

@@ -5,21 +5,26 @@
 // and applies the decisions (NVML, then Slurm's view of the GPU's node). A simulator (bmas plan)
 // runs the same function.
 //
-// The rule. Each pending job that has waited at least `min_wait_s` asks for slices of one
-// profile, or for one whole GPU (profile kWholeGpu). What free capacity of that profile exists
-// on GPUs that do not re-partition, or on re-partitionable ones that are busy, serves the
-// demand first. What is left is unmet. Each idle re-partitionable GPU, in turn (those changed
-// longest ago first), takes the candidate layout that serves the most unmet demand; ties keep
-// its present layout, then take the layout with fewer instances (less to create). Its layout
-// changes only when the best candidate serves strictly more than the present one. A GPU changed
-// less than `hold_s` ago, or holding any job, never changes. So a GPU with a job is never
-// re-partitioned, an empty queue changes nothing, and two GPUs are not both re-laid for one
-// job.
+// The rule. Each pending job that has waited at least `min_wait_s` asks for k slices of one
+// profile on one GPU, or for one whole GPU (profile kWholeGpu). Requests are served oldest first,
+// each wholly or not at all. Free capacity on GPUs that do not re-partition (or on busy ones
+// that do) serves first, then idle re-partitionable GPUs held in their layout. What is left is
+// unmet. Each other idle re-partitionable GPU, in turn (those changed longest ago first), takes
+// the candidate layout that serves the most slices of unmet requests; ties keep its present
+// layout, then take the layout with fewer instances (less to create). Its layout changes only
+// when the best candidate serves strictly more than the present one. A GPU changed less than
+// `hold_s` ago, or holding any job, never changes. So a GPU with a job is never re-partitioned,
+// an empty queue changes nothing, and two GPUs are not both re-laid for one job. (Free capacity
+// elsewhere is taken as one pool: a request of k slices counts as served when k are free
+// anywhere, though Slurm needs them on one node.)
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "common/result.h"
 
 namespace bmas {
 
@@ -72,5 +77,9 @@ std::vector<RelayoutDecision> DecideRelayouts(const RelayoutSettings& settings,
 
 // "3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb", or "whole" for an empty layout.
 std::string LayoutText(const std::vector<std::string>& layout);
+
+// The other way: "whole", or profiles joined by '+', each perhaps "Nx" times ("7x1g.10gb",
+// "3g.40gb + 2g.20gb + 2x1g.10gb"). Checks the form only (core/mig.h checks the tables).
+Result<std::vector<std::string>> ParseLayoutText(std::string_view text);
 
 }  // namespace bmas

@@ -99,11 +99,39 @@ TEST(MigRelayoutTest, TwoIdleGpusSplitTheDemandAndWholeGpuJobsGetAWholeOne) {
   EXPECT_THAT(d[1].why, HasSubstr("1 pending whole-GPU request"));
 }
 
+TEST(MigRelayoutTest, ARequestOfSeveralSlicesIsServedWhollyOnOneGpuOrNotAtAll) {
+  RelayoutInput in;
+  in.gpus = {Gpu("oss01-gpu3", {}), Gpu("oss02-gpu3", {})};
+  // Three 1g notebooks, then a fine-tune on two 3g slices: the mixed layout would serve two of
+  // the notebooks and half the fine-tune, which is nothing to it.
+  in.pending = {Waiting("1g.10gb", 1, 90), Waiting("1g.10gb", 1, 80), Waiting("1g.10gb", 1, 70),
+                Waiting("3g.40gb", 2, 60)};
+  auto d = DecideRelayouts(Settings(), in, kNow);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].to, kSevenOnes);
+  EXPECT_EQ(d[1].to, kTwoThrees);
+  EXPECT_THAT(d[1].why, HasSubstr("2 pending 3g.40gb requests (waiting up to 60 s)"));
+}
+
 TEST(MigRelayoutTest, ATieKeepsThePresentLayout) {
   RelayoutInput in;
   in.gpus = {Gpu("oss03-gpu3", kMixed)};
   in.pending = {Waiting("1g.10gb", 2)};
   EXPECT_TRUE(DecideRelayouts(Settings(), in, kNow).empty());
+}
+
+TEST(MigRelayoutTest, LayoutsReadAsWrittenInTheInventory) {
+  EXPECT_EQ(*ParseLayoutText("whole"), std::vector<std::string>{});
+  EXPECT_EQ(*ParseLayoutText("7x1g.10gb"), kSevenOnes);
+  EXPECT_EQ(*ParseLayoutText("3g.40gb + 2g.20gb + 2x1g.10gb"), kMixed);
+  EXPECT_EQ(*ParseLayoutText("1g.10gb+me+1g.10gb"),
+            (std::vector<std::string>{"1g.10gb+me", "1g.10gb"}));
+  EXPECT_EQ(*ParseLayoutText(LayoutText(kMixed)), kMixed);
+  for (const char* bad : {"", "h100", "0x1g.10gb", "8x1g.10gb", "3g.40gb++1g.10gb", "x1g.10gb"}) {
+    auto parsed = ParseLayoutText(bad);
+    ASSERT_FALSE(parsed) << bad;
+    EXPECT_THAT(parsed.error().message, HasSubstr("a layout is \"whole\" or profiles")) << bad;
+  }
 }
 
 }  // namespace

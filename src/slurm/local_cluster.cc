@@ -26,6 +26,7 @@
 #include "common/config_table.h"
 #include "common/process.h"
 #include "core/job_shape.h"
+#include "slurm/gpu_layouts.h"
 #include "slurm/local_cluster_internal.h"
 #include "slurm/slurm_config.h"
 
@@ -37,6 +38,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using internal::CheckTraversable;
+using internal::MakeFakeGpus;
 using internal::kInstallHint;
 using internal::LookUp;
 using internal::MakeDir;
@@ -197,6 +199,43 @@ std::string LocalClusterPrerequisites() {
   return fmt::format("Slurm is not installed (missing {}): {}", list, kInstallHint);
 }
 
+namespace internal {
+
+// Fake GPUs: character devices with the NVIDIA major; opening one gives ENXIO (no driver).
+Result<void> MakeFakeGpus(const Cluster& local, const std::string& device_dir) {
+  for (const Node& n : local.nodes) {
+    if (auto r = MakeDir(device_dir + "/" + n.name, 0755); !r) return r.error();
+    for (int g = n.gpus.first_index; g < n.gpus.first_index + n.gpus.count; ++g) {
+      const std::string dev = GpuDevicePath(local.slurm, n, g);
+      if (!fs::exists(dev) &&
+          mknod(dev.c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, g)) != 0) {
+        return Internal(fmt::format("cannot make {}: {}", dev, std::strerror(errno)));
+      }
+    }
+    // MIG slices: their GPU instance's and compute instance's access capabilities.
+    const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
+    if (!slices.empty()) {
+      if (auto r = MakeDir(device_dir + "/" + n.name + "/nvidia-caps", 0755); !r) {
+        return r.error();
+      }
+    }
+    for (const MigSlice& slice : slices) {
+      for (int minor : {MigGpuInstanceCapMinor(slice.gpu, slice.gpu_instance),
+                        MigComputeInstanceCapMinor(slice.gpu, slice.gpu_instance,
+                                                   slice.compute_instance)}) {
+        const std::string cap = MigCapPath(local.slurm, n, minor);
+        if (!fs::exists(cap) &&
+            mknod(cap.c_str(), S_IFCHR | 0444, makedev(kFakeNvidiaCapsMajor, minor)) != 0) {
+          return Internal(fmt::format("cannot make {}: {}", cap, std::strerror(errno)));
+        }
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace internal
+
 Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::string& inventory_file,
                                        const std::string& state_dir, std::chrono::seconds timeout) {
   if (std::string why = LocalClusterPrerequisites(); !why.empty()) {
@@ -246,7 +285,18 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
   c.slurmctld_port = *base;
   c.rest_port = *base + static_cast<int>(inventory.nodes.size()) + 1;
   Cluster local = Localize(inventory, c.root, c.device_dir, *base);
-  for (const Node& n : local.nodes) c.nodes.push_back(n.name);
+  // GPUs whose layout follows demand: only the node of each one's present layout runs.
+  const std::string layouts_file = c.root + "/etc/gpu-layouts";
+  auto saved = ReadGpuLayouts(layouts_file);
+  if (!saved) return saved.error();
+  auto active = ActiveLayoutNodes(local, *saved, layouts_file);
+  if (!active) return active.error();
+  c.standby = StandbyLayoutNodes(local, *active);
+  for (const Node& n : local.nodes) {
+    if (std::find(c.standby.begin(), c.standby.end(), n.name) == c.standby.end()) {
+      c.nodes.push_back(n.name);
+    }
+  }
   c.gpus_per_node = local.nodes.empty() ? 0 : local.nodes[0].gpus.count;
 
   // The state dir is made world-traversable: munge, nobody and the jobs' users reach into it;
@@ -293,35 +343,7 @@ Result<LocalCluster> StartLocalCluster(const Cluster& inventory, const std::stri
                                  "SLURM_CONF={} exec {} --state-dir {} slurm hook task-prolog\n",
                                  ShellQuote(c.conf), ShellQuote(self), ShellQuote(c.state_dir));
   if (auto r = WriteFile(local.slurm.task_prolog, task_prolog, 0755); !r) return r.error();
-  // Fake GPUs: character devices with the NVIDIA major; opening one gives ENXIO (no driver).
-  for (const Node& n : local.nodes) {
-    if (auto r = MakeDir(c.device_dir + "/" + n.name, 0755); !r) return r.error();
-    for (int g = 0; g < n.gpus.count; ++g) {
-      const std::string dev = GpuDevicePath(local.slurm, n, g);
-      if (!fs::exists(dev) &&
-          mknod(dev.c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, g)) != 0) {
-        return Internal(fmt::format("cannot make {}: {}", dev, std::strerror(errno)));
-      }
-    }
-    // MIG slices: their GPU instance's and compute instance's access capabilities.
-    const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
-    if (!slices.empty()) {
-      if (auto r = MakeDir(c.device_dir + "/" + n.name + "/nvidia-caps", 0755); !r) {
-        return r.error();
-      }
-    }
-    for (const MigSlice& slice : slices) {
-      for (int minor : {MigGpuInstanceCapMinor(slice.gpu, slice.gpu_instance),
-                        MigComputeInstanceCapMinor(slice.gpu, slice.gpu_instance,
-                                                   slice.compute_instance)}) {
-        const std::string cap = MigCapPath(local.slurm, n, minor);
-        if (!fs::exists(cap) &&
-            mknod(cap.c_str(), S_IFCHR | 0444, makedev(kFakeNvidiaCapsMajor, minor)) != 0) {
-          return Internal(fmt::format("cannot make {}: {}", cap, std::strerror(errno)));
-        }
-      }
-    }
-  }
+  if (auto r = MakeFakeGpus(local, c.device_dir); !r) return r.error();
 
   c.accounting = local.slurm.accounting;
   Result<void> started =

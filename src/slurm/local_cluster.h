@@ -29,7 +29,10 @@ struct LocalCluster {
   std::string jwt_key;     // HS256 key slurmctld checks slurmrestd's tokens with
   int slurmctld_port = 0;
   int rest_port = 0;
-  std::vector<std::string> nodes;
+  std::vector<std::string> nodes;    // those whose slurmd runs
+  // Layout nodes of GPUs whose layout follows demand that are not active: in Slurm's config,
+  // DOWN, no slurmd (core/cluster.h's FlexibleGpus).
+  std::vector<std::string> standby;
   int gpus_per_node = 0;
   bool accounting = false;  // slurmdbd (and MariaDB) run too; slurmrestd serves dbv0.0.38
   std::vector<DaemonProcess> daemons;  // in start order
@@ -70,6 +73,24 @@ Result<LocalCluster> RunningLocalCluster(const std::string& state_dir);
 
 // Node name -> Slurm's state for it ("idle", "mixed", "down*", ...), from sinfo.
 Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalCluster& c);
+
+// Gives GPU `group` of the local cluster in `state_dir` ("oss01-gpu3") the layout `layout`
+// (empty = whole), one of its layouts (core/cluster.h's FlexibleGpus), while every other node's
+// jobs run on: its active layout node is drained so that nothing starts there, checked for jobs,
+// its slurmd stopped and the node marked DOWN (standby); the layout's node's slurmd starts, and
+// once slurmctld has it idle and responding, its slices (or whole GPU) are schedulable. The
+// layout is saved in <root>/etc/gpu-layouts. AlreadyExists (a conflict), changing nothing, when a
+// job holds the GPU. What each step took comes back.
+struct RelayoutSteps {
+  double check_s = 0;     // drained and checked for jobs
+  double stop_s = 0;      // the old layout's slurmd stopped, its node DOWN
+  double start_s = 0;     // the new layout's slurmd started
+  double register_s = 0;  // until slurmctld has the new node idle and responding
+  double total_s = 0;     // from the call: slices (or the whole GPU) schedulable
+};
+Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::string& group,
+                                       const std::vector<std::string>& layout,
+                                       std::chrono::seconds timeout);
 
 // Why a local cluster cannot start here ("" when it can): not root, or packages missing.
 std::string LocalClusterPrerequisites();

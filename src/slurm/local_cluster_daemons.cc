@@ -49,6 +49,28 @@ Error DaemonFailed(const DaemonProcess& d, const std::string& what) {
                            LogTail(d.log, 15))};
 }
 
+Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node) {
+  // Its own UTS namespace: the node's jobs see its name as the host name (OpenMPI needs
+  // distinct host names).
+  return StartDaemon(c, "slurmd " + node, "slurmd",
+                     {"unshare", "--uts", "/bin/sh", "-c",
+                      "hostname \"$0\" && exec /usr/sbin/slurmd -D -f \"$1\" -N \"$0\"", node,
+                      c.conf},
+                     {}, "slurmd-" + node);
+}
+
+Result<void> MarkStandby(const LocalCluster& c, const std::string& node) {
+  auto r = RunCommand({"scontrol", "update", "nodename=" + node, "state=down",
+                       "reason=bmas: standby MIG layout (bmas slurm relayout makes it active)"},
+                      SlurmEnv(c), std::chrono::seconds(10));
+  if (!r) return r.error();
+  if (r->exit_code != 0) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("scontrol could not mark {} DOWN: {}", node, r->err + r->out)};
+  }
+  return {};
+}
+
 Result<LocalCluster> RestartDead(LocalCluster c) {
   for (DaemonProcess& d : c.daemons) {
     if (d.Runs()) continue;
@@ -106,15 +128,12 @@ Result<void> StartDaemons(LocalCluster& c, const Account& munge, const Cluster* 
     if (auto r = SetGpuCaps(c, *accounting); !r) return r;
   }
 
+  // Standby layout nodes have no slurmd: DOWN, with a reason that says why.
+  for (const std::string& node : c.standby) {
+    if (auto down = MarkStandby(c, node); !down) return down;
+  }
   for (const std::string& node : c.nodes) {
-    // Its own UTS namespace: the node's jobs see its name as the host name (OpenMPI needs
-    // distinct host names).
-    auto slurmd = StartDaemon(
-        c, "slurmd " + node, "slurmd",
-        {"unshare", "--uts", "/bin/sh", "-c",
-         "hostname \"$0\" && exec /usr/sbin/slurmd -D -f \"$1\" -N \"$0\"", node, c.conf},
-        {}, "slurmd-" + node);
-    if (!slurmd) return slurmd.error();
+    if (auto slurmd = StartSlurmd(c, node); !slurmd) return slurmd.error();
   }
 
   // slurmrestd refuses to run as root; tokens name the user each request acts for.

@@ -126,6 +126,10 @@ Result<void> SaveLocalCluster(const LocalCluster& c) {
   w.StartArray();
   for (const std::string& n : c.nodes) w.String(n.c_str());
   w.EndArray();
+  w.Key("standby");
+  w.StartArray();
+  for (const std::string& n : c.standby) w.String(n.c_str());
+  w.EndArray();
   w.Key("daemons");
   w.StartArray();
   for (const DaemonProcess& d : c.daemons) WriteDaemonProcess(w, d);
@@ -167,6 +171,11 @@ Result<LocalCluster> ReadLocalCluster(const std::string& state_dir) {
   }
   for (const auto& n : d["nodes"].GetArray()) {
     if (n.IsString()) c.nodes.emplace_back(n.GetString());
+  }
+  if (d.HasMember("standby") && d["standby"].IsArray()) {
+    for (const auto& n : d["standby"].GetArray()) {
+      if (n.IsString()) c.standby.emplace_back(n.GetString());
+    }
   }
   for (const auto& e : d["daemons"].GetArray()) {
     auto daemon = ReadDaemonProcess(e);

@@ -48,6 +48,10 @@ Result<Account> LookUp(const char* user);
 // Records `c` in <root>/local.json, which ReadLocalCluster reads.
 Result<void> SaveLocalCluster(const LocalCluster& c);
 
+// Fake GPU devices under `device_dir` for every node of `local` (a Localize'd cluster): each
+// GPU's nvidiaN and each MIG slice's access capabilities (local_cluster.cc).
+Result<void> MakeFakeGpus(const Cluster& local, const std::string& device_dir);
+
 // ---- Daemons (local_cluster_daemons.cc) ----
 
 // Whether something accepts connections on 127.0.0.1:`port` (local_cluster.cc).
@@ -59,6 +63,10 @@ Result<DaemonProcess> StartDaemon(LocalCluster& c, std::string name, std::string
                                 const std::string& file);
 // kUnavailable: daemon `d` `what` ("did not start listening"), with the end of its log.
 Error DaemonFailed(const DaemonProcess& d, const std::string& what);
+// Starts node `node`'s slurmd, in a UTS namespace of its own named after it.
+Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node);
+// Marks a standby layout node DOWN, saying why.
+Result<void> MarkStandby(const LocalCluster& c, const std::string& node);
 // A cluster whose daemons partly died (a slurmctld killed alone, say): starts the dead ones
 // again as they were started, in their order, and leaves the others and their jobs alone.
 Result<LocalCluster> RestartDead(LocalCluster c);

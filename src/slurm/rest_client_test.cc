@@ -109,6 +109,19 @@ TEST_F(SlurmRestClientTest, SubmitRefusedCarriesSlurmsReason) {
   EXPECT_NE(id.error().message.find("submit job \"big\""), std::string::npos);
 }
 
+// Slurm 22.05 queues a job whose only nodes are down (a standby MIG layout's) and answers with
+// its id and ESLURM_NODE_NOT_AVAIL; sbatch prints the id, and so does bmas: the job waits.
+TEST_F(SlurmRestClientTest, AJobQueuedWhileItsNodesAreDownIsSubmitted) {
+  Respond(200, Fixture("submit_queued_node_not_available.json"));
+  JobSpec spec;
+  spec.name = "notebook";
+  spec.cwd = "/tmp";
+  spec.script = "#!/bin/sh\ntrue\n";
+  auto id = Client().Submit(spec);
+  ASSERT_TRUE(id) << id.error().message;
+  EXPECT_EQ(*id, 7720002);
+}
+
 TEST_F(SlurmRestClientTest, SubmitOfABadSpecSendsNothing) {
   auto id = Client().Submit(JobSpec{});
   ASSERT_FALSE(id);

@@ -212,9 +212,10 @@ std::string GresConf(const Cluster& c) {
     const bool with_links = !n.gpus.nvlinks.empty() && !HasSplitGpus(n.gpus);
     const std::vector<MigSlice> slices = MigSlicesOf(n.gpus);
     for (int g = 0; g < n.gpus.count; ++g) {
+      const int host_index = n.gpus.first_index + g;
       if (MigLayoutOf(n.gpus, g) != nullptr) {
         for (const MigSlice& slice : slices) {
-          if (slice.gpu != g) continue;
+          if (slice.gpu != host_index) continue;
           fmt::format_to(out, "NodeName={} Name=gpu Type={} MultipleFiles={}\n", n.name,
                          slice.placement.profile->name,
                          fmt::join(MigSliceFiles(c.slurm, n, slice), ","));
@@ -223,13 +224,13 @@ std::string GresConf(const Cluster& c) {
       }
       if (const int shards = ShardsOf(n.gpus, g); shards > 0) {
         fmt::format_to(out, "NodeName={} Name=gpu Type={} File={}\n", n.name,
-                       SharedGpuType(n.gpus), GpuDevicePath(c.slurm, n, g));
+                       SharedGpuType(n.gpus), GpuDevicePath(c.slurm, n, host_index));
         fmt::format_to(out, "NodeName={} Name=shard Count={} File={}\n", n.name, shards,
-                       GpuDevicePath(c.slurm, n, g));
+                       GpuDevicePath(c.slurm, n, host_index));
         continue;
       }
       fmt::format_to(out, "NodeName={} Name=gpu Type={} File={}", n.name, n.gpus.type,
-                     GpuDevicePath(c.slurm, n, g));
+                     GpuDevicePath(c.slurm, n, host_index));
       if (with_links) {
         links[g][g] = -1;
         fmt::format_to(out, " Links={}", fmt::join(links[g], ","));
@@ -309,7 +310,7 @@ std::string NodeGres(const Node& node) {
   for (int g = 0; g < node.gpus.count; ++g) {
     if (MigLayoutOf(node.gpus, g) != nullptr) {
       for (const MigSlice& slice : slices) {
-        if (slice.gpu == g) add(std::string(slice.placement.profile->name));
+        if (slice.gpu == node.gpus.first_index + g) add(std::string(slice.placement.profile->name));
       }
     } else if (const int n = ShardsOf(node.gpus, g); n > 0) {
       add(SharedGpuType(node.gpus));

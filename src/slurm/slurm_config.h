@@ -20,7 +20,8 @@ using ConfigFiles = std::map<std::string, std::string>;
 // REQUIRES: ValidateCluster(cluster) succeeded (LoadCluster guarantees it).
 ConfigFiles RenderSlurmConfig(const Cluster& cluster);
 
-// The device file gres.conf names for GPU `index` of `node`: <gpu_device_dir>/nvidiaN, or
+// The device file gres.conf names for GPU `index` of `node` (its host's index: a GPU node's GPU keeps
+// its number): <gpu_device_dir>/nvidiaN, or
 // <gpu_device_dir>/<node>/nvidiaN for a local cluster, whose nodes share one host.
 std::string GpuDevicePath(const SlurmSettings& settings, const Node& node, int index);
 

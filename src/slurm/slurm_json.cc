@@ -426,6 +426,17 @@ std::optional<Error> ErrorFromResponse(int http_status, std::string_view body,
   std::vector<SlurmError> errors = ParseErrors(body);
   const bool ok_status = http_status >= 200 && http_status < 300;
   if (ok_status && errors.empty()) return std::nullopt;
+  // A job queued while the nodes that could run it are down (a standby MIG layout's, say):
+  // slurmctld answers with its id and ESLURM_NODE_NOT_AVAIL, and the job waits, as sbatch
+  // reports it.
+  constexpr int kNodeNotAvailable = 2068;
+  if (ok_status && std::all_of(errors.begin(), errors.end(), [](const SlurmError& e) {
+        return e.number == kNodeNotAvailable;
+      })) {
+    if (auto doc = ParseDocument(body, "submit"); doc && Int(*doc, "job_id", -1) > 0) {
+      return std::nullopt;
+    }
+  }
 
   if (http_status == 401 || http_status == 403) {
     return Error{ErrorCode::kPermissionDenied,

@@ -30,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class JobsTest : public ::testing::Test {
  protected:
@@ -467,6 +468,80 @@ TEST_F(GuardrailTest, LabCapsGpusPerUserAndBmasRunRefusesEarly) {
   EXPECT_TRUE(Eventually([&] { return Str(At(Job(waiting), "reason")) == "QOSMaxGRESPerUser"; },
                          std::chrono::seconds(15)));
   EXPECT_EQ(Str(At(Job(waiting), "state")), "PENDING");
+}
+
+// Issue 26: GPUs whose MIG layout follows demand, on examples/cluster-local-flex.toml: GPU 3 of
+// oss01 and oss02 is a group of layout nodes, whole at the start. Whole-GPU jobs fill the hosts'
+// other GPUs; students' notebooks on 1g.10gb slices and a fine-tune on two 3g.40gb slices are
+// accepted though no GPU has such slices yet, and wait. One pass of the policy gives each idle
+// GPU 3 the layout that serves them; they start. The whole-GPU jobs run on untouched, no node
+// is left drained, a student may not change layouts, and a GPU with a job is never changed.
+class MigRelayoutTest : public JobsTest {
+ protected:
+  void SetUp() override {
+    inventory_ = std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local-flex.toml";
+    JobsTest::SetUp();
+  }
+  std::string Submit(const std::vector<std::string>& gpus, const std::string& user) {
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), gpus.begin(), gpus.end());
+    for (const char* a : {"--", "sleep", "600"}) args.push_back(a);
+    CommandOutput r = Bmas(args, user);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  }
+  std::string Sinfo() {
+    auto r = RunCommand({"sinfo", "-h", "-N", "-p", "lab", "-o", "%N %T"},
+                        {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"});
+    return r ? r->out : r.error().message;
+  }
+};
+
+TEST_F(MigRelayoutTest, WaitingSliceJobsGetAGpuReLaidWhileOtherJobsRunOnAndNoNodeIsDrained) {
+  const std::string alice = User("bmastest1"), bob = User("bmastest2");
+  const std::string whole1 = Submit({"--gpus", "3"}, alice);
+  const std::string whole2 = Submit({"--gpus", "3"}, bob);
+  ASSERT_TRUE(WaitForState(whole1, "RUNNING", std::chrono::seconds(30)));
+  ASSERT_TRUE(WaitForState(whole2, "RUNNING", std::chrono::seconds(30)));
+
+  std::vector<std::string> slices = {Submit({"--gpus", "1g.10gb"}, alice),
+                                     Submit({"--gpus", "1g.10gb"}, bob),
+                                     Submit({"--gpus", "1g.10gb"}, alice)};
+  slices.push_back(Submit({"--gpus", "2x3g.40gb"}, bob));
+  for (const std::string& id : slices) {
+    ASSERT_FALSE(id.empty());
+    EXPECT_EQ(Str(At(Job(id), "state")), "PENDING") << id;
+  }
+
+  CommandOutput refused = Bmas({"slurm", "relayout", "--auto", "--min-wait", "0"}, alice);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("run it as root"));
+
+  CommandOutput r = Bmas({"slurm", "relayout", "--auto", "--min-wait", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("oss01-gpu3: whole -> 1g.10gb + 1g.10gb"));
+  EXPECT_THAT(r.out, HasSubstr("oss02-gpu3: whole -> 3g.40gb + 3g.40gb"));
+  EXPECT_THAT(r.out, HasSubstr("schedulable"));
+  for (const std::string& id : slices) {
+    EXPECT_TRUE(WaitForState(id, "RUNNING", std::chrono::seconds(30))) << id << "\n" << Sinfo();
+  }
+  // The jobs on the hosts' other GPUs ran on: never stopped, never requeued.
+  for (const std::string& id : {whole1, whole2}) {
+    rapidjson::Document job = Job(id);
+    EXPECT_EQ(Str(At(job, "state")), "RUNNING") << id;
+    EXPECT_EQ(At(job, "restart_count").GetInt(), 0) << id;
+  }
+  // No node is drained: the old layouts' nodes are DOWN as standby, the others in use.
+  const std::string nodes = Sinfo();
+  EXPECT_THAT(nodes, Not(HasSubstr("drain"))) << nodes;
+  EXPECT_THAT(nodes, HasSubstr("oss01-gpu3-1 mixed")) << nodes;
+  EXPECT_THAT(nodes, HasSubstr("oss02-gpu3-3 mixed")) << nodes;
+
+  // A GPU with a job is never re-partitioned.
+  CommandOutput busy = Bmas({"slurm", "relayout", "oss01-gpu3", "whole"});
+  EXPECT_EQ(busy.exit_code, 1);
+  EXPECT_THAT(busy.err, HasSubstr("holds job"));
+  EXPECT_THAT(Sinfo(), Not(HasSubstr("drain")));
 }
 
 }  // namespace
