@@ -122,6 +122,10 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
                        "Seconds a GPU keeps a new layout before --auto may change it again")
       ->check(CLI::Range(0, 86400))
       ->default_str("300");
+  relayout->add_option("--nvml-library", relayout_nvml_,
+                       "Apply the layout to the GPU through this NVML (the driver's "
+                       "libnvidia-ml.so.1 on a node with real GPUs); default: none, the local "
+                       "cluster's GPUs being device files");
   relayout->add_option("--timeout", timeout_s_, "Seconds to wait for the new layout to register")
       ->check(CLI::Range(1, 3600))
       ->default_str("60");

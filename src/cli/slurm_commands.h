@@ -43,7 +43,7 @@ class SlurmCommands {
   int monitor_port_ = 0;
   std::string hook_phase_;
   double monitor_interval_s_ = 2;
-  std::string relayout_node_, relayout_layout_;
+  std::string relayout_node_, relayout_layout_, relayout_nvml_;
   bool relayout_auto_ = false;
   int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300;
 };

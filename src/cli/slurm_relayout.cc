@@ -27,8 +27,10 @@ int Fail(const Error& e) {
 void PrintSteps(const std::string& group, const std::vector<std::string>& layout,
                 const slurm::RelayoutSteps& s) {
   fmt::print("{}: now {}, schedulable {:.2f} s after the decision (drained and checked {:.2f}, "
-             "old layout's slurmd stopped {:.2f}, new one's started {:.2f}, registered {:.2f})\n",
-             group, LayoutText(layout), s.total_s, s.check_s, s.stop_s, s.start_s, s.register_s);
+             "NVML {:.2f}, old layout's slurmd stopped {:.2f}, new one's started {:.2f}, "
+             "registered {:.2f})\n",
+             group, LayoutText(layout), s.total_s, s.check_s, s.nvml_s, s.stop_s, s.start_s,
+             s.register_s);
 }
 
 }  // namespace
@@ -48,7 +50,8 @@ int SlurmCommands::RunRelayout(GlobalOptions& global) {
     }
     auto layout = ParseLayoutText(relayout_layout_);
     if (!layout) return Fail(layout.error());
-    auto steps = slurm::RelayoutLocalGpu(state_dir, relayout_node_, *layout, timeout);
+    auto steps = slurm::RelayoutLocalGpu(state_dir, relayout_node_, *layout, timeout,
+                                          relayout_nvml_);
     if (!steps) return Fail(steps.error());
     PrintSteps(relayout_node_, *layout, *steps);
     return 0;
@@ -80,7 +83,7 @@ int SlurmCommands::RunRelayout(GlobalOptions& global) {
   int failed = 0;
   for (const RelayoutDecision& d : decisions) {
     fmt::print("{}: {} -> {}: {}\n", d.node, LayoutText(d.from), LayoutText(d.to), d.why);
-    auto steps = slurm::RelayoutLocalGpu(state_dir, d.node, d.to, timeout);
+    auto steps = slurm::RelayoutLocalGpu(state_dir, d.node, d.to, timeout, relayout_nvml_);
     if (!steps) {
       fmt::print(stderr, "bmas slurm relayout: {}: {}\n", d.node, steps.error().message);
       ++failed;

@@ -10,13 +10,13 @@
 
 #include <fmt/format.h>
 
+#include "gpu/nvml_abi.h"
+
 namespace bmas {
 namespace {
 
 // The few NVML types used, as the driver's ABI defines them (nvml.h is not needed).
-using nvmlReturn_t = int;
-using nvmlDevice_t = struct nvmlDevice_st*;
-constexpr nvmlReturn_t kNvmlSuccess = 0;
+using namespace nvml_abi;  // NOLINT: the ABI's names, as NVML spells them
 constexpr unsigned kNvmlTemperatureGpu = 0;
 constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS (Hopper has 18)
 struct nvmlUtilization_t {
@@ -40,22 +40,6 @@ struct nvmlDeviceAttributes_t {
   unsigned computeInstanceSliceCount;
   unsigned long long memorySizeMB;
 };
-struct nvmlGpuInstanceProfileInfo_v2_t {
-  unsigned version;  // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)
-  unsigned id;
-  unsigned isP2pSupported;
-  unsigned sliceCount;
-  unsigned instanceCount;
-  unsigned multiprocessorCount;
-  unsigned copyEngineCount;
-  unsigned decoderCount;
-  unsigned encoderCount;
-  unsigned jpegCount;
-  unsigned ofaCount;
-  unsigned long long memorySizeMB;
-  char name[96];  // "MIG 3g.40gb"
-};
-constexpr unsigned kProfileInfoV2 = sizeof(nvmlGpuInstanceProfileInfo_v2_t) | (2u << 24);
 // NVML_GPU_INSTANCE_PROFILE_* are 0 (1_SLICE) up to 0x10 in NVML 12.x; one a driver does not
 // know answers an error and is skipped, so a few more are asked for.
 constexpr unsigned kNvmlGpuInstanceProfiles = 32;
@@ -82,12 +66,6 @@ struct nvmlGpmMetricsGet_t {
   nvmlGpmSample_t sample1;
   nvmlGpmSample_t sample2;
   nvmlGpmMetric_t metrics[1];  // the library fills numMetrics of them
-};
-struct nvmlProcessInfo_t {  // nvmlProcessInfo_v2_t, what the _v2 and _v3 calls fill
-  unsigned pid;
-  unsigned long long usedGpuMemory;
-  unsigned gpuInstanceId;
-  unsigned computeInstanceId;
 };
 
 class NvmlTelemetry : public GpuTelemetry {

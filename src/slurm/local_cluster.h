@@ -83,14 +83,20 @@ Result<std::vector<std::pair<std::string, std::string>>> NodeStates(const LocalC
 // job holds the GPU. What each step took comes back.
 struct RelayoutSteps {
   double check_s = 0;     // drained and checked for jobs
+  double nvml_s = 0;      // the layout applied through NVML (0 without it)
   double stop_s = 0;      // the old layout's slurmd stopped, its node DOWN
   double start_s = 0;     // the new layout's slurmd started
   double register_s = 0;  // until slurmctld has the new node idle and responding
   double total_s = 0;     // from the call: slices (or the whole GPU) schedulable
 };
+// With `nvml_library`, the layout is applied to the GPU through that NVML (gpu/mig_apply.h)
+// after the check and before the slurmds switch; a refusal there (a process on the GPU) resumes
+// the old layout's node and changes nothing. "" skips it: the local cluster's GPUs are device
+// files.
 Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::string& group,
                                        const std::vector<std::string>& layout,
-                                       std::chrono::seconds timeout);
+                                       std::chrono::seconds timeout,
+                                       const std::string& nvml_library = "");
 
 // Why a local cluster cannot start here ("" when it can): not root, or packages missing.
 std::string LocalClusterPrerequisites();

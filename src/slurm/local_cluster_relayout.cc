@@ -10,7 +10,9 @@
 
 #include "common/config_table.h"
 #include "common/process.h"
+#include "core/mig.h"
 #include "core/mig_relayout.h"
+#include "gpu/mig_apply.h"
 #include "slurm/gpu_layouts.h"
 #include "slurm/local_cluster.h"
 #include "slurm/local_cluster_internal.h"
@@ -78,7 +80,8 @@ NodeView ViewOf(const LocalCluster& c, const std::string& node) {
 
 Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::string& group,
                                        const std::vector<std::string>& layout,
-                                       std::chrono::seconds timeout) {
+                                       std::chrono::seconds timeout,
+                                       const std::string& nvml_library) {
   const auto start = std::chrono::steady_clock::now();
   RelayoutSteps steps;
   auto c = RunningLocalCluster(state_dir);
@@ -120,8 +123,37 @@ Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::
   }
   steps.check_s = Since(start);
 
-  // The old layout's slurmd stops; its node goes to standby.
+  // The GPU itself, through NVML.
   auto t = std::chrono::steady_clock::now();
+  if (!nvml_library.empty()) {
+    std::vector<MigInstanceSpec> specs;
+    if (!layout.empty()) {
+      const Node& n = **to_node;
+      auto model = FindMigGpuModel(n.gpus.type, n.gpus.memory_gb);
+      if (!model) return model.error();
+      auto placed = PlaceMigLayout(**model, layout);
+      if (!placed) return placed.error();
+      for (const MigPlacement& p : *placed) {
+        specs.push_back({p.profile->nvml_profile, static_cast<unsigned>(p.start),
+                         static_cast<unsigned>(p.profile->memory_slices),
+                         static_cast<unsigned>(p.profile->compute_slices)});
+      }
+    }
+    auto applied = ApplyMigLayout(nvml_library, static_cast<unsigned>((*to_node)->gpus.first_index),
+                                  specs);
+    if (!applied) {
+      // Untouched: the old layout serves on. Part-way: its node stays drained, and says why.
+      const bool touched = applied.error().message.find("left part-way") != std::string::npos;
+      if (!touched) (void)Scontrol(*c, {"update", "nodename=" + from, "state=resume"});
+      return Error{applied.error().code,
+                   fmt::format("{}: {}{}", group, applied.error().message,
+                               touched ? fmt::format("; {} stays drained", from) : "")};
+    }
+  }
+  steps.nvml_s = Since(t);
+
+  // The old layout's slurmd stops; its node goes to standby.
+  t = std::chrono::steady_clock::now();
   for (auto it = c->daemons.begin(); it != c->daemons.end();) {
     if (it->name == "slurmd " + from) {
       StopDaemonProcess(*it, std::chrono::seconds(5));

@@ -30,6 +30,13 @@
 // taken (no `util`: its samples fail as unsupported). The profiles are the MIG User Guide's
 // for a GPU of 40, 80 or 141 GB (by mem_total_mib); their memory here is an eighth of the
 // GPU's per memory slice, near the driver's figures.
+//
+// Layouts change through NVML's own calls (nvmlDeviceSetMigMode, nvmlDeviceGetGpuInstances,
+// nvmlDeviceCreateGpuInstanceWithPlacement, nvmlGpuInstanceGetInfo, nvmlGpuInstanceDestroy,
+// nvmlGpuInstanceGetComputeInstanceProfileInfo, nvmlGpuInstanceCreateComputeInstance,
+// nvmlGpuInstanceGetComputeInstances, nvmlComputeInstanceDestroy), which check placements,
+// compute slices and processes as the driver does and write the result back to the file
+// (`start=` on a mig line is its first memory slice).
 
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +59,8 @@ enum {
 struct MigDevice {
   char uuid[80];
   char profile[32];
-  int gi, ci;
+  int gi, ci; /* ci < 0: a GPU instance with no compute instance yet */
+  int start;  /* its first memory slice; -1 when the line gave none */
   long mem_used_mib;
   long util; /* -1: none */
   unsigned pids[kMaxPids];
@@ -139,6 +147,7 @@ static void ReadMigDevice(char* line, struct Gpu* g) {
   memset(d, 0, sizeof *d);
   d->parent = g;
   d->util = -1;
+  d->start = -1;
   for (char* word = strtok(line, " \t\n"); word != NULL; word = strtok(NULL, " \t\n")) {
     char* eq = strchr(word, '=');
     if (eq == NULL) continue;
@@ -148,6 +157,7 @@ static void ReadMigDevice(char* line, struct Gpu* g) {
     else if (strcmp(word, "profile") == 0) snprintf(d->profile, sizeof d->profile, "%s", v);
     else if (strcmp(word, "gi") == 0) d->gi = atoi(v);
     else if (strcmp(word, "ci") == 0) d->ci = atoi(v);
+    else if (strcmp(word, "start") == 0) d->start = atoi(v);
     else if (strcmp(word, "mem_used_mib") == 0) d->mem_used_mib = atol(v);
     else if (strcmp(word, "util") == 0) d->util = atol(v);
     else if (strcmp(word, "pids") == 0) ReadPids(v, d->pids, &d->npids);
@@ -198,6 +208,44 @@ static int Load(void) {
   return kSuccess;
 }
 
+/* Writes the GPUs back to the file, as Load reads them: what the layout calls changed is what
+ * the next read (and the test) sees. */
+static int Save(void) {
+  const char* path = getenv("BMAS_FAKE_NVML");
+  char temp[1024];
+  snprintf(temp, sizeof temp, "%s.new", path != NULL ? path : "");
+  FILE* f = path != NULL ? fopen(temp, "w") : NULL;
+  if (f == NULL) return kDriverNotLoaded;
+  for (int i = 0; i < ngpus; ++i) {
+    const struct Gpu* g = &gpus[i];
+    char name[96];
+    snprintf(name, sizeof name, "%s", g->name);
+    for (char* c = name; *c; ++c) if (*c == ' ') *c = '_';
+    fprintf(f, "uuid=%s name=%s", g->uuid, name);
+    const struct { const char* key; long value; } longs[] = {
+        {"util", g->util}, {"mem_util", g->mem_util}, {"mem_used_mib", g->mem_used_mib},
+        {"mem_total_mib", g->mem_total_mib}, {"power_mw", g->power_mw}, {"temp", g->temp},
+        {"mig", g->mig}, {"nvlinks", g->nvlinks}};
+    for (size_t k = 0; k < sizeof longs / sizeof longs[0]; ++k) {
+      if (longs[k].value >= 0) fprintf(f, " %s=%ld", longs[k].key, longs[k].value);
+    }
+    if (g->nvlinks >= 0) fprintf(f, " nvlinks_up=%ld", g->nvlinks_up);
+    if (g->cc_major >= 0) fprintf(f, " cc=%d.%d", g->cc_major, g->cc_minor);
+    for (int p = 0; p < g->npids; ++p) fprintf(f, "%s%u", p == 0 ? " pids=" : ",", g->pids[p]);
+    fprintf(f, "\n");
+    for (int m = 0; m < g->nmig; ++m) {
+      const struct MigDevice* d = &g->mig_devices[m];
+      fprintf(f, "mig uuid=%s gi=%d ci=%d profile=%s start=%d mem_used_mib=%ld", d->uuid, d->gi,
+              d->ci, d->profile, d->start, d->mem_used_mib);
+      if (d->util >= 0) fprintf(f, " util=%ld", d->util);
+      for (int p = 0; p < d->npids; ++p) fprintf(f, "%s%u", p == 0 ? " pids=" : ",", d->pids[p]);
+      fprintf(f, "\n");
+    }
+  }
+  fclose(f);
+  return rename(temp, path) == 0 ? kSuccess : kDriverNotLoaded;
+}
+
 extern "C" {
 
 static struct Gpu* Device(void* device) {
@@ -214,7 +262,10 @@ static struct MigDevice* MigHandle(void* device) {
   for (int i = 0; i < ngpus; ++i) {
     struct MigDevice* first = gpus[i].mig_devices;
     struct MigDevice* d = (struct MigDevice*)device;
-    if (d >= first && d < first + gpus[i].nmig) return d;
+    if (d >= first && d < first + gpus[i].nmig &&
+        ((const char*)d - (const char*)first) % sizeof *first == 0) {
+      return d;
+    }
   }
   return NULL;
 }
@@ -542,6 +593,172 @@ int nvmlGpmMetricsGet(struct GpmMetricsGet* get) {
     m->value = m->id == 1 ? get->sample2->util : 0;
   }
   return kSuccess;
+}
+
+/* Changing a layout: MIG mode, GPU instances at a placement, one compute instance each. A GPU
+ * instance's handle is its MigDevice; a compute instance's is the address one past the
+ * MigDevice's start (a distinct pointer the library hands back). The driver refuses to destroy
+ * an instance with processes (NVML_ERROR_IN_USE); here a GPU instance id is the lowest free one
+ * from 1, and each change is written back to the file. */
+#define kInUse 19
+#define kInsufficientResources 23
+struct Placement {
+  unsigned start, size;
+};
+struct GpuInstanceInfo {
+  void* device;
+  unsigned id, profile_id;
+  struct Placement placement;
+};
+struct ComputeInstanceProfileInfo {
+  unsigned id, slices, instances, multiprocessors, copy_engines, decoders, encoders, jpegs, ofas;
+};
+
+static const struct Profile* ProfileById(unsigned id) {
+  for (size_t i = 0; i < kNumProfiles; ++i) {
+    if (kProfiles[i].id == id) return &kProfiles[i];
+  }
+  return NULL;
+}
+static struct MigDevice* GpuInstance(void* handle) { return MigHandle(handle); }
+static struct MigDevice* ComputeInstance(void* handle) {
+  struct MigDevice* d = MigHandle((char*)handle - 1);
+  return d != NULL && (char*)d + 1 == (char*)handle && d->ci >= 0 ? d : NULL;
+}
+
+int nvmlDeviceSetMigMode(void* device, unsigned mode, int* activation) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || mode > 1 || activation == NULL) return kInvalidArgument;
+  if (g->mig < 0) return kNotSupported;
+  if (g->npids > 0) return kInUse;
+  if (mode == 0 && g->nmig > 0) return kInUse; /* instances first */
+  g->mig = (long)mode;
+  *activation = kSuccess;
+  return Save();
+}
+int nvmlDeviceGetGpuInstances(void* device, unsigned profile_id, void** out, unsigned* count) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || count == NULL) return kInvalidArgument;
+  if (g->mig != 1) return kNotSupported;
+  const struct Profile* p = ProfileById(profile_id);
+  if (p == NULL) return kInvalidArgument;
+  char name[32];
+  ProfileName(g, p, name, sizeof name);
+  unsigned n = 0;
+  for (int m = 0; m < g->nmig; ++m) {
+    if (strcmp(g->mig_devices[m].profile, name) != 0) continue;
+    if (out != NULL) out[n] = &g->mig_devices[m];
+    ++n;
+  }
+  *count = n;
+  return kSuccess;
+}
+int nvmlDeviceCreateGpuInstanceWithPlacement(void* device, unsigned profile_id,
+                                             const struct Placement* placement, void** out) {
+  struct Gpu* g = Device(device);
+  if (g == NULL || placement == NULL || out == NULL) return kInvalidArgument;
+  if (g->mig != 1) return kNotSupported;
+  const struct Profile* p = ProfileById(profile_id);
+  if (p == NULL || placement->size != p->memory_slices || placement->start + placement->size > 8) {
+    return kInvalidArgument;
+  }
+  if (g->nmig >= kMaxMigDevices) return kInsufficientResources;
+  unsigned used = 0; /* memory slices taken, as bits */
+  int compute = 0, ids = 0;
+  for (int m = 0; m < g->nmig; ++m) {
+    const struct MigDevice* d = &g->mig_devices[m];
+    const struct Profile* q = ProfileOf(d);
+    if (q == NULL || d->start < 0) continue;
+    used |= ((1u << q->memory_slices) - 1) << d->start;
+    compute += (int)q->slices;
+    ids |= 1 << d->gi;
+  }
+  const unsigned want = ((1u << placement->size) - 1) << placement->start;
+  if ((used & want) != 0 || compute + (int)p->slices > 7) return kInsufficientResources;
+  struct MigDevice* d = &g->mig_devices[g->nmig++];
+  memset(d, 0, sizeof *d);
+  d->parent = g;
+  d->util = -1;
+  d->ci = -1;
+  d->start = (int)placement->start;
+  for (d->gi = 1; ids & (1 << d->gi); ++d->gi) {
+  }
+  ProfileName(g, p, d->profile, sizeof d->profile);
+  char gpu_uuid[24] = {0};
+  memcpy(gpu_uuid, g->uuid, sizeof gpu_uuid - 1);
+  snprintf(d->uuid, sizeof d->uuid, "MIG-%s-%d", gpu_uuid, d->gi);
+  *out = d;
+  return Save();
+}
+int nvmlGpuInstanceGetInfo(void* gpu_instance, struct GpuInstanceInfo* info) {
+  struct MigDevice* d = GpuInstance(gpu_instance);
+  if (d == NULL || info == NULL) return kInvalidArgument;
+  const struct Profile* p = ProfileOf(d);
+  info->device = d->parent;
+  info->id = (unsigned)d->gi;
+  info->profile_id = p != NULL ? p->id : 0;
+  info->placement.start = d->start < 0 ? 0 : (unsigned)d->start;
+  info->placement.size = p != NULL ? p->memory_slices : 0;
+  return kSuccess;
+}
+int nvmlGpuInstanceDestroy(void* gpu_instance) {
+  struct MigDevice* d = GpuInstance(gpu_instance);
+  if (d == NULL) return kInvalidArgument;
+  if (d->ci >= 0) return kInUse; /* its compute instance first */
+  struct Gpu* g = d->parent;
+  const int at = (int)(d - g->mig_devices);
+  memmove(&g->mig_devices[at], &g->mig_devices[at + 1],
+          (size_t)(g->nmig - at - 1) * sizeof g->mig_devices[0]);
+  --g->nmig;
+  return Save();
+}
+/* NVML_COMPUTE_INSTANCE_PROFILE_*: 1, 2, 3, 4 and 7 slices are 0, 1, 2, 3 and 4. */
+static int ComputeProfileSlices(unsigned profile) {
+  static const int kSlices[] = {1, 2, 3, 4, 7};
+  return profile < 5 ? kSlices[profile] : -1;
+}
+int nvmlGpuInstanceGetComputeInstanceProfileInfo(void* gpu_instance, unsigned profile,
+                                                 unsigned engine_profile,
+                                                 struct ComputeInstanceProfileInfo* info) {
+  struct MigDevice* d = GpuInstance(gpu_instance);
+  if (d == NULL || info == NULL || engine_profile != 0) return kInvalidArgument;
+  const struct Profile* p = ProfileOf(d);
+  const int slices = ComputeProfileSlices(profile);
+  if (p == NULL || slices < 0 || slices > (int)p->slices) return kNotSupported;
+  memset(info, 0, sizeof *info);
+  info->id = profile; /* the driver's compute instance profile ids follow the enum */
+  info->slices = (unsigned)slices;
+  info->instances = p->slices / (unsigned)slices;
+  info->multiprocessors = 16 * (unsigned)slices;
+  return kSuccess;
+}
+int nvmlGpuInstanceCreateComputeInstance(void* gpu_instance, unsigned profile_id, void** out) {
+  struct MigDevice* d = GpuInstance(gpu_instance);
+  if (d == NULL || out == NULL) return kInvalidArgument;
+  const struct Profile* p = ProfileOf(d);
+  /* One compute instance spanning its GPU instance, as bmas makes them. */
+  if (p == NULL || ComputeProfileSlices(profile_id) != (int)p->slices) return kNotSupported;
+  if (d->ci >= 0) return kInsufficientResources;
+  d->ci = 0;
+  *out = (char*)d + 1;
+  return Save();
+}
+int nvmlGpuInstanceGetComputeInstances(void* gpu_instance, unsigned profile_id, void** out,
+                                       unsigned* count) {
+  struct MigDevice* d = GpuInstance(gpu_instance);
+  if (d == NULL || count == NULL) return kInvalidArgument;
+  const struct Profile* p = ProfileOf(d);
+  const int mine = d->ci >= 0 && p != NULL && ComputeProfileSlices(profile_id) == (int)p->slices;
+  if (mine && out != NULL) out[0] = (char*)d + 1;
+  *count = mine ? 1u : 0u;
+  return kSuccess;
+}
+int nvmlComputeInstanceDestroy(void* compute_instance) {
+  struct MigDevice* d = ComputeInstance(compute_instance);
+  if (d == NULL) return kInvalidArgument;
+  if (d->npids > 0) return kInUse;
+  d->ci = -1;
+  return Save();
 }
 
 }  // extern "C"

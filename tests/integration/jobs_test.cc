@@ -544,5 +544,55 @@ TEST_F(MigRelayoutTest, WaitingSliceJobsGetAGpuReLaidWhileOtherJobsRunOnAndNoNod
   EXPECT_THAT(Sinfo(), Not(HasSubstr("drain")));
 }
 
+// The layout reaches the GPU through NVML's own calls (the fake library here, whose GPUs are
+// the host's four H100s): GPU 3 is split, then made whole again; a process on it that Slurm does
+// not know of makes NVML refuse, and the old layout serves on, its node not drained.
+TEST_F(MigRelayoutTest, TheLayoutIsAppliedThroughNvmlAndAProcessOnTheGpuStopsIt) {
+  TempDir nvml_dir;
+  const std::string values = nvml_dir.path() + "/nvml.txt";
+  const auto write = [&](const std::string& gpu3_extra) {
+    std::ofstream out(values);
+    for (int g = 0; g < 4; ++g) {
+      out << "uuid=GPU-" << g << " name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 "
+          << "mem_total_mib=81559 mig=0 cc=9.0" << (g == 3 ? gpu3_extra : "") << "\n";
+    }
+  };
+  const auto read = [&] {
+    std::ifstream in(values);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  write("");
+  setenv("BMAS_FAKE_NVML", values.c_str(), 1);
+  CommandOutput split = Bmas({"slurm", "relayout", "oss01-gpu3", "3g.40gb+2g.20gb+2x1g.10gb",
+                              "--nvml-library", BMAS_FAKE_NVML_LIBRARY});
+  ASSERT_EQ(split.exit_code, 0) << split.out << split.err;
+  std::string gpus = read();
+  EXPECT_THAT(gpus, HasSubstr("uuid=GPU-3 name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 "
+                              "mem_total_mib=81559 mig=1"));
+  // Where core/mig.h places them: 3g.40gb at memory slice 4, 2g.20gb at 0, the 1g at 2 and 3.
+  EXPECT_THAT(gpus, HasSubstr("gi=1 ci=0 profile=3g.40gb start=4"));
+  EXPECT_THAT(gpus, HasSubstr("gi=2 ci=0 profile=2g.20gb start=0"));
+  EXPECT_THAT(gpus, HasSubstr("gi=4 ci=0 profile=1g.10gb start=3"));
+  EXPECT_THAT(gpus, HasSubstr("uuid=GPU-0 name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 "
+                              "mem_total_mib=81559 mig=0"));
+  EXPECT_THAT(Sinfo(), HasSubstr("oss01-gpu3-2 idle"));
+
+  CommandOutput whole = Bmas({"slurm", "relayout", "oss01-gpu3", "whole", "--nvml-library",
+                              BMAS_FAKE_NVML_LIBRARY});
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  EXPECT_THAT(read(), Not(HasSubstr("mig uuid=")));
+
+  // A process Slurm knows nothing of (someone's stray CUDA context, say).
+  write(" pids=31337");
+  CommandOutput refused = Bmas({"slurm", "relayout", "oss01-gpu3", "7x1g.10gb", "--nvml-library",
+                                BMAS_FAKE_NVML_LIBRARY});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("GPU 3 has 1 process(es) (pid 31337)"));
+  const std::string nodes = Sinfo();
+  EXPECT_THAT(nodes, HasSubstr("oss01-gpu3-0 idle")) << nodes;
+  EXPECT_THAT(nodes, Not(HasSubstr("drain"))) << nodes;
+  unsetenv("BMAS_FAKE_NVML");
+}
+
 }  // namespace
 }  // namespace bmas::testing
