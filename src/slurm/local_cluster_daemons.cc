@@ -60,13 +60,17 @@ Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node) {
 }
 
 Result<void> MarkStandby(const LocalCluster& c, const std::string& node) {
-  auto r = RunCommand({"scontrol", "update", "nodename=" + node, "state=down",
-                       "reason=bmas: standby MIG layout (bmas slurm relayout makes it active)"},
-                      SlurmEnv(c), std::chrono::seconds(10));
-  if (!r) return r.error();
-  if (r->exit_code != 0) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("scontrol could not mark {} DOWN: {}", node, r->err + r->out)};
+  // DOWN and drained: ReturnToService=2 returns a DOWN node to service on any answer slurmctld
+  // takes for it (seen once for a node whose slurmd had stopped), and a drained one never.
+  for (const char* state : {"state=drain", "state=down"}) {
+    auto r = RunCommand({"scontrol", "update", "nodename=" + node, state,
+                         "reason=bmas: standby MIG layout (bmas slurm relayout makes it active)"},
+                        SlurmEnv(c), std::chrono::seconds(10));
+    if (!r) return r.error();
+    if (r->exit_code != 0) {
+      return Error{ErrorCode::kUnavailable, fmt::format("scontrol could not mark {} {}: {}", node,
+                                                        state + 6, r->err + r->out)};
+    }
   }
   return {};
 }

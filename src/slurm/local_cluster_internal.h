@@ -65,7 +65,7 @@ Result<DaemonProcess> StartDaemon(LocalCluster& c, std::string name, std::string
 Error DaemonFailed(const DaemonProcess& d, const std::string& what);
 // Starts node `node`'s slurmd, in a UTS namespace of its own named after it.
 Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node);
-// Marks a standby layout node DOWN, saying why.
+// Marks a standby layout node drained and DOWN, saying why.
 Result<void> MarkStandby(const LocalCluster& c, const std::string& node);
 // A cluster whose daemons partly died (a slurmctld killed alone, say): starts the dead ones
 // again as they were started, in their order, and leaves the others and their jobs alone.

@@ -163,16 +163,16 @@ Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::
     }
   }
   if (auto down = internal::MarkStandby(*c, from); !down) return down.error();
-  // DOWN keeps the drain flag, which would keep the node out when its layout comes back.
-  if (auto undrained = Scontrol(*c, {"update", "nodename=" + from, "state=undrain"}); !undrained) {
-    return undrained.error();
-  }
   std::replace(c->nodes.begin(), c->nodes.end(), from, to);
   std::replace(c->standby.begin(), c->standby.end(), to, from);
   steps.stop_s = Since(t);
 
-  // (On real hardware the agent would apply the layout through NVML here: issue 26.)
   t = std::chrono::steady_clock::now();
+  // Out of standby: undrained but still DOWN, so that its slurmd's registration returns it to
+  // service at once (ReturnToService=2); nothing runs on a DOWN node meanwhile.
+  if (auto undrained = Scontrol(*c, {"update", "nodename=" + to, "state=undrain"}); !undrained) {
+    return undrained.error();
+  }
   auto slurmd = internal::StartSlurmd(*c, to);
   if (!slurmd) return slurmd.error();
   (*saved)[group] = SavedLayout{layout, static_cast<int64_t>(std::time(nullptr))};
@@ -180,7 +180,7 @@ Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::
   if (auto recorded = internal::SaveLocalCluster(*c); !recorded) return recorded.error();
   steps.start_s = Since(t);
 
-  // Registered: DOWN nodes return to service when their slurmd registers (ReturnToService=2).
+  // Registered: idle and answering.
   t = std::chrono::steady_clock::now();
   NodeView seen;
   if (!WaitFor(

@@ -490,10 +490,23 @@ class MigRelayoutTest : public JobsTest {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return Trim(r.out);
   }
-  std::string Sinfo() {
-    auto r = RunCommand({"sinfo", "-h", "-N", "-p", "lab", "-o", "%N %T"},
+  std::string Sinfo(const std::string& format = "%N %T") {
+    auto r = RunCommand({"sinfo", "-h", "-N", "-p", "lab", "-o", format},
                         {"SLURM_CONF=" + state_ + "/slurm/etc/slurm.conf"});
     return r ? r->out : r.error().message;
+  }
+  // Nodes drained for another reason than being a standby layout (DOWN and drained, with no
+  // slurmd): what must never be left.
+  std::string Drained() {
+    std::istringstream lines(Sinfo("%N|%T|%E"));
+    std::string out;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("drain") != std::string::npos &&
+          line.find("|bmas: standby MIG layout") == std::string::npos) {
+        out += line + "\n";
+      }
+    }
+    return out;
   }
 };
 
@@ -531,9 +544,11 @@ TEST_F(MigRelayoutTest, WaitingSliceJobsGetAGpuReLaidWhileOtherJobsRunOnAndNoNod
     EXPECT_EQ(Str(At(job, "state")), "RUNNING") << id;
     EXPECT_EQ(At(job, "restart_count").GetInt(), 0) << id;
   }
-  // No node is drained: the old layouts' nodes are DOWN as standby, the others in use.
+  // No node is left drained: the old layouts' nodes are standby (DOWN and drained, no slurmd),
+  // the hosts and the new layouts' nodes in use.
+  EXPECT_EQ(Drained(), "") << Sinfo("%N|%T|%E");
   const std::string nodes = Sinfo();
-  EXPECT_THAT(nodes, Not(HasSubstr("drain"))) << nodes;
+  EXPECT_THAT(nodes, HasSubstr("oss01-gpu3-0 drained")) << nodes;
   EXPECT_THAT(nodes, HasSubstr("oss01-gpu3-1 mixed")) << nodes;
   EXPECT_THAT(nodes, HasSubstr("oss02-gpu3-3 mixed")) << nodes;
 
@@ -541,7 +556,7 @@ TEST_F(MigRelayoutTest, WaitingSliceJobsGetAGpuReLaidWhileOtherJobsRunOnAndNoNod
   CommandOutput busy = Bmas({"slurm", "relayout", "oss01-gpu3", "whole"});
   EXPECT_EQ(busy.exit_code, 1);
   EXPECT_THAT(busy.err, HasSubstr("holds job"));
-  EXPECT_THAT(Sinfo(), Not(HasSubstr("drain")));
+  EXPECT_EQ(Drained(), "") << Sinfo("%N|%T|%E");
 }
 
 // The layout reaches the GPU through NVML's own calls (the fake library here, whose GPUs are
@@ -588,9 +603,8 @@ TEST_F(MigRelayoutTest, TheLayoutIsAppliedThroughNvmlAndAProcessOnTheGpuStopsIt)
                                 BMAS_FAKE_NVML_LIBRARY});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("GPU 3 has 1 process(es) (pid 31337)"));
-  const std::string nodes = Sinfo();
-  EXPECT_THAT(nodes, HasSubstr("oss01-gpu3-0 idle")) << nodes;
-  EXPECT_THAT(nodes, Not(HasSubstr("drain"))) << nodes;
+  EXPECT_THAT(Sinfo(), HasSubstr("oss01-gpu3-0 idle"));
+  EXPECT_EQ(Drained(), "") << Sinfo("%N|%T|%E");
   unsetenv("BMAS_FAKE_NVML");
 }
 
