@@ -28,6 +28,10 @@
 
 namespace bmas {
 
+// How Slurm's reason for a standby layout node starts (DOWN and drained, no slurmd): the node of
+// a layout a GPU is not in now (core/cluster.h's FlexibleGpus). Views leave such nodes out.
+inline constexpr std::string_view kStandbyLayoutReason = "bmas: standby MIG layout";
+
 // The profile name a whole GPU (MIG off) goes by in demand and layouts: an empty layout.
 inline constexpr const char* kWholeGpu = "whole";
 

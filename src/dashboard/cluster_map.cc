@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/mig.h"
+#include "core/mig_relayout.h"
 
 namespace bmas::dashboard {
 namespace {
@@ -78,6 +79,8 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
     return map;
   }
   for (const NodeInfo& n : s.nodes) {
+    // A layout a GPU is not in now: not a machine, and its GPU is on the active layout's node.
+    if (n.reason.starts_with(kStandbyLayoutReason)) continue;
     NodeCell cell;
     cell.name = n.name;
     cell.state = n.state;

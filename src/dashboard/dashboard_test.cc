@@ -159,6 +159,23 @@ TEST(ClusterMapTest, ASharedGpusCellCountsTheJobsOnItsShards) {
   EXPECT_NE(QueueJson(s, alice).find("\"gpus\":0,\"slice\":\"\",\"shards\":2"), std::string::npos);
 }
 
+// A GPU whose layout follows demand is one Slurm node per layout; those not active now (DOWN,
+// drained as standby) are no machines and are left off the map.
+TEST(ClusterMapTest, StandbyLayoutNodesAreLeftOff) {
+  ClusterState s;
+  s.now = kNow;
+  s.slurm_reachable = true;
+  s.nodes = {Node("oss01", 3, "idle"), Node("oss01-gpu3-0", 1, "drained"),
+             Node("oss01-gpu3-1", 7, "idle")};
+  s.nodes[1].state_flags = {"DRAIN"};
+  s.nodes[1].reason = "bmas: standby MIG layout (bmas slurm relayout makes it active)";
+  auto map = BuildClusterMap(s);
+  ASSERT_EQ(map.size(), 2u);
+  EXPECT_EQ(map[0].name, "oss01");
+  EXPECT_EQ(map[1].name, "oss01-gpu3-1");
+  EXPECT_EQ(map[1].gpus.size(), 7u);
+}
+
 TEST(ViewsTest, AUserSeesOthersGpusButNotWhoseAndAnAdminSeesAll) {
   const ClusterState s = ThreeNodes();
   auto bob = Json(ClusterJson(s, Viewer{"bob", false}));

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/process.h"
+#include "core/mig_relayout.h"
 #include "slurm/local_cluster.h"
 #include "slurm/local_cluster_internal.h"
 
@@ -64,7 +65,8 @@ Result<void> MarkStandby(const LocalCluster& c, const std::string& node) {
   // takes for it (seen once for a node whose slurmd had stopped), and a drained one never.
   for (const char* state : {"state=drain", "state=down"}) {
     auto r = RunCommand({"scontrol", "update", "nodename=" + node, state,
-                         "reason=bmas: standby MIG layout (bmas slurm relayout makes it active)"},
+                         fmt::format("reason={} (bmas slurm relayout makes it active)",
+                                     kStandbyLayoutReason)},
                         SlurmEnv(c), std::chrono::seconds(10));
     if (!r) return r.error();
     if (r->exit_code != 0) {
