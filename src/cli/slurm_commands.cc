@@ -114,6 +114,11 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
   relayout->add_flag("--auto", relayout_auto_,
                      "Let the policy choose: each idle GPU takes the layout that serves the most "
                      "of what has waited --min-wait seconds");
+  relayout->add_option("--every", relayout_every_s_,
+                       "With --auto: a pass every this many seconds until interrupted, printing "
+                       "only the changes (0: one pass)")
+      ->check(CLI::Range(0, 86400))
+      ->default_str("0");
   relayout->add_option("--min-wait", relayout_min_wait_s_,
                        "Seconds a pending job must have waited to count (--auto)")
       ->check(CLI::Range(0, 86400))

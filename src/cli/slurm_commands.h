@@ -3,6 +3,7 @@
 // `bmas slurm ...`: Slurm as bmas drives it. `bmas slurm config` renders Slurm's files from
 // the cluster inventory; `up`, `down` and `status` for a local cluster join this group.
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -32,6 +33,8 @@ class SlurmCommands {
   int RunStatus(GlobalOptions& global);
   int RunMonitor(GlobalOptions& global);
   int RunRelayout(GlobalOptions& global);  // slurm_relayout.cc
+  int RelayoutPass(GlobalOptions& global, const std::string& state_dir,
+                   std::chrono::seconds timeout);
 
   CLI::App* slurm_ = nullptr;
   CLI::App* config_ = nullptr;
@@ -45,7 +48,7 @@ class SlurmCommands {
   double monitor_interval_s_ = 2;
   std::string relayout_node_, relayout_layout_, relayout_nvml_;
   bool relayout_auto_ = false;
-  int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300;
+  int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300, relayout_every_s_ = 0;
 };
 
 }  // namespace bmas

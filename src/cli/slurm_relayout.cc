@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +20,8 @@
 
 namespace bmas {
 namespace {
+
+volatile std::sig_atomic_t g_relayout_stop = 0;  // SIGINT or SIGTERM: stop after this pass
 
 int Fail(const Error& e) {
   fmt::print(stderr, "bmas slurm relayout: {}\n", e.message);
@@ -36,6 +40,8 @@ void PrintSteps(const std::string& group, const std::vector<std::string>& layout
 }  // namespace
 
 int SlurmCommands::RunRelayout(GlobalOptions& global) {
+  std::signal(SIGINT, [](int) { g_relayout_stop = 1; });
+  std::signal(SIGTERM, [](int) { g_relayout_stop = 1; });
   global.SetUpLogging();
   if (geteuid() != 0) {
     return Fail(Error{ErrorCode::kPermissionDenied,
@@ -56,7 +62,22 @@ int SlurmCommands::RunRelayout(GlobalOptions& global) {
     PrintSteps(relayout_node_, *layout, *steps);
     return 0;
   }
-  // The policy, once: what waits, what is free, which idle GPU node should change.
+  // The policy: once, or every --every seconds until interrupted.
+  int status = 0;
+  while (true) {
+    status = RelayoutPass(global, state_dir, timeout);
+    if (relayout_every_s_ <= 0 || g_relayout_stop) break;
+    for (int64_t waited = 0; waited < relayout_every_s_ * 10 && !g_relayout_stop; ++waited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (g_relayout_stop) break;
+  }
+  return status;
+}
+
+int SlurmCommands::RelayoutPass(GlobalOptions& global, const std::string& state_dir,
+                                std::chrono::seconds timeout) {
+  // What waits, what is free, which idle GPU should change.
   auto target = ResolveSlurm(global, "root");
   if (!target) return Fail(target.error());
   auto local = slurm::ReadLocalCluster(state_dir);
@@ -77,12 +98,15 @@ int SlurmCommands::RunRelayout(GlobalOptions& global) {
   const std::vector<RelayoutDecision> decisions =
       DecideRelayouts(settings, slurm::RelayoutInputOf(inventory, *jobs, *active, *saved), now);
   if (decisions.empty()) {
-    fmt::print("no GPU changes layout: nothing waits that a layout change would serve\n");
+    if (relayout_every_s_ <= 0) {
+      fmt::print("no GPU changes layout: nothing waits that a layout change would serve\n");
+    }
     return 0;
   }
   int failed = 0;
   for (const RelayoutDecision& d : decisions) {
     fmt::print("{}: {} -> {}: {}\n", d.node, LayoutText(d.from), LayoutText(d.to), d.why);
+    std::fflush(stdout);
     auto steps = slurm::RelayoutLocalGpu(state_dir, d.node, d.to, timeout, relayout_nvml_);
     if (!steps) {
       fmt::print(stderr, "bmas slurm relayout: {}: {}\n", d.node, steps.error().message);
@@ -90,6 +114,7 @@ int SlurmCommands::RunRelayout(GlobalOptions& global) {
       continue;
     }
     PrintSteps(d.node, d.to, *steps);
+    std::fflush(stdout);
   }
   return failed == 0 ? 0 : 1;
 }
