@@ -1,5 +1,7 @@
 #include "lxd/gpu_binding.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -61,11 +63,21 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
                                             const std::function<std::string(int)>& source,
                                             const std::vector<CapDevice>& caps) {
   std::set<std::string> taken;
+  std::set<std::string> plugged;  // sources another job's device already shows
   for (const auto& [name, spec] : existing) {
     if (auto it = spec.find("path"); it != spec.end()) taken.insert(it->second);
+    if (auto it = spec.find("source"); it != spec.end() && ParseJobDeviceName(name)) {
+      plugged.insert(it->second);
+    }
   }
   std::map<std::string, StringMap> out;
   for (int g : gpus) {
+    // Another job of the user's has this GPU in already (a slice or shard of the same GPU): the
+    // job refers to that device node rather than plugging it a second time elsewhere.
+    if (plugged.contains(source(g))) {
+      out[JobDeviceName({job, node, g})] = {{"type", "none"}};
+      continue;
+    }
     int index = g;
     while (taken.contains(fmt::format("/dev/nvidia{}", index))) ++index;
     const std::string path = fmt::format("/dev/nvidia{}", index);
@@ -78,6 +90,10 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
     int64_t minor = 0;
     if (!file.starts_with("nvidia-cap") || !ParseInt(std::string_view(file).substr(10), minor)) {
       continue;  // not a capability's device node
+    }
+    if (plugged.contains(c.source)) {
+      out[JobDeviceName({job, node, c.gpu, static_cast<int>(minor)})] = {{"type", "none"}};
+      continue;
     }
     out[JobDeviceName({job, node, c.gpu, static_cast<int>(minor)})] = {
         {"type", "unix-char"},
@@ -101,9 +117,58 @@ Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& ins
   auto devices = GpuDevices(current->devices, job, node, gpus, source, caps);
   if (auto added = client.AddDevices(instance, devices); !added) return added.error();
   std::vector<std::string> paths;
-  for (const auto& [name, spec] : devices) paths.push_back(spec.at("path"));
+  for (const auto& [name, spec] : devices) {
+    if (auto path = spec.find("path"); path != spec.end()) {
+      paths.push_back(path->second);
+      continue;
+    }
+    // A reference: the path of the device it refers to.
+    const auto d = ParseJobDeviceName(name);
+    for (const auto& [other, other_spec] : current->devices) {
+      const auto o = ParseJobDeviceName(other);
+      if (d && o && o->node == d->node && o->gpu == d->gpu && o->cap == d->cap &&
+          other_spec.contains("path")) {
+        paths.push_back(other_spec.at("path"));
+        break;
+      }
+    }
+  }
   return paths;
 }
+
+namespace {
+
+// Removes `gone` (bmas job devices) from an instance with `devices`, in one change. A device
+// node another job still refers to (a "none" device of the same node, GPU and capability) stays:
+// the first such job's reference becomes the device. Returns how many were removed.
+Result<int> RemoveJobDevices(LxdApi& client, const std::string& instance,
+                             const std::map<std::string, StringMap>& devices,
+                             const std::vector<std::string>& gone) {
+  std::map<std::string, std::optional<StringMap>> change;
+  for (const std::string& name : gone) {
+    if (devices.contains(name)) change[name] = std::nullopt;
+  }
+  for (const std::string& name : gone) {
+    const auto it = devices.find(name);
+    const auto d = ParseJobDeviceName(name);
+    if (it == devices.end() || !d || it->second.count("path") == 0) continue;
+    for (const auto& [other, spec] : devices) {
+      const auto o = ParseJobDeviceName(other);
+      if (change.contains(other) || !o || o->node != d->node || o->gpu != d->gpu ||
+          o->cap != d->cap || spec.count("path") != 0) {
+        continue;
+      }
+      change[other] = it->second;  // the reference takes the device over
+      break;
+    }
+  }
+  if (change.empty()) return 0;
+  if (auto done = client.UpdateInstance(instance, {}, change); !done) return done.error();
+  return static_cast<int>(std::count_if(change.begin(), change.end(),
+                                        [](const auto& c) { return !c.second.has_value(); }));
+}
+
+}  // namespace
 
 Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,
                         const std::string& node) {
@@ -115,7 +180,7 @@ Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job
     if (d && d->job == job && d->node == node) mine.push_back(name);
   }
   if (mine.empty()) return 0;
-  return client.RemoveDevices(instance, mine);
+  return RemoveJobDevices(client, instance, current->devices, mine);
 }
 
 Result<std::vector<std::string>> ReconcileGpus(
@@ -137,7 +202,7 @@ Result<std::vector<std::string>> ReconcileGpus(
       if (ended[key]) gone.push_back(name);
     }
     if (gone.empty()) continue;
-    auto r = client.RemoveDevices(i.name, gone);
+    auto r = RemoveJobDevices(client, i.name, i.devices, gone);
     if (!r) return r.error();
     for (const std::string& g : gone) removed.push_back(i.name + "/" + g);
   }

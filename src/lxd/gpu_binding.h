@@ -44,7 +44,9 @@ std::optional<JobDevice> ParseJobDeviceName(const std::string& name);
 // The devices to add to an instance that already has `existing` so that the job's `gpus` on
 // `node` appear: unix-char devices from `source(gpu)` at /dev/nvidia<gpu>, or the next free
 // /dev/nvidiaN when that path is taken. A job on MIG slices also gets their capabilities
-// `caps`.
+// `caps`. A device node another job of the instance already has in (slices or shards of one
+// GPU) is not plugged twice: the job gets a reference to it, a "none" device of its own name,
+// which ReleaseGpus and ReconcileGpus turn into the device when the other job's goes.
 std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
                                             int64_t job, const std::string& node,
                                             const std::vector<int>& gpus,
@@ -59,7 +61,8 @@ Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& ins
                                           const std::function<std::string(int)>& source,
                                           const std::vector<CapDevice>& caps = {});
 
-// Unplugs the devices of `job` on `node` from `instance`; returns how many it had.
+// Unplugs the devices of `job` on `node` from `instance`; returns how many it had. A device node
+// another job refers to stays, under that job's name, in the same change.
 Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,
                         const std::string& node);
 

@@ -36,7 +36,8 @@ TEST(GpuBindingTest, GpusAppearAtTheirIndexAsCharDevices) {
 // Two nodes of one job in one workspace (a local cluster): the second node's GPU 0 moves on.
 TEST(GpuBindingTest, AClashingPathMovesToTheNextFreeIndex) {
   auto first = GpuDevices({}, 7, "oss01", {0, 1}, Source);
-  auto second = GpuDevices(first, 7, "oss02", {0, 1}, Source);
+  auto second = GpuDevices(first, 7, "oss02", {0, 1},
+                           [](int g) { return "/dev/bmas-x/oss02/nvidia" + std::to_string(g); });
   EXPECT_EQ(second.at("bmas-j7-oss02-gpu0").at("path"), "/dev/nvidia2");
   EXPECT_EQ(second.at("bmas-j7-oss02-gpu1").at("path"), "/dev/nvidia3");
 }
@@ -116,6 +117,28 @@ TEST_F(GpuBindingFakeTest, ReleaseTakesOnlyThatJobsGpusOnThatNode) {
   EXPECT_EQ(DevicesOf("ws-bob"),
             (std::vector<std::string>{"bmas-j7-oss02-gpu0", "bmas-j8-oss01-gpu1", "home"}));
   EXPECT_EQ(*ReleaseGpus(lxd_, "ws-bob", 7, "oss01"), 0) << "twice is nothing";
+}
+
+// Two jobs of one user on one GPU (shards, or slices of it): the GPU's device node is plugged
+// once, where the job's framework looks for it, and the second job refers to it. When the first
+// ends, the second's reference becomes the device, at the same path; when both end, it goes.
+TEST_F(GpuBindingFakeTest, TwoJobsOnOneGpuShareItsDeviceNodeAndTheLastOneTakesItAway) {
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 7, "oss03", {2}, Source));
+  auto second = BindGpus(lxd_, "ws-bob", 8, "oss03", {2}, Source);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(*second, (std::vector<std::string>{"/dev/nvidia2"}));
+  auto& devices = lxd_.instances["ws-bob"].devices;
+  EXPECT_EQ(devices.at("bmas-j8-oss03-gpu2"), (StringMap{{"type", "none"}}));
+  EXPECT_EQ(devices.at("bmas-j7-oss03-gpu2").at("path"), "/dev/nvidia2");
+
+  auto released = ReleaseGpus(lxd_, "ws-bob", 7, "oss03");
+  ASSERT_TRUE(released) << released.error().message;
+  EXPECT_EQ(*released, 1);
+  EXPECT_EQ(DevicesOf("ws-bob"), (std::vector<std::string>{"bmas-j8-oss03-gpu2"}));
+  EXPECT_EQ(devices.at("bmas-j8-oss03-gpu2").at("path"), "/dev/nvidia2");
+  EXPECT_EQ(devices.at("bmas-j8-oss03-gpu2").at("source"), Source(2));
+  EXPECT_EQ(*ReleaseGpus(lxd_, "ws-bob", 8, "oss03"), 1);
+  EXPECT_TRUE(DevicesOf("ws-bob").empty());
 }
 
 TEST_F(GpuBindingFakeTest, ReconcileUnplugsTheGpusOfJobsThatAreGoneOnceTheirProcessesAreEnded) {

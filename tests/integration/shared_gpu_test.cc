@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "lxd_workspace_fixture.h"
 #include "test_helpers.h"
@@ -111,6 +112,47 @@ TEST_F(SharedGpuTest, TwoUsersShareOneGpuEachInTheirOwnWorkspaceAndWholeGpuJobsS
     EXPECT_TRUE(Eventually([&] { return left().empty(); }, std::chrono::seconds(20)))
         << user << ": " << left();
   }
+}
+
+// Two share jobs of one user on one GPU: the GPU's device node is in the workspace once, at
+// /dev/nvidia2, for both; when the first job ends, the second still opens it there.
+TEST_F(SharedGpuTest, TwoJobsOfOneUserOnOneGpuBothFindItWhereTheyLookAndKeepItWhenOneEnds) {
+  const std::string first = RunProbe("bmastest1", {"--gpus", "1", "--share", "4"}, "probe-a");
+  ASSERT_FALSE(first.empty());
+  ASSERT_TRUE(Eventually([&] { return !ReadHome("bmastest1", "probe-a").empty(); },
+                         std::chrono::seconds(40)));
+  // The second probes again and again, so that what it sees after the first has ended shows.
+  const std::string probe =
+      "for d in /dev/nvidia[0-9]*; do r=$(cat $d 2>&1); "
+      "case $r in *'not permitted'*) r=EPERM;; *'No such device'*) r=ENXIO;; esac; "
+      "echo \"$d $r\"; done";
+  std::remove((Home("bmastest1") + "/probe-b").c_str());
+  CommandOutput run = InHome(
+      "bmastest1", {"run", "--gpus", "1", "--share", "4", "--", "sh", "-c",
+                    "while true; do (" + probe + ") >probe-b.new; mv probe-b.new probe-b; "
+                    "sleep 0.3; done"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string second = run.out.substr(0, run.out.find('\n'));
+  ASSERT_TRUE(Eventually([&] { return !ReadHome("bmastest1", "probe-b").empty(); },
+                         std::chrono::seconds(40)))
+      << DevicesIn("bmastest1");
+  EXPECT_EQ(ReadHome("bmastest1", "probe-a"), "/dev/nvidia2 ENXIO\n");
+  EXPECT_EQ(ReadHome("bmastest1", "probe-b"), "/dev/nvidia2 ENXIO\n");
+  EXPECT_THAT(Scontrol({"show", "job", "-d", second}), HasSubstr("GRES=shard:1(IDX:2)"));
+
+  ASSERT_EQ(InHome("bmastest1", {"cancel", first}).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return Scontrol({"show", "job", first}).find("JobState=CANCELLED") !=
+                                      std::string::npos; },
+                         std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the epilog has run, probes went on
+  EXPECT_EQ(ReadHome("bmastest1", "probe-b"), "/dev/nvidia2 ENXIO\n") << DevicesIn("bmastest1");
+  ASSERT_EQ(InHome("bmastest1", {"cancel", second}).exit_code, 0);
+  auto left = [&] {
+    return Bmas({"workspace", "exec", "bmastest1", "--", "sh", "-c",
+                 "ls /dev/nvidia[0-9]* 2>/dev/null"})
+        .out;
+  };
+  EXPECT_TRUE(Eventually([&] { return left().empty(); }, std::chrono::seconds(20))) << left();
 }
 
 }  // namespace
