@@ -9,11 +9,15 @@
 //    inference load.
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "core/cluster.h"
+#include "plan/calibration.h"
+#include "plan/slurm_model.h"
 
 namespace bmas {
 
@@ -29,9 +33,10 @@ class PlanCommand {
   std::string trace_;
   std::string trace_format_ = "csv";
   bool json_ = false;
-  double launch_delay_s_ = 0;
-  double backfill_interval_s_ = 1;
-  double time_limit_s_ = 0;
+  // -1: from the cluster (plan/calibration.h).
+  double launch_delay_s_ = -1;
+  double backfill_interval_s_ = -1;
+  double time_limit_s_ = -1;
   std::string sweep_;
   std::string html_;
   int64_t seed_ = -1;  // -1: the scenario's
@@ -39,6 +44,10 @@ class PlanCommand {
   int RunScenario(const Clock& clock);
   // Writes the report to --html's file, if given; false (having said why) when it cannot.
   bool WriteHtml(const std::string& json) const;
+  // Sets the jobs' time limits from --time-limit when given; says where they came from.
+  std::string ApplyTimeLimits(std::vector<plan::SimJob>& jobs) const;
+  // --backfill-interval, else bf_interval in the slurm.conf bmas writes for `cluster` (`file`).
+  plan::Calibrated BackfillInterval(const Cluster& cluster, const std::string& file) const;
 };
 
 }  // namespace bmas

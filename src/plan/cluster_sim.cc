@@ -52,7 +52,8 @@ std::vector<SimJob> TraceJobs(const Trace& trace, double start_s) {
                           .partition = t.partition,
                           .gpus = t.gpus,
                           .submit = TimePoint{t.submit_s - start_s},
-                          .duration = Duration{t.duration_s}});
+                          .duration = Duration{t.duration_s},
+                          .time_limit = Duration{t.time_limit_s}});
   }
   return jobs;
 }

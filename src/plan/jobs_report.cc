@@ -156,6 +156,16 @@ std::string JobsPlanJson(const JobsReport& r, const SimInfo& sim) {
   w.Key("simulated_s");
   w.Double(sim.simulated_s);
   Member(w, "events", sim.events);
+  w.Key("calibration");
+  w.StartObject();
+  w.Key("launch_delay_s");
+  w.Double(sim.launch_delay_s.value);
+  Member(w, "launch_delay_source", sim.launch_delay_s.source);
+  w.Key("backfill_interval_s");
+  w.Double(sim.backfill_interval_s.value);
+  Member(w, "backfill_interval_source", sim.backfill_interval_s.source);
+  Member(w, "time_limits", sim.time_limits);
+  w.EndObject();
   w.EndObject();
   w.EndObject();
   return buf.GetString();
@@ -175,6 +185,11 @@ std::string JobsPlanText(const JobsReport& r, const SimInfo& sim) {
                      r.allocated_fraction * 100);
   out += fmt::format("simulation    {:.0f} s simulated in {:.3f} s wall, {} events\n",
                      sim.simulated_s, sim.wall_s, sim.events);
+  out += fmt::format("model         launch delay {:.2f} s ({}); backfill every {:g} s ({}); time "
+                     "limits: {}\n",
+                     sim.launch_delay_s.value, sim.launch_delay_s.source,
+                     sim.backfill_interval_s.value, sim.backfill_interval_s.source,
+                     sim.time_limits);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "plan/calibration.h"
 #include "plan/slurm_model.h"
 
 namespace bmas::plan {
@@ -48,6 +49,10 @@ struct SimInfo {
   double wall_s = 0;
   double simulated_s = 0;
   int64_t events = 0;
+  // The model's timing and where each value came from (plan/calibration.h).
+  Calibrated launch_delay_s;
+  Calibrated backfill_interval_s;
+  std::string time_limits;  // where the jobs' time limits came from
 };
 
 // One sentence: the jobs, the GPUs, the wait p95 and how busy the GPUs were.

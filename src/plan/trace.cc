@@ -127,14 +127,18 @@ class Fields {
 
 Trace ParseCsv(const std::vector<Row>& rows, const std::string& source) {
   Trace trace;
-  if (rows.empty())
-    Malformed(source, 1, fmt::format("no header: the first line is {}[,partition]", kCsvHeader));
+  if (rows.empty()) {
+    Malformed(source, 1, fmt::format("no header: the first line is {}[,partition[,time_limit_s]]",
+                                     kCsvHeader));
+  }
   const std::vector<std::string_view>& header = rows[0].fields;
   std::string joined = fmt::format("{}", fmt::join(header, ","));
-  if (joined != kCsvHeader && joined != fmt::format("{},partition", kCsvHeader)) {
+  if (joined != kCsvHeader && joined != fmt::format("{},partition", kCsvHeader) &&
+      joined != fmt::format("{},partition,time_limit_s", kCsvHeader)) {
     Malformed(source, rows[0].line,
-              fmt::format("the header is \"{}\"; a csv trace starts with {}[,partition]", joined,
-                          kCsvHeader));
+              fmt::format("the header is \"{}\"; a csv trace starts with "
+                          "{}[,partition[,time_limit_s]]",
+                          joined, kCsvHeader));
   }
   for (size_t i = 1; i < rows.size(); ++i) {
     Fields f(source, rows[i], header);
@@ -144,6 +148,7 @@ Trace ParseCsv(const std::vector<Row>& rows, const std::string& source) {
     job.gpus = static_cast<int>(f.Int(2, 1, kMaxGpus));
     job.duration_s = f.Seconds(3);
     if (header.size() > 4) job.partition = std::string(f.Text(4));
+    if (header.size() > 5) job.time_limit_s = f.Seconds(5);
     trace.jobs.push_back(std::move(job));
     ++trace.rows;
   }

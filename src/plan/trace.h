@@ -28,6 +28,7 @@ struct TraceJob {
   int gpus = 0;           // >= 1
   double duration_s = 0;  // how long it runs once started; >= 0
   std::string partition;  // "" = the cluster's default partition
+  double time_limit_s = 0;  // what it asked Slurm for (csv time_limit_s); 0 = not known
 };
 
 enum class TraceFormat { kCsv, kAlibabaV2023 };

@@ -67,6 +67,20 @@ TEST(CsvTraceTest, ReadsPartitions) {
   EXPECT_EQ(t.jobs[1].partition, "");  // the cluster's default
 }
 
+TEST(CsvTraceTest, ReadsTimeLimits) {
+  Trace t = ParseTrace(
+      "submit_s,user,gpus,duration_s,partition,time_limit_s\n"
+      "0,alice,1,30,lab,60\n"
+      "1,bob,2,30,lab,0\n",
+      TraceFormat::kCsv, "jobs.csv");
+  ASSERT_EQ(t.jobs.size(), 2u);
+  EXPECT_EQ(t.jobs[0].time_limit_s, 60);
+  EXPECT_EQ(t.jobs[1].time_limit_s, 0);  // not known: the model plans with its duration
+  EXPECT_THAT(ErrorOf("submit_s,user,gpus,duration_s,partition,time_limit_s\n0,a,1,3,lab,x\n",
+                      TraceFormat::kCsv),
+              HasSubstr("jobs.csv:2:"));
+}
+
 struct BadLine {
   const char* text;
   const char* expected;  // a substring of the error
@@ -86,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"", "jobs.csv:1: no header: the first line is submit_s,user,gpus,duration_s"},
         BadLine{"0,alice,1,60\n",
                 "jobs.csv:1: the header is \"0,alice,1,60\"; a csv trace starts with "
-                "submit_s,user,gpus,duration_s[,partition]"},
+                "submit_s,user,gpus,duration_s[,partition[,time_limit_s]]"},
         BadLine{"submit_s,user,gpus\n", "the header is \"submit_s,user,gpus\""},
         BadLine{"submit_s,user,gpus,duration_s\n0,alice,1\n",
                 "jobs.csv:2: 3 fields where the header has 4 (submit_s,user,gpus,duration_s)"},
