@@ -102,6 +102,11 @@ int PlanCommand::RunScenario(const Clock& clock) {
     r.wall_s = (clock.Now() - started).count();
     plan::PlanReport report = plan::BuildPlanReport(s, r);
     report.engine = plan::CalibrateProfile(profile->second);
+    report.sim.launch_delay_s = launch;
+    report.sim.backfill_interval_s = backfill;
+    report.sim.time_limits =
+        trace_jobs ? time_limits
+                   : "each cohort's training time_limit_s (0: the job's duration, a perfect estimate)";
     return report;
   };
   std::optional<plan::Sweep> sweep;

@@ -187,6 +187,9 @@ TEST(ClusterSimTest, TheReportHasTheFieldsTheIssueNames) {
     EXPECT_TRUE(d["cost"][k].IsNumber()) << k;
   }
   for (const char* k : {"wall_s", "simulated_s", "events"}) EXPECT_TRUE(d["sim"][k].IsNumber());
+  // Where the model's timing came from (the command sets it; empty here).
+  EXPECT_TRUE(d["sim"]["calibration"]["launch_delay_s"].IsNumber());
+  EXPECT_TRUE(d["sim"]["calibration"]["launch_delay_source"].IsString());
   EXPECT_EQ(d["timeline"].Size(), 24u);
   EXPECT_DOUBLE_EQ(d["sim"]["simulated_s"].GetDouble(), 86400);
   // The floor's 2 replicas (the default min is 1: one GPU) hold GPUs all day.

@@ -476,6 +476,13 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
       Member(w, "events", r.sim.events);
       Num(w, "simulated_s_per_wall_s", r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0);
       Num(w, "events_per_s", r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
+      ObjectMember(w, "calibration", [&] {
+        Num(w, "launch_delay_s", r.sim.launch_delay_s.value);
+        Member(w, "launch_delay_source", r.sim.launch_delay_s.source);
+        Num(w, "backfill_interval_s", r.sim.backfill_interval_s.value);
+        Member(w, "backfill_interval_source", r.sim.backfill_interval_s.source);
+        Member(w, "time_limits", r.sim.time_limits);
+      });
     });
   });
 }
@@ -539,6 +546,13 @@ std::string PlanText(const PlanReport& r, const Sweep* sweep) {
                      r.sim.simulated_s / 86400, r.sim.wall_s,
                      r.sim.wall_s > 0 ? r.sim.simulated_s / r.sim.wall_s : 0, r.sim.events,
                      r.sim.wall_s > 0 ? r.sim.events / r.sim.wall_s : 0);
+  if (!r.sim.launch_delay_s.source.empty()) {
+    out += fmt::format("Model of Slurm: launch delay {:.2f} s ({}); backfill every {:g} s ({}); "
+                       "time limits: {}\n",
+                       r.sim.launch_delay_s.value, r.sim.launch_delay_s.source,
+                       r.sim.backfill_interval_s.value, r.sim.backfill_interval_s.source,
+                       r.sim.time_limits);
+  }
   return out;
 }
 

@@ -74,6 +74,10 @@ TEST_F(PlanCliTest, AStudentPlansTheReferenceScenarioAsJsonAndHtml) {
   EXPECT_THAT(d["verdict"].GetString(), HasSubstr("300 users on 48 GPUs"));
   EXPECT_EQ(d["scenario"]["users"].GetInt(), 300);
   EXPECT_DOUBLE_EQ(d["sim"]["simulated_s"].GetDouble(), 86400);
+  // The model's timing, and where it came from: no flag given, so the cluster and the defaults.
+  EXPECT_DOUBLE_EQ(d["sim"]["calibration"]["launch_delay_s"].GetDouble(), 0.95);
+  EXPECT_THAT(d["sim"]["calibration"]["backfill_interval_source"].GetString(),
+              HasSubstr("SchedulerParameters bf_interval=1"));
   EXPECT_GT(d["inference"]["requests"].GetInt64(), 0);
   EXPECT_GT(d["jobs"]["count"].GetInt64(), 0);
   EXPECT_TRUE(d["cost"]["per_user_month"].IsNumber());
