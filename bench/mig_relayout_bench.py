@@ -36,6 +36,7 @@ if "--rounds" in sys.argv:
 PRINT_ONLY = "--print" in sys.argv
 
 import run  # noqa: E402  bench/run.py: ROOT, BMAS, BUILD, write_section, scratch
+from slurm_bench import poll  # noqa: E402
 
 ROOT, BMAS = run.ROOT, run.BMAS
 HEADING = "# MIG re-layout benchmarks"
@@ -89,24 +90,10 @@ class Cluster:
         return dict(line.split() for line in out.splitlines())
 
 
-def poll(what, predicate, timeout=60, every=0.02):
-    deadline = time.time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.time() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(every)
-
-
 def restart_slurmctld(c):
     """Slurm's own way for a node's gres to change: slurmctld starts again (then every node must
     answer it). Seconds until every running layout node and host is responding and not drained."""
-    pid = int(open(os.path.join(c.state, "slurm", "run", "slurmctld.pid")).read().split()[0]) \
-        if os.path.exists(os.path.join(c.state, "slurm", "run", "slurmctld.pid")) else None
-    if pid is None:
-        pid = int(c.run(["pgrep", "-f", f"slurmctld -D -f {c.env['SLURM_CONF']}"]).stdout.split()[0])
+    pid = int(c.run(["pgrep", "-f", f"slurmctld -D -f {c.env['SLURM_CONF']}"]).stdout.split()[0])
     t0 = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     poll("slurmctld to stop", lambda: not os.path.exists(f"/proc/{pid}"), timeout=20, every=0.01)

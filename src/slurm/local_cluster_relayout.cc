@@ -55,25 +55,12 @@ Result<void> Scontrol(const LocalCluster& c, std::vector<std::string> args) {
   return {};
 }
 
-// The node's gres as slurmctld has it now ("gpu:1g.10gb:7"), without sinfo's "(S:...)" parts,
-// and its state ("idle", "drained", "unknown", "down*", ...).
-struct NodeView {
-  std::string gres;
-  std::string state;
-};
-NodeView ViewOf(const LocalCluster& c, const std::string& node) {
-  auto r = RunCommand({"sinfo", "-h", "-N", "-n", node, "-o", "%G|%T"}, SlurmEnv(c),
+// The node's state as slurmctld has it now ("idle", "drained", "down*", ...); "" when unknown.
+std::string StateOf(const LocalCluster& c, const std::string& node) {
+  auto r = RunCommand({"sinfo", "-h", "-N", "-n", node, "-o", "%T"}, SlurmEnv(c),
                       std::chrono::seconds(10));
-  if (!r || r->exit_code != 0) return {};
-  const std::string line = r->out.substr(0, r->out.find('\n'));
-  const size_t bar = line.rfind('|');
-  if (bar == std::string::npos) return {};
-  std::string gres = line.substr(0, bar);
-  for (size_t open; (open = gres.find('(')) != std::string::npos;) {
-    const size_t close = gres.find(')', open);
-    gres.erase(open, close == std::string::npos ? std::string::npos : close - open + 1);
-  }
-  return NodeView{gres, line.substr(bar + 1)};
+  if (!r || r->exit_code != 0) return "";
+  return r->out.substr(0, r->out.find('\n'));
 }
 
 }  // namespace
@@ -182,17 +169,17 @@ Result<RelayoutSteps> RelayoutLocalGpu(const std::string& state_dir, const std::
 
   // Registered: idle and answering.
   t = std::chrono::steady_clock::now();
-  NodeView seen;
+  std::string seen;
   if (!WaitFor(
           [&] {
-            seen = ViewOf(*c, to);
-            return seen.state == "idle" || seen.state == "mixed" || seen.state == "allocated";
+            seen = StateOf(*c, to);
+            return seen == "idle" || seen == "mixed" || seen == "allocated";
           },
           slurmd->pid, timeout)) {
     return Unavailable(fmt::format("{} ({}) did not come up within {} s (Slurm says {}); see "
                                    "{}/log/slurmd-{}.log",
                                    group, to, timeout.count(),
-                                   seen.state.empty() ? "nothing" : seen.state, c->root, to));
+                                   seen.empty() ? "nothing" : seen, c->root, to));
   }
   steps.register_s = Since(t);
   steps.total_s = Since(start);
