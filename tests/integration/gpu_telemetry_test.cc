@@ -305,7 +305,8 @@ TEST_F(MigWorkspaceTest, ASliceJobGetsItsGpuAndItsCapabilitiesInTheWorkspaceAndN
       "echo \"$d $r\"; done";
   std::remove((Home("bmastest1") + "/probe-job").c_str());
   CommandOutput run = InHome("bmastest1", {"run", "--gpus", "1g.10gb", "--", "sh", "-c",
-                                           probe + " >probe-job; exec sleep 3009"});
+                                           probe + " >probe-job.new; mv probe-job.new probe-job; "
+                                                   "exec sleep 3009"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string job = run.out.substr(0, run.out.find('\n'));
   const std::string out = Home("bmastest1") + "/probe-job";
