@@ -51,6 +51,34 @@ TEST(MigTest, EachModelNamesItsProfilesByItsMemory) {
   EXPECT_EQ(two_slices->memory_slices, 2);  // on a 40GB part, 1g.10gb is the two-slice 1g
 }
 
+// What a real H200 listed on 2026-11-28 (docs/device-runs/2026-11-28-h200-mig: driver
+// 580.159.04, `nvidia-smi mig -lgip` and `-lgipp`, NVML's profile info): for each profile, its
+// name, compute slices, instances per GPU, NVML profile and the memory slices it may start at.
+TEST(MigTest, TheH200TableIsWhatARealH200Lists) {
+  struct Seen {
+    std::string_view name;
+    int compute_slices, max_instances;
+    unsigned nvml_profile;
+    std::vector<int> starts;
+  };
+  const std::vector<Seen> seen = {
+      {"1g.18gb", 1, 7, 0, {0, 1, 2, 3, 4, 5, 6}}, {"1g.18gb+me", 1, 1, 7, {0, 1, 2, 3, 4, 5, 6}},
+      {"1g.35gb", 1, 4, 9, {0, 2, 4, 6}},          {"2g.35gb", 2, 3, 1, {0, 2, 4}},
+      {"3g.71gb", 3, 2, 2, {0, 4}},                {"4g.71gb", 4, 1, 3, {0}},
+      {"7g.141gb", 7, 1, 4, {0}},
+  };
+  const MigGpuModel& h200 = **FindMigGpuModel("h200", 141);
+  ASSERT_EQ(h200.profiles.size(), seen.size());
+  for (const Seen& s : seen) {
+    const MigProfile* p = FindMigProfile(h200, s.name);
+    ASSERT_NE(p, nullptr) << s.name;
+    EXPECT_EQ(p->compute_slices, s.compute_slices) << s.name;
+    EXPECT_EQ(p->max_instances, s.max_instances) << s.name;
+    EXPECT_EQ(p->nvml_profile, s.nvml_profile) << s.name;
+    EXPECT_EQ(std::vector<int>(p->starts.begin(), p->starts.end()), s.starts) << s.name;
+  }
+}
+
 TEST(MigTest, TheIssuesLayoutFits) {
   // 3g.40gb takes the upper half (slices 4-7), 2g.20gb slices 0-1, the 1g ones 2 and 3.
   EXPECT_THAT(StartsOf(H100(), {"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}),

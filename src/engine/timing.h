@@ -79,8 +79,9 @@ std::string_view BuiltinProfilesToml();
 // The frontend and start-up stay. NVIDIA's published MIG figures fit this scaling: on an A100,
 // seven 1g.5gb instances serve BERT-Large inference at about seven times one instance's rate,
 // and one 1g.5gb at about a seventh of the whole GPU's (NVIDIA, "Getting the Most Out of the
-// NVIDIA A100 GPU with MIG", 2020). InvalidArgument when the profile is not a MIG profile or
-// the weights do not fit the slice.
+// NVIDIA A100 GPU with MIG", 2020). A real H200 lists fewer SMs than that for some profiles
+// (1g: 16 of 132, 0.121 against 1/7; docs/device-runs/2026-11-28-h200-mig). InvalidArgument
+// when the profile is not a MIG profile or the weights do not fit the slice.
 Result<Profile> ProfileOnMigSlice(const Profile& whole, std::string_view slice);
 
 // The profile `name` names: one of `profiles`, or "NAME@SLICE" for NAME on a MIG slice
