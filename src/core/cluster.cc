@@ -482,6 +482,18 @@ Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
                                      group, fmt::join(names, "; ")));
 }
 
+int PhysicalGpuCount(const Cluster& cluster) {
+  int gpus = 0;
+  for (const Node& n : cluster.nodes) gpus += n.layout_index > 0 ? 0 : n.gpus.count;
+  return gpus;
+}
+
+int HostCount(const Cluster& cluster) {
+  std::set<std::string> hosts;
+  for (const Node& n : cluster.nodes) hosts.insert(n.host.empty() ? n.name : n.host);
+  return static_cast<int>(hosts.size());
+}
+
 std::vector<std::string> GpuNodeLayout(const Node& node) {
   const std::vector<std::string>* layout = MigLayoutOf(node.gpus, 0);
   return layout == nullptr ? std::vector<std::string>{} : *layout;

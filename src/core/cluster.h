@@ -233,6 +233,11 @@ std::vector<const Node*> LayoutNodesOf(const Cluster& cluster, std::string_view 
 Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
                                  const std::vector<std::string>& layout);
 
+// The cluster's physical GPUs and machines: a GPU whose layout follows demand counts once, not
+// once per layout node, and its layout nodes are on their host.
+int PhysicalGpuCount(const Cluster& cluster);
+int HostCount(const Cluster& cluster);
+
 // A node's one GPU's layout: its MIG profiles, empty when whole.
 std::vector<std::string> GpuNodeLayout(const Node& node);
 

@@ -64,19 +64,20 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
   const Cluster& cluster = *scenario.cluster;
   run.horizon_s = scenario.simulation.days * 86400;
   const int hours = static_cast<int>(std::ceil(run.horizon_s / 3600));
-  for (const Node& n : cluster.nodes) run.total_gpus += n.gpus.count;
+  run.total_gpus = PhysicalGpuCount(cluster);
 
   // The floor, on the floor partition's last nodes.
   const int per_replica = std::max(1, scenario.engine.gpus_per_replica);
   SlurmModelSettings slurm = settings.slurm;
+  slurm.relayout = scenario.policies.relayout;
   const Partition* floor_part = FindPartition(cluster, scenario.policies.floor_partition);
   int floor_left = scenario.policies.autoscale.min_replicas;
   if (floor_part != nullptr) {
     for (auto it = floor_part->nodes.rbegin(); it != floor_part->nodes.rend() && floor_left > 0; ++it) {
       const auto node = std::find_if(cluster.nodes.begin(), cluster.nodes.end(),
                                      [&](const Node& n) { return n.name == *it; });
-      if (node == cluster.nodes.end()) continue;
-      const int fit = std::min(floor_left, node->gpus.count / per_replica);
+      if (node == cluster.nodes.end() || node->layout_index > 0) continue;
+      const int fit = std::min(floor_left, WholeGpuCount(node->gpus) / per_replica);
       slurm.held_gpus[*it] = fit * per_replica;
       floor_left -= fit;
     }
@@ -119,12 +120,15 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
   struct Change {
     double time;
     int node;
-    int delta;
+    int delta;              // GPUs that jobs take (or give back)
+    int capacity_delta = 0;  // whole GPUs that a layout change adds (or takes)
   };
   std::vector<Change> changes;
   for (size_t i = 0; i < run.jobs.size(); ++i) {
     const SimJobResult& r = run.slurm.jobs[i];
     if (!r.started) continue;
+    AddToHours(run.training_gpu_seconds_by_hour, r.start.count(), r.end.count(), r.gpu_equivalents);
+    if (!r.gres.empty()) continue;  // on slices: replicas take whole GPUs
     const std::vector<std::string> nodes = SplitNodes(r.nodes);
     if (nodes.empty()) continue;
     const int per_node = (run.jobs[i].gpus + static_cast<int>(nodes.size()) - 1) / static_cast<int>(nodes.size());
@@ -134,7 +138,12 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
       changes.push_back({r.start.count(), it->second, per_node});
       changes.push_back({r.end.count(), it->second, -per_node});
     }
-    AddToHours(run.training_gpu_seconds_by_hour, r.start.count(), r.end.count(), run.jobs[i].gpus);
+  }
+  // GPUs whose layout follows demand hold a replica only while whole.
+  for (const LayoutChange& c : run.slurm.layout_changes) {
+    const int from = node_index.at(c.from), to = node_index.at(c.to);
+    changes.push_back({c.time, from, 0, -WholeGpuCount(cluster.nodes[from].gpus)});
+    changes.push_back({c.time, to, 0, WholeGpuCount(cluster.nodes[to].gpus)});
   }
   // Research windows take their nodes from replicas: a change at every window edge.
   std::vector<std::vector<int>> research_nodes;
@@ -164,6 +173,10 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
     }
   }
   std::vector<int> used(cluster.nodes.size(), 0);
+  std::vector<int> capacity(cluster.nodes.size(), 0);  // whole GPUs
+  for (size_t i = 0; i < cluster.nodes.size(); ++i) {
+    if (cluster.nodes[i].layout_index <= 0) capacity[i] = WholeGpuCount(cluster.nodes[i].gpus);
+  }
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
     auto held = slurm.held_gpus.find(cluster.nodes[i].name);
     if (held != slurm.held_gpus.end()) used[i] = held->second;
@@ -177,7 +190,7 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
     int slots = 0;
     for (size_t n = 0; n < cluster.nodes.size(); ++n) {
       if (!serves[n] || reserved[n]) continue;
-      slots += std::max(0, cluster.nodes[n].gpus.count - used[n]) / per_replica;
+      slots += std::max(0, capacity[n] - used[n]) / per_replica;
     }
     return slots;
   };
@@ -186,7 +199,9 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
   for (size_t i = 0; i < changes.size();) {
     const double t = changes[i].time;
     for (; i < changes.size() && changes[i].time == t; ++i) {
-      if (changes[i].node >= 0) used[changes[i].node] += changes[i].delta;
+      if (changes[i].node < 0) continue;
+      used[changes[i].node] += changes[i].delta;
+      capacity[changes[i].node] += changes[i].capacity_delta;
     }
     const int s = slots_at(t);
     if (s != slots.back().replicas) slots.push_back({t, s});

@@ -58,7 +58,7 @@ JobsReport ReportJobs(const Cluster& cluster, const std::vector<SimJob>& jobs,
                       const SlurmModelResult& result) {
   JobsReport r;
   r.count = static_cast<int64_t>(jobs.size());
-  for (const Node& n : cluster.nodes) r.total_gpus += n.gpus.count;
+  r.total_gpus = PhysicalGpuCount(cluster);
   std::vector<double> waits, completions;
   std::map<int, std::vector<double>> by_gpus, completion_by_gpus;
   double first_submit = jobs.empty() ? 0 : jobs.front().submit.count();

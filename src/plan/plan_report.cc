@@ -94,6 +94,31 @@ EngineCalibration CalibrateProfile(const engine::Profile& p) {
   return c;
 }
 
+MigReport ReportMig(const Cluster& cluster, const PlanRun& run, int users) {
+  MigReport m;
+  for (const Node& n : cluster.nodes) {
+    if (n.gpu_group.empty()) {
+      for (int g = 0; g < n.gpus.count; ++g) m.sliced_gpus += MigLayoutOf(n.gpus, g) != nullptr;
+    } else if (n.layout_index == 0) {
+      ++m.flexible_gpus;
+    }
+  }
+  std::vector<double> waits;
+  for (size_t i = 0; i < run.jobs.size(); ++i) {
+    const SimJobResult& res = run.slurm.jobs[i];
+    if (!res.started || run.jobs[i].mig_profile.empty()) continue;
+    if (res.gres.empty()) {
+      ++m.fell_back;
+    } else {
+      waits.push_back((res.start - run.jobs[i].submit).count());
+    }
+  }
+  m.slice_wait_s = Summarize(waits);
+  m.layout_changes = static_cast<int64_t>(run.slurm.layout_changes.size());
+  m.users_per_gpu = run.total_gpus > 0 ? static_cast<double>(users) / run.total_gpus : 0;
+  return m;
+}
+
 PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
   PlanReport r;
   const Cluster& cluster = *s.cluster;
@@ -118,8 +143,9 @@ PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
     if (c < 0) continue;
     waits[c].push_back(wait);
     completions[c].push_back((res.end - j.submit).count());
-    gpu_hours[c] += j.gpus * (res.end - res.start).count() / 3600;
+    gpu_hours[c] += res.gpu_equivalents * (res.end - res.start).count() / 3600;
   }
+  r.mig = ReportMig(cluster, run, r.users);
   for (size_t c = 0; c < s.cohorts.size(); ++c) {
     if (waits[c].empty()) continue;
     r.jobs_by_cohort.push_back(
@@ -193,6 +219,7 @@ PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
         ok = ok && p95 <= s.slo.ttft_p95_s && p.ttft_p99_s <= s.slo.ttft_p99_s;
       }
       if (has_jobs) {
+        p.wait_s = Summarize(hour_waits[h]);
         p.wait_p95_s = Quantile(hour_waits[h], 0.95);
         ok = ok && p.wait_p95_s <= s.slo.job_wait_p95_s;
       }
@@ -220,7 +247,7 @@ PlanReport BuildPlanReport(const Scenario& s, const PlanRun& run) {
     member_hours += seconds / 3600 * c.count;
   }
   if (r.users > 0) member_hours /= r.users;
-  r.cost = PriceIt(s, r, run.total_gpus, static_cast<int>(cluster.nodes.size()), member_hours);
+  r.cost = PriceIt(s, r, run.total_gpus, HostCount(cluster), member_hours);
   r.sim = SimInfo{run.wall_s, run.horizon_s, run.events};
 
   // The verdict: the share of hours, the worst hour and what would help, the cost.
@@ -344,7 +371,7 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
       Str(w, "source", s.source);
       Member(w, "users", r.users);
       Member(w, "gpus", r.jobs.total_gpus);
-      Member(w, "nodes", static_cast<int>(s.cluster->nodes.size()));
+      Member(w, "nodes", HostCount(*s.cluster));
       Num(w, "days", s.simulation.days);
       Member(w, "seed", s.simulation.seed);
       std::vector<std::string_view> cohorts;
@@ -416,6 +443,15 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
       });
     });
 
+    ObjectMember(w, "mig", [&] {
+      Member(w, "sliced_gpus", r.mig.sliced_gpus);
+      Member(w, "flexible_gpus", r.mig.flexible_gpus);
+      StatsJson(w, "slice_wait_s", r.mig.slice_wait_s);
+      Member(w, "fell_back", r.mig.fell_back);
+      Member(w, "layout_changes", r.mig.layout_changes);
+      Num(w, "users_per_gpu", r.mig.users_per_gpu);
+    });
+
     ObjectMember(w, "gpus", [&] {
       Member(w, "total", r.jobs.total_gpus);
       Num(w, "allocated_fraction", r.allocated_fraction);
@@ -430,6 +466,7 @@ std::string PlanJson(const Scenario& s, const PlanReport& r, const Sweep* sweep)
       Num(w, "inference", p.inference);
       Num(w, "training", p.training);
       Num(w, "idle", p.idle);
+      StatsJson(w, "wait_s", p.wait_s);
       w.Key("slo_met");
       if (p.slo_met) {
         w.Bool(*p.slo_met);
@@ -512,6 +549,15 @@ std::string PlanText(const PlanReport& r, const Sweep* sweep) {
   for (const auto& [gpus, st] : r.jobs.wait_by_gpus) {
     out += fmt::format("  {:>2} GPU(s)      {:>6} jobs  wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}  completion s p95 {:.0f}\n",
                        gpus, st.count, st.p50, st.p95, st.p99, r.jobs.completion_by_gpus.at(gpus).p95);
+  }
+  const MigReport& m = r.mig;
+  if (m.sliced_gpus + m.flexible_gpus > 0 || m.slice_wait_s.count + m.fell_back > 0) {
+    out += fmt::format("MIG: {} GPUs split, {} following demand ({} layout changes); {} jobs on "
+                       "slices, wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}; {} that fit a slice ran "
+                       "on whole GPUs; {:.2f} users per GPU\n",
+                       m.sliced_gpus, m.flexible_gpus, m.layout_changes, m.slice_wait_s.count,
+                       m.slice_wait_s.p50, m.slice_wait_s.p95, m.slice_wait_s.p99, m.fell_back,
+                       m.users_per_gpu);
   }
   out += fmt::format("GPUs: {} allocated {:.0f}% (inference {:.0f}%, training {:.0f}%), busy {:.0f}%\n",
                      r.jobs.total_gpus, 100 * r.allocated_fraction, 100 * r.inference_fraction,

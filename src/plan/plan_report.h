@@ -35,6 +35,7 @@ struct HourPoint {
   std::optional<bool> slo_met;  // nullopt: no load that hour
   double ttft_p99_s = 0;        // of requests sent that hour (failed ones count as endless)
   double wait_p95_s = 0;        // of jobs submitted that hour
+  Stats wait_s;                 // the same jobs' waits (a job that never started: endless)
 };
 
 struct CostReport {
@@ -57,6 +58,17 @@ struct EngineCalibration {
 
 EngineCalibration CalibrateProfile(const engine::Profile& profile);
 
+// What MIG slices did: jobs on slices and their wait, layout changes of the GPUs that follow
+// demand, and users per physical GPU (the figure the 300-on-48 verdict turns on).
+struct MigReport {
+  int sliced_gpus = 0;    // GPUs split by a fixed layout
+  int flexible_gpus = 0;  // GPUs whose layout follows demand
+  Stats slice_wait_s;     // of jobs that ran on slices
+  int64_t fell_back = 0;  // jobs that fit a slice but ran on whole GPUs
+  int64_t layout_changes = 0;
+  double users_per_gpu = 0;
+};
+
 struct PlanReport {
   std::string verdict;
   EngineCalibration engine;
@@ -64,6 +76,7 @@ struct PlanReport {
   int users = 0;
   JobsReport jobs;
   std::vector<CohortJobs> jobs_by_cohort;
+  MigReport mig;
   // Inference.
   int64_t requests = 0, completed = 0, failed = 0, tokens_served = 0;
   Stats ttft_s, itl_s, e2e_s;

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "common/config_table.h"
+#include "core/mig.h"
 #include "core/hostlist.h"
 #include "engine/timing.h"
 #include "plan/text_file.h"
@@ -127,6 +128,13 @@ void ReadTraining(ConfigTable& t, TrainingBehaviour& b) {
       GpuShare s;
       s.gpus = IntIn(g, "gpus", s.gpus, 1, 65536);
       s.share = g.Double("share", s.share, 0, 1);
+      s.mig_profile = g.String("mig_profile", s.mig_profile);
+      if (!s.mig_profile.empty() && !IsMigProfileName(s.mig_profile)) {
+        g.Invalid("mig_profile", fmt::format("\"{}\" is not a MIG profile; name one as the "
+                                             "inventory's layouts do, e.g. \"1g.10gb\"",
+                                             s.mig_profile));
+      }
+      s.mig_duration_factor = g.Double("mig_duration_factor", s.mig_duration_factor, 0.01, 100);
       RejectUnknownKeys(g);
       total += s.share;
       b.gpus_per_job.push_back(s);
@@ -276,6 +284,13 @@ void ReadPolicies(ConfigTable& t, const std::vector<Cohort>& cohorts, bool users
   p.fill_max_replicas = p.autoscale.max_replicas == 0;
   for (ConfigTable& r : t.TableArray("research")) {
     p.research.push_back(ReadResearch(r, cohorts, users_from_trace));
+  }
+  if (auto m = t.Table("mig")) {
+    p.relayout.every_s = m->Double("every_s", p.relayout.every_s, 0.1, 86400);
+    p.relayout.min_wait_s = IntIn(*m, "min_wait_s", static_cast<int>(p.relayout.min_wait_s), 0, 86400);
+    p.relayout.hold_s = IntIn(*m, "hold_s", static_cast<int>(p.relayout.hold_s), 0, 86400);
+    p.relayout.delay_s = m->Double("delay_s", p.relayout.delay_s, 0, 3600);
+    RejectUnknownKeys(*m);
   }
   RejectUnknownKeys(t);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "autoscale/autoscaler.h"
+#include "plan/slurm_model.h"
 #include "core/cluster.h"
 #include "plan/trace.h"
 
@@ -63,10 +64,15 @@ struct InferenceBehaviour {
   bool carry_history = true;
 };
 
-// A share of a cohort's jobs that ask for `gpus` GPUs.
+// A share of a cohort's jobs that ask for `gpus` GPUs. A job that fits in MIG slices
+// (`mig_profile`, e.g. "1g.10gb": a notebook's exercise) asks for `gpus` of them where its
+// partition has them, and runs mig_duration_factor times as long there as on whole GPUs; where
+// it has none, it asks for whole GPUs.
 struct GpuShare {
   int gpus = 1;
   double share = 1;
+  std::string mig_profile;  // "" = whole GPUs only
+  double mig_duration_factor = 1;
 };
 
 // The jobs a cohort submits while its members work. Durations are log-normal with the given
@@ -143,6 +149,8 @@ struct Policies {
   autoscale::AutoscaleSettings autoscale{.min_replicas = 1, .max_replicas = 0};
   bool fill_max_replicas = true;
   std::vector<ResearchWindow> research;
+  // [policies.mig]: how the layouts of the inventory's flexible GPUs follow demand.
+  RelayoutModelSettings relayout;
   int line = 0;
 };
 

@@ -31,7 +31,8 @@ const Partition* FindPartition(const Cluster& c, std::string_view name) {
 int GpusOf(const Cluster& c, const Partition& p) {
   int gpus = 0;
   for (const std::string& name : p.nodes) {
-    if (const Node* n = c.FindNode(name)) gpus += n->gpus.count;
+    const Node* n = c.FindNode(name);
+    if (n != nullptr && n->layout_index <= 0) gpus += n->gpus.count;
   }
   return gpus;
 }
@@ -62,12 +63,9 @@ bool WeeklyWindow::Contains(double t) const {
 std::string MemberName(std::string_view cohort, int i) { return fmt::format("{}-{}", cohort, i); }
 
 void AttachCluster(Scenario& s, Cluster cluster) {
-  int total_gpus = 0;
+  const int total_gpus = PhysicalGpuCount(cluster);
   int node_gpus = 0;
-  for (const Node& n : cluster.nodes) {
-    total_gpus += n.gpus.count;
-    node_gpus = std::max(node_gpus, n.gpus.count);
-  }
+  for (const Node& n : cluster.nodes) node_gpus = std::max(node_gpus, n.gpus.count);
   if (total_gpus == 0) {
     throw ConfigError(
         fmt::format("{}: no node has GPUs: give the nodes [cluster.nodes.gpus] "

@@ -118,6 +118,13 @@ TEST(ScenarioTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(students.training.partition, "lab");
   ASSERT_EQ(students.training.gpus_per_job.size(), 2u);
   EXPECT_EQ(students.training.gpus_per_job[1].gpus, 4);
+  EXPECT_EQ(students.training.gpus_per_job[0].mig_profile, "1g.10gb");
+  EXPECT_EQ(students.training.gpus_per_job[0].mig_duration_factor, 1);
+  EXPECT_EQ(students.training.gpus_per_job[1].mig_profile, "");
+  EXPECT_EQ(p.relayout.every_s, RelayoutModelSettings{}.every_s);
+  EXPECT_EQ(p.relayout.min_wait_s, RelayoutModelSettings{}.min_wait_s);
+  EXPECT_EQ(p.relayout.hold_s, RelayoutModelSettings{}.hold_s);
+  EXPECT_EQ(p.relayout.delay_s, RelayoutModelSettings{}.delay_s);
   const Cohort& researchers = s.cohorts[1];
   EXPECT_EQ(researchers.count, 20);
   EXPECT_EQ(researchers.inference.sessions_per_hour, InferenceBehaviour{}.sessions_per_hour);
@@ -214,6 +221,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "gpus_per_job = [{ gpus = 1, share = 0.5 }, { gpus = 2, share = 0.3 }]\n",
                 "cohorts[0].training.gpus_per_job: the shares add up to 0.8: make them add up "
                 "to 1"},
+        BadCase{"[[cohorts]]\nname = \"a\"\n[cohorts.training]\n"
+                "gpus_per_job = [{ gpus = 1, share = 1, mig_profile = \"h100\" }]\n",
+                "mig_profile: \"h100\" is not a MIG profile; name one as the inventory's layouts "
+                "do, e.g. \"1g.10gb\""},
+        BadCase{"[policies.mig]\nevery = 30\n", "unknown key 'policies.mig.every'"},
         BadCase{"[[cohorts]]\nname = \"a\"\n[cohorts.training]\nduration_median_s = 100\n"
                 "duration_p90_s = 50\n",
                 "duration_p90_s: 50 is below duration_median_s 100"},

@@ -12,6 +12,8 @@
 #include <fmt/ranges.h>
 
 #include "core/job_shape.h"
+#include "core/mig_relayout.h"
+#include "plan/gpu_pools.h"
 
 namespace bmas::plan {
 namespace {
@@ -24,7 +26,8 @@ struct ModelJob {
   const SimJob* job = nullptr;
   JobShape shape;
   const Partition* partition = nullptr;
-  std::vector<int> part_nodes;  // indices of its partition's nodes, inventory order
+  std::vector<int> part_nodes;  // the pools it may take GPUs from, inventory order
+  std::string type;             // its pools' type: "" = whole GPUs, or a MIG profile
   State state = State::kPending;
   double eligible = 0;     // pending: may start from then (submission, requeue)
   double allocated = 0;    // running: GPUs held from then
@@ -34,13 +37,16 @@ struct ModelJob {
   SimJobResult result;
 };
 
+// One pool of GPUs (plan/gpu_pools.h) as the scheduler sees it now.
 struct NodeState {
-  std::string name;
-  int total = 0;
+  std::string name;  // its node's
+  int total = 0;     // 0 while its node is a standby layout node
   int free = 0;
+  GpuPool pool;
+  int group = -1;  // the flexible GPU whose layout node it is on; -1 = none
 };
 
-enum class EventKind { kSubmit, kEnd, kBackfill, kWake };
+enum class EventKind { kSubmit, kEnd, kBackfill, kWake, kRelayout, kActivate };
 
 struct Event {
   double time;
@@ -90,16 +96,27 @@ class Model {
  public:
   Model(const Cluster& cluster, const std::vector<SimJob>& jobs, const SlurmModelSettings& s)
       : cluster_(cluster), settings_(s) {
-    for (const Node& n : cluster.nodes) {
-      node_index_[n.name] = static_cast<int>(nodes_.size());
+    groups_ = FlexGroupsOf(cluster);
+    std::vector<int> group_of(cluster.nodes.size(), -1);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (int n : groups_[g].nodes) group_of[n] = static_cast<int>(g);
+    }
+    active_.assign(groups_.size(), 0);  // each GPU starts in its first layout
+    changed_at_.assign(groups_.size(), 0);
+    for (const GpuPool& pool : GpuPoolsOf(cluster)) {
+      const Node& n = cluster.nodes[pool.node];
       auto held = s.held_gpus.find(n.name);
-      const int gpus = std::max(0, n.gpus.count - (held == s.held_gpus.end() ? 0 : held->second));
-      nodes_.push_back(NodeState{n.name, gpus, gpus});
+      int gpus = pool.capacity;
+      if (pool.type.empty() && held != s.held_gpus.end()) gpus = std::max(0, gpus - held->second);
+      if (n.layout_index > 0) gpus = 0;  // a standby layout node
+      nodes_.push_back(NodeState{n.name, gpus, gpus, pool, group_of[pool.node]});
     }
     reserved_.resize(nodes_.size());
     for (const SimReservation& r : settings_.reservations) {
-      for (const std::string& name : r.nodes) {
-        if (auto it = node_index_.find(name); it != node_index_.end()) reserved_[it->second].push_back(&r);
+      for (size_t p = 0; p < nodes_.size(); ++p) {
+        if (std::find(r.nodes.begin(), r.nodes.end(), nodes_[p].name) != r.nodes.end()) {
+          reserved_[p].push_back(&r);
+        }
       }
       Push(r.end, EventKind::kWake, -1);  // its nodes open to everyone: a scheduling pass
     }
@@ -137,6 +154,14 @@ class Model {
           case EventKind::kWake:  // a requeued job becomes eligible again
             changed = true;
             break;
+          case EventKind::kRelayout:
+            relayout_scheduled_ = false;
+            Relayout(now);
+            break;
+          case EventKind::kActivate:
+            Activate(e.job, e.generation);
+            changed = true;
+            break;
         }
       }
       if (changed || backfill) MainPass(now);
@@ -154,6 +179,11 @@ class Model {
         backfill_scheduled_ = true;
         Push((std::floor(now / period) + 1) * period, EventKind::kBackfill, -1);
       }
+      if (!groups_.empty() && !relayout_scheduled_ && AnyPending()) {
+        relayout_scheduled_ = true;
+        const double every = std::max(1e-3, settings_.relayout.every_s);
+        Push((std::floor(now / every) + 1) * every, EventKind::kRelayout, -1);
+      }
     }
     for (ModelJob& j : jobs_) result_.jobs.push_back(j.result);
     return result_;
@@ -166,8 +196,13 @@ class Model {
 
   bool Submit(int i) {
     ModelJob& j = jobs_[i];
-    auto shape = PlanJobShape(cluster_, ShapeRequest{.gpus = j.job->gpus,
-                                                     .partition = j.job->partition});
+    ShapeRequest request{.gpus = j.job->gpus, .partition = j.job->partition,
+                         .mig_profile = j.job->mig_profile};
+    auto shape = PlanJobShape(cluster_, request);
+    if (!shape && !request.mig_profile.empty()) {
+      request.mig_profile.clear();  // no such slices there: a whole GPU, as a student would ask
+      shape = PlanJobShape(cluster_, request);
+    }
     if (!shape) {
       j.state = State::kFailed;
       j.result.error = shape.error().message;
@@ -177,10 +212,14 @@ class Model {
     for (const Partition& p : cluster_.partitions) {
       if (p.name == j.shape.partition) j.partition = &p;
     }
-    for (const std::string& n : j.partition->nodes) {
-      if (auto it = node_index_.find(n); it != node_index_.end()) j.part_nodes.push_back(it->second);
+    j.type = request.mig_profile;
+    for (size_t p = 0; p < nodes_.size(); ++p) {
+      if (nodes_[p].pool.type == j.type &&
+          std::find(j.partition->nodes.begin(), j.partition->nodes.end(), nodes_[p].name) !=
+              j.partition->nodes.end()) {
+        j.part_nodes.push_back(static_cast<int>(p));
+      }
     }
-    std::sort(j.part_nodes.begin(), j.part_nodes.end());
     return true;
   }
 
@@ -196,17 +235,26 @@ class Model {
 
   void Release(ModelJob& j, double now) {
     for (int n : j.nodes) nodes_[n].free += j.shape.gpus_per_node;
-    result_.gpu_seconds_allocated +=
-        (now - j.allocated) * j.shape.gpus_per_node * static_cast<double>(j.nodes.size());
+    result_.gpu_seconds_allocated += (now - j.allocated) * GpuEquivalents(j);
     j.nodes.clear();
   }
 
+  double GpuEquivalents(const ModelJob& j) const {
+    double held = 0;
+    for (int n : j.nodes) held += j.shape.gpus_per_node * nodes_[n].pool.gpu_equivalents;
+    return held;
+  }
+
+  // Its duration where it runs: on slices, times their factor.
+  double WorkTime(const ModelJob& j) const {
+    return j.job->duration.count() * (j.type.empty() ? 1 : j.job->slice_duration_factor);
+  }
   double Limit(const ModelJob& j) const {
     const double limit = j.job->time_limit.count();
-    return limit > 0 ? limit : j.job->duration.count();
+    return limit > 0 ? limit : WorkTime(j);
   }
   // How long it runs: its duration, or until Slurm ends it at its time limit.
-  double RunLength(const ModelJob& j) const { return std::min(j.job->duration.count(), Limit(j)); }
+  double RunLength(const ModelJob& j) const { return std::min(WorkTime(j), Limit(j)); }
 
   void Start(ModelJob& j, const std::vector<int>& nodes, double now) {
     j.state = State::kRunning;
@@ -221,6 +269,8 @@ class Model {
     std::vector<std::string> names;
     for (int n : nodes) names.push_back(nodes_[n].name);
     j.result.nodes = fmt::format("{}", fmt::join(names, ","));
+    j.result.gres = j.type;
+    j.result.gpu_equivalents = GpuEquivalents(j);
     Push(start + RunLength(j), EventKind::kEnd, static_cast<int>(&j - jobs_.data()),
          j.generation);
   }
@@ -318,6 +368,76 @@ class Model {
                        [](const ModelJob& j) { return j.state == State::kPending; });
   }
 
+  // The layout policy's pass: what waits, against the flexible GPUs that are idle.
+  void Relayout(double now) {
+    RelayoutInput input;
+    std::vector<int> group_by_input;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (active_[g] < 0) continue;  // changing now
+      const int node = groups_[g].nodes[active_[g]];
+      input.gpus.push_back(FlexGpu{.node = cluster_.nodes[node].name,
+                                   .gpu = cluster_.nodes[node].gpus.first_index,
+                                   .layout = groups_[g].layouts[active_[g]],
+                                   .busy = IsBusyGroup(static_cast<int>(g)),
+                                   .changed_at = changed_at_[g]});
+      group_by_input.push_back(static_cast<int>(g));
+    }
+    for (const NodeState& p : nodes_) {
+      const bool idle_flex = p.group >= 0 && (active_[p.group] < 0 || !IsBusyGroup(p.group));
+      if (!idle_flex) input.free_elsewhere[p.pool.type.empty() ? kWholeGpu : p.pool.type] += p.free;
+    }
+    for (ModelJob* j : PendingByPriority(now)) {
+      if (j->shape.nodes != 1 || !TouchesFlexGpus(*j)) continue;
+      input.pending.push_back(PendingSlices{.profile = j->type.empty() ? kWholeGpu : j->type,
+                                            .count = j->shape.gpus_per_node,
+                                            .since = std::llround(j->eligible)});
+    }
+    const RelayoutSettings settings{.candidates = groups_.front().layouts,
+                                    .min_wait_s = settings_.relayout.min_wait_s,
+                                    .hold_s = settings_.relayout.hold_s};
+    const int64_t at = std::llround(now);
+    for (const RelayoutDecision& d : DecideRelayouts(settings, input, at)) {
+      for (size_t i = 0; i < input.gpus.size(); ++i) {
+        if (input.gpus[i].node != d.node) continue;
+        const int g = group_by_input[i];
+        const auto to = std::find(groups_[g].layouts.begin(), groups_[g].layouts.end(), d.to);
+        if (to == groups_[g].layouts.end()) break;
+        const int layout = static_cast<int>(to - groups_[g].layouts.begin());
+        for (NodeState& p : nodes_) {
+          if (p.pool.node == groups_[g].nodes[active_[g]]) p.total = p.free = 0;
+        }
+        result_.layout_changes.push_back(LayoutChange{
+            now, d.node, cluster_.nodes[groups_[g].nodes[layout]].name});
+        active_[g] = -1;
+        changed_at_[g] = at;
+        Push(now + settings_.relayout.delay_s, EventKind::kActivate, g, layout);
+        ++result_.events;
+        break;
+      }
+    }
+  }
+
+  // GPU `g`'s layout node `layout` becomes its active one: its GPUs or slices are Slurm's.
+  void Activate(int g, int layout) {
+    active_[g] = layout;
+    for (NodeState& p : nodes_) {
+      if (p.pool.node == groups_[g].nodes[layout]) p.total = p.free = p.pool.capacity;
+    }
+  }
+
+  bool IsBusyGroup(int g) const {
+    const int node = groups_[g].nodes[active_[g]];
+    return std::any_of(nodes_.begin(), nodes_.end(), [&](const NodeState& p) {
+      return p.pool.node == node && p.free < p.total;
+    });
+  }
+
+  // Whether some layout of a flexible GPU has what `j` asks for.
+  bool TouchesFlexGpus(const ModelJob& j) const {
+    return std::any_of(j.part_nodes.begin(), j.part_nodes.end(),
+                       [&](int p) { return nodes_[p].group >= 0; });
+  }
+
   void MainPass(double now) {
     std::vector<std::string> blocked;
     for (ModelJob* j : PendingByPriority(now)) {
@@ -370,13 +490,16 @@ class Model {
 
   const Cluster& cluster_;
   SlurmModelSettings settings_;
-  std::vector<NodeState> nodes_;
-  std::map<std::string, int> node_index_;
+  std::vector<NodeState> nodes_;  // pools, node by node
+  std::vector<FlexGroup> groups_;
+  std::vector<int> active_;          // per group: its active layout; -1 while it changes
+  std::vector<int64_t> changed_at_;  // per group: when its layout last changed
   std::vector<ModelJob> jobs_;
   std::vector<std::vector<const SimReservation*>> reserved_;  // by node
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;
   bool backfill_scheduled_ = false;
+  bool relayout_scheduled_ = false;
   bool dirty_ = false;  // a submission, end or requeue since the last backfill pass
   SlurmModelResult result_;
 };

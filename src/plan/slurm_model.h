@@ -24,6 +24,14 @@
 //    it lasts, and no other job whose time limit reaches into it.
 //  - Start-up latency: `launch_delay` between the decision and the job running (prolog, slurmd
 //    launch), measured on the local cluster.
+//  - MIG slices (core/mig.h): a node's whole GPUs and its slices of each profile are separate
+//    pools (Slurm's gres types), and a job takes GPUs of one pool (plan/gpu_pools.h). A job
+//    that fits in a slice (SimJob::mig_profile) asks for slices when its partition has that
+//    profile, else for whole GPUs, as a student would.
+//  - Layouts that follow demand (the inventory's flexible GPUs, one Slurm node per layout):
+//    every `relayout.every_s` while jobs wait, core/mig_relayout.h's policy (what `bmas slurm
+//    relayout --auto` runs) picks new layouts for idle GPUs; the new layout's slices are
+//    schedulable `relayout.delay_s` later.
 // What it leaves out: fair-share and QOS limits (a partition's max_gpus_per_user), node
 // failures and drains, CPU and memory as resources (GPUs only), topology-aware placement,
 // GraceTime (replicas use 0), job arrays and dependencies.
@@ -46,6 +54,10 @@ struct SimJob {
   TimePoint submit{0};
   Duration duration{0};    // how long it runs once started
   Duration time_limit{0};  // what backfill plans with; 0 = the duration (a perfect estimate)
+  // A job that fits in `gpus` MIG slices of this profile ("1g.10gb"), or "" for whole GPUs.
+  std::string mig_profile;
+  // Its duration on slices, against `duration` on whole GPUs.
+  double slice_duration_factor = 1;
 };
 
 // A reservation (research mode): from `start` to `end`, `nodes` take only jobs of `users`. A
@@ -55,6 +67,16 @@ struct SimReservation {
   std::vector<std::string> nodes;
   double start = 0;
   double end = 0;
+};
+
+// The layout policy's pass, as `bmas slurm relayout --auto` runs it.
+struct RelayoutModelSettings {
+  double every_s = 30;      // --every
+  int64_t min_wait_s = 30;  // --min-wait
+  int64_t hold_s = 300;     // --hold
+  // From the decision to the new layout's slices schedulable: bench/RESULTS.md R1 measures
+  // 0.12 s on fake GPUs; NVML's instance calls on a real GPU add to it.
+  double delay_s = 0.12;
 };
 
 struct SlurmModelSettings {
@@ -69,6 +91,7 @@ struct SlurmModelSettings {
   // replicas, which nothing preempts), by node name.
   std::map<std::string, int> held_gpus;
   std::vector<SimReservation> reservations;
+  RelayoutModelSettings relayout;
 };
 
 struct SimJobResult {
@@ -79,6 +102,14 @@ struct SimJobResult {
   int requeues = 0;
   std::string nodes;  // where it last ran, comma-separated
   std::string error;  // why it could not run (no such partition, too large)
+  std::string gres;   // the MIG profile it ran on; "" = whole GPUs
+  double gpu_equivalents = 0;  // the GPUs it held: slices count by their compute share
+};
+
+// A GPU whose layout follows demand took another layout: Slurm node `from` gave way to `to`.
+struct LayoutChange {
+  double time = 0;
+  std::string from, to;
 };
 
 struct SlurmModelResult {
@@ -86,6 +117,7 @@ struct SlurmModelResult {
   TimePoint makespan{0};           // the last end
   double gpu_seconds_allocated = 0;  // GPUs x seconds held by running jobs (requeued runs too)
   int64_t events = 0;                // submissions, ends, preemptions and scheduling passes
+  std::vector<LayoutChange> layout_changes;
 };
 
 // Runs `jobs` on `cluster` until every job has ended (or cannot run).

@@ -158,3 +158,98 @@ TEST(SlurmModelTest, AReservationKeepsItsNodesForItsUsers) {
 
 }  // namespace
 }  // namespace bmas::plan
+
+namespace bmas::plan {
+namespace {
+
+// One node of 4 H100s: GPU 2 split into seven 1g.10gb, GPU 3 as `gpu3` says (a fixed layout, or
+// a flexible GPU's layouts).
+Cluster MigNode(const std::string& gpu3) {
+  return ParseCluster(
+      "[cluster]\ncontroller = { name = \"c\", address = \"127.0.0.1\" }\n[cluster.slurm]\nlocal = true\n"
+      "[[cluster.nodes]]\nnames = \"n1\"\naddress = \"127.0.0.1\"\ncpus = 8\nmemory_gb = 16\n"
+      "[cluster.nodes.gpus]\ncount = 4\ntype = \"h100\"\nmemory_gb = 80\nmig = true\n"
+      "[[cluster.nodes.gpus.mig_layouts]]\ngpus = [2]\nprofiles = [\"1g.10gb\", \"1g.10gb\", "
+      "\"1g.10gb\", \"1g.10gb\", \"1g.10gb\", \"1g.10gb\", \"1g.10gb\"]\n" + gpu3,
+      "mig.toml");
+}
+
+SimJob Slice(int64_t id, double submit, double duration, int slices = 1) {
+  SimJob j = Job(id, submit, slices, duration, "lab");
+  j.mig_profile = "1g.10gb";
+  return j;
+}
+
+TEST(SlurmModelMigTest, SliceJobsTakeSlicesAndCountAsASeventhOfAGpu) {
+  // Seven 1g.10gb on GPU 2: seven exercises start at once, the eighth waits for one to end.
+  std::vector<SimJob> jobs;
+  for (int i = 1; i <= 8; ++i) jobs.push_back(Slice(i, 0, 70 + i));
+  jobs.push_back(Job(9, 0, 2, 10, "lab"));  // the whole GPUs 0 and 1
+  SlurmModelResult r = RunSlurmModel(MigNode(""), jobs, {});
+  for (int i = 1; i <= 7; ++i) EXPECT_EQ(Start(r, i), 0) << i;
+  EXPECT_EQ(Start(r, 8), 71);
+  EXPECT_EQ(Of(r, 8).gres, "1g.10gb");
+  EXPECT_EQ(Start(r, 9), 0);
+  EXPECT_EQ(Of(r, 9).gres, "");
+  EXPECT_DOUBLE_EQ(Of(r, 1).gpu_equivalents, 1.0 / 7);
+  EXPECT_DOUBLE_EQ(Of(r, 9).gpu_equivalents, 2);
+}
+
+TEST(SlurmModelMigTest, ASliceJobRunsOnAWholeGpuWhereThereAreNoSlices) {
+  SimJob j = Slice(1, 0, 100);
+  j.slice_duration_factor = 2;  // only on slices
+  SlurmModelResult r = RunSlurmModel(TwoNodes(), {j}, {});
+  EXPECT_EQ(Of(r, 1).gres, "");
+  EXPECT_EQ(Of(r, 1).end.count(), 100);
+  EXPECT_DOUBLE_EQ(Of(r, 1).gpu_equivalents, 1);
+}
+
+TEST(SlurmModelMigTest, SlicesRunLongerByTheirFactorWithinTheTimeLimit) {
+  SimJob a = Slice(1, 0, 100), b = Slice(2, 0, 100);
+  a.slice_duration_factor = b.slice_duration_factor = 3;
+  b.time_limit = Duration{200};
+  SlurmModelResult r = RunSlurmModel(MigNode(""), {a, b}, {});
+  EXPECT_EQ(Of(r, 1).end.count(), 300);
+  EXPECT_EQ(Of(r, 2).end.count(), 200);  // Slurm ends it at its limit
+}
+
+TEST(SlurmModelMigTest, AnIdleFlexibleGpuTakesTheLayoutThatWaitingJobsNeed) {
+  // GPU 3 follows demand (whole, or seven 1g.10gb). Nine exercises: seven take GPU 2's slices,
+  // two wait; after min_wait_s the next policy pass splits the idle GPU 3, and they start
+  // delay_s later. A whole-GPU job on GPU 0 keeps running throughout.
+  const Cluster c = MigNode(
+      "[[cluster.nodes.gpus.flexible]]\ngpus = [3]\nlayouts = [\"whole\", \"7x1g.10gb\"]\n");
+  std::vector<SimJob> jobs = {Job(1, 0, 1, 1000, "lab")};
+  for (int i = 2; i <= 10; ++i) jobs.push_back(Slice(i, 1, 500));
+  SlurmModelSettings s;
+  s.relayout = {.every_s = 10, .min_wait_s = 30, .hold_s = 300, .delay_s = 0.5};
+  SlurmModelResult r = RunSlurmModel(c, jobs, s);
+  EXPECT_EQ(Start(r, 1), 0);
+  EXPECT_EQ(Of(r, 1).end.count(), 1000);
+  for (int i = 2; i <= 8; ++i) EXPECT_EQ(Start(r, i), 1) << i;
+  ASSERT_EQ(r.layout_changes.size(), 1u);
+  EXPECT_EQ(r.layout_changes[0].time, 40);  // the first pass after waiting 30 s
+  EXPECT_EQ(r.layout_changes[0].from, "n1-gpu3-0");
+  EXPECT_EQ(r.layout_changes[0].to, "n1-gpu3-1");
+  EXPECT_EQ(Start(r, 9), 40.5);
+  EXPECT_EQ(Start(r, 10), 40.5);
+  EXPECT_EQ(Of(r, 9).nodes, "n1-gpu3-1");
+}
+
+TEST(SlurmModelMigTest, AFlexibleGpuWithAJobIsNeverSplit) {
+  // GPU 3 starts whole and takes the second whole job: the exercises wait for GPU 2's slices.
+  const Cluster c = MigNode(
+      "[[cluster.nodes.gpus.flexible]]\ngpus = [3]\nlayouts = [\"whole\", \"7x1g.10gb\"]\n");
+  std::vector<SimJob> jobs = {Job(1, 0, 1, 1000, "lab"), Job(2, 0, 1, 1000, "lab"),
+                              Job(3, 0, 1, 1000, "lab")};
+  for (int i = 4; i <= 11; ++i) jobs.push_back(Slice(i, 1, 100));
+  SlurmModelSettings s;
+  s.relayout = {.every_s = 10, .min_wait_s = 30, .hold_s = 300, .delay_s = 0.5};
+  SlurmModelResult r = RunSlurmModel(c, jobs, s);
+  EXPECT_EQ(Of(r, 3).nodes, "n1-gpu3-0");
+  EXPECT_TRUE(r.layout_changes.empty());
+  EXPECT_EQ(Start(r, 11), 101);
+}
+
+}  // namespace
+}  // namespace bmas::plan

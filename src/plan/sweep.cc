@@ -51,6 +51,12 @@ SweepSpec ParseSweep(const std::string& text) {
 }
 
 Cluster ResizeCluster(const Cluster& cluster, int gpus) {
+  if (!GpuGroups(cluster).empty()) {
+    throw ConfigError(fmt::format(
+        "--sweep gpus: {} has GPUs whose layout follows demand ([[cluster.nodes.gpus.flexible]]), "
+        "which bmas plan does not resize; sweep users, or give inventories of each size",
+        cluster.source));
+  }
   Cluster out = cluster;
   out.nodes.clear();
   int have = 0;

@@ -101,9 +101,13 @@ std::vector<SimJob> GenerateJobs(const Scenario& scenario, std::vector<int>& coh
         job.partition = tb.partition;
         double pick = rng.Uniform();
         job.gpus = tb.gpus_per_job.back().gpus;
+        job.mig_profile = tb.gpus_per_job.back().mig_profile;
+        job.slice_duration_factor = tb.gpus_per_job.back().mig_duration_factor;
         for (const GpuShare& s : tb.gpus_per_job) {
           if (pick < s.share) {
             job.gpus = s.gpus;
+            job.mig_profile = s.mig_profile;
+            job.slice_duration_factor = s.mig_duration_factor;
             break;
           }
           pick -= s.share;

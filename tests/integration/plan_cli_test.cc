@@ -109,6 +109,43 @@ TEST_F(PlanCliTest, ASweepGivesTheSmallestClusterThatMeetsTheSlos) {
   EXPECT_EQ(sweep["smallest_meeting"].GetDouble(), 48);
 }
 
+// The reference cluster with each node's GPU 3 following demand (whole, or seven 1g.10gb), as
+// an admin would write it: the students' exercises, which fit in a 1g.10gb, wait until the policy
+// splits idle GPUs, then run on slices; the report says so.
+TEST_F(PlanCliTest, AStudentPlansAClusterWhoseGpusFollowDemand) {
+  std::string cluster = ReadAll(dir_.path() + "/cluster-12x4.toml");
+  const std::string anchor = "nvlinks_all_pairs = 6";
+  const size_t at = cluster.find('\n', cluster.find(anchor));
+  ASSERT_NE(at, std::string::npos);
+  cluster.insert(at + 1, "[[cluster.nodes.gpus.flexible]]\ngpus = [3]\n"
+                         "layouts = [\"whole\", \"7x1g.10gb\"]\n");
+  dir_.WriteFile("cluster-flex.toml", cluster);
+  CommandOutput run = Plan({"--scenario", dir_.path() + "/plan.toml", "--cluster",
+                            dir_.path() + "/cluster-flex.toml", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  rapidjson::Document d;
+  d.Parse(run.out.c_str());
+  ASSERT_FALSE(d.HasParseError()) << run.out;
+  EXPECT_THAT(d["verdict"].GetString(), HasSubstr("300 users on 48 GPUs"));
+  EXPECT_EQ(d["gpus"]["total"].GetInt(), 48);
+  const auto& mig = d["mig"];
+  EXPECT_EQ(mig["flexible_gpus"].GetInt(), 12);
+  EXPECT_EQ(mig["sliced_gpus"].GetInt(), 0);
+  EXPECT_GT(mig["layout_changes"].GetInt64(), 0);
+  EXPECT_GT(mig["slice_wait_s"]["count"].GetInt64(), 0);
+  EXPECT_EQ(mig["fell_back"].GetInt64(), 0);
+  EXPECT_DOUBLE_EQ(mig["users_per_gpu"].GetDouble(), 6.25);
+  run = Plan({"--scenario", dir_.path() + "/plan.toml", "--cluster",
+              dir_.path() + "/cluster-flex.toml"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("MIG: 0 GPUs split, 12 following demand"));
+  // A sweep of GPUs cannot cut such a cluster, and says what to do instead.
+  run = Plan({"--scenario", dir_.path() + "/plan.toml", "--cluster",
+              dir_.path() + "/cluster-flex.toml", "--sweep", "gpus=24"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.err, HasSubstr("sweep users, or give inventories of each size"));
+}
+
 TEST_F(PlanCliTest, MistakesAreNamedWithTheirFix) {
   CommandOutput run = Plan({"--scenario", dir_.path() + "/plan.toml", "--sweep", "nodes=2"});
   EXPECT_NE(run.exit_code, 0);
