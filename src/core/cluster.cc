@@ -482,6 +482,19 @@ Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
                                      group, fmt::join(names, "; ")));
 }
 
+bool IsLayoutNodeOf(std::string_view node, std::string_view host) {
+  if (host.empty() || !node.starts_with(host) || !node.substr(host.size()).starts_with("-gpu")) {
+    return false;
+  }
+  const std::string_view rest = node.substr(host.size() + 4);  // "<N>-<k>"
+  const size_t dash = rest.find('-');
+  auto digits = [](std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return dash != std::string_view::npos && digits(rest.substr(0, dash)) &&
+         digits(rest.substr(dash + 1));
+}
+
 int PhysicalGpuCount(const Cluster& cluster) {
   int gpus = 0;
   for (const Node& n : cluster.nodes) gpus += n.layout_index > 0 ? 0 : n.gpus.count;

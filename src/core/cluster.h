@@ -238,6 +238,10 @@ Result<const Node*> LayoutNodeOf(const Cluster& cluster, std::string_view group,
 int PhysicalGpuCount(const Cluster& cluster);
 int HostCount(const Cluster& cluster);
 
+// Whether Slurm node `node` is a layout node of host `host` ("oss01-gpu3-1" of "oss01"): the
+// name ReadCluster gives them, "<host>-gpu<N>-<k>".
+bool IsLayoutNodeOf(std::string_view node, std::string_view host);
+
 // A node's one GPU's layout: its MIG profiles, empty when whole.
 std::vector<std::string> GpuNodeLayout(const Node& node);
 

@@ -315,5 +315,15 @@ TEST(SlurmTimeTest, ParsesSlurmsFormsRoundingUp) {
   EXPECT_EQ(FormatSlurmMinutes(kUnlimitedMinutes), "UNLIMITED");
 }
 
+TEST(ClusterTest, LayoutNodesAreToldByTheirHostsName) {
+  EXPECT_TRUE(IsLayoutNodeOf("oss01-gpu3-1", "oss01"));
+  EXPECT_TRUE(IsLayoutNodeOf("oss01-gpu12-0", "oss01"));
+  EXPECT_FALSE(IsLayoutNodeOf("oss01", "oss01"));
+  EXPECT_FALSE(IsLayoutNodeOf("oss011-gpu3-1", "oss01"));
+  EXPECT_FALSE(IsLayoutNodeOf("oss01-gpu3", "oss01"));
+  EXPECT_FALSE(IsLayoutNodeOf("oss01-gpux-1", "oss01"));
+  EXPECT_FALSE(IsLayoutNodeOf("oss01-gpu3-1", ""));
+}
+
 }  // namespace
 }  // namespace bmas

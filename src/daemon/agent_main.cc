@@ -159,10 +159,11 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
         }
       }
     };
-    // Slurm's GPU indexes are this node's gres.conf lines: whole GPUs and MIG slices.
-    hooks.gres_slots = [state_dir, node = o.node]() {
+    // Slurm's GPU indexes are the gres.conf lines of this node, or of its layout nodes: whole
+    // GPUs and MIG slices.
+    hooks.gres_slots = [state_dir](const std::string& slurm_node) {
       auto local = slurm::ReadLocalCluster(state_dir);
-      return slurm::ReadNodeGresSlots(node.substr(0, node.find('.')), local ? local->conf : "");
+      return slurm::ReadNodeGresSlots(slurm_node, local ? local->conf : "");
     };
     auto police = std::make_shared<IdlePolice>(idle, o.node, hooks);
     o.on_gpu_sample = [police](const std::vector<GpuReading>& gpus,

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/cluster.h"
 #include "slurm/modes.h"
 
 namespace bmas {
@@ -32,13 +33,15 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
   }
   std::map<int, const GpuReading*> readings;
   for (const GpuReading& g : gpus) readings[g.index] = &g;
-  const std::vector<slurm::GresSlot> slots =
-      hooks_.gres_slots ? hooks_.gres_slots() : std::vector<slurm::GresSlot>{};
-  auto slot_of = [&](int index) {
-    if (index >= 0 && static_cast<size_t>(index) < slots.size()) return slots[index];
-    slurm::GresSlot whole;
-    whole.gpu = index;
-    return whole;
+  const std::string host = node_.substr(0, node_.find('.'));
+  std::map<std::string, std::vector<slurm::GresSlot>> slots;  // by Slurm node, read once
+  auto slots_of = [&](const std::string& node) -> const std::vector<slurm::GresSlot>& {
+    auto it = slots.find(node);
+    if (it == slots.end()) {
+      it = slots.emplace(node, hooks_.gres_slots ? hooks_.gres_slots(node)
+                                                 : std::vector<slurm::GresSlot>{}).first;
+    }
+    return it->second;
   };
   std::map<int64_t, const JobInfo*> here;
   std::vector<JobGpuSample> samples;
@@ -48,9 +51,14 @@ void IdlePolice::OnSample(const std::vector<GpuReading>& gpus,
     JobGpuSample sample{job.id, job.user,
                         job.reservation == slurm::kResearchReservation ? "" : job.partition, {}};
     for (const NodeGpus& alloc : job.gpu_alloc) {
-      if (alloc.node != node_ && alloc.node != node_.substr(0, node_.find('.'))) continue;
+      const bool layout_node = IsLayoutNodeOf(alloc.node, host);
+      if (alloc.node != node_ && alloc.node != host && !layout_node) continue;
+      const std::vector<slurm::GresSlot>& node_slots = slots_of(layout_node ? alloc.node : host);
+      if (layout_node && node_slots.empty()) continue;  // its indexes cannot be placed
       for (int index : alloc.indexes) {
-        const slurm::GresSlot slot = slot_of(index);
+        slurm::GresSlot slot;
+        slot.gpu = index;  // without gres.conf lines, the GPU's number
+        if (index >= 0 && static_cast<size_t>(index) < node_slots.size()) slot = node_slots[index];
         const auto reading = readings.find(slot.gpu);
         if (reading == readings.end()) continue;
         // Only a process of this job's, of its own user's, makes its GPU busy: another job's

@@ -26,15 +26,18 @@ struct IdlePoliceHooks {
   std::function<Result<std::vector<JobInfo>>()> jobs;
   // A warning or a cancellation to carry out, with the job it is about.
   std::function<void(const IdleAction& action, const JobInfo& job)> act;
-  // This node's gpu gres lines (slurm/gres_slots.h): what the indexes in Slurm's allocations
-  // are, a GPU or a MIG slice. Unset or empty: each index is the GPU's number.
-  std::function<std::vector<slurm::GresSlot>()> gres_slots;
+  // The gpu gres lines (slurm/gres_slots.h) of a Slurm node of this host: the host's own, or one
+  // of its layout nodes' ("<host>-gpu<N>-<k>", a GPU whose layout follows demand): what the
+  // indexes in Slurm's allocations there are, a GPU or a MIG slice. Unset or empty for the host:
+  // each index is the GPU's number; empty for a layout node: its jobs are not judged.
+  std::function<std::vector<slurm::GresSlot>(const std::string& slurm_node)> gres_slots;
 };
 
 class IdlePolice {
  public:
   // `node`: this node's name in Slurm, or its host name (a domain is dropped). Its GPU indexes
-  // in Slurm's allocations (gres.conf's order, NVML's with AutoDetect=nvml) are the telemetry's.
+  // in Slurm's allocations (gres.conf's order, NVML's with AutoDetect=nvml) are the telemetry's;
+  // so are those of its layout nodes, through their gres.conf lines.
   IdlePolice(IdleSettings settings, std::string node, IdlePoliceHooks hooks)
       : settings_(std::move(settings)), node_(std::move(node)), hooks_(std::move(hooks)) {}
 

@@ -59,7 +59,7 @@ class IdlePoliceTest : public ::testing::Test {
   }
   std::vector<JobInfo> jobs_ = {Job(7, "alice", {0})};
   std::vector<IdleAction> acted_;
-  std::function<std::vector<slurm::GresSlot>()> gres_slots_;  // unset: indexes are GPUs
+  std::function<std::vector<slurm::GresSlot>(const std::string&)> gres_slots_;  // unset: GPUs
 };
 
 TEST_F(IdlePoliceTest, AnIdleJobOfItsOwnUsersProcessesIsWarnedThenCancelled) {
@@ -236,9 +236,14 @@ namespace {
 class IdlePoliceMigTest : public IdlePoliceTest {
  protected:
   IdlePoliceMigTest() {
-    gres_slots_ = [] {
-      std::vector<slurm::GresSlot> slots = {{0, -1, "", {}}, {1, -1, "", {}}};
-      for (int gi = 1; gi <= 4; ++gi) slots.push_back({2, gi, "", {}});
+    gres_slots_ = [](const std::string& node) {
+      std::vector<slurm::GresSlot> slots;
+      if (node == kNode) {
+        slots = {{0, -1, "", {}}, {1, -1, "", {}}};
+        for (int gi = 1; gi <= 4; ++gi) slots.push_back({2, gi, "", {}});
+      } else if (node == std::string(kNode) + "-gpu3-1") {  // GPU 3 in its layout of 2 slices
+        for (int gi = 1; gi <= 2; ++gi) slots.push_back({3, gi, "", {}});
+      }
       return slots;
     };
   }
@@ -271,6 +276,29 @@ TEST_F(IdlePoliceMigTest, EachSliceIsJudgedByItsOwnActivityAndProcesses) {
   std::map<int64_t, int> actions;
   for (const IdleAction& a : acted_) ++actions[a.job_id];
   EXPECT_EQ(actions, (std::map<int64_t, int>{{22, 2}, {23, 2}}));
+}
+
+// GPU 3's layout follows demand: Slurm allocates its slices on the layout node
+// "<node>-gpu3-1", whose indexes are that node's gres.conf lines. The idle slice there is judged
+// on this host's GPU 3; a job on another host's layout node ("<node>x-gpu3-1") is not this
+// agent's, nor one on a layout node whose lines cannot be read ("<node>-gpu3-0").
+TEST_F(IdlePoliceMigTest, SlicesOfALayoutNodeAreJudgedOnTheHostsGpu) {
+  auto on = [](JobInfo j, std::string node) {
+    j.gpu_alloc[0].node = std::move(node);
+    return j;
+  };
+  jobs_ = {on(Job(31, "ann", {0}), std::string(kNode) + "-gpu3-1"),
+           on(Job(32, "ben", {1}), std::string(kNode) + "-gpu3-1"),
+           on(Job(33, "cat", {0}), std::string(kNode) + "x-gpu3-1"),
+           on(Job(34, "dan", {0}), std::string(kNode) + "-gpu3-0")};
+  IdlePolice police = Police();
+  GpuReading gpu3 = SplitGpu({{true, 70}, {true, 0}});
+  gpu3.index = 3;
+  const MigHolders slices = {{{3, 1}, {31, "ann"}}, {{3, 2}, {32, "ben"}}};
+  for (int64_t t = 0; t <= 300; t += 10) police.OnSample({Gpu(0, 0), gpu3}, {}, t, slices);
+  std::map<int64_t, int> actions;
+  for (const IdleAction& a : acted_) ++actions[a.job_id];
+  EXPECT_EQ(actions, (std::map<int64_t, int>{{32, 2}}));
 }
 
 }  // namespace

@@ -551,7 +551,11 @@ std::string PlanText(const PlanReport& r, const Sweep* sweep) {
                        gpus, st.count, st.p50, st.p95, st.p99, r.jobs.completion_by_gpus.at(gpus).p95);
   }
   const MigReport& m = r.mig;
-  if (m.sliced_gpus + m.flexible_gpus > 0 || m.slice_wait_s.count + m.fell_back > 0) {
+  if (m.sliced_gpus + m.flexible_gpus == 0 && m.fell_back > 0) {
+    out += fmt::format("MIG: no GPU is split; {} jobs that fit a slice ran on whole GPUs; {:.2f} "
+                       "users per GPU\n",
+                       m.fell_back, m.users_per_gpu);
+  } else if (m.sliced_gpus + m.flexible_gpus > 0) {
     out += fmt::format("MIG: {} GPUs split, {} following demand ({} layout changes); {} jobs on "
                        "slices, wait s p50 {:.0f} p95 {:.0f} p99 {:.0f}; {} that fit a slice ran "
                        "on whole GPUs; {:.2f} users per GPU\n",
