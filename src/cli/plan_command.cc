@@ -4,8 +4,12 @@
 #include <chrono>
 #include <fstream>
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include "cli/slurm_target.h"
 #include "common/config.h"
 #include "daemon/services.h"
 #include "engine/timing.h"
@@ -20,6 +24,29 @@
 #include "slurm/slurm_config.h"
 
 namespace bmas {
+namespace {
+
+// How far back slurmdbd's history is read, and how long each request may take: `bmas plan`
+// must not wait long for a Slurm that does not answer.
+constexpr int64_t kHistoryS = 7 * 86400;
+constexpr std::chrono::seconds kSlurmDeadline{3};
+
+// The jobs Slurm recorded, as the planner reads them. A requeued job's times are of its
+// last start only: it is not counted as a launch (its GPUs still count as taken).
+std::vector<plan::RecordedJob> RecordedJobs(const std::vector<JobInfo>& jobs) {
+  std::vector<plan::RecordedJob> out;
+  for (const JobInfo& j : jobs) {
+    out.push_back({.submit_s = j.submit_time,
+                   .eligible_s = j.eligible_time,
+                   .start_s = j.start_time,
+                   .end_s = j.end_time,
+                   .gpus = j.gpus,
+                   .allocated = !j.nodes.empty() && j.restart_count == 0});
+  }
+  return out;
+}
+
+}  // namespace
 
 void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* cmd = app.add_subcommand(
@@ -48,10 +75,11 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   cmd->add_option("--launch-delay", launch_delay_s_,
                   "Seconds from a job's submission on free GPUs to its first instruction "
-                  "(Slurm's next scheduling pass, the prolog, the launch); default: what bmas's "
-                  "local Slurm measures, 0.95 s")
+                  "(Slurm's next scheduling pass, the prolog, the launch); default: from the "
+                  "finished jobs of the Slurm bmas talks to (the local cluster, or --config's "
+                  "slurmrestd), else what bmas's local Slurm measures, 0.95 s")
       ->check(CLI::Range(0.0, 3600.0))
-      ->default_str("measured");
+      ->default_str("from the cluster's history");
   cmd->add_option("--time-limit", time_limit_s_,
                   "Seconds of time limit every trace job asks for (sbatch --time), which "
                   "backfill plans with; 0: its own duration, a perfect estimate; default: the "
@@ -66,7 +94,7 @@ void PlanCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd->callback([this, &global] { global.exit_code = Run(global); });
 }
 
-int PlanCommand::RunScenario(const Clock& clock) {
+int PlanCommand::RunScenario(const Clock& clock, const plan::Calibrated& launch) {
   plan::Scenario scenario = plan::LoadScenario(scenario_, cluster_);
   if (!scenario.cluster) {
     fmt::print(stderr, "bmas plan: {} names no cluster: set `cluster = \"FILE\"` in it or give "
@@ -89,7 +117,6 @@ int PlanCommand::RunScenario(const Clock& clock) {
     fmt::print(stderr, "bmas plan: no engine profile '{}'\n", scenario.engine.profile);
     return 2;
   }
-  const plan::Calibrated launch = plan::LaunchDelayOf(launch_delay_s_);
   const plan::Calibrated backfill = BackfillInterval(*scenario.cluster, scenario.cluster_file);
   plan::PlanSettings settings;
   settings.slurm.launch_delay = Duration{launch.value};
@@ -161,6 +188,36 @@ plan::Calibrated PlanCommand::BackfillInterval(const Cluster& cluster,
                   file.empty() ? std::string("the cluster") : file));
 }
 
+plan::Calibrated PlanCommand::LaunchDelay(GlobalOptions& global) const {
+  if (launch_delay_s_ >= 0) return plan::LaunchDelayOf(launch_delay_s_);
+  const passwd* me = getpwuid(geteuid());
+  auto target = ResolveSlurm(global, me != nullptr ? me->pw_name : "root");
+  if (!target) {
+    return plan::LaunchDelayOf(-1, target.error().message);
+  }
+  plan::JobHistory history;
+  history.where =
+      fmt::format("slurmrestd at {}:{}", target->endpoint.host, target->endpoint.port);
+  auto client = global.services->Slurm(target->endpoint, kSlurmDeadline);
+  auto nodes = client->Nodes();
+  if (!nodes) {
+    return plan::LaunchDelayOf(
+        -1, fmt::format("{} did not answer: {}", history.where, nodes.error().message));
+  }
+  for (const NodeInfo& n : *nodes) history.cluster_gpus += n.gpus;
+  // slurmdbd's history when slurmrestd serves it, else the jobs slurmctld still remembers.
+  auto jobs = client->AccountedJobs(kHistoryS);
+  if (!jobs) jobs = client->Jobs();
+  if (!jobs) {
+    return plan::LaunchDelayOf(
+        -1, fmt::format("{} gave no jobs: {}", history.where, jobs.error().message));
+  }
+  history.jobs = RecordedJobs(*jobs);
+  const auto conf = slurm::RenderSlurmConfig(target->inventory);
+  history.backfill_interval_s = plan::BackfillIntervalOf(conf.at("slurm.conf"), "").value;
+  return plan::LaunchDelayFromHistory(history);
+}
+
 bool PlanCommand::WriteHtml(const std::string& json) const {
   if (html_.empty()) return true;
   std::ofstream out(html_, std::ios::binary | std::ios::trunc);
@@ -176,7 +233,7 @@ bool PlanCommand::WriteHtml(const std::string& json) const {
 
 int PlanCommand::Run(GlobalOptions& global) {
   const Env& env = global.services->env();
-  if (!scenario_.empty()) return RunScenario(env);
+  if (!scenario_.empty()) return RunScenario(env, LaunchDelay(global));
   if (!sweep_.empty()) {
     fmt::print(stderr, "bmas plan: --sweep needs --scenario FILE\n");
     return 2;
@@ -193,7 +250,7 @@ int PlanCommand::Run(GlobalOptions& global) {
   std::vector<plan::SimJob> jobs = plan::TraceJobs(trace);
   plan::SimInfo sim;
   sim.time_limits = ApplyTimeLimits(jobs);
-  sim.launch_delay_s = plan::LaunchDelayOf(launch_delay_s_);
+  sim.launch_delay_s = LaunchDelay(global);
   sim.backfill_interval_s = BackfillInterval(cluster, cluster_);
   plan::SlurmModelSettings settings;
   settings.launch_delay = Duration{sim.launch_delay_s.value};

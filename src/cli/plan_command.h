@@ -41,13 +41,16 @@ class PlanCommand {
   std::string html_;
   int64_t seed_ = -1;  // -1: the scenario's
 
-  int RunScenario(const Clock& clock);
+  int RunScenario(const Clock& clock, const plan::Calibrated& launch);
   // Writes the report to --html's file, if given; false (having said why) when it cannot.
   bool WriteHtml(const std::string& json) const;
   // Sets the jobs' time limits from --time-limit when given; says where they came from.
   std::string ApplyTimeLimits(std::vector<plan::SimJob>& jobs) const;
   // --backfill-interval, else bf_interval in the slurm.conf bmas writes for `cluster` (`file`).
   plan::Calibrated BackfillInterval(const Cluster& cluster, const std::string& file) const;
+  // --launch-delay, else the estimate from the history of the Slurm bmas talks to
+  // (cli/slurm_target.h), asked with a short deadline, else the measured default.
+  plan::Calibrated LaunchDelay(GlobalOptions& global) const;
 };
 
 }  // namespace bmas

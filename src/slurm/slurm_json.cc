@@ -161,6 +161,7 @@ JobInfo ParseJob(const Value& j) {
   job.tasks = static_cast<int>(Int(j, "tasks"));
   job.restart_count = static_cast<int>(Int(j, "restart_cnt"));
   job.submit_time = Int(j, "submit_time");
+  job.eligible_time = Int(j, "eligible_time");
   job.time_limit_minutes = static_cast<int>(Int(j, "time_limit"));
   job.cwd = JsonString(j, "current_working_directory");
   job.batch_host = JsonString(j, "batch_host");
@@ -518,6 +519,7 @@ Result<std::vector<JobInfo>> ParseDbJobsResponse(std::string_view body) {
     job.node_count = static_cast<int>(job.nodes.size());
     if (const Value* time = JsonMember(j, "time")) {
       job.submit_time = Int(*time, "submission");
+      job.eligible_time = Int(*time, "eligible");
       job.start_time = Int(*time, "start");
       job.end_time = Int(*time, "end");
     }

@@ -73,6 +73,7 @@ struct JobInfo {
   int exit_code = 0;           // final states: the script's exit status, 128 + N if signal N
   int exit_signal = 0;         // N when the script was killed by signal N, else 0
   int64_t submit_time = 0;     // unix seconds
+  int64_t eligible_time = 0;   // when it could first start (begin time, dependencies met)
   int64_t start_time = 0;      // 0 until the job started (Slurm's estimate is dropped)
   int64_t end_time = 0;        // 0 until the state is final (Slurm's estimate is dropped)
   int time_limit_minutes = 0;  // 0 = none

@@ -60,6 +60,9 @@ TEST(ParseDbJobsTest, FinishedJobsFromSlurmdbd) {
   EXPECT_EQ(failed.nodes, std::vector<std::string>{"oss01"});
   EXPECT_GT(failed.start_time, 0);
   EXPECT_GE(failed.end_time, failed.start_time);
+  EXPECT_EQ(failed.submit_time, 1795272711);
+  EXPECT_EQ(failed.eligible_time, 1795272711);
+  EXPECT_EQ(failed.start_time, 1795272712);
   const JobInfo& training = (*jobs)[1];
   EXPECT_EQ(training.state, JobState::kCompleted);
   EXPECT_EQ(training.partition, "training");
@@ -169,6 +172,7 @@ TEST(ParseJobsTest, ListWithRunningPendingAndRefusedJobs) {
   EXPECT_TRUE(pending.nodes.empty());
   EXPECT_EQ(pending.gpus, 8);
   EXPECT_EQ(pending.start_time, 0) << "a pending job's start_time is only an estimate";
+  EXPECT_EQ(pending.eligible_time, 1795263481) << "eligible, waiting for resources";
   EXPECT_EQ(pending.end_time, 0);
 }
 

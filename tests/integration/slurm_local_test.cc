@@ -14,13 +14,16 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/process.h"
 #include "engine_process.h"
+#include "plan/calibration.h"
 #include "test_helpers.h"
 
 namespace bmas::testing {
@@ -329,6 +332,64 @@ TEST_F(SlurmLocalTest, TwoStateDirsRunTwoClustersSideBySide) {
     EXPECT_EQ(job->exit_code, 0) << job->err;
     EXPECT_EQ(job->out, "solo\n");
   }
+}
+
+TEST_F(SlurmLocalTest, PlanTakesItsLaunchDelayFromTheFinishedJobsOfTheClusterItIsPointedAt) {
+  const std::string student = EnsureUnixUser("bmastest1");
+  const std::string state = dir_.path() + "/state";
+  CliRun up = Up(state);
+  ASSERT_TRUE(up.status.Success()) << up.err;
+  // 12 one-GPU jobs on the empty cluster, sent at different moments of a second.
+  for (int i = 0; i < 12; ++i) {
+    auto r = RunCommand({"sbatch", "--parsable", "--gres=gpu:1", "-D", dir_.path(), "-o",
+                         "/dev/null", "--wrap", "true"},
+                        {"SLURM_CONF=" + Conf(state)}, std::chrono::seconds(30));
+    ASSERT_TRUE(r && r->exit_code == 0) << (r ? r->err : r.error().message);
+    std::this_thread::sleep_for(std::chrono::milliseconds(370));
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        // slurmctld's own list: the local cluster keeps no accounting.
+        auto r = RunCommand({"squeue", "-h", "-t", "all", "-o", "%T"},
+                            {"SLURM_CONF=" + Conf(state)}, std::chrono::seconds(10));
+        if (!r || r->exit_code != 0) return false;
+        int completed = 0;
+        for (size_t at = 0; (at = r->out.find("COMPLETED", at)) != std::string::npos; ++at) {
+          ++completed;
+        }
+        return completed == 12;
+      },
+      std::chrono::seconds(60)))
+      << "the jobs did not finish";
+
+  dir_.WriteFile("trace.csv", "submit_s,user,gpus,duration_s\n0,a,1,10\n5,b,2,20\n");
+  const std::string cluster = std::string(BMAS_SOURCE_DIR) + "/examples/cluster-local.toml";
+  auto plan = RunBmasIn(dir_.path(), state,
+                        {"plan", "--cluster", cluster, "--trace", "trace.csv", "--json"}, student);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->exit_code, 0) << plan->err;
+  rapidjson::Document d = ParseJson(plan->out);
+  const rapidjson::Value& sim = At(At(d, "sim"), "calibration");
+  const std::string source = Str(At(sim, "launch_delay_source"));
+  EXPECT_THAT(source, HasSubstr("slurmrestd at 127.0.0.1:"));
+  EXPECT_THAT(source, HasSubstr(": 12 finished jobs that started on free GPUs"));
+  // Slurm starts a batch job at its next pass, once a second here: 0-1 s, plus the launch.
+  const double delay = At(sim, "launch_delay_s").GetDouble();
+  EXPECT_GE(delay, plan::kUnseenLaunchS);
+  EXPECT_LE(delay, 1 + plan::kUnseenLaunchS) << source;
+  std::cout << "launch delay from the cluster: " << delay << " s (" << source << ")\n";
+
+  // With the cluster down, the measured default, and why.
+  EXPECT_TRUE(Bmas({"--state-dir", state, "slurm", "down"}).status.Success());
+  auto fallback = RunBmasIn(dir_.path(), state,
+                            {"plan", "--cluster", cluster, "--trace", "trace.csv", "--json"},
+                            student, std::chrono::seconds(60));
+  ASSERT_TRUE(fallback) << fallback.error().message;
+  ASSERT_EQ(fallback->exit_code, 0) << fallback->err;
+  rapidjson::Document f = ParseJson(fallback->out);
+  const rapidjson::Value& measured = At(At(f, "sim"), "calibration");
+  EXPECT_EQ(At(measured, "launch_delay_s").GetDouble(), plan::kMeasuredLaunchDelayS);
+  EXPECT_THAT(Str(At(measured, "launch_delay_source")), HasSubstr("bmas's default ("));
 }
 
 TEST_F(SlurmLocalTest, BadInventoryOrUnreachableStateDirIsAClearErrorAndStartsNothing) {
