@@ -76,7 +76,8 @@ PlanRun RunPlan(const Scenario& scenario, const engine::Profile& profile,
     for (auto it = floor_part->nodes.rbegin(); it != floor_part->nodes.rend() && floor_left > 0; ++it) {
       const auto node = std::find_if(cluster.nodes.begin(), cluster.nodes.end(),
                                      [&](const Node& n) { return n.name == *it; });
-      if (node == cluster.nodes.end() || node->layout_index > 0) continue;
+      // Not on a GPU whose layout follows demand: the model would re-partition it under them.
+      if (node == cluster.nodes.end() || !node->gpu_group.empty()) continue;
       const int fit = std::min(floor_left, WholeGpuCount(node->gpus) / per_replica);
       slurm.held_gpus[*it] = fit * per_replica;
       floor_left -= fit;
