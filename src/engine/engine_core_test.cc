@@ -419,9 +419,9 @@ TEST(EngineCoreSleepTest, SleepStateGaugeFollowsVllmsSeries) {
   MetricsRegistry registry;
   EngineCore core(SmallConfig(), StepTimeModel{}, "m", &registry);
   auto series = [&](const char* state) {
-    return Sample(registry.Render(),
-                  fmt::format(R"(vllm:engine_sleep_state{{model_name="m",sleep_state="{}"}})",
-                              state));
+    return Sample(
+        registry.Render(),
+        fmt::format(R"(vllm:engine_sleep_state{{model_name="m",sleep_state="{}"}})", state));
   };
   core.UpdateGauges(0);
   EXPECT_EQ(series("awake"), "1.0");

@@ -209,8 +209,8 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
                               "the engine is loading its model; retry when /health answers 200");
     co_return;
   }
-  const bool sleep_mode = options_.dev_mode && (target == "/sleep" || target == "/wake_up" ||
-                                                 target == "/is_sleeping");
+  const bool sleep_mode =
+      options_.dev_mode && (target == "/sleep" || target == "/wake_up" || target == "/is_sleeping");
   if (!options_.api_key.empty() && (target.starts_with("/v1") || sleep_mode)) {
     const std::string_view auth = request[http::field::authorization];
     constexpr std::string_view kBearer = "Bearer ";

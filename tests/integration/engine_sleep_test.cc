@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_process.h"
@@ -122,6 +123,27 @@ TEST_F(EngineSleepTest, AsleepRefusesRequestsAndWakesWithAnEmptyPrefixCache) {
   EXPECT_EQ(SleepState("awake"), 1);
   EXPECT_EQ(CachedTokens(prompt), 0) << "sleep freed the KV cache and its prefixes";
   EXPECT_EQ(CachedTokens(prompt), (2000 - 1) / 16 * 16);
+}
+
+TEST_F(EngineSleepTest, ACompletionInFlightIsAnsweredWithFinishReasonAbort) {
+  ASSERT_NO_FATAL_FAILURE(StartEngine({{"VLLM_SERVER_DEV_MODE", "1"}}));
+  const std::string series = fmt::format(R"(vllm:num_requests_running{{model_name="{}"}})", kModel);
+  Result<HttpResponse> answer = Internal("not answered");
+  std::thread client([&] {
+    HttpClient other(engine_->port(), std::chrono::seconds(30));
+    answer = other.Post("/v1/completions", CompletionBody(PromptOfTokens(20), 2000));
+  });
+  for (int i = 0; i < 500; ++i) {  // until the request runs: up to 5 s
+    if (MetricValue(Call(http::verb::get, "/metrics").body, series) == 1.0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(Call(http::verb::post, "/sleep").status, 200);
+  client.join();
+  ASSERT_TRUE(answer) << answer.error().message;
+  EXPECT_EQ(answer->status, 200) << answer->body;
+  const rapidjson::Document doc = ParseJson(answer->body);
+  EXPECT_EQ(Str(At(At(At(doc, "choices"), 0), "finish_reason")), "abort") << answer->body;
+  EXPECT_LT(Int(At(At(doc, "usage"), "completion_tokens")), 2000);
 }
 
 TEST_F(EngineSleepTest, LevelTwoTakesItsOwnWakeTime) {
