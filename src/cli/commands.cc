@@ -106,6 +106,9 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
       "engine",
       "Run a simulated vLLM server (OpenAI API, vLLM scheduling, paging, caching and timing)");
   CLI::App& c = *cmd_;
+  c.footer(
+      "With VLLM_SERVER_DEV_MODE=1 in the environment, as vLLM, it also serves vLLM's sleep "
+      "mode: POST /sleep?level=1|2, POST /wake_up, GET /is_sleeping.");
   c.add_option("--model", flags_.model, "Model name served")->default_str(flags_.model);
   c.add_option("--profile", flags_.profile, "Hardware profile (llama-3.1-8b-h100, instant, ...)")
       ->default_str(flags_.profile);

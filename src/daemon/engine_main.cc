@@ -37,6 +37,12 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
         fmt::format("startup_s {} is not a number of seconds from 0 to 86400", o.startup_s),
         "startup_s");
   }
+  o.wake_s_level1 = p.wake_s_level1;
+  o.wake_s_level2 = p.wake_s_level2;
+  // As vLLM: the sleep endpoints exist only when VLLM_SERVER_DEV_MODE is a non-zero integer.
+  if (const char* dev = std::getenv("VLLM_SERVER_DEV_MODE"); dev != nullptr) {
+    o.dev_mode = std::strtol(dev, nullptr, 10) != 0;
+  }
   engine::SchedulerConfig& c = o.scheduler;
   c.max_num_seqs = s.max_num_seqs > 0 ? s.max_num_seqs : p.max_num_seqs;
   c.max_num_batched_tokens =

@@ -1,6 +1,9 @@
 #include "engine/engine_core.h"
 
+#include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -42,6 +45,14 @@ struct EngineMetrics {
     decode = &r.AddHistogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", m, RequestLatencyBuckets());
     request_prompt = &r.AddHistogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", m,
                                      {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
+    // As vLLM's: 1 on the series of the state the engine is in, 0 on the others.
+    for (const char* state : {"awake", "weights_offloaded", "discard_all"}) {
+      sleep_state.push_back(&r.AddGauge(
+          "vllm:engine_sleep_state",
+          "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+          "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+          fmt::format("{},sleep_state=\"{}\"", m, state)));
+    }
     request_generation = &r.AddHistogram("vllm:request_generation_tokens", "Number of generation tokens processed.", m,
                                          {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
   }
@@ -65,6 +76,7 @@ struct EngineMetrics {
   Histogram* decode;
   Histogram* request_prompt;
   Histogram* request_generation;
+  std::vector<Gauge*> sleep_state;  // awake, weights_offloaded (level 1), discard_all (level 2)
 };
 
 EngineCore::EngineCore(const SchedulerConfig& config, const StepTimeModel& time,
@@ -76,6 +88,13 @@ EngineCore::EngineCore(const SchedulerConfig& config, const StepTimeModel& time,
 EngineCore::~EngineCore() = default;
 
 Result<void> EngineCore::AddRequest(std::unique_ptr<Request> request, double now) {
+  if (const int level = sleep_level(now); level != 0) {
+    return Error{ErrorCode::kUnavailable,
+                 fmt::format("The engine is sleeping (sleep level {}): it serves again once POST "
+                             "/wake_up has woken it",
+                             level),
+                 {}};
+  }
   request->arrival_time = now;
   return scheduler_.Add(std::move(request));
 }
@@ -140,8 +159,45 @@ void EngineCore::RecordFinished(const Request& r, double now) {
   }
 }
 
-void EngineCore::UpdateGauges() {
+std::vector<RequestId> EngineCore::Sleep(int level, double now) {
+  assert(level == 1 || level == 2);
+  std::vector<RequestId> aborted = scheduler_.RequestIds();
+  for (RequestId id : aborted) Finish(id, FinishReason::kAbort, now);
+  const bool freed = scheduler_.ResetPrefixCache();
+  assert(freed);
+  (void)freed;
+  sleep_level_ = std::max(sleep_level(now), level);
+  awake_at_ = std::numeric_limits<double>::infinity();
+  return aborted;
+}
+
+double EngineCore::WakeUp(double now, double wake_s) {
+  switch (sleep_state(now)) {
+    case SleepState::kAwake:
+      sleep_level_ = 0;
+      return now;
+    case SleepState::kWaking:
+      return awake_at_;
+    case SleepState::kAsleep:
+      awake_at_ = now + wake_s;
+      return awake_at_;
+  }
+  return now;
+}
+
+SleepState EngineCore::sleep_state(double now) const {
+  if (sleep_level_ == 0 || now >= awake_at_) return SleepState::kAwake;
+  return std::isinf(awake_at_) ? SleepState::kAsleep : SleepState::kWaking;
+}
+
+int EngineCore::sleep_level(double now) const {
+  return sleep_state(now) == SleepState::kAwake ? 0 : sleep_level_;
+}
+
+void EngineCore::UpdateGauges(double now) {
   if (metrics_ == nullptr) return;
+  const int level = sleep_level(now);
+  for (int i = 0; i < 3; ++i) metrics_->sleep_state[i]->Set(level == i ? 1 : 0);
   metrics_->running->Set(scheduler_.num_running());
   metrics_->waiting->Set(scheduler_.num_waiting());
   metrics_->kv_usage->Set(scheduler_.kv().Usage());

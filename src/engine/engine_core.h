@@ -34,6 +34,11 @@ struct TokenEvent {
 // Pointers into a MetricsRegistry for vLLM's metric names.
 struct EngineMetrics;
 
+// vLLM's sleep mode (POST /sleep, POST /wake_up). Asleep, the engine holds no KV cache
+// (level 1 also moves the weights to CPU memory, level 2 discards them); waking takes the
+// wake time the caller passes, then the engine serves again.
+enum class SleepState { kAwake, kAsleep, kWaking };
+
 class EngineCore {
  public:
   // `metrics` may be null (no metrics kept, as in fast simulations); else must outlive this.
@@ -44,7 +49,8 @@ class EngineCore {
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  // Queues a request arriving at `now`. Fails (400) when it cannot ever fit.
+  // Queues a request arriving at `now`. Fails (400) when it cannot ever fit, and (503) while
+  // the engine is not awake at `now`.
   Result<void> AddRequest(std::unique_ptr<Request> request, double now);
 
   // Ends a request early (client gone, stop string matched); frees its blocks at once.
@@ -66,8 +72,22 @@ class EngineCore {
   // The span is valid until the next call.
   std::span<const TokenEvent> FinishStep(double now, const StopCheck& stop_check = nullptr);
 
-  // Brings the gauges (running, waiting, KV usage) up to date, before a scrape.
-  void UpdateGauges();
+  // Puts the engine to sleep at `now` at `level` (1 or 2), as vLLM's default sleep does: every
+  // request queued or running is aborted (returned, in id order: their callers end them with
+  // finish_reason "abort"), then the KV cache and its cached prefixes are freed. Sleeping
+  // again, or while waking, keeps the deeper of the two levels.
+  std::vector<RequestId> Sleep(int level, double now);
+
+  // Starts waking at `now`, taking `wake_s` seconds; returns when the engine will be awake.
+  // Awake already: `now`. Waking already: the wake in progress goes on.
+  double WakeUp(double now, double wake_s);
+
+  SleepState sleep_state(double now) const;
+  // The level slept at (1 or 2) while asleep or waking; 0 when awake.
+  int sleep_level(double now) const;
+
+  // Brings the gauges (running, waiting, KV usage, sleep state) up to date, before a scrape.
+  void UpdateGauges(double now);
 
   const Scheduler& scheduler() const { return scheduler_; }
   const StepTimeModel& time_model() const { return time_; }
@@ -82,6 +102,8 @@ class EngineCore {
   std::vector<TokenEvent> events_;
   bool step_in_flight_ = false;
   uint64_t num_steps_ = 0;
+  int sleep_level_ = 0;  // 0: awake, or awake from awake_at_ on
+  double awake_at_ = 0;  // when a wake in progress ends
 };
 
 // Histogram bounds vLLM uses, shared with the server's own histograms.

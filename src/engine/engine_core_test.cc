@@ -1,5 +1,6 @@
 #include "engine/engine_core.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -182,7 +183,7 @@ TEST(EngineCoreMetricsTest, GaugesShowRunningWaitingAndKvUsage) {
   ASSERT_TRUE(core.AddRequest(MakeRequest(2, Tokens(20, 100), 5), 0).has_value());
   core.BeginStep(0);
   core.FinishStep(0);
-  core.UpdateGauges();
+  core.UpdateGauges(0);
   std::string out = registry.Render();
   EXPECT_EQ(Sample(out, R"(vllm:num_requests_running{model_name="m"})"), "1.0");
   EXPECT_EQ(Sample(out, R"(vllm:num_requests_waiting{model_name="m"})"), "1.0");
@@ -198,7 +199,7 @@ TEST(EngineCoreMetricsTest, FinishedRequestIsCountedAndTimed) {
   double now = 0;
   RunToCompletion(core, now);
   ASSERT_DOUBLE_EQ(now, 1.5);
-  core.UpdateGauges();
+  core.UpdateGauges(now);
   std::string out = registry.Render();
   EXPECT_EQ(Sample(out, R"(vllm:request_success_total{model_name="m",finished_reason="length"})"),
             "1.0");
@@ -267,7 +268,7 @@ TEST(EngineCoreMetricsTest, PreemptionsAreCounted) {
 TEST(EngineCoreMetricsTest, ModelNameLabelIsEscaped) {
   MetricsRegistry registry;
   EngineCore core(SmallConfig(), StepTimeModel{}, "org/\"odd\"", &registry);
-  core.UpdateGauges();
+  core.UpdateGauges(0);
   EXPECT_THAT(registry.Render(),
               HasSubstr(R"(vllm:num_requests_running{model_name="org/\"odd\""} 0.0)"));
 }
@@ -356,6 +357,90 @@ TEST(CalibrateTest, WorstRelativeErrorTakesTheLargestOfItlAndTtft) {
   EXPECT_NEAR(WorstRelativeError({a}), 0.2, 1e-9);
   EXPECT_NEAR(WorstRelativeError({b}), 0.15, 1e-9);
   EXPECT_NEAR(WorstRelativeError({a, b}), 0.2, 1e-9);
+}
+
+// ---- Sleep mode -------------------------------------------------------------------------
+
+TEST(EngineCoreSleepTest, AsleepRefusesRequestsWith503UntilTheWakeTimeHasPassed) {
+  EngineCore core(SmallConfig(), StepTimeModel{}, "m", nullptr);
+  EXPECT_EQ(core.sleep_state(0), SleepState::kAwake);
+  EXPECT_TRUE(core.Sleep(1, 10).empty());
+  EXPECT_EQ(core.sleep_state(10), SleepState::kAsleep);
+  EXPECT_EQ(core.sleep_level(10), 1);
+  EXPECT_EQ(core.sleep_state(1e9), SleepState::kAsleep) << "asleep until woken, however long";
+  auto refused = core.AddRequest(MakeRequest(1, Tokens(20, 1), 4), 11);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(refused.error().message, HasSubstr("sleeping"));
+
+  EXPECT_DOUBLE_EQ(core.WakeUp(20, 0.8), 20.8);
+  EXPECT_EQ(core.sleep_state(20.5), SleepState::kWaking);
+  EXPECT_EQ(core.sleep_level(20.5), 1);
+  EXPECT_FALSE(core.AddRequest(MakeRequest(2, Tokens(20, 1), 4), 20.5).has_value());
+  EXPECT_DOUBLE_EQ(core.WakeUp(20.6, 5), 20.8) << "a second wake_up joins the one under way";
+  EXPECT_EQ(core.sleep_state(20.8), SleepState::kAwake);
+  EXPECT_EQ(core.sleep_level(20.8), 0);
+  ASSERT_TRUE(core.AddRequest(MakeRequest(3, Tokens(20, 1), 4), 20.8).has_value());
+  double now = 20.8;
+  EXPECT_EQ(RunToCompletion(core, now).size(), 4u);
+  EXPECT_DOUBLE_EQ(core.WakeUp(30, 0.8), 30) << "awake already: at once";
+}
+
+TEST(EngineCoreSleepTest, SleepAbortsEveryRequestAndEmptiesThePrefixCache) {
+  EngineCore core(SmallConfig(), StepTimeModel{.base_s = 0.01}, "m", nullptr);
+  const std::vector<TokenId> prompt = Tokens(200, 1);
+  ASSERT_TRUE(core.AddRequest(MakeRequest(1, prompt, 2), 0).has_value());
+  double now = 0;
+  RunToCompletion(core, now);
+  // Requests 2 and 3 are in flight, prefilled and decoding, when the engine goes to sleep.
+  ASSERT_TRUE(core.AddRequest(MakeRequest(2, Tokens(50, 500), 100), now).has_value());
+  ASSERT_TRUE(core.AddRequest(MakeRequest(3, Tokens(50, 900), 100), now).has_value());
+  now += core.BeginStep(now);
+  core.FinishStep(now);
+  EXPECT_EQ(core.Sleep(2, now), (std::vector<RequestId>{2, 3}));
+  EXPECT_FALSE(core.HasWork());
+  EXPECT_EQ(core.scheduler().kv().num_free_blocks(), SmallConfig().num_kv_blocks);
+  EXPECT_EQ(core.sleep_level(now), 2);
+  EXPECT_EQ(core.Sleep(1, now), std::vector<RequestId>{}) << "sleeping again, already empty";
+  EXPECT_EQ(core.sleep_level(now), 2) << "level 2 discarded the weights; level 1 keeps that";
+
+  now = core.WakeUp(now, 4.8);
+  ASSERT_TRUE(core.AddRequest(MakeRequest(4, prompt, 1), now).has_value());
+  std::vector<TokenEvent> events = RunToCompletion(core, now);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].num_cached_tokens, 0) << "the prefix cached before sleeping is gone";
+  ASSERT_TRUE(core.AddRequest(MakeRequest(5, prompt, 1), now).has_value());
+  events = RunToCompletion(core, now);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_GT(events[0].num_cached_tokens, 0) << "awake, the cache works again";
+}
+
+TEST(EngineCoreSleepTest, SleepStateGaugeFollowsVllmsSeries) {
+  MetricsRegistry registry;
+  EngineCore core(SmallConfig(), StepTimeModel{}, "m", &registry);
+  auto series = [&](const char* state) {
+    return Sample(
+        registry.Render(),
+        fmt::format(R"(vllm:engine_sleep_state{{model_name="m",sleep_state="{}"}})", state));
+  };
+  core.UpdateGauges(0);
+  EXPECT_EQ(series("awake"), "1.0");
+  EXPECT_EQ(series("weights_offloaded"), "0.0");
+  core.Sleep(1, 1);
+  core.UpdateGauges(1);
+  EXPECT_EQ(series("awake"), "0.0");
+  EXPECT_EQ(series("weights_offloaded"), "1.0");
+  EXPECT_EQ(series("discard_all"), "0.0");
+  core.Sleep(2, 2);
+  core.UpdateGauges(2);
+  EXPECT_EQ(series("weights_offloaded"), "0.0");
+  EXPECT_EQ(series("discard_all"), "1.0");
+  core.WakeUp(3, 4.8);
+  core.UpdateGauges(5);
+  EXPECT_EQ(series("awake"), "0.0") << "waking is still asleep, as vLLM records it";
+  core.UpdateGauges(7.8);
+  EXPECT_EQ(series("awake"), "1.0");
+  EXPECT_EQ(series("discard_all"), "0.0");
 }
 
 }  // namespace

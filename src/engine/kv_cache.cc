@@ -103,6 +103,13 @@ void KvCacheManager::Free(BlockTable& table) {
   table.num_cached_blocks = 0;
 }
 
+bool KvCacheManager::ResetPrefixCache() {
+  if (num_free_ != num_blocks()) return false;
+  cached_.clear();
+  for (Block& b : blocks_) b.has_hash = false;
+  return true;
+}
+
 void KvCacheManager::PushFreeTail(BlockId id) {
   Block& b = blocks_[id];
   assert(!b.in_free_queue);

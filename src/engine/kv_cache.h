@@ -58,6 +58,10 @@ class KvCacheManager {
   // Releases every block of `table`; cached ones stay findable until evicted.
   void Free(BlockTable& table);
 
+  // Forgets every cached prefix (vLLM's reset_prefix_cache). Fails, changing nothing, while
+  // any block is still in use.
+  bool ResetPrefixCache();
+
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   int block_size() const { return block_size_; }
   int num_free_blocks() const { return num_free_; }

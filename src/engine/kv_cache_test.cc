@@ -148,6 +148,22 @@ TEST(KvCacheTest, FreedComputedBlocksAreFoundAgain) {
   EXPECT_EQ(kv.num_free_blocks(), 5);
 }
 
+TEST(KvCacheTest, ResetPrefixCacheForgetsFreedPrefixes) {
+  KvCacheManager kv(16, kBlockSize, true);
+  const std::vector<TokenId> prompt = Tokens(64, 1);
+  BlockTable table = Compute(kv, prompt);
+  EXPECT_FALSE(kv.ResetPrefixCache()) << "blocks in use";
+  EXPECT_EQ(Hits(kv, prompt), 4u) << "a failed reset forgets nothing";
+  kv.Free(table);
+  EXPECT_TRUE(kv.ResetPrefixCache());
+  EXPECT_EQ(Hits(kv, prompt), 0u);
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+  // The blocks serve as new ones, and cache again.
+  BlockTable again = Compute(kv, prompt);
+  kv.Free(again);
+  EXPECT_EQ(Hits(kv, prompt), 4u);
+}
+
 TEST(KvCacheTest, OnlyComputedBlocksAreCached) {
   KvCacheManager kv(8, kBlockSize, true);
   const std::vector<TokenId> prompt = Tokens(48, 1);

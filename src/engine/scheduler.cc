@@ -36,6 +36,14 @@ Request* Scheduler::Find(RequestId id) {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
+std::vector<RequestId> Scheduler::RequestIds() const {
+  std::vector<RequestId> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 Result<void> Scheduler::Add(std::unique_ptr<Request> request) {
   const int64_t prompt = request->num_prompt_tokens;
   if (prompt + request->max_tokens > config_.max_model_len) {

@@ -111,6 +111,10 @@ class Scheduler {
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
   const KvCacheManager& kv() const { return kv_; }
+  // Forgets every cached prefix; fails while a request holds blocks.
+  bool ResetPrefixCache() { return kv_.ResetPrefixCache(); }
+  // The ids of every request queued or running.
+  std::vector<RequestId> RequestIds() const;
   const SchedulerConfig& config() const { return config_; }
   Request* Find(RequestId id);
 

@@ -209,7 +209,9 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
                               "the engine is loading its model; retry when /health answers 200");
     co_return;
   }
-  if (!options_.api_key.empty() && target.starts_with("/v1")) {
+  const bool sleep_mode =
+      options_.dev_mode && (target == "/sleep" || target == "/wake_up" || target == "/is_sleeping");
+  if (!options_.api_key.empty() && (target.starts_with("/v1") || sleep_mode)) {
     const std::string_view auth = request[http::field::authorization];
     constexpr std::string_view kBearer = "Bearer ";
     // Compared in time independent of where the first difference lies.
@@ -236,6 +238,10 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
                                                           : Endpoint::kChatCompletions);
     co_return;
   }
+  if (sleep_mode) {
+    co_await HandleSleepMode(request, writer, target);
+    co_return;
+  }
   if (!get && (target == "/v1/models" || target == "/health" || target == "/version" ||
                target == "/metrics")) {
     co_await writer.SendError(http::status::method_not_allowed, fmt::format("{} takes GET", target));
@@ -256,13 +262,72 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
         fmt::format(R"json({{"version":"{}","engine":"bmas engine: a simulated vLLM server (no GPU, no model weights)","simulated":true,"profile":"{}"}})json",
                     kBmasVersion, options_.profile_name));
   } else if (target == "/metrics") {
-    core_.UpdateGauges();
+    core_.UpdateGauges(Now());
     co_await writer.Send(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                          metrics_.Render());
   } else {
     co_await writer.SendError(http::status::not_found,
                               fmt::format("no such path: {}", std::string(target)));
   }
+}
+
+// As vLLM's dev-mode endpoints: /sleep and /wake_up answer 200 with no body once done;
+// /wake_up answers once the engine is awake, after the profile's wake time.
+awaitable<void> EngineServer::HandleSleepMode(HttpRequest& request, ResponseWriter& writer,
+                                              std::string_view target) {
+  const http::verb want = target == "/is_sleeping" ? http::verb::get : http::verb::post;
+  if (request.method() != want) {
+    co_await writer.SendError(
+        http::status::method_not_allowed,
+        fmt::format("{} takes {}", target, want == http::verb::get ? "GET" : "POST"));
+    co_return;
+  }
+  if (target == "/is_sleeping") {
+    const bool sleeping = core_.sleep_state(Now()) != SleepState::kAwake;
+    co_await writer.Send(http::status::ok, "application/json",
+                         fmt::format(R"({{"is_sleeping":{}}})", sleeping));
+    co_return;
+  }
+  if (target == "/sleep") {
+    std::string_view query = request.target();
+    const size_t q = query.find('?');
+    query = q == std::string_view::npos ? std::string_view() : query.substr(q + 1);
+    int level = 1;
+    for (size_t at = 0; at <= query.size();) {
+      const size_t end = std::min(query.find('&', at), query.size());
+      const std::string_view param = query.substr(at, end - at);
+      if (param.starts_with("level=")) level = param == "level=2" ? 2 : param == "level=1" ? 1 : 0;
+      at = end + 1;
+    }
+    if (level == 0) {
+      co_await writer.SendError(http::status::bad_request, "level must be 1 or 2", "level");
+      co_return;
+    }
+    // As vLLM's sleep (mode "abort"): requests in flight end with finish_reason "abort".
+    for (RequestId id : core_.Sleep(level, Now())) {
+      auto it = streams_.find(id);
+      if (it == streams_.end()) continue;
+      it->second->finish = FinishReason::kAbort;
+      it->second->wake.cancel();
+    }
+    spdlog::info("bmas engine: asleep at level {}", level);
+    co_await writer.Send(http::status::ok, "text/plain", "");
+    co_return;
+  }
+  // POST /wake_up: vLLM's ?tags=weights|kv_cache wakes part of the engine; here a wake wakes it
+  // all, whatever the tags.
+  const double now = Now();
+  const int level = core_.sleep_level(now);
+  const double awake_at =
+      core_.WakeUp(now, level == 2 ? options_.wake_s_level2 : options_.wake_s_level1);
+  if (awake_at > now) {
+    net::steady_timer waking(io_);
+    waking.expires_after(TimerWait(Duration{awake_at - now}));
+    beast::error_code ec;
+    co_await waking.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+  if (level != 0) spdlog::info("bmas engine: awake after {:g} s", awake_at - now);
+  co_await writer.Send(http::status::ok, "text/plain", "");
 }
 
 awaitable<void> EngineServer::AnswerChallenge(HttpRequest& request, ResponseWriter& writer) {
@@ -333,6 +398,7 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     co_return;
   }
   Stream stream(io_, req.echo ? req.prompt_text : std::string(), std::move(req.stop));
+  stream.num_prompt_tokens = prompt_len;  // for usage, should sleep abort it before a token
   streams_[id] = &stream;
   idle_.cancel();
   // However the handler ends, the request leaves the engine and frees its blocks.
@@ -392,6 +458,11 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
         AppendStreamChunk(ctx, std::string_view(stream.text).substr(emitted, safe - emitted),
                           first, last ? finish : FinishReason::kNone, stream.stop_reason, out);
         emitted = safe;
+        first = false;
+      }
+      if (ends.empty() && finish != FinishReason::kNone) {  // aborted between tokens (sleep)
+        AppendStreamChunk(ctx, std::string_view(stream.text).substr(emitted), first, finish,
+                          stream.stop_reason, out);
         first = false;
       }
       if (!co_await writer.SendChunk(out)) co_return;  // client gone: the request is aborted

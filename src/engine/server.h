@@ -2,7 +2,7 @@
 
 // EngineServer: `bmas engine`, the EngineCore driven in real time behind vLLM's
 // OpenAI-compatible HTTP API (/v1/models, /v1/completions, /v1/chat/completions, /health,
-// /version, /metrics).
+// /version, /metrics), and vLLM's sleep mode in dev mode (/sleep, /wake_up, /is_sleeping).
 //
 // A step loop runs the core: it schedules a step, waits until the step's modelled duration has
 // passed on the steady clock, then hands each request its new token. Request handlers turn
@@ -43,6 +43,12 @@ struct EngineServerOptions {
   std::string backend_secret;
   // Seconds that RunEngine answers 503 after Listen() (the simulated start-up).
   double startup_s = 0;
+  // vLLM's sleep mode endpoints (POST /sleep?level=1|2, POST /wake_up, GET /is_sleeping):
+  // served only in vLLM's dev mode (VLLM_SERVER_DEV_MODE=1), else 404 as in vLLM. They need
+  // the API key when one is set. Waking takes the profile's wake time for the level slept at.
+  bool dev_mode = false;
+  double wake_s_level1 = 0;
+  double wake_s_level2 = 0;
   // Where the server reads the time and its random id salt. Its timers still wait on the
   // steady clock, for as long as the env's time says is left. Not owned; outlives the server.
   Env* env = &Env::Default();
@@ -72,6 +78,9 @@ class EngineServer {
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
                                    Endpoint endpoint);
+  // POST /sleep, POST /wake_up, GET /is_sleeping.
+  awaitable<void> HandleSleepMode(HttpRequest& request, ResponseWriter& writer,
+                                  std::string_view target);
   // GET /bmas/challenge?nonce=N: proves this engine holds api_key (common/backend_identity.h).
   awaitable<void> AnswerChallenge(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> StepLoop();

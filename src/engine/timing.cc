@@ -58,6 +58,8 @@ ProfileMap ParseProfiles(std::string_view toml_text, const std::string& source) 
       p.activation_peak_gib = t->Double("activation_peak_gib", 2, 0, 1e6);
       p.kv_bytes_per_token = t->Int("kv_bytes_per_token", 131072, 1, int64_t{1} << 40);
       p.startup_s = t->Double("startup_s", 0, 0, 24 * 3600);
+      p.wake_s_level1 = t->Double("wake_s_level1", 0, 0, 24 * 3600);
+      p.wake_s_level2 = t->Double("wake_s_level2", 0, 0, 24 * 3600);
       t->RejectUnknownKeys();
       if (p.num_kv_blocks == 0 && p.DerivedKvBlocks(p.block_size) == 0) {
         throw ConfigError(fmt::format(

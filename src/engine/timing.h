@@ -47,6 +47,10 @@ struct Profile {
   // loaded, torch.compile, CUDA graphs captured). Used only with `bmas engine --startup-s
   // profile`.
   double startup_s = 0;
+  // Seconds POST /wake_up takes after POST /sleep?level=1 (weights back from CPU memory) and
+  // after level 2 (weights read again). The KV cache is allocated afresh after either.
+  double wake_s_level1 = 0;
+  double wake_s_level2 = 0;
 
   // Blocks that fit: (utilization x memory - weights - activations) / bytes per block.
   int DerivedKvBlocks(int block_size_tokens) const;

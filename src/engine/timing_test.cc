@@ -76,6 +76,12 @@ TEST(BuiltinProfilesTest, HasLlamaOnH100) {
   // vLLM takes tens of seconds to start an 8B model (the figures are in profiles.toml).
   EXPECT_GE(p.startup_s, 20);
   EXPECT_LE(p.startup_s, 180);
+  // vLLM's blog: a level-1 sleeping small model wakes in 0.26-0.82 s; level 2 reads the
+  // weights again: longer, and far shorter than a cold start.
+  EXPECT_GE(p.wake_s_level1, 0.26);
+  EXPECT_LE(p.wake_s_level1, 0.82);
+  EXPECT_GT(p.wake_s_level2, p.wake_s_level1);
+  EXPECT_LT(p.wake_s_level2, p.startup_s / 4);
 }
 
 TEST(BuiltinProfilesTest, InstantHasAnAllZeroTimeModel) {
@@ -127,6 +133,8 @@ TEST(ParseProfilesTest, MissingKeysTakeDefaults) {
   EXPECT_EQ(p.num_kv_blocks, 0);
   EXPECT_EQ(p.kv_bytes_per_token, 131072);
   EXPECT_EQ(p.startup_s, 0);
+  EXPECT_EQ(p.wake_s_level1, 0);
+  EXPECT_EQ(p.wake_s_level2, 0);
 }
 
 TEST(ParseProfilesTest, ReadsEveryKey) {
@@ -148,7 +156,9 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
       "weights_gib = 4\n"
       "activation_peak_gib = 1\n"
       "kv_bytes_per_token = 1024\n"
-      "startup_s = 42.5\n",
+      "startup_s = 42.5\n"
+      "wake_s_level1 = 0.5\n"
+      "wake_s_level2 = 3.5\n",
       "x.toml");
   const Profile& p = m.at("small");
   EXPECT_EQ(p.description, "a test GPU");
@@ -168,6 +178,8 @@ TEST(ParseProfilesTest, ReadsEveryKey) {
   EXPECT_DOUBLE_EQ(p.activation_peak_gib, 1);
   EXPECT_EQ(p.kv_bytes_per_token, 1024);
   EXPECT_DOUBLE_EQ(p.startup_s, 42.5);
+  EXPECT_DOUBLE_EQ(p.wake_s_level1, 0.5);
+  EXPECT_DOUBLE_EQ(p.wake_s_level2, 3.5);
 }
 
 struct BadProfileCase {
