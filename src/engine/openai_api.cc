@@ -570,7 +570,7 @@ void ResponseObject(Writer& w, const ResponseContext& ctx, std::string_view text
 // Appends "event: TYPE\ndata: {"type": TYPE, "sequence_number": N, ...}\n\n"; `body` writes
 // the rest of the members.
 template <typename Body>
-void AppendTypedEvent(const char* type, int sequence_number, Body body, std::string& out) {
+void AppendTypedEvent(const char* type, int sequence_number, std::string& out, Body body) {
   rapidjson::StringBuffer buf;
   Writer w(buf);
   w.StartObject();
@@ -603,60 +603,59 @@ std::string ResponseObjectJson(const ResponseContext& ctx, std::string_view text
 
 void ResponseEvents::Begin(std::string& out) {
   for (const char* type : {"response.created", "response.in_progress"}) {
-    AppendTypedEvent(type, sequence_number_++, [this](Writer& w) {
+    AppendTypedEvent(type, sequence_number_++, out, [this](Writer& w) {
       w.Key("response");
       ResponseObject(w, ctx_, "", FinishReason::kNone, nullptr);
-    }, out);
+    });
   }
-  AppendTypedEvent("response.output_item.added", sequence_number_++, [this](Writer& w) {
+  AppendTypedEvent("response.output_item.added", sequence_number_++, out, [this](Writer& w) {
     Member(w, "output_index", 0);
     w.Key("item");
     MessageItem(w, ctx_, "in_progress", std::nullopt);
-  }, out);
-  AppendTypedEvent("response.content_part.added", sequence_number_++, [this](Writer& w) {
+  });
+  AppendTypedEvent("response.content_part.added", sequence_number_++, out, [this](Writer& w) {
     PartPosition(w, ctx_);
     w.Key("part");
     OutputTextPart(w, "");
-  }, out);
+  });
 }
 
 void ResponseEvents::Delta(std::string_view text, std::string& out) {
-  AppendTypedEvent("response.output_text.delta", sequence_number_++, [&](Writer& w) {
+  AppendTypedEvent("response.output_text.delta", sequence_number_++, out, [&](Writer& w) {
     PartPosition(w, ctx_);
     w.Key("delta");
     Str(w, text);
     w.Key("logprobs");
     w.StartArray();
     w.EndArray();
-  }, out);
+  });
 }
 
 void ResponseEvents::End(std::string_view text, FinishReason reason, const Usage& usage,
                          std::string& out) {
-  AppendTypedEvent("response.output_text.done", sequence_number_++, [&](Writer& w) {
+  AppendTypedEvent("response.output_text.done", sequence_number_++, out, [&](Writer& w) {
     PartPosition(w, ctx_);
     w.Key("text");
     Str(w, text);
     w.Key("logprobs");
     w.StartArray();
     w.EndArray();
-  }, out);
-  AppendTypedEvent("response.content_part.done", sequence_number_++, [&](Writer& w) {
+  });
+  AppendTypedEvent("response.content_part.done", sequence_number_++, out, [&](Writer& w) {
     PartPosition(w, ctx_);
     w.Key("part");
     OutputTextPart(w, text);
-  }, out);
-  AppendTypedEvent("response.output_item.done", sequence_number_++, [&](Writer& w) {
+  });
+  AppendTypedEvent("response.output_item.done", sequence_number_++, out, [&](Writer& w) {
     Member(w, "output_index", 0);
     w.Key("item");
     MessageItem(w, ctx_, ResponseStatus(reason), text);
-  }, out);
-  const char* type =
-      reason == FinishReason::kLength ? "response.incomplete" : "response.completed";
-  AppendTypedEvent(type, sequence_number_++, [&](Writer& w) {
+  });
+  const char* type = reason == FinishReason::kLength ? "response.incomplete" : "response.completed";
+  AppendTypedEvent(type, sequence_number_++, out, [&](Writer& w) {
     w.Key("response");
     ResponseObject(w, ctx_, text, reason, &usage);
-  }, out);
+  });
 }
 
 std::string ModelsJson(const ModelCard& card) {

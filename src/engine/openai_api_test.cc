@@ -1,8 +1,7 @@
 #include "engine/openai_api.h"
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 
@@ -166,9 +165,9 @@ TEST(RequestParserTest, ResponsesInputMessagesAreTheChat) {
       {"role":"user","content":[{"type":"input_text","text":"More "},
                                 {"type":"input_text","text":"please"}]}])");
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->prompt_text, ApplyChatTemplate({{"user", "Why?"},
-                                               {"assistant", "Cache."},
-                                               {"user", "More please"}}));
+  EXPECT_EQ(
+      r->prompt_text,
+      ApplyChatTemplate({{"user", "Why?"}, {"assistant", "Cache."}, {"user", "More please"}}));
   EXPECT_FALSE(r->max_tokens.has_value());
 }
 
@@ -249,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kResp, R"({"model":"m","input":[{"content":"x"}]})", "input[0].role", "required"},
         BadCase{kResp, R"({"model":"m","input":[{"type":"function_call_output","output":"x"}]})",
                 "input[0].type", "no other input items"},
-        BadCase{kResp, R"({"model":"m","input":[{"role":"user","content":[{"type":"text","text":"x"}]}]})",
+        BadCase{kResp,
+                R"({"model":"m","input":[{"role":"user","content":[{"type":"text","text":"x"}]}]})",
                 "input[0].content", R"({"type": "input_text", "text": ...})"},
         BadCase{kResp, R"({"model":"m","input":"x","instructions":1})", "instructions",
                 "'instructions' must be a string"},
@@ -315,10 +315,9 @@ std::vector<std::string> EventTypes(const std::string& stream, bool& numbered) {
     const std::string event = stream.substr(at, end - at);
     const std::string type = event.substr(7, event.find('\n') - 7);  // after "event: "
     types.push_back(type);
-    const std::string data = fmt::format(R"(data: {{"type":"{}","sequence_number":{},)", type,
-                                         types.size() - 1);
-    numbered = numbered && event.starts_with("event: ") &&
-               event.find(data) == type.size() + 8;
+    const std::string data =
+        fmt::format(R"(data: {{"type":"{}","sequence_number":{},)", type, types.size() - 1);
+    numbered = numbered && event.starts_with("event: ") && event.find(data) == type.size() + 8;
     at = end + 2;
   }
   return types;
@@ -334,12 +333,11 @@ TEST(ResponseJsonTest, ResponseEventsAreTypedAndNumbered) {
   events.End(" a b\"", FinishReason::kStop, {3, 2, 0}, out);
   bool numbered = false;
   EXPECT_EQ(EventTypes(out, numbered),
-            (std::vector<std::string>{
-                "response.created", "response.in_progress", "response.output_item.added",
-                "response.content_part.added", "response.output_text.delta",
-                "response.output_text.delta", "response.output_text.done",
-                "response.content_part.done", "response.output_item.done",
-                "response.completed"}));
+            (std::vector<std::string>{"response.created", "response.in_progress",
+                                      "response.output_item.added", "response.content_part.added",
+                                      "response.output_text.delta", "response.output_text.delta",
+                                      "response.output_text.done", "response.content_part.done",
+                                      "response.output_item.done", "response.completed"}));
   EXPECT_TRUE(numbered) << out;
   EXPECT_EQ(out.find('\r'), std::string::npos);
   EXPECT_NE(out.find(R"("status":"in_progress")"), std::string::npos);

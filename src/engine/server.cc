@@ -420,9 +420,9 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     // The simulated model has no end-of-sequence token: an answer as long as the engine's
     // default is its natural end ("completed"); one cut at the client's max_output_tokens is
     // "incomplete".
-    const FinishReason reason =
-        stream.finish == FinishReason::kLength && !req.max_tokens ? FinishReason::kStop
-                                                                  : stream.finish;
+    const FinishReason reason = stream.finish == FinishReason::kLength && !req.max_tokens
+                                    ? FinishReason::kStop
+                                    : stream.finish;
     if (req.stream) {
       out.clear();
       events.End(stream.text, reason, usage, out);

@@ -35,9 +35,9 @@ struct CompletionFields {
   int64_t prompt_chars = 0;  // bytes of prompt text, for a token estimate
 };
 
-// Reads a /v1/completions, /v1/chat/completions or /v1/responses body. Errors (kInvalidArgument, with the
-// field in `param`): not JSON, not an object, a top-level key given twice (a backend would read
-// the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
+// Reads a /v1/completions, /v1/chat/completions or /v1/responses body. Errors (kInvalidArgument,
+// with the field in `param`): not JSON, not an object, a top-level key given twice (a backend would
+// read the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
 // string or an array of at most kMaxStopStrings strings. `parser` is reused scratch.
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body);
 

@@ -525,8 +525,8 @@ TEST_F(InstantEngineTest, StreamingChatStartsWithRoleAndEndsWithUsage) {
 // ---- The Responses API -------------------------------------------------------------------
 
 TEST_F(InstantEngineTest, ResponsesAnswerAsTheSameChatWould) {
-  HttpResponse r = Post("/v1/responses", ResponsesBody(Quote("hello there"),
-                                                       R"("max_output_tokens":9)"));
+  HttpResponse r =
+      Post("/v1/responses", ResponsesBody(Quote("hello there"), R"("max_output_tokens":9)"));
   ASSERT_EQ(r.status, 200) << r.body;
   auto doc = ParseJson(r.body);
   EXPECT_THAT(Str(At(doc, "id")), StartsWith("resp_"));
@@ -852,10 +852,9 @@ TEST_F(InstantEngineTest, EveryBadRequestGetsAnOpenAiError) {
        "{\"model\":" + m + R"(,"prompt":"hi","temperature":"hot"})", 400, "temperature"},
       {"priority under fcfs", http::verb::post, "/v1/completions",
        "{\"model\":" + m + R"(,"prompt":"hi","priority":1})", 400, "priority"},
-      {"missing input", http::verb::post, "/v1/responses", "{\"model\":" + m + "}", 400,
-       "input"},
-      {"input a number", http::verb::post, "/v1/responses",
-       "{\"model\":" + m + R"(,"input":5})", 400, "input"},
+      {"missing input", http::verb::post, "/v1/responses", "{\"model\":" + m + "}", 400, "input"},
+      {"input a number", http::verb::post, "/v1/responses", "{\"model\":" + m + R"(,"input":5})",
+       400, "input"},
       {"input item of another type", http::verb::post, "/v1/responses",
        "{\"model\":" + m + R"(,"input":[{"type":"function_call_output","output":"x"}]})", 400,
        "input[0].type"},

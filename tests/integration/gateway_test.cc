@@ -665,10 +665,11 @@ TEST_F(InstantGatewayTest, StreamsAreRelayedWithUsageOnlyWhenAskedFor) {
 // The Responses API goes through the gateway as chat does: relayed whole and streamed, and
 // metered from the usage of the reply (a stream's, in its response.completed event).
 TEST_F(InstantGatewayTest, ResponsesAreRelayedAndMeteredLikeChat) {
-  HttpResponse r = Post("/v1/responses",
-                        fmt::format(R"({{"model":{},"instructions":"be brief","input":"hello there",)"
-                                    R"("max_output_tokens":9}})",
-                                    Quote(kModel)));
+  HttpResponse r =
+      Post("/v1/responses",
+           fmt::format(R"({{"model":{},"instructions":"be brief","input":"hello there",)"
+                       R"("max_output_tokens":9}})",
+                       Quote(kModel)));
   ASSERT_EQ(r.status, 200) << r.body;
   auto doc = ParseJson(r.body);
   EXPECT_EQ(Str(At(doc, "object")), "response");
@@ -699,8 +700,7 @@ TEST_F(InstantGatewayTest, ResponsesAreRelayedAndMeteredLikeChat) {
   EXPECT_EQ(deltas, 256);  // the engine's default length
 
   // The backend's 400 for a malformed request reaches the client, naming the field.
-  ExpectError(Post("/v1/responses", fmt::format(R"({{"model":{}}})", Quote(kModel))), 400,
-              "input");
+  ExpectError(Post("/v1/responses", fmt::format(R"({{"model":{}}})", Quote(kModel))), 400, "input");
 
   // Metered as the engines counted: three requests (the 400 never ran), the stream's usage too.
   auto engines = [&] {
