@@ -5,6 +5,9 @@
 #include <rapidjson/writer.h>
 #include <simdjson.h>
 
+#include <algorithm>
+#include <span>
+
 #include "common/json_object.h"
 #include "engine/kv_cache.h"
 
@@ -50,8 +53,10 @@ Result<std::string_view> StringField(const dom::element& e, std::string_view key
   return TypeError(key, "a string");
 }
 
-// Message content: a string, or an array of {"type": "text", "text": ...} parts.
-Result<std::string> MessageContent(const dom::element& e, std::string_view key) {
+// Message content: a string, or an array of parts {"type": T, "text": ...} with T one of
+// `part_types` (chat: "text"; Responses: "input_text", or "output_text" in assistant turns).
+Result<std::string> MessageContent(const dom::element& e, std::string_view key,
+                                   std::initializer_list<std::string_view> part_types) {
   std::string_view s;
   if (e.get_string().get(s) == simdjson::SUCCESS) return std::string(s);
   dom::array parts;
@@ -63,16 +68,80 @@ Result<std::string> MessageContent(const dom::element& e, std::string_view key) 
     dom::object p;
     std::string_view type, t;
     if (part.get_object().get(p) != simdjson::SUCCESS || p["type"].get_string().get(type) ||
-        type != "text" || p["text"].get_string().get(t)) {
+        std::find(part_types.begin(), part_types.end(), type) == part_types.end() ||
+        p["text"].get_string().get(t)) {
       return InvalidArgument(
-          fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}}; bmas engine "
+          fmt::format("'{}' parts must be {{\"type\": \"{}\", \"text\": ...}}; bmas engine "
                       "simulates a text model",
-                      key),
+                      key, *part_types.begin()),
           std::string(key));
     }
     text += t;
   }
   return text;
+}
+
+using Messages = std::vector<std::pair<std::string, std::string>>;
+
+// A list of messages {"role", "content"} named `field`, appended to `out` as (role, content).
+// A Responses input item may say "type": "message"; no other item type is simulated.
+Result<void> ParseMessages(dom::array arr, std::string_view field,
+                           std::initializer_list<std::string_view> part_types, Messages& out) {
+  size_t index = 0;
+  for (dom::element m : arr) {
+    std::string key = fmt::format("{}[{}]", field, index++);
+    dom::object mo;
+    if (m.get_object().get(mo) != simdjson::SUCCESS) return TypeError(key, "an object");
+    std::string_view type;
+    if (auto t = Field(mo, "type"); t && (t->get_string().get(type) || type != "message")) {
+      return InvalidArgument(
+          fmt::format("'{}.type' must be \"message\": bmas engine takes messages "
+                      "{{\"role\", \"content\"}} and no other input items",
+                      key),
+          key + ".type");
+    }
+    auto role = Field(mo, "role");
+    if (!role) return InvalidArgument(fmt::format("'{}.role' is required", key), key + ".role");
+    auto role_name = StringField(*role, key + ".role");
+    if (!role_name) return role_name.error();
+    std::string content;
+    if (auto c = Field(mo, "content")) {
+      auto text = MessageContent(*c, key + ".content", part_types);
+      if (!text) return text.error();
+      content = std::move(*text);
+    }
+    out.emplace_back(std::string(*role_name), std::move(content));
+  }
+  return {};
+}
+
+// A Responses request's conversation: `instructions` as a system message, then `input` (a
+// string is one user message).
+Result<Messages> ResponsesMessages(dom::object obj) {
+  Messages parsed;
+  if (auto e = Field(obj, "instructions")) {
+    auto v = StringField(*e, "instructions");
+    if (!v) return v.error();
+    parsed.emplace_back("system", std::string(*v));
+  }
+  auto input = Field(obj, "input");
+  if (!input) {
+    return InvalidArgument(
+        "'input' is required: a string, or a list of messages {\"role\", \"content\"}", "input");
+  }
+  std::string_view text;
+  dom::array arr;
+  if (input->get_string().get(text) == simdjson::SUCCESS) {
+    parsed.emplace_back("user", std::string(text));
+  } else if (input->get_array().get(arr) == simdjson::SUCCESS) {
+    if (arr.size() == 0) return InvalidArgument("'input' must not be empty", "input");
+    if (auto ok = ParseMessages(arr, "input", {"input_text", "output_text"}, parsed); !ok) {
+      return ok.error();
+    }
+  } else {
+    return TypeError("input", "a string or a list of messages");
+  }
+  return parsed;
 }
 
 }  // namespace
@@ -164,6 +233,11 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
     } else {
       return TypeError("prompt", "a string or a list of token ids");
     }
+  } else if (endpoint == Endpoint::kResponses) {
+    auto parsed = ResponsesMessages(obj);
+    if (!parsed) return parsed.error();
+    req.prompt_text = ApplyChatTemplate(*parsed);
+    req.prompt_tokens = Tokenize(req.prompt_text);
   } else {
     auto messages = Field(obj, "messages");
     if (!messages) return InvalidArgument("'messages' is required", "messages");
@@ -187,24 +261,8 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
       return InvalidArgument(
           "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
     }
-    std::vector<std::pair<std::string, std::string>> parsed;
-    size_t index = 0;
-    for (dom::element m : arr) {
-      std::string key = fmt::format("messages[{}]", index++);
-      dom::object mo;
-      if (m.get_object().get(mo) != simdjson::SUCCESS) return TypeError(key, "an object");
-      auto role = Field(mo, "role");
-      if (!role) return InvalidArgument(fmt::format("'{}.role' is required", key), key + ".role");
-      auto role_name = StringField(*role, key + ".role");
-      if (!role_name) return role_name.error();
-      std::string content;
-      if (auto c = Field(mo, "content")) {
-        auto text = MessageContent(*c, key + ".content");
-        if (!text) return text.error();
-        content = std::move(*text);
-      }
-      parsed.emplace_back(std::string(*role_name), std::move(content));
-    }
+    Messages parsed;
+    if (auto ok = ParseMessages(arr, "messages", {"text"}, parsed); !ok) return ok.error();
     ChatEnding ending = ChatEnding::kGenerationPrompt;
     if (continue_final_message.value_or(false)) {
       if (parsed.back().first != "assistant") {
@@ -222,7 +280,11 @@ Result<CompletionRequest> RequestParser::Parse(std::string_view body, Endpoint e
     req.prompt_tokens = Tokenize(req.prompt_text);
   }
 
-  for (std::string_view key : {"max_tokens", "max_completion_tokens"}) {
+  static constexpr std::string_view kMaxTokensKeys[] = {"max_tokens", "max_completion_tokens"};
+  static constexpr std::string_view kMaxOutputTokensKeys[] = {"max_output_tokens"};
+  for (std::string_view key : endpoint == Endpoint::kResponses
+                                  ? std::span<const std::string_view>(kMaxOutputTokensKeys)
+                                  : std::span<const std::string_view>(kMaxTokensKeys)) {
     if (auto e = Field(obj, key)) {
       auto v = IntField(*e, key);
       if (!v) return v.error();
@@ -416,6 +478,184 @@ void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::strin
   UsageObject(w, usage);
   w.EndObject();
   AppendSseEvent(buf, out);
+}
+
+namespace {
+
+// The Responses API's status of a finished response, and of its message.
+const char* ResponseStatus(FinishReason reason) {
+  return reason == FinishReason::kLength ? "incomplete" : "completed";
+}
+
+std::string MessageId(const ResponseContext& ctx) {
+  return "msg_" + ctx.id.substr(ctx.id.find('_') + 1);
+}
+
+// {"type": "output_text", "text", "annotations": []}
+void OutputTextPart(Writer& w, std::string_view text) {
+  w.StartObject();
+  Member(w, "type", "output_text");
+  w.Key("text");
+  Str(w, text);
+  w.Key("annotations");
+  w.StartArray();
+  w.EndArray();
+  w.EndObject();
+}
+
+// The assistant message item; `text` is nullopt while its content is still empty.
+void MessageItem(Writer& w, const ResponseContext& ctx, const char* status,
+                 std::optional<std::string_view> text) {
+  w.StartObject();
+  Member(w, "type", "message");
+  Member(w, "id", MessageId(ctx));
+  Member(w, "status", status);
+  Member(w, "role", "assistant");
+  w.Key("content");
+  w.StartArray();
+  if (text) OutputTextPart(w, *text);
+  w.EndArray();
+  w.EndObject();
+}
+
+// The Response object. In progress (`usage` null) it has no output yet.
+void ResponseObject(Writer& w, const ResponseContext& ctx, std::string_view text,
+                    FinishReason reason, const Usage* usage) {
+  const char* status = usage == nullptr ? "in_progress" : ResponseStatus(reason);
+  w.StartObject();
+  Member(w, "id", ctx.id);
+  Member(w, "object", "response");
+  Member(w, "created_at", ctx.created);
+  Member(w, "status", status);
+  w.Key("error");
+  w.Null();
+  w.Key("incomplete_details");
+  if (usage != nullptr && reason == FinishReason::kLength) {
+    w.StartObject();
+    Member(w, "reason", "max_output_tokens");
+    w.EndObject();
+  } else {
+    w.Null();
+  }
+  Member(w, "model", ctx.model);
+  w.Key("output");
+  w.StartArray();
+  if (usage != nullptr) MessageItem(w, ctx, status, text);
+  w.EndArray();
+  Member(w, "parallel_tool_calls", false);
+  w.Key("tools");
+  w.StartArray();
+  w.EndArray();
+  w.Key("usage");
+  if (usage == nullptr) {
+    w.Null();
+  } else {
+    w.StartObject();
+    Member(w, "input_tokens", usage->prompt_tokens);
+    w.Key("input_tokens_details");
+    w.StartObject();
+    Member(w, "cached_tokens", usage->cached_tokens);
+    w.EndObject();
+    Member(w, "output_tokens", usage->completion_tokens);
+    w.Key("output_tokens_details");
+    w.StartObject();
+    Member(w, "reasoning_tokens", 0);
+    w.EndObject();
+    Member(w, "total_tokens", usage->prompt_tokens + usage->completion_tokens);
+    w.EndObject();
+  }
+  w.EndObject();
+}
+
+// Appends "event: TYPE\ndata: {"type": TYPE, "sequence_number": N, ...}\n\n"; `body` writes
+// the rest of the members.
+template <typename Body>
+void AppendTypedEvent(const char* type, int sequence_number, std::string& out, Body body) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  w.StartObject();
+  Member(w, "type", type);
+  Member(w, "sequence_number", sequence_number);
+  body(w);
+  w.EndObject();
+  out += "event: ";
+  out += type;
+  out += '\n';
+  AppendSseEvent(buf, out);
+}
+
+// item_id, output_index and content_index of the one output_text part.
+void PartPosition(Writer& w, const ResponseContext& ctx) {
+  Member(w, "item_id", MessageId(ctx));
+  Member(w, "output_index", 0);
+  Member(w, "content_index", 0);
+}
+
+}  // namespace
+
+std::string ResponseObjectJson(const ResponseContext& ctx, std::string_view text,
+                               FinishReason reason, const Usage& usage) {
+  rapidjson::StringBuffer buf;
+  Writer w(buf);
+  ResponseObject(w, ctx, text, reason, &usage);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void ResponseEvents::Begin(std::string& out) {
+  for (const char* type : {"response.created", "response.in_progress"}) {
+    AppendTypedEvent(type, sequence_number_++, out, [this](Writer& w) {
+      w.Key("response");
+      ResponseObject(w, ctx_, "", FinishReason::kNone, nullptr);
+    });
+  }
+  AppendTypedEvent("response.output_item.added", sequence_number_++, out, [this](Writer& w) {
+    Member(w, "output_index", 0);
+    w.Key("item");
+    MessageItem(w, ctx_, "in_progress", std::nullopt);
+  });
+  AppendTypedEvent("response.content_part.added", sequence_number_++, out, [this](Writer& w) {
+    PartPosition(w, ctx_);
+    w.Key("part");
+    OutputTextPart(w, "");
+  });
+}
+
+void ResponseEvents::Delta(std::string_view text, std::string& out) {
+  AppendTypedEvent("response.output_text.delta", sequence_number_++, out, [&](Writer& w) {
+    PartPosition(w, ctx_);
+    w.Key("delta");
+    Str(w, text);
+    w.Key("logprobs");
+    w.StartArray();
+    w.EndArray();
+  });
+}
+
+void ResponseEvents::End(std::string_view text, FinishReason reason, const Usage& usage,
+                         std::string& out) {
+  AppendTypedEvent("response.output_text.done", sequence_number_++, out, [&](Writer& w) {
+    PartPosition(w, ctx_);
+    w.Key("text");
+    Str(w, text);
+    w.Key("logprobs");
+    w.StartArray();
+    w.EndArray();
+  });
+  AppendTypedEvent("response.content_part.done", sequence_number_++, out, [&](Writer& w) {
+    PartPosition(w, ctx_);
+    w.Key("part");
+    OutputTextPart(w, text);
+  });
+  AppendTypedEvent("response.output_item.done", sequence_number_++, out, [&](Writer& w) {
+    Member(w, "output_index", 0);
+    w.Key("item");
+    MessageItem(w, ctx_, ResponseStatus(reason), text);
+  });
+  const char* type = reason == FinishReason::kLength ? "response.incomplete" : "response.completed";
+  AppendTypedEvent(type, sequence_number_++, out, [&](Writer& w) {
+    w.Key("response");
+    ResponseObject(w, ctx_, text, reason, &usage);
+  });
 }
 
 std::string ModelsJson(const ModelCard& card) {

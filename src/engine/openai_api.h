@@ -16,14 +16,16 @@
 
 namespace bmas::engine {
 
-enum class Endpoint { kCompletions, kChatCompletions };
+enum class Endpoint { kCompletions, kChatCompletions, kResponses };
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
-  std::string prompt_text;          // the prompt, or the chat template applied to messages
+  // The prompt, or the chat template applied to messages (Responses: to the instructions as a
+  // system message, then the input).
+  std::string prompt_text;
   std::vector<TokenId> prompt_tokens;
-  std::optional<int> max_tokens;    // max_tokens or max_completion_tokens
+  std::optional<int> max_tokens;    // max_tokens, max_completion_tokens or max_output_tokens
   bool stream = false;
   bool include_usage = false;       // stream_options.include_usage
   std::vector<std::string> stop;
@@ -71,7 +73,7 @@ struct Usage {
   int cached_tokens = 0;
 };
 
-// Pieces of responses. `id` is "cmpl-..." or "chatcmpl-...".
+// Pieces of responses. `id` is "cmpl-...", "chatcmpl-..." or "resp_...".
 struct ResponseContext {
   Endpoint endpoint;
   std::string id;
@@ -94,6 +96,35 @@ void AppendUsageChunk(const ResponseContext& ctx, const Usage& usage, std::strin
 
 // "data: [DONE]\n\n"
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// The Responses API (/v1/responses). The reply is a Response object whose one output item is
+// an assistant message ("msg_" and the response id's digits) with one output_text part. A
+// length finish makes it "incomplete" (incomplete_details.reason "max_output_tokens"), as
+// OpenAI's API reports it; any other finish, "completed".
+
+// The whole (non-streaming) Response object.
+std::string ResponseObjectJson(const ResponseContext& ctx, std::string_view text,
+                               FinishReason reason, const Usage& usage);
+
+// The typed SSE events of a streamed Response ("event: TYPE\ndata: {...}\n\n"), each with its
+// `type` and `sequence_number`. One per stream; Begin, then Delta per token, then End.
+class ResponseEvents {
+ public:
+  explicit ResponseEvents(const ResponseContext& ctx) : ctx_(ctx) {}
+
+  // response.created, response.in_progress, response.output_item.added and
+  // response.content_part.added.
+  void Begin(std::string& out);
+  // response.output_text.delta carrying `text`.
+  void Delta(std::string_view text, std::string& out);
+  // response.output_text.done, response.content_part.done, response.output_item.done, then
+  // response.completed (or response.incomplete after a length finish) with the usage.
+  void End(std::string_view text, FinishReason reason, const Usage& usage, std::string& out);
+
+ private:
+  const ResponseContext& ctx_;
+  int sequence_number_ = 0;
+};
 
 struct ModelCard {
   std::string id;

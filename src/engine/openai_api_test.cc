@@ -1,5 +1,6 @@
 #include "engine/openai_api.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,6 +144,39 @@ TEST(RequestParserTest, ContinuedTextTheEngineDidNotWriteSeedsFromThePrompt) {
   EXPECT_EQ(r->sample_seed, HashBlock(0, r->prompt_tokens));
 }
 
+Result<CompletionRequest> ParseResponses(const std::string& fields) {
+  RequestParser parser;
+  return parser.Parse(R"({"model":"m",)" + fields + "}", Endpoint::kResponses);
+}
+
+TEST(RequestParserTest, ResponsesInputStringIsOneUserMessageAfterTheInstructions) {
+  auto r = ParseResponses(R"("input":"Hi","instructions":"Be brief.","max_output_tokens":7,
+      "temperature":0.2,"top_p":0.9,"stream":true)");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->prompt_text, "<|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\n");
+  EXPECT_EQ(r->prompt_tokens, Tokenize(r->prompt_text));
+  EXPECT_EQ(r->max_tokens, 7);
+  EXPECT_TRUE(r->stream);
+}
+
+TEST(RequestParserTest, ResponsesInputMessagesAreTheChat) {
+  auto r = ParseResponses(R"("input":[{"role":"user","content":"Why?"},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Cache."}]},
+      {"role":"user","content":[{"type":"input_text","text":"More "},
+                                {"type":"input_text","text":"please"}]}])");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(
+      r->prompt_text,
+      ApplyChatTemplate({{"user", "Why?"}, {"assistant", "Cache."}, {"user", "More please"}}));
+  EXPECT_FALSE(r->max_tokens.has_value());
+}
+
+TEST(RequestParserTest, ResponsesMaxTokensIsNotItsField) {
+  auto r = ParseResponses(R"("input":"x","max_tokens":3)");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->max_tokens.has_value());
+}
+
 struct BadCase {
   Endpoint endpoint;
   const char* body;
@@ -163,6 +197,7 @@ TEST_P(BadRequestTest, IsInvalidArgumentNamingTheField) {
 
 constexpr Endpoint kC = Endpoint::kCompletions;
 constexpr Endpoint kChat = Endpoint::kChatCompletions;
+constexpr Endpoint kResp = Endpoint::kResponses;
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadRequestTest,
@@ -206,7 +241,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"add_generation_prompt":1})",
                 "add_generation_prompt", "a boolean"},
         BadCase{kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"continue_final_message":"yes"})",
-                "continue_final_message", "a boolean"}));
+                "continue_final_message", "a boolean"},
+        BadCase{kResp, R"({"model":"m"})", "input", "'input' is required: a string, or a list"},
+        BadCase{kResp, R"({"model":"m","input":5})", "input", "a string or a list of messages"},
+        BadCase{kResp, R"({"model":"m","input":[]})", "input", "must not be empty"},
+        BadCase{kResp, R"({"model":"m","input":[{"content":"x"}]})", "input[0].role", "required"},
+        BadCase{kResp, R"({"model":"m","input":[{"type":"function_call_output","output":"x"}]})",
+                "input[0].type", "no other input items"},
+        BadCase{kResp,
+                R"({"model":"m","input":[{"role":"user","content":[{"type":"text","text":"x"}]}]})",
+                "input[0].content", R"({"type": "input_text", "text": ...})"},
+        BadCase{kResp, R"({"model":"m","input":"x","instructions":1})", "instructions",
+                "'instructions' must be a string"},
+        BadCase{kResp, R"({"model":"m","input":"x","max_output_tokens":0})", "max_output_tokens",
+                "at least 1"},
+        BadCase{kResp, R"({"model":"m","input":"x","top_p":"all"})", "top_p", "a number"}));
 
 TEST(ResponseJsonTest, CompletionCarriesUsageAndFinishReason) {
   ResponseContext ctx{Endpoint::kCompletions, "cmpl-1", "m", 100};
@@ -232,6 +281,80 @@ TEST(ResponseJsonTest, StreamChunksAreLfFramedSseEvents) {
   EXPECT_NE(out.find(R"("finish_reason":"length")"), std::string::npos);
   EXPECT_NE(out.find(R"("choices":[],"usage")"), std::string::npos);
   EXPECT_EQ(out.substr(out.size() - 2), "\n\n");
+}
+
+TEST(ResponseJsonTest, ResponseObjectHasTheMessageAndUsage) {
+  ResponseContext ctx{Endpoint::kResponses, "resp_0a", "m", 100};
+  std::string json = ResponseObjectJson(ctx, " a b", FinishReason::kStop, {3, 2, 1});
+  EXPECT_NE(json.find(R"({"id":"resp_0a","object":"response","created_at":100,)"
+                      R"("status":"completed","error":null,"incomplete_details":null,"model":"m",)"
+                      R"("output":[{"type":"message","id":"msg_0a","status":"completed",)"
+                      R"("role":"assistant","content":[{"type":"output_text","text":" a b",)"
+                      R"("annotations":[]}]}])"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},)"
+                      R"("output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},)"
+                      R"("total_tokens":5})"),
+            std::string::npos)
+      << json;
+  std::string cut = ResponseObjectJson(ctx, " a", FinishReason::kLength, {3, 1, 0});
+  EXPECT_NE(cut.find(R"("status":"incomplete","error":null,)"
+                     R"("incomplete_details":{"reason":"max_output_tokens"})"),
+            std::string::npos)
+      << cut;
+}
+
+// The event types of a stream, in order, and whether their sequence numbers count from 0.
+std::vector<std::string> EventTypes(const std::string& stream, bool& numbered) {
+  std::vector<std::string> types;
+  numbered = true;
+  for (size_t at = 0; at < stream.size();) {
+    const size_t end = stream.find("\n\n", at);
+    if (end == std::string::npos) break;
+    const std::string event = stream.substr(at, end - at);
+    const std::string type = event.substr(7, event.find('\n') - 7);  // after "event: "
+    types.push_back(type);
+    const std::string data =
+        fmt::format(R"(data: {{"type":"{}","sequence_number":{},)", type, types.size() - 1);
+    numbered = numbered && event.starts_with("event: ") && event.find(data) == type.size() + 8;
+    at = end + 2;
+  }
+  return types;
+}
+
+TEST(ResponseJsonTest, ResponseEventsAreTypedAndNumbered) {
+  ResponseContext ctx{Endpoint::kResponses, "resp_0a", "m", 100};
+  ResponseEvents events(ctx);
+  std::string out;
+  events.Begin(out);
+  events.Delta(" a", out);
+  events.Delta(" b\"", out);
+  events.End(" a b\"", FinishReason::kStop, {3, 2, 0}, out);
+  bool numbered = false;
+  EXPECT_EQ(EventTypes(out, numbered),
+            (std::vector<std::string>{"response.created", "response.in_progress",
+                                      "response.output_item.added", "response.content_part.added",
+                                      "response.output_text.delta", "response.output_text.delta",
+                                      "response.output_text.done", "response.content_part.done",
+                                      "response.output_item.done", "response.completed"}));
+  EXPECT_TRUE(numbered) << out;
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  EXPECT_NE(out.find(R"("status":"in_progress")"), std::string::npos);
+  EXPECT_NE(out.find(R"("usage":null)"), std::string::npos);
+  EXPECT_NE(out.find(R"("item_id":"msg_0a","output_index":0,"content_index":0,"delta":" b\"")"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(R"("type":"response.output_text.done","sequence_number":6,)"
+                     R"("item_id":"msg_0a","output_index":0,"content_index":0,"text":" a b\"")"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(R"("input_tokens":3,)"), std::string::npos);
+  EXPECT_NE(out.find(R"("output_tokens":2,)"), std::string::npos);
+
+  std::string cut;
+  ResponseEvents(ctx).End("", FinishReason::kLength, {3, 0, 0}, cut);
+  EXPECT_NE(cut.find("event: response.incomplete\n"), std::string::npos);
 }
 
 TEST(ResponseJsonTest, ModelsSaySimulated) {

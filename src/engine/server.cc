@@ -227,15 +227,17 @@ awaitable<void> EngineServer::Handle(HttpRequest& request, ResponseWriter& write
       co_return;
     }
   }
-  if (target == "/v1/completions" || target == "/v1/chat/completions") {
+  if (target == "/v1/completions" || target == "/v1/chat/completions" ||
+      target == "/v1/responses") {
     if (!post) {
       co_await writer.SendError(http::status::method_not_allowed,
                                 fmt::format("{} takes POST", target));
       co_return;
     }
     co_await HandleCompletion(request, writer,
-                              target == "/v1/completions" ? Endpoint::kCompletions
-                                                          : Endpoint::kChatCompletions);
+                              target == "/v1/completions"        ? Endpoint::kCompletions
+                              : target == "/v1/chat/completions" ? Endpoint::kChatCompletions
+                                                                 : Endpoint::kResponses);
     co_return;
   }
   if (sleep_mode) {
@@ -419,10 +421,14 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
 
   // As vLLM: 32 random-looking hex digits, unique across replicas and restarts (this server's
   // random salt, then its request counter), and `created` is the request's own time.
-  const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-";
+  const char* prefix = endpoint == Endpoint::kCompletions ? "cmpl-"
+                       : endpoint == Endpoint::kResponses ? "resp_"
+                                                          : "chatcmpl-";
   const int64_t created = static_cast<int64_t>(env_.UnixNow());
   ResponseContext ctx{endpoint, fmt::format("{}{:016x}{:016x}", prefix, id_salt_, id),
                       options_.model, created};
+  const bool responses = endpoint == Endpoint::kResponses;
+  ResponseEvents events(ctx);
   size_t emitted = 0;  // bytes of stream.text already sent
   std::vector<size_t> ends;
   bool first = true;
@@ -431,8 +437,12 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
     if (!co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
       co_return;
     }
-    if (endpoint == Endpoint::kChatCompletions) {
-      AppendStreamChunk(ctx, "", true, FinishReason::kNone, "", out);
+    if (endpoint != Endpoint::kCompletions) {
+      if (responses) {
+        events.Begin(out);
+      } else {
+        AppendStreamChunk(ctx, "", true, FinishReason::kNone, "", out);
+      }
       first = false;
       if (!co_await writer.SendChunk(out)) co_return;
     }
@@ -455,8 +465,14 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
       for (size_t i = 0; i < ends.size(); ++i) {
         const bool last = i + 1 == ends.size() && finish != FinishReason::kNone;
         size_t safe = std::max(emitted, stream.SafeEnd(ends[i], last));
-        AppendStreamChunk(ctx, std::string_view(stream.text).substr(emitted, safe - emitted),
-                          first, last ? finish : FinishReason::kNone, stream.stop_reason, out);
+        const std::string_view piece =
+            std::string_view(stream.text).substr(emitted, safe - emitted);
+        if (responses) {
+          events.Delta(piece, out);
+        } else {
+          AppendStreamChunk(ctx, piece, first, last ? finish : FinishReason::kNone,
+                            stream.stop_reason, out);
+        }
         emitted = safe;
         first = false;
       }
@@ -471,7 +487,22 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
   }
 
   Usage usage{stream.num_prompt_tokens, stream.num_output_tokens, stream.num_cached_tokens};
-  if (req.stream) {
+  if (responses) {
+    // The simulated model has no end-of-sequence token: an answer as long as the engine's
+    // default is its natural end ("completed"); one cut at the client's max_output_tokens is
+    // "incomplete".
+    const FinishReason reason = stream.finish == FinishReason::kLength && !req.max_tokens
+                                    ? FinishReason::kStop
+                                    : stream.finish;
+    if (req.stream) {
+      out.clear();
+      events.End(stream.text, reason, usage, out);
+      if (co_await writer.SendChunk(out)) co_await writer.EndStream();
+    } else {
+      std::string body = ResponseObjectJson(ctx, stream.text, reason, usage);
+      co_await writer.Send(http::status::ok, "application/json", std::move(body));
+    }
+  } else if (req.stream) {
     out.clear();
     if (req.include_usage) AppendUsageChunk(ctx, usage, out);
     out += kSseDone;

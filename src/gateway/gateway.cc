@@ -174,7 +174,7 @@ awaitable<void> Gateway::Stop(Clock::duration deadline) {
 awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
   std::string target(request.target().substr(0, request.target().find('?')));
   const bool get = request.method() == http::verb::get;
-  if (target == "/v1/completions" || target == "/v1/chat/completions") {
+  if (target == kCompletionsPath || target == kChatCompletionsPath || target == kResponsesPath) {
     if (request.method() != http::verb::post) {
       co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
       co_return;
@@ -247,8 +247,9 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
       r.unhashed_blocks = rest > 0 ? static_cast<size_t>(rest) / kCacheBlockBytes + 1 : 0;
     }
   }
-  if (r.stream && !r.client_wants_usage) {
-    // Meter streams: ask the backend for the usage chunk; it is dropped on the way back.
+  if (r.stream && !r.client_wants_usage && r.target != kResponsesPath) {
+    // Meter streams: ask the backend for the usage chunk; it is dropped on the way back. (A
+    // Responses stream's last event carries the usage anyway.)
     r.upstream_body = WithIncludeUsage(request.body());
   } else {
     r.upstream_body = std::move(request.body());

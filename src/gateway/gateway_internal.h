@@ -49,7 +49,7 @@ struct Gateway::Request {
   std::string user;
   double weight = 1;
   std::string model;
-  std::string target;         // /v1/completions or /v1/chat/completions
+  std::string target;         // kCompletionsPath, kChatCompletionsPath or kResponsesPath
   std::string upstream_body;  // the client's body, with include_usage added to streams
   bool stream = false;
   bool client_wants_usage = false;

@@ -185,7 +185,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
   } else if (resuming ||
              co_await writer.StartStream(http::status::ok, "text/event-stream; charset=utf-8")) {
-    if (!r.resume) r.resume.emplace(r.upstream_body, r.target == "/v1/chat/completions");
+    if (!r.resume) r.resume.emplace(r.upstream_body, r.target == kChatCompletionsPath);
     SseSplitter events;
     std::string out, token, rewritten;
     bool done = false, usage_seen = false, first = !resuming, client_gone = false;
@@ -206,17 +206,21 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       for (std::string_view e = events.Next(); !e.empty(); e = events.Next()) {
         bool forward = true;
         token.clear();
-        switch (ClassifySseEvent(Reusable(json_[r.worker]), e, &token)) {
+        const SseEventKind kind = ClassifySseEvent(Reusable(json_[r.worker]), e, &token);
+        switch (kind) {
           case SseEventKind::kDone:
             done = true;
             break;
           case SseEventKind::kUsage:
-            if (auto usage = ReadUsage(Reusable(json_[r.worker]), e.substr(6))) {
+          case SseEventKind::kResponseEnd:
+            if (auto usage = ReadUsage(Reusable(json_[r.worker]), SseEventData(e))) {
               usage_seen = true;
               prompt_tokens = usage->prompt_tokens;
               completion_tokens = usage->completion_tokens;
             }
-            forward = r.client_wants_usage;
+            // A Responses stream has no [DONE]: its last event is the client's, usage and all.
+            done = done || kind == SseEventKind::kResponseEnd;
+            forward = r.client_wants_usage || kind == SseEventKind::kResponseEnd;
             break;
           case SseEventKind::kContent:
             ++streamed;
@@ -250,8 +254,10 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     const bool hung = ec == beast::error::timeout;
     // Cut by the backend (not by the client, the gateway's own stop, or an event too large):
     // resumed on another backend by Attempt's caller.
+    // A Responses stream is not resumed (StreamResume speaks completions and chat): it ends
+    // with an error event.
     const bool cut = !done && !client_gone && !*client_left && !cutting_ && writer.ok() &&
-                     !events.overflowed();
+                     !events.overflowed() && r.target != kResponsesPath;
     if (usage_seen && !resuming) {
       LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
     } else if (usage_seen) {  // the first attempt metered the prompt (estimated)

@@ -16,6 +16,34 @@ namespace bmas::gateway {
 namespace {
 // Enough for cache_aware routing to hash a long system prompt and the question after it.
 constexpr size_t kLeadBytes = 16384;
+
+// A message's role and content: routing's lead and the prompt's size.
+void AddMessage(std::string_view role, std::string_view content, CompletionFields& f) {
+  if (!role.empty()) f.lead.append(role).append("\n");
+  f.prompt_chars += static_cast<int64_t>(content.size());
+  if (f.lead.size() < kLeadBytes) f.lead.append(content.substr(0, kLeadBytes)).append("\n");
+}
+
+// Messages {"role", "content"}; content is a string or a list of parts {"type", "text"}.
+void AddMessages(simdjson::dom::array messages, CompletionFields& f) {
+  for (simdjson::dom::element m : messages) {
+    std::string_view role, content;
+    simdjson::dom::array parts;
+    if (m["role"].get_string().get(role)) role = {};
+    if (!m["content"].get_string().get(content)) {
+      AddMessage(role, content, f);
+    } else if (!m["content"].get_array().get(parts)) {
+      std::string text;
+      for (simdjson::dom::element part : parts) {
+        if (!part["text"].get_string().get(content)) text.append(content);
+      }
+      AddMessage(role, text, f);
+    } else if (!role.empty()) {
+      f.lead.append(role).append("\n");
+    }
+  }
+}
+
 }  // namespace
 
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
@@ -69,20 +97,19 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
     f.client_wants_usage = include_usage;
   }
   std::string_view text;
+  simdjson::dom::array messages;
   if (!obj["prompt"].get_string().get(text)) {
     f.lead = std::string(text.substr(0, kLeadBytes));
     f.prompt_chars = static_cast<int64_t>(text.size());
+  } else if (!obj["messages"].get_array().get(messages)) {
+    AddMessages(messages, f);
   } else {
-    simdjson::dom::array messages;
-    if (!obj["messages"].get_array().get(messages)) {
-      for (simdjson::dom::element m : messages) {
-        std::string_view role, content;
-        if (!m["role"].get_string().get(role)) f.lead.append(role).append("\n");
-        if (!m["content"].get_string().get(content)) {
-          f.prompt_chars += static_cast<int64_t>(content.size());
-          if (f.lead.size() < kLeadBytes) f.lead.append(content.substr(0, kLeadBytes)).append("\n");
-        }
-      }
+    // The Responses API: instructions, then input (one user message, or messages).
+    if (!obj["instructions"].get_string().get(text)) AddMessage("system", text, f);
+    if (!obj["input"].get_string().get(text)) {
+      AddMessage("user", text, f);
+    } else if (!obj["input"].get_array().get(messages)) {
+      AddMessages(messages, f);
     }
   }
   return f;

@@ -16,6 +16,12 @@ class parser;
 
 namespace bmas::gateway {
 
+// The paths the gateway serves as completions: authenticated, limited, queued, relayed and
+// metered alike.
+inline constexpr std::string_view kCompletionsPath = "/v1/completions";
+inline constexpr std::string_view kChatCompletionsPath = "/v1/chat/completions";
+inline constexpr std::string_view kResponsesPath = "/v1/responses";
+
 // The OpenAI API's bound on `stop`: at most this many strings.
 inline constexpr size_t kMaxStopStrings = 4;
 
@@ -23,13 +29,15 @@ struct CompletionFields {
   std::string model;
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage was true
-  std::string lead;                 // the leading text (prompt, or messages in order): routing
-  int64_t prompt_chars = 0;         // bytes of prompt text, for a token estimate
+  // The leading text (prompt, or messages in order; Responses: instructions as a system
+  // message, then input as messages): routing.
+  std::string lead;
+  int64_t prompt_chars = 0;  // bytes of prompt text, for a token estimate
 };
 
-// Reads a /v1/completions or /v1/chat/completions body. Errors (kInvalidArgument, with the
-// field in `param`): not JSON, not an object, a top-level key given twice (a backend would read
-// the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
+// Reads a /v1/completions, /v1/chat/completions or /v1/responses body. Errors (kInvalidArgument,
+// with the field in `param`): not JSON, not an object, a top-level key given twice (a backend would
+// read the last copy, the gateway the first), `model` missing, `stream` not a boolean, `stop` not a
 // string or an array of at most kMaxStopStrings strings. `parser` is reused scratch.
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body);
 

@@ -21,6 +21,33 @@ TEST(ParseCompletionBodyTest, ReadsWhatRoutingAndMeteringNeed) {
   EXPECT_EQ(f->lead, "user\nhello\n");
 }
 
+TEST(ParseCompletionBodyTest, ReadsAResponsesBodyLikeAChat) {
+  simdjson::dom::parser parser;
+  auto chat = ParseCompletionBody(
+      parser, R"({"model":"m","messages":[{"role":"system","content":"Be brief."},)"
+              R"({"role":"user","content":[{"type":"text","text":"hello"}]}]})");
+  ASSERT_TRUE(chat) << chat.error().message;
+  EXPECT_EQ(chat->lead, "system\nBe brief.\nuser\nhello\n");
+  EXPECT_EQ(chat->prompt_chars, 14);
+  struct Case {
+    const char* body;
+    bool stream;
+  } cases[] = {
+      {R"({"model":"m","instructions":"Be brief.","input":"hello","max_output_tokens":9})", false},
+      {R"({"model":"m","instructions":"Be brief.","stream":true,)"
+       R"("input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]}]})",
+       true},
+  };
+  for (const Case& c : cases) {
+    auto f = ParseCompletionBody(parser, c.body);
+    ASSERT_TRUE(f) << f.error().message;
+    EXPECT_EQ(f->model, "m");
+    EXPECT_EQ(f->stream, c.stream);
+    EXPECT_EQ(f->lead, chat->lead) << c.body;
+    EXPECT_EQ(f->prompt_chars, chat->prompt_chars) << c.body;
+  }
+}
+
 TEST(ParseCompletionBodyTest, RejectsWhatProxyAndBackendWouldReadDifferently) {
   struct Case {
     const char* body;

@@ -35,24 +35,53 @@ std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_v
   simdjson::dom::element doc;
   if (parser.parse(json.data(), json.size()).get(doc)) return std::nullopt;
   simdjson::dom::object usage;
-  if (doc["usage"].get_object().get(usage)) return std::nullopt;
+  if (doc["usage"].get_object().get(usage) &&
+      doc.at_pointer("/response/usage").get_object().get(usage)) {
+    return std::nullopt;
+  }
   TokenUsage u;
-  if (usage["prompt_tokens"].get_int64().get(u.prompt_tokens) ||
-      usage["completion_tokens"].get_int64().get(u.completion_tokens)) {
+  if ((usage["prompt_tokens"].get_int64().get(u.prompt_tokens) ||
+       usage["completion_tokens"].get_int64().get(u.completion_tokens)) &&
+      (usage["input_tokens"].get_int64().get(u.prompt_tokens) ||
+       usage["output_tokens"].get_int64().get(u.completion_tokens))) {
     return std::nullopt;
   }
   return u;
 }
 
-SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event,
-                              std::string* text_out) {
-  constexpr std::string_view kData = "data: ";
-  if (event.substr(0, kData.size()) != kData) return SseEventKind::kOther;
+std::string_view SseEventData(std::string_view event) {
+  constexpr std::string_view kEvent = "event: ", kData = "data: ";
+  if (event.starts_with(kEvent)) {
+    const size_t line = event.find('\n');
+    event = line == std::string_view::npos ? std::string_view() : event.substr(line + 1);
+  }
+  if (!event.starts_with(kData)) return {};
   std::string_view data = event.substr(kData.size());
   while (!data.empty() && (data.back() == '\n' || data.back() == '\r')) data.remove_suffix(1);
+  return data;
+}
+
+SseEventKind ClassifySseEvent(simdjson::dom::parser& parser, std::string_view event,
+                              std::string* text_out) {
+  const std::string_view data = SseEventData(event);
+  if (data.empty()) return SseEventKind::kOther;
   if (data == "[DONE]") return SseEventKind::kDone;
   simdjson::dom::element doc;
   if (parser.parse(data.data(), data.size()).get(doc)) return SseEventKind::kOther;
+  std::string_view type;
+  if (!doc["type"].get_string().get(type) && type.starts_with("response.")) {
+    // A Responses stream's typed events: one delta per token, as vLLM streams them.
+    if (type == "response.completed" || type == "response.incomplete" ||
+        type == "response.failed") {
+      return SseEventKind::kResponseEnd;
+    }
+    std::string_view delta;
+    if (type != "response.output_text.delta" || doc["delta"].get_string().get(delta)) {
+      return SseEventKind::kOther;
+    }
+    if (text_out != nullptr) text_out->append(delta);
+    return SseEventKind::kContent;
+  }
   simdjson::dom::array choices;
   if (doc["choices"].get_array().get(choices)) return SseEventKind::kOther;
   if (choices.size() == 0) {

@@ -37,10 +37,13 @@ class SseSplitter {
 };
 
 enum class SseEventKind {
-  kDone,     // data: [DONE]
-  kUsage,    // the usage chunk: "choices":[] and "usage"
-  kContent,  // a chunk that carries generated text (one token, as vLLM streams)
-  kOther,    // the role-only first chat chunk, an error event, anything else
+  kDone,         // data: [DONE]
+  kUsage,        // the usage chunk: "choices":[] and "usage"
+  kContent,      // a chunk that carries generated text (one token, as vLLM streams); in a
+                 // Responses stream, response.output_text.delta
+  kResponseEnd,  // a Responses stream's last event (response.completed, .incomplete or
+                 // .failed): it ends the stream and carries the usage in response.usage
+  kOther,        // the role-only first chat chunk, an error event, anything else
 };
 
 struct TokenUsage {
@@ -48,8 +51,13 @@ struct TokenUsage {
   int64_t completion_tokens = 0;
 };
 
-// usage.prompt_tokens and usage.completion_tokens of a JSON response or chunk, or nullopt.
+// usage.prompt_tokens and usage.completion_tokens of a JSON response or chunk, or nullopt. A
+// Response object's usage.input_tokens and usage.output_tokens count as those, and so does the
+// Response a Responses stream's last event carries (its "response").
 std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json);
+
+// The JSON of an event: its "data: " line, after an "event: TYPE" line if it has one.
+std::string_view SseEventData(std::string_view event);
 
 // What one complete event (as SseSplitter::Next returns it) is. `parser` is reused scratch.
 // For a kContent event, its generated text is appended to `text_out` when given.

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace bmas::gateway {
 namespace {
@@ -30,6 +32,68 @@ TEST(ClassifySseEventTest, CountsOnlyEventsThatCarryTokens) {
   };
   simdjson::dom::parser parser;
   for (const Case& c : cases) EXPECT_EQ(ClassifySseEvent(parser, c.event), c.kind) << c.event;
+}
+
+TEST(ClassifySseEventTest, ResponsesEventsAreTypedByTheirType) {
+  struct Case {
+    const char* event;
+    SseEventKind kind;
+    const char* text;
+  } cases[] = {
+      {"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,"
+       "\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n",
+       SseEventKind::kOther, ""},
+      {"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\","
+       "\"sequence_number\":4,\"delta\":\" hi\"}\n\n",
+       SseEventKind::kContent, " hi"},
+      {"event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\","
+       "\"text\":\" hi\"}\n\n",
+       SseEventKind::kOther, ""},
+      {"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{}}\n\n",
+       SseEventKind::kResponseEnd, ""},
+      {"event: response.incomplete\ndata: {\"type\":\"response.incomplete\"}\n\n",
+       SseEventKind::kResponseEnd, ""},
+      {"event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n",
+       SseEventKind::kResponseEnd, ""},
+      {"event: response.output_text.delta\n\n", SseEventKind::kOther, ""},
+  };
+  simdjson::dom::parser parser;
+  for (const Case& c : cases) {
+    std::string text;
+    EXPECT_EQ(ClassifySseEvent(parser, c.event, &text), c.kind) << c.event;
+    EXPECT_EQ(text, c.text) << c.event;
+  }
+}
+
+TEST(ReadUsageTest, ReadsChatAndResponsesUsage) {
+  simdjson::dom::parser parser;
+  struct Case {
+    const char* json;
+    std::optional<std::pair<int64_t, int64_t>> usage;
+  } cases[] = {
+      {R"({"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})", {{3, 2}}},
+      {R"({"object":"response","usage":{"input_tokens":7,"output_tokens":4}})", {{7, 4}}},
+      {R"({"type":"response.completed","response":{"usage":{"input_tokens":7,"output_tokens":4}}})",
+       {{7, 4}}},
+      {R"({"type":"response.created","response":{"usage":null}})", std::nullopt},
+      {R"({"usage":{"input_tokens":7}})", std::nullopt},
+      {R"({"choices":[]})", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    auto u = ReadUsage(parser, c.json);
+    ASSERT_EQ(u.has_value(), c.usage.has_value()) << c.json;
+    if (u) {
+      EXPECT_EQ(u->prompt_tokens, c.usage->first) << c.json;
+      EXPECT_EQ(u->completion_tokens, c.usage->second) << c.json;
+    }
+  }
+}
+
+TEST(SseEventDataTest, IsTheDataLineAfterAnyEventLine) {
+  EXPECT_EQ(SseEventData("data: {}\n\n"), "{}");
+  EXPECT_EQ(SseEventData("event: response.completed\ndata: {\"a\":1}\n\n"), "{\"a\":1}");
+  EXPECT_EQ(SseEventData("event: x\n\n"), "");
+  EXPECT_EQ(SseEventData(": comment\n\n"), "");
 }
 
 TEST(SseSplitterTest, AnEndlessEventIsDroppedNotKept) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <optional>
@@ -39,6 +40,12 @@ std::string ChatBody(std::string_view content, int max_tokens, std::string_view 
   return fmt::format(
       R"({{"model":{},"messages":[{{"role":"system","content":"be brief"}},{{"role":"user","content":{}}}],"max_tokens":{}{}{}}})",
       Quote(kModel), Quote(content), max_tokens, extra.empty() ? "" : ",", extra);
+}
+
+// A Responses body: "be brief" as the instructions, then `input` (a JSON string or list).
+std::string ResponsesBody(std::string_view input_json, std::string_view extra = "") {
+  return fmt::format(R"({{"model":{},"instructions":"be brief","input":{}{}{}}})", Quote(kModel),
+                     input_json, extra.empty() ? "" : ",", extra);
 }
 
 // The tokens of generated text: each is " word" or ".".
@@ -515,6 +522,111 @@ TEST_F(InstantEngineTest, StreamingChatStartsWithRoleAndEndsWithUsage) {
             content);
 }
 
+// ---- The Responses API -------------------------------------------------------------------
+
+TEST_F(InstantEngineTest, ResponsesAnswerAsTheSameChatWould) {
+  HttpResponse r =
+      Post("/v1/responses", ResponsesBody(Quote("hello there"), R"("max_output_tokens":9)"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto doc = ParseJson(r.body);
+  EXPECT_THAT(Str(At(doc, "id")), StartsWith("resp_"));
+  EXPECT_EQ(Str(At(doc, "object")), "response");
+  EXPECT_EQ(Str(At(doc, "model")), kModel);
+  EXPECT_GT(Int(At(doc, "created_at")), 1700000000);
+  // Cut at max_output_tokens, as OpenAI reports it.
+  EXPECT_EQ(Str(At(doc, "status")), "incomplete");
+  EXPECT_EQ(Str(At(At(doc, "incomplete_details"), "reason")), "max_output_tokens");
+  const auto& message = At(At(doc, "output"), 0);
+  EXPECT_EQ(Str(At(message, "type")), "message");
+  EXPECT_THAT(Str(At(message, "id")), StartsWith("msg_"));
+  EXPECT_EQ(Str(At(message, "role")), "assistant");
+  const auto& part = At(At(message, "content"), 0);
+  EXPECT_EQ(Str(At(part, "type")), "output_text");
+  EXPECT_EQ(At(part, "annotations").Size(), 0u);
+  const std::string text = Str(At(part, "text"));
+  EXPECT_EQ(SplitTokens(text).size(), 9u) << text;
+  const auto& usage = At(doc, "usage");
+  EXPECT_EQ(Int(At(usage, "output_tokens")), 9);
+  EXPECT_EQ(Int(At(usage, "total_tokens")),
+            Int(At(usage, "input_tokens")) + Int(At(usage, "output_tokens")));
+
+  // The instructions are the system message: the same prompt as the chat, the same answer.
+  HttpResponse chat = Post("/v1/chat/completions", ChatBody("hello there", 9));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  auto chat_doc = ParseJson(chat.body);
+  EXPECT_EQ(Int(At(usage, "input_tokens")), Int(At(At(chat_doc, "usage"), "prompt_tokens")));
+  EXPECT_EQ(text, Str(At(At(At(At(chat_doc, "choices"), 0), "message"), "content")));
+
+  // Input as a list of messages with input_text parts is the same prompt.
+  r = Post("/v1/responses",
+           ResponsesBody(R"([{"role":"user","content":[{"type":"input_text","text":"hello "},)"
+                         R"({"type":"input_text","text":"there"}]}])",
+                         R"("max_output_tokens":9,"temperature":0.7,"top_p":0.9)"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Str(At(At(At(At(At(ParseJson(r.body), "output"), 0), "content"), 0), "text")), text);
+
+  // Without max_output_tokens the answer runs to the engine's default length: complete.
+  r = Post("/v1/responses", fmt::format(R"({{"model":{},"input":"hi"}})", Quote(kModel)));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto natural = ParseJson(r.body);
+  EXPECT_EQ(Str(At(natural, "status")), "completed");
+  EXPECT_TRUE(At(natural, "incomplete_details").IsNull());
+  EXPECT_EQ(Int(At(At(natural, "usage"), "output_tokens")), 256);
+}
+
+TEST_F(InstantEngineTest, StreamedResponseSendsTypedEventsOneDeltaPerToken) {
+  auto s = OpenStream("/v1/responses", ResponsesBody(Quote("stream to me"), R"("stream":true)"));
+  ASSERT_NE(s, nullptr);
+  auto events = s->ReadAll();
+  ASSERT_TRUE(events) << events.error().message;
+  const std::string& raw = s->raw_body();
+  EXPECT_EQ(raw.find('\r'), std::string::npos);
+  EXPECT_EQ(raw.find("[DONE]"), std::string::npos) << "the Responses API ends without [DONE]";
+  std::vector<std::string> types;
+  std::string text, id;
+  for (size_t i = 0; i < events->size(); ++i) {
+    SCOPED_TRACE(fmt::format("event {}", i));
+    auto event = ParseJson((*events)[i]);
+    types.push_back(Str(At(event, "type")));
+    EXPECT_EQ(Int(At(event, "sequence_number")), static_cast<int64_t>(i));
+    // Each event's `event:` line names its type.
+    EXPECT_NE(raw.find(fmt::format("event: {}\ndata: {}\n\n", types.back(), (*events)[i])),
+              std::string::npos);
+    if (types.back() == "response.output_text.delta") {
+      const std::string delta = Str(At(event, "delta"));
+      EXPECT_EQ(SplitTokens(delta).size(), 1u) << delta;
+      text += delta;
+    }
+    if (i == 0) id = Str(At(At(event, "response"), "id"));
+  }
+  const size_t deltas = std::count(types.begin(), types.end(), "response.output_text.delta");
+  EXPECT_EQ(deltas, 256u);
+  ASSERT_EQ(types.size(), deltas + 8) << raw.substr(0, 2000);
+  EXPECT_THAT(std::vector<std::string>(types.begin(), types.begin() + 4),
+              ::testing::ElementsAre("response.created", "response.in_progress",
+                                     "response.output_item.added", "response.content_part.added"));
+  EXPECT_THAT(std::vector<std::string>(types.end() - 4, types.end()),
+              ::testing::ElementsAre("response.output_text.done", "response.content_part.done",
+                                     "response.output_item.done", "response.completed"));
+  auto created = ParseJson(events->front());
+  EXPECT_EQ(Str(At(At(created, "response"), "status")), "in_progress");
+  EXPECT_TRUE(At(At(created, "response"), "usage").IsNull());
+  auto completed = ParseJson(events->back());
+  const auto& response = At(completed, "response");
+  EXPECT_EQ(Str(At(response, "id")), id);
+  EXPECT_EQ(Str(At(response, "status")), "completed");
+  EXPECT_EQ(Str(At(At(At(At(At(response, "output"), 0), "content"), 0), "text")), text);
+  EXPECT_EQ(Int(At(At(response, "usage"), "output_tokens")), 256);
+
+  // The same request without streaming gives the same text.
+  HttpResponse whole = Post("/v1/responses", ResponsesBody(Quote("stream to me")));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  auto doc = ParseJson(whole.body);
+  EXPECT_EQ(Str(At(At(At(At(At(doc, "output"), 0), "content"), 0), "text")), text);
+  EXPECT_EQ(Int(At(At(doc, "usage"), "input_tokens")),
+            Int(At(At(response, "usage"), "input_tokens")));
+}
+
 TEST_F(InstantEngineTest, StreamingChatWithoutIncludeUsageSendsNoUsage) {
   auto s = OpenStream("/v1/chat/completions", ChatBody("no usage please", 3, R"("stream":true)"));
   ASSERT_NE(s, nullptr);
@@ -740,6 +852,17 @@ TEST_F(InstantEngineTest, EveryBadRequestGetsAnOpenAiError) {
        "{\"model\":" + m + R"(,"prompt":"hi","temperature":"hot"})", 400, "temperature"},
       {"priority under fcfs", http::verb::post, "/v1/completions",
        "{\"model\":" + m + R"(,"prompt":"hi","priority":1})", 400, "priority"},
+      {"missing input", http::verb::post, "/v1/responses", "{\"model\":" + m + "}", 400, "input"},
+      {"input a number", http::verb::post, "/v1/responses", "{\"model\":" + m + R"(,"input":5})",
+       400, "input"},
+      {"input item of another type", http::verb::post, "/v1/responses",
+       "{\"model\":" + m + R"(,"input":[{"type":"function_call_output","output":"x"}]})", 400,
+       "input[0].type"},
+      {"max_output_tokens zero", http::verb::post, "/v1/responses",
+       "{\"model\":" + m + R"(,"input":"hi","max_output_tokens":0})", 400, "max_output_tokens"},
+      {"unknown model responses", http::verb::post, "/v1/responses",
+       R"({"model":"no/such-model","input":"hi"})", 404, "model"},
+      {"GET responses", http::verb::get, "/v1/responses", "", 405, std::nullopt},
       {"unknown model", http::verb::post, "/v1/completions",
        R"({"model":"no/such-model","prompt":"hi"})", 404, "model"},
       {"unknown model chat", http::verb::post, "/v1/chat/completions",

@@ -662,6 +662,71 @@ TEST_F(InstantGatewayTest, StreamsAreRelayedWithUsageOnlyWhenAskedFor) {
   }
 }
 
+// The Responses API goes through the gateway as chat does: relayed whole and streamed, and
+// metered from the usage of the reply (a stream's, in its response.completed event).
+TEST_F(InstantGatewayTest, ResponsesAreRelayedAndMeteredLikeChat) {
+  HttpResponse r =
+      Post("/v1/responses",
+           fmt::format(R"({{"model":{},"instructions":"be brief","input":"hello there",)"
+                       R"("max_output_tokens":9}})",
+                       Quote(kModel)));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto doc = ParseJson(r.body);
+  EXPECT_EQ(Str(At(doc, "object")), "response");
+  EXPECT_EQ(Int(At(At(doc, "usage"), "output_tokens")), 9);
+  // The instructions are the chat's system message: the same prompt.
+  HttpResponse chat = Post("/v1/chat/completions", ChatBody("hello there", 9));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(Int(At(At(doc, "usage"), "input_tokens")),
+            Int(At(At(ParseJson(chat.body), "usage"), "prompt_tokens")));
+
+  auto s = OpenStream(key_, "/v1/responses",
+                      fmt::format(R"({{"model":{},"input":[{{"role":"user","content":"stream"}}],)"
+                                  R"("stream":true}})",
+                                  Quote(kModel)));
+  ASSERT_NE(s, nullptr);
+  auto events = s->ReadAll();
+  ASSERT_TRUE(events) << events.error().message;
+  ASSERT_GE(events->size(), 2u);
+  EXPECT_EQ(Str(At(ParseJson(events->front()), "type")), "response.created");
+  int deltas = 0;
+  for (const std::string& e : *events) {
+    deltas += Str(At(ParseJson(e), "type")) == "response.output_text.delta";
+  }
+  auto completed = ParseJson(events->back());
+  EXPECT_EQ(Str(At(completed, "type")), "response.completed");
+  const auto& usage = At(At(completed, "response"), "usage");
+  EXPECT_EQ(Int(At(usage, "output_tokens")), deltas);
+  EXPECT_EQ(deltas, 256);  // the engine's default length
+
+  // The backend's 400 for a malformed request reaches the client, naming the field.
+  ExpectError(Post("/v1/responses", fmt::format(R"({{"model":{}}})", Quote(kModel))), 400, "input");
+
+  // Metered as the engines counted: three requests (the 400 never ran), the stream's usage too.
+  auto engines = [&] {
+    Totals sum;
+    for (size_t e = 0; e < engines_.size(); ++e) {
+      const Totals t = EngineTotals(e);
+      sum.requests += t.requests;
+      sum.prompt += t.prompt;
+      sum.completion += t.completion;
+    }
+    return sum;
+  };
+  std::map<std::string, Totals> by_backend, by_user;
+  std::string last_usage;
+  const bool equal = Eventually(
+      [&] {
+        return UsageTotals(by_backend, by_user, last_usage) && by_user["alice"] == engines() &&
+               by_user["alice"].requests == 3;
+      },
+      3s);
+  EXPECT_TRUE(equal) << "usage: " << last_usage << "\nengines: " << engines().requests
+                     << " requests, " << engines().prompt << " prompt, " << engines().completion
+                     << " completion";
+  EXPECT_EQ(by_user["alice"].completion, 9 + 9 + 256) << last_usage;
+}
+
 // What the gateway meters equals what the engines counted, per backend, whatever the kind of
 // request (streams without include_usage are metered from the usage chunk the gateway asks the
 // engine for).

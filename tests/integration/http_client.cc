@@ -203,6 +203,10 @@ Result<std::optional<std::string>> SseStream::Next() {
     if (size_t end = pending_.find("\n\n"); end != std::string::npos) {
       std::string event = pending_.substr(0, end);
       pending_.erase(0, end + 2);
+      // A typed event (the Responses API) names its type on a line of its own first.
+      if (event.starts_with("event: ") && event.find('\n') != std::string::npos) {
+        event.erase(0, event.find('\n') + 1);
+      }
       if (!event.starts_with("data: ") || event.find('\n') != std::string::npos) {
         return Internal("malformed SSE event: " + event);
       }

@@ -89,7 +89,8 @@ class SseStream {
   const HeaderList& headers() const { return headers_; }
 
   // The data of the next event (what follows "data: "), or nullopt once the response has
-  // ended cleanly. Fails when an event is not "data: ...\n\n", or the connection breaks.
+  // ended cleanly. Fails when an event is not "data: ...\n\n" (after an "event: TYPE\n" line
+  // if it has one), or the connection breaks.
   Result<std::optional<std::string>> Next();
   // All remaining events' data.
   Result<std::vector<std::string>> ReadAll();

@@ -206,6 +206,62 @@ async function main() {
       assert.equal(text, whole.choices[0].text);
     });
 
+    check('responses.create() through the gateway, whole and streamed, with usage', async () => {
+      // No max_output_tokens: the answer runs to the engine's default length, its natural end.
+      const request = { model: MODEL, instructions: 'Answer briefly.', input: 'Why cache prompts?' };
+      const whole = await client.responses.create(request);
+      assert.match(whole.id, /^resp_/);
+      assert.equal(whole.object, 'response');
+      assert.equal(whole.status, 'completed');
+      assert.equal(whole.model, MODEL);
+      assert.equal(whole.output[0].type, 'message');
+      assert.equal(whole.output[0].role, 'assistant');
+      assert.equal(whole.output[0].content[0].text, whole.output_text);
+      assert.ok(whole.usage.output_tokens > 0);
+      assert.equal(countTokens(whole.output_text), whole.usage.output_tokens, whole.output_text);
+      assert.ok(whole.usage.input_tokens > 0);
+      assert.equal(whole.usage.total_tokens, whole.usage.input_tokens + whole.usage.output_tokens);
+      // The same conversation as a message list: the same prompt, so the same answer.
+      const asMessages = await client.responses.create({
+        ...request,
+        input: [{ role: 'user', content: [{ type: 'input_text', text: request.input }] }],
+      });
+      assert.equal(asMessages.output_text, whole.output_text);
+      assert.equal(asMessages.usage.input_tokens, whole.usage.input_tokens);
+
+      const stream = await client.responses.create({ ...request, stream: true });
+      const types = [];
+      let text = '';
+      let completed = null;
+      let sequence = 0;
+      for await (const event of stream) {
+        assert.equal(event.sequence_number, sequence++);
+        types.push(event.type);
+        if (event.type === 'response.output_text.delta') text += event.delta;
+        if (event.type === 'response.completed') completed = event.response;
+      }
+      assert.equal(types[0], 'response.created');
+      assert.equal(types.filter((t) => t === 'response.output_text.delta').length,
+        whole.usage.output_tokens);
+      assert.equal(types.at(-1), 'response.completed');
+      assert.equal(text, whole.output_text);
+      assert.ok(completed, 'no response.completed event');
+      assert.equal(completed.status, 'completed');
+      assert.equal(completed.output[0].content[0].text, text);
+      // The same counts (cached_tokens differ: the stream's prompt hits the prefix cache).
+      for (const n of ['input_tokens', 'output_tokens', 'total_tokens']) {
+        assert.equal(completed.usage[n], whole.usage[n], n);
+      }
+    });
+
+    check('responses.create() cut at max_output_tokens is incomplete', async () => {
+      const res = await client.responses.create({ model: MODEL, input: 'hi', max_output_tokens: 5 });
+      assert.equal(res.status, 'incomplete');
+      assert.equal(res.incomplete_details.reason, 'max_output_tokens');
+      assert.equal(res.usage.output_tokens, 5);
+      assert.equal(countTokens(res.output_text), 5, res.output_text);
+    });
+
     check('a wrong key raises AuthenticationError (401)', async () => {
       const wrong = clientWith('sk-bmas-000000000000-000000000000000000000000000000000000000000000000');
       await assert.rejects(
