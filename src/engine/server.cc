@@ -477,8 +477,13 @@ awaitable<void> EngineServer::HandleCompletion(HttpRequest& request, ResponseWri
         first = false;
       }
       if (ends.empty() && finish != FinishReason::kNone) {  // aborted between tokens (sleep)
-        AppendStreamChunk(ctx, std::string_view(stream.text).substr(emitted), first, finish,
-                          stream.stop_reason, out);
+        const std::string_view rest = std::string_view(stream.text).substr(emitted);
+        if (!responses) {
+          AppendStreamChunk(ctx, rest, first, finish, stream.stop_reason, out);
+        } else if (!rest.empty()) {  // the Responses stream ends with its own events below
+          events.Delta(rest, out);
+        }
+        emitted = stream.text.size();
         first = false;
       }
       if (!co_await writer.SendChunk(out)) co_return;  // client gone: the request is aborted

@@ -372,19 +372,25 @@ class Model {
   void Relayout(double now) {
     RelayoutInput input;
     std::vector<int> group_by_input;
+    std::vector<bool> busy(groups_.size(), false);  // a job holds its GPU or a slice of it
+    for (const NodeState& p : nodes_) {
+      if (p.group >= 0 && p.free < p.total) busy[p.group] = true;
+    }
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (active_[g] < 0) continue;  // changing now
       const int node = groups_[g].nodes[active_[g]];
       input.gpus.push_back(FlexGpu{.node = cluster_.nodes[node].name,
                                    .gpu = cluster_.nodes[node].gpus.first_index,
                                    .layout = groups_[g].layouts[active_[g]],
-                                   .busy = IsBusyGroup(static_cast<int>(g)),
+                                   .busy = busy[g],
                                    .changed_at = changed_at_[g]});
       group_by_input.push_back(static_cast<int>(g));
     }
     for (const NodeState& p : nodes_) {
-      const bool idle_flex = p.group >= 0 && (active_[p.group] < 0 || !IsBusyGroup(p.group));
-      if (!idle_flex) input.free_elsewhere[p.pool.type.empty() ? kWholeGpu : p.pool.type] += p.free;
+      // An idle flexible GPU's capacity is the policy's to choose; a busy one's free slices
+      // count as free elsewhere.
+      if (p.group >= 0 && !busy[p.group]) continue;
+      input.free_elsewhere[p.pool.type.empty() ? kWholeGpu : p.pool.type] += p.free;
     }
     for (ModelJob* j : PendingByPriority(now)) {
       if (j->shape.nodes != 1 || !TouchesFlexGpus(*j)) continue;
@@ -423,13 +429,6 @@ class Model {
     for (NodeState& p : nodes_) {
       if (p.pool.node == groups_[g].nodes[layout]) p.total = p.free = p.pool.capacity;
     }
-  }
-
-  bool IsBusyGroup(int g) const {
-    const int node = groups_[g].nodes[active_[g]];
-    return std::any_of(nodes_.begin(), nodes_.end(), [&](const NodeState& p) {
-      return p.pool.node == node && p.free < p.total;
-    });
   }
 
   // Whether some layout of a flexible GPU has what `j` asks for.

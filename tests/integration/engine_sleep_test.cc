@@ -21,6 +21,7 @@ namespace bmas::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr std::string_view kModel = "meta-llama/Llama-3.1-8B-Instruct";
 
@@ -123,6 +124,28 @@ TEST_F(EngineSleepTest, AsleepRefusesRequestsAndWakesWithAnEmptyPrefixCache) {
   EXPECT_EQ(SleepState("awake"), 1);
   EXPECT_EQ(CachedTokens(prompt), 0) << "sleep freed the KV cache and its prefixes";
   EXPECT_EQ(CachedTokens(prompt), (2000 - 1) / 16 * 16);
+}
+
+// A Responses stream in flight when the engine sleeps ends in its own typed events, with no
+// chat chunk and no [DONE] among them.
+TEST_F(EngineSleepTest, AResponsesStreamInFlightEndsInItsOwnEvents) {
+  ASSERT_NO_FATAL_FAILURE(StartEngine({{"VLLM_SERVER_DEV_MODE", "1"}}));
+  auto stream = SseStream::Open(
+      engine_->port(), "/v1/responses",
+      fmt::format(R"({{"model":{},"input":{},"max_output_tokens":2000,"stream":true}})",
+                  Quote(kModel), Quote(PromptOfTokens(20, 3000))));
+  ASSERT_TRUE(stream) << stream.error().message;
+  auto first = (*stream)->Next();
+  ASSERT_TRUE(first && first->has_value());
+  EXPECT_EQ(Call(http::verb::post, "/sleep").status, 200);
+  auto rest = (*stream)->ReadAll();
+  ASSERT_TRUE(rest) << rest.error().message;
+  ASSERT_FALSE(rest->empty()) << (*stream)->raw_body();
+  for (const std::string& data : *rest) {
+    EXPECT_THAT(data, HasSubstr(R"("type":"response.)")) << (*stream)->raw_body();
+    EXPECT_THAT(data, Not(HasSubstr("choices")));
+  }
+  EXPECT_THAT(rest->back(), HasSubstr(R"("usage")"));
 }
 
 TEST_F(EngineSleepTest, ACompletionInFlightIsAnsweredWithFinishReasonAbort) {
