@@ -18,6 +18,8 @@ packages=(
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Timetable floors in the site's local time: the tz database and a C++ reader of it.
+  libhowardhinnant-date-dev tzdata
   # The fuzz build (make fuzz): clang 14, and compiler-rt's libFuzzer and sanitizer runtimes.
   clang libclang-rt-14-dev
   curl procps python3 openssl

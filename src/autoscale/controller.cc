@@ -122,8 +122,23 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
   for (const Deployment& d : input.deployments) {
     deployed.insert(d.model);
     std::vector<Seen>& seen = by_model[d.model];
+    // The floor now: min_replicas, raised by a timetable floor that is (or is about to be) in
+    // force.
+    const int min_now = EffectiveMinReplicas(d, settings.timezone, now, settings.timetable_lead);
+    if (auto [last, fresh] = memory.last_min.try_emplace(d.model, d.min_replicas);
+        last->second != min_now) {
+      plan.log.push_back(
+          min_now > d.min_replicas
+              ? fmt::format("{}: timetable floor of {} replica(s) in force (from {:.0f} s before "
+                            "its start, time zone {})",
+                            d.model, min_now, settings.timetable_lead.count(),
+                            settings.timezone.name())
+              : fmt::format("{}: timetable floor ended; the floor is min {} again", d.model,
+                            d.min_replicas));
+      last->second = min_now;
+    }
     AutoscaleSettings a;
-    a.min_replicas = d.min_replicas;
+    a.min_replicas = min_now;
     a.max_replicas = d.max_replicas;
     a.ttft_slo_ms = d.ttft_slo_ms;
     a.max_in_flight_per_replica = settings.max_in_flight_per_replica;
@@ -151,7 +166,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       // Without the gateway's view, hold what runs (and the floor): no load-based change.
       int counted = 0;
       for (const ReplicaSnapshot& r : snap.replicas) counted += r.state != ReplicaState::kDraining;
-      decision.target_replicas = std::max(counted, d.min_replicas);
+      decision.target_replicas = std::max(counted, min_now);
       decision.drain.clear();
       decision.reason = "the gateway's /load cannot be read; keeping the replicas as they are";
     }
@@ -180,7 +195,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       if (static_cast<int>(chosen.size()) < over) {
         // Only as many floor replicas as are above the floor.
         const int floor_over = std::min<int>(over - static_cast<int>(chosen.size()),
-                                             std::max(0, floor_counted - d.min_replicas));
+                                             std::max(0, floor_counted - min_now));
         for (const std::string& id : ChooseDrain(floors, floor_over)) chosen.push_back(id);
       }
       for (const std::string& id : chosen) {
@@ -210,7 +225,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
                                        settings.port_base + settings.port_count - 1));
         break;
       }
-      const bool floor = floor_counted < d.min_replicas;
+      const bool floor = floor_counted < min_now;
       floor_counted += floor;
       plan.submits.push_back({d.model, *port, floor});
     }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "autoscale/autoscaler.h"
+#include "autoscale/timetable.h"
 #include "common/clock.h"
 #include "slurm/slurm_json.h"
 #include "store/store.h"
@@ -42,6 +43,12 @@ struct ControllerSettings {
   Duration scale_down_step{60};
   Duration load_window{60};    // AutoscaleSettings::load_window
   Duration breach_settle{30};  // AutoscaleSettings::breach_settle
+  // Deployments' timetable floors (autoscale/timetable.h): their times are local to `timezone`,
+  // and each is kept from `timetable_lead` before its start to its end. While one is in force
+  // it raises the deployment's min: its replicas go to the floor partition; when it ends they
+  // are ordinary replicas above the floor, drained by the idle rules.
+  TimeZone timezone;
+  Duration timetable_lead = kDefaultTimetableLead;
 };
 
 // What the gateway reports of one backend (its /load).
@@ -82,6 +89,7 @@ struct ControllerMemory {
   std::map<int64_t, TimePoint> draining;     // job -> since
   std::map<int64_t, TimePoint> ready_since;  // job -> when the gateway first saw it healthy
   std::map<std::string, int> last_target;    // model -> target, to log changes
+  std::map<std::string, int> last_min;       // model -> min with its timetable, to log changes
   // Replica jobs that failed (not preempted, not cancelled): submissions of that model wait
   // 5 s, doubling to 5 min, so a replica that cannot start is not resubmitted every pass.
   std::set<int64_t> failed_seen;

@@ -163,5 +163,69 @@ TEST_F(ControllerTest, AReplicaJobThatFailsIsNotResubmittedEveryPass) {
   EXPECT_EQ(PlanPass(settings_, in, T(1021), memory_).submits.size(), 1u);
 }
 
+TEST_F(ControllerTest, ATimetableFloorStartsLeadEarlyOnTheFloorPartitionAndEndsIntoTheIdleRules) {
+  constexpr double kNine = 1795996800 + 9 * 3600;  // Mon 2026-11-30 09:00 UTC
+  constexpr double kNoon = kNine + 3 * 3600;
+  Deployment d{.model = "m", .min_replicas = 1, .max_replicas = 4};
+  d.timetable = {{0x1f, 9 * 60, 12 * 60, 3}};  // Mon-Fri 09:00-12:00 min=3
+  ControllerInput in = In({d}, {Job(1, "m", 18100, "RUNNING", "inference_floor")});
+  in.backends[Url(18100)] = BackendView{.healthy = true};
+  EXPECT_TRUE(PlanPass(settings_, in, T(kNine - 122), memory_).submits.empty());
+  // The lead (120 s by default): two more floor replicas, not preemptible.
+  ControllerPlan plan = PlanPass(settings_, in, T(kNine - 120), memory_);
+  ASSERT_EQ(plan.submits.size(), 2u);
+  EXPECT_TRUE(plan.submits[0].floor);
+  EXPECT_TRUE(plan.submits[1].floor);
+  ASSERT_FALSE(plan.log.empty());
+  EXPECT_NE(plan.log[0].find("timetable floor of 3 replica(s) in force"), std::string::npos)
+      << plan.log[0];
+  for (int port : {18101, 18102}) {
+    in.jobs.push_back(Job(port - 18099, "m", port, "RUNNING", "inference_floor", "oss02"));
+    in.backends[Url(port)] = BackendView{.healthy = true};
+  }
+  // Idle all morning: the floor holds them.
+  for (double t = kNine - 118; t < kNoon; t += 10) {
+    plan = PlanPass(settings_, in, T(t), memory_);
+    EXPECT_TRUE(plan.submits.empty()) << t;
+    EXPECT_TRUE(plan.cancels.empty()) << t;
+    for (const ReplicaRecord& r : plan.replicas) EXPECT_EQ(r.state, ReplicaState::kReady) << t;
+  }
+  // At noon they are replicas above the floor: drained one at a time by the idle rules.
+  std::vector<int64_t> drained;
+  bool ended_logged = false;
+  for (double t = kNoon; t < kNoon + 1200; t += 2) {
+    plan = PlanPass(settings_, in, T(t), memory_);
+    for (const std::string& line : plan.log) {
+      ended_logged |= line.find("timetable floor ended") != std::string::npos;
+    }
+    for (const ReplicaRecord& r : plan.replicas) {
+      if (r.state == ReplicaState::kDraining &&
+          std::find(drained.begin(), drained.end(), r.job_id) == drained.end()) {
+        drained.push_back(r.job_id);
+        in.backends[r.url].draining = true;
+      }
+    }
+    for (int64_t id : plan.cancels) {
+      std::erase_if(in.jobs, [&](const JobInfo& j) { return j.id == id; });
+    }
+  }
+  EXPECT_TRUE(ended_logged);
+  EXPECT_EQ(drained.size(), 2u);
+  EXPECT_EQ(in.jobs.size(), 1u);
+}
+
+TEST_F(ControllerTest, ATimetableFloorIsReadInTheControllersTimeZone) {
+  auto berlin = TimeZone::Named("Europe/Berlin");
+  ASSERT_TRUE(berlin) << berlin.error().message;
+  settings_.timezone = *berlin;
+  settings_.timetable_lead = Duration(0);
+  Deployment d{.model = "m", .min_replicas = 0, .max_replicas = 2};
+  d.timetable = {{0x1f, 9 * 60, 12 * 60, 2}};
+  ControllerInput in = In({d}, {});
+  // Mon 2026-11-30 08:00 UTC is 09:00 in Berlin (CET).
+  EXPECT_TRUE(PlanPass(settings_, in, T(1795996800 + 8 * 3600 - 2), memory_).submits.empty());
+  EXPECT_EQ(PlanPass(settings_, in, T(1795996800 + 8 * 3600), memory_).submits.size(), 2u);
+}
+
 }  // namespace
 }  // namespace bmas::autoscale

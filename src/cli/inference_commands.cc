@@ -9,10 +9,13 @@
 #include <fmt/format.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <toml++/toml.h>
 
 #include "autoscale/replica_job.h"
+#include "autoscale/timetable.h"
 #include "cli/slurm_target.h"
 #include "cli/user_commands.h"
+#include "common/config_table.h"
 #include "common/json_object.h"
 #include "core/job_shape.h"
 #include "daemon/secret.h"
@@ -29,7 +32,47 @@ std::string ReplicaGpus(const Deployment& d) {
              : fmt::format("{} MIG slice{} {}", d.gpus_per_replica, plural, d.gpu_slice);
 }
 
+// "; timetable Mon-Fri 09:00-12:00 min=3, Sat 10:00-12:00 min=1", or "".
+std::string TimetableText(const Deployment& d) {
+  std::string out;
+  for (const TimetableFloor& f : d.timetable) {
+    out += fmt::format("{}{}", out.empty() ? "; timetable " : ", ",
+                       autoscale::FormatTimetableFloor(f));
+  }
+  return out;
+}
+
 }  // namespace
+
+Result<std::vector<TimetableFloor>> ReadDeployTimetable(const std::vector<std::string>& floors,
+                                                        const std::string& file) {
+  std::vector<TimetableFloor> out;
+  for (const std::string& text : floors) {
+    auto f = autoscale::ParseTimetableFloor(text);
+    if (!f) return InvalidArgument("--timetable: " + f.error().message, "timetable");
+    out.push_back(*f);
+  }
+  if (file.empty()) return out;
+  try {
+    const toml::table doc = toml::parse_file(file);
+    ConfigTable root(doc, file, "");
+    if (auto d = root.Table("deployment")) {
+      for (const TimetableFloor& f : autoscale::ReadTimetable(*d, "timetable")) out.push_back(f);
+      d->RejectUnknownKeys();
+    }
+    root.RejectUnknownKeys();
+  } catch (const toml::parse_error& e) {
+    return InvalidArgument(fmt::format("--timetable-file {}:{}: {}", file,
+                                       e.source().begin.line, e.description()),
+                           "timetable");
+  } catch (const ConfigError& e) {
+    return InvalidArgument(fmt::format("--timetable-file {} (it holds only "
+                                       "[[deployment.timetable]] tables)",
+                                       e.what()),
+                           "timetable");
+  }
+  return out;
+}
 
 void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* inference = app.add_subcommand(
@@ -71,6 +114,14 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       "--command", flags_.command,
       "The replica's command; {model} {port} {gpus} {profile} {host} {bmas} are replaced. "
       "Default: bmas engine (simulated); for vLLM see the README");
+  deploy_->add_option("--timetable", timetable_,
+                      "A weekly floor above --min, in the controller's local time: "
+                      "\"Mon-Fri 09:00-12:00 min=3\"; repeat for more (the highest in force "
+                      "holds). Its replicas start 120 s ahead (controller --timetable-lead)");
+  deploy_->add_option("--timetable-file", timetable_file_,
+                      "TOML with [[deployment.timetable]] days = \"Mon-Fri\", from = \"09:00\", "
+                      "to = \"12:00\", min = 3")
+      ->check(CLI::ExistingFile);
   deploy_->add_flag("--if-missing", if_missing_,
                     "Leave a deployment of MODEL that exists as it is (what `bmas up` does)");
   deploy_->callback([this, &global] { global.exit_code = Deploy(global); });
@@ -112,6 +163,14 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
                          "Seconds a TTFT breach waits for a replica that just became ready")
       ->check(CLI::Range(0.0, 3600.0))
       ->default_str("30");
+  controller->add_option("--timezone", timezone_,
+                         "The tz database zone of deployments' timetable floors (Europe/Berlin); "
+                         "default: the machine's ($TZ, else /etc/localtime)");
+  controller->add_option("--timetable-lead", timetable_lead_s_,
+                         "Seconds before a timetable floor's start that its replicas start (a "
+                         "cold start's time)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->default_str("120");
   controller->add_flag("--cancel-on-exit", cancel_on_exit_,
                        "Cancel every replica job on SIGTERM/SIGINT (as `bmas up` stops)");
   controller->callback([this, &global] { global.exit_code = Controller(global); });
@@ -141,6 +200,10 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   o.settings.scale_down_idle = Duration(scale_down_idle_s_);
   o.settings.load_window = Duration(load_window_s_);
   o.settings.breach_settle = Duration(breach_settle_s_);
+  auto zone = autoscale::TimeZone::Named(timezone_);
+  if (!zone) return ReportFailure("inference controller", zone.error());
+  o.settings.timezone = *zone;
+  o.settings.timetable_lead = Duration(timetable_lead_s_);
   o.bmas = std::filesystem::read_symlink("/proc/self/exe").string();
   o.replica_dir = (std::filesystem::path(state_dir) / "replicas").string();
   std::error_code ec;
@@ -170,6 +233,12 @@ int InferenceCommands::Deploy(GlobalOptions& global) {
   if (auto valid = autoscale::ValidateDeployment(flags_); !valid) {
     return ReportFailure("inference deploy", valid.error());
   }
+  auto timetable = ReadDeployTimetable(timetable_, timetable_file_);
+  if (!timetable) return ReportFailure("inference deploy", timetable.error());
+  flags_.timetable = std::move(*timetable);
+  if (auto valid = autoscale::ValidateTimetable(flags_.timetable, flags_.max_replicas); !valid) {
+    return ReportFailure("inference deploy", valid.error());
+  }
   auto store = OpenStateStore(global);
   if (!store) return ReportFailure("inference deploy", store.error());
   if (if_missing_) {
@@ -185,11 +254,12 @@ int InferenceCommands::Deploy(GlobalOptions& global) {
   if (auto put = (*store)->PutDeployment(flags_); !put) {
     return ReportFailure("inference deploy", put.error());
   }
-  fmt::print("deployed {}: {} to {} replicas of {}{}; `bmas up` runs them as Slurm jobs "
+  fmt::print("deployed {}: {} to {} replicas of {}{}{}; `bmas up` runs them as Slurm jobs "
              "in the inference partition (see `bmas inference list`)\n",
              flags_.model, flags_.min_replicas, flags_.max_replicas, ReplicaGpus(flags_),
              flags_.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 under {} ms", flags_.ttft_slo_ms)
-                                    : std::string());
+                                    : std::string(),
+             TimetableText(flags_));
   return 0;
 }
 
@@ -203,6 +273,12 @@ std::string DeploymentsJson(const std::vector<Deployment>& deployments,
     Member(w, "gpu_slice", d.gpu_slice);
     Member(w, "profile", d.profile);
     Member(w, "ttft_slo_ms", d.ttft_slo_ms);
+    ObjectsMember(w, "timetable", d.timetable, [&](const TimetableFloor& f) {
+          Member(w, "days", autoscale::FormatDays(f.days));
+          Member(w, "from", autoscale::FormatMinute(f.from_minute));
+          Member(w, "to", autoscale::FormatMinute(f.to_minute));
+      Member(w, "min", f.min);
+    });
     auto its = [&](const ReplicaRecord& r) { return r.model == d.model; };
     ObjectsMemberWhere(w, "replicas", replicas, its, [&](const ReplicaRecord& r) {
       Member(w, "job_id", r.job_id);
@@ -231,9 +307,10 @@ int InferenceCommands::List(GlobalOptions& global) {
     return 0;
   }
   for (const Deployment& d : *deployments) {
-    fmt::print("{}: min {} max {}, {} per replica, profile {}{}\n", d.model,
+    fmt::print("{}: min {} max {}, {} per replica, profile {}{}{}\n", d.model,
                d.min_replicas, d.max_replicas, ReplicaGpus(d), d.profile,
-               d.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 SLO {} ms", d.ttft_slo_ms) : "");
+               d.ttft_slo_ms > 0 ? fmt::format(", TTFT p95 SLO {} ms", d.ttft_slo_ms) : "",
+               TimetableText(d));
     bool any = false;
     for (const ReplicaRecord& r : *replicas) {
       if (r.model != d.model) continue;

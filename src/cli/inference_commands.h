@@ -1,11 +1,13 @@
 #pragma once
 
 // `bmas inference deploy MODEL [--min N] [--max N] [--gpus-per-replica G] [--profile P]
-// [--ttft-slo-ms X] [--command TEMPLATE]`, `bmas inference list [--json]`,
+// [--ttft-slo-ms X] [--command TEMPLATE] [--timetable "Mon-Fri 09:00-12:00 min=3"]...
+// [--timetable-file FILE]`, `bmas inference list [--json]`,
 // `bmas inference remove MODEL`: the deployments the controller in `bmas up` keeps running as
 // Slurm jobs.
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +31,8 @@ class InferenceCommands {
   CLI::App* deploy_ = nullptr;
   bool json_ = false;
   bool if_missing_ = false;
+  std::vector<std::string> timetable_;  // --timetable, repeated
+  std::string timetable_file_;          // --timetable-file: [[deployment.timetable]] in TOML
   // `bmas inference controller`.
   std::string gateway_;
   double interval_s_ = 2;
@@ -38,7 +42,14 @@ class InferenceCommands {
   double scale_down_idle_s_ = 300;
   double load_window_s_ = 60;
   double breach_settle_s_ = 30;
+  std::string timezone_;           // --timezone; "" = the machine's
+  double timetable_lead_s_ = 120;  // --timetable-lead
 };
+
+// The timetable of `bmas inference deploy`: its --timetable floors, then those of
+// --timetable-file's [[deployment.timetable]] tables (the file's other keys are refused).
+Result<std::vector<TimetableFloor>> ReadDeployTimetable(const std::vector<std::string>& floors,
+                                                        const std::string& file);
 
 // The JSON array `bmas inference list --json` prints.
 std::string DeploymentsJson(const std::vector<Deployment>& deployments,

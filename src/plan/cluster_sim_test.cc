@@ -5,6 +5,7 @@
 
 #include <rapidjson/document.h>
 
+#include <cstdio>
 #include <string>
 
 #include "engine/timing.h"
@@ -144,6 +145,40 @@ TEST(InferenceSimTest, ReplicasFollowLoadAndYieldToTrainingWithoutLosingAStream)
     resumed += q.resumed;
   }
   EXPECT_EQ(resumed, r.resumed_streams);
+}
+
+// The ramp: 1,000 students open their notebooks at 10:00 on a floor of one, and the replicas
+// the load calls for need their start-up while requests queue. A timetable floor for the lab
+// (the same autoscale::TimetableFloorAt the controller applies), started its lead early, has
+// them serving at 10:00: fewer of the ramp's requests miss the TTFT objective.
+TEST(InferenceSimTest, ATimetableFloorAtTheLabStartCutsTheRampsTtftBreaches) {
+  auto ramp_breaches = [](bool timetable) {
+    Scenario s = Parse(kLab);
+    s.cohorts[0].count = 1000;
+    s.policies.autoscale.min_replicas = 1;
+    s.policies.autoscale.max_replicas = 8;
+    s.policies.autoscale.max_in_flight_per_replica = 2;
+    s.policies.queue_timeout_s = 3600;
+    if (timetable) s.policies.timetable = {{0x01, 10 * 60, 12 * 60, 6}};  // Mon 10:00-12:00 min=6
+    const std::vector<SessionPlan> sessions = GenerateSessions(s);
+    const InferenceResult r = RunInference(s, Llama(), sessions, {{0, 7}}, {.horizon_s = 86400});
+    int breaches = 0, ramp = 0;
+    for (const RequestRecord& q : r.requests) {
+      if (q.sent >= 10 * 3600 + 600) continue;  // the first ten minutes
+      ++ramp;
+      breaches += q.failed || q.ttft > s.slo.ttft_p95_s;
+    }
+    EXPECT_GT(ramp, 100);
+    return breaches;
+  };
+  const int without = ramp_breaches(false);
+  const int with = ramp_breaches(true);
+  EXPECT_GT(without, 0);
+  EXPECT_LT(with, without);
+  RecordProperty("ramp_ttft_breaches_without", without);
+  RecordProperty("ramp_ttft_breaches_with", with);
+  std::printf("ramp TTFT breaches (first 10 min): %d without a timetable floor, %d with\n",
+              without, with);
 }
 
 TEST(ClusterSimTest, TheSameSeedGivesTheSameReport) {

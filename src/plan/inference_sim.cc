@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "autoscale/autoscaler.h"
+#include "autoscale/timetable.h"
 #include "engine/engine_core.h"
 #include "engine/tokenizer.h"
 #include "gateway/admission.h"
@@ -27,6 +28,8 @@ using engine::TokenId;
 constexpr size_t kBlockTokens = 16;
 // How long the TTFT p95 the controller reads looks back.
 constexpr double kTtftWindow = 60;
+// The simulated week's Monday 00:00 as a unix time in UTC (1970-01-05), for timetable floors.
+constexpr double kSimMonday = 4 * 86400;
 
 enum class Kind { kSend, kEnter, kStepEnd, kReady, kSlots, kControl };
 
@@ -477,6 +480,7 @@ class Sim {
     snap.queued = static_cast<int>(admission_.queued(scenario_.engine.model));
     snap.oldest_queued_wait = Duration{admission_.OldestWait(scenario_.engine.model, now_)};
     snap.ttft_p95_ms = TtftP95();
+    autoscale_.min_replicas = MinReplicasAt(now_);
     const autoscale::AutoscaleDecision d = DecideReplicas(autoscale_, snap, TimePoint{now_}, memory_);
     int current = 0;
     for (const auto& r : snap.replicas) current += r.state != ReplicaState::kDraining;
@@ -491,6 +495,18 @@ class Sim {
       }
     }
     FitToSlots();
+  }
+
+  // The floor at `t`: min_replicas, raised by a timetable floor in force (from its lead on), as
+  // autoscale::EffectiveMinReplicas has the controller do. The replicas it adds run in the slots
+  // training leaves and are chosen to drain only once it ends; unlike the controller's (in the
+  // floor partition), the model lets training preempt them, as training's schedule comes first.
+  int MinReplicasAt(double t) const {
+    const Policies& p = scenario_.policies;
+    const int floor = autoscale::TimetableFloorAt(p.timetable, autoscale::TimeZone(),
+                                                  TimePoint{kSimMonday + t},
+                                                  Duration{p.timetable_lead_s});
+    return std::max(p.autoscale.min_replicas, std::min(floor, autoscale_.max_replicas));
   }
 
   void Drain(int i) {

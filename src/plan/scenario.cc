@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "autoscale/timetable.h"
 #include "common/config_table.h"
 #include "core/mig.h"
 #include "core/hostlist.h"
@@ -282,6 +283,14 @@ void ReadPolicies(ConfigTable& t, const std::vector<Cohort>& cohorts, bool users
   p.floor_partition = t.String("floor_partition", p.floor_partition);
   if (auto a = t.Table("autoscale")) ReadAutoscale(*a, p.autoscale);
   p.fill_max_replicas = p.autoscale.max_replicas == 0;
+  p.timetable = autoscale::ReadTimetable(t, "timetable");
+  p.timetable_lead_s = t.Double("timetable_lead_s", p.timetable_lead_s, 0,
+                                autoscale::kMaxTimetableLead.count());
+  if (p.autoscale.max_replicas != 0) {
+    if (auto valid = autoscale::ValidateTimetable(p.timetable, p.autoscale.max_replicas); !valid) {
+      t.Invalid("timetable", valid.error().message + " (max_replicas of [policies.autoscale])");
+    }
+  }
   for (ConfigTable& r : t.TableArray("research")) {
     p.research.push_back(ReadResearch(r, cohorts, users_from_trace));
   }

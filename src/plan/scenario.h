@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "autoscale/autoscaler.h"
+#include "store/store.h"
 #include "plan/slurm_model.h"
 #include "core/cluster.h"
 #include "plan/trace.h"
@@ -148,6 +149,11 @@ struct Policies {
   // sets it, and again for another cluster, while `fill_max_replicas` says it was 0.
   autoscale::AutoscaleSettings autoscale{.min_replicas = 1, .max_replicas = 0};
   bool fill_max_replicas = true;
+  // [[policies.timetable]]: the deployment's timetable floors, as `bmas inference deploy
+  // --timetable` sets them (autoscale/timetable.h; the simulated week's times, Monday 00:00 =
+  // 0), each started `timetable_lead_s` early, as the controller does.
+  std::vector<TimetableFloor> timetable;
+  double timetable_lead_s = 120;
   std::vector<ResearchWindow> research;
   // [policies.mig]: how the layouts of the inventory's flexible GPUs follow demand.
   RelayoutModelSettings relayout;

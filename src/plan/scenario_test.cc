@@ -129,6 +129,8 @@ TEST(ScenarioTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(researchers.count, 20);
   EXPECT_EQ(researchers.inference.sessions_per_hour, InferenceBehaviour{}.sessions_per_hour);
   EXPECT_EQ(researchers.training.gpus_per_job.back().gpus, 16);
+  EXPECT_TRUE(p.timetable.empty());
+  EXPECT_EQ(p.timetable_lead_s, d.policies.timetable_lead_s);
   ASSERT_EQ(p.research.size(), 1u);
   EXPECT_THAT(p.research[0].nodes, ElementsAre("oss11", "oss12"));
   EXPECT_THAT(p.research[0].window.days, ElementsAre(5, 6));
@@ -288,7 +290,23 @@ INSTANTIATE_TEST_SUITE_P(
                 "/examples/cluster-12x4.toml has 48"},
         BadCase{"cluster = \"cluster-12x4.toml\"\n[[cohorts]]\nname = \"r\"\n"
                 "[[policies.research]]\nusers = [\"r-1\"]\nnodes = \"oss[12-13]\"\n",
-                ":4: policies.research[0].nodes: \"oss13\" is not a node of"}));
+                ":4: policies.research[0].nodes: \"oss13\" is not a node of"},
+        BadCase{"[[policies.timetable]]\ndays = \"Mon-Fry\"\nfrom = \"09:00\"\n"
+                "to = \"12:00\"\nmin = 3\n",
+                ":2: policies.timetable[0].days: 'Mon-Fry' in days \"Mon-Fry\" is not a day"},
+        BadCase{"[policies.autoscale]\nmax_replicas = 2\n[[policies.timetable]]\n"
+                "days = \"Mon\"\nfrom = \"09:00\"\nto = \"12:00\"\nmin = 3\n",
+                "policies.timetable: the timetable floor Mon 09:00-12:00 min=3 is above --max 2"}));
+
+TEST(ScenarioTest, TimetableFloorsAreReadAsTheDeploymentsAre) {
+  const Scenario s = ParseScenario(
+      "[policies]\ntimetable_lead_s = 300\n[[policies.timetable]]\ndays = \"Mon-Fri\"\n"
+      "from = \"09:00\"\nto = \"12:00\"\nmin = 3\n",
+      kSource);
+  ASSERT_EQ(s.policies.timetable.size(), 1u);
+  EXPECT_EQ(s.policies.timetable[0], (TimetableFloor{0x1f, 540, 720, 3}));
+  EXPECT_EQ(s.policies.timetable_lead_s, 300);
+}
 
 TEST(ScenarioTest, ResearchUsersMayComeFromTheTrace) {
   Scenario s = ParseScenario(

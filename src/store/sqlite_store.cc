@@ -130,6 +130,11 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE deployments ADD COLUMN gpu_slice TEXT NOT NULL DEFAULT '';
     )sql",
+    // A deployment's timetable floors: a JSON array of {"days", "from", "to", "min"} (days a
+    // bit mask, bit 0 = Monday; from and to minutes after local midnight).
+    R"sql(
+    ALTER TABLE deployments ADD COLUMN timetable TEXT NOT NULL DEFAULT '[]';
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

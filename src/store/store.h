@@ -62,6 +62,18 @@ std::string CheckWorkspaceLimits(const WorkspaceLimits& limits);
 
 // An inference deployment: one model served by replicas that run as Slurm jobs
 // (`bmas inference deploy`). The controller in `bmas up` keeps between min and max replicas.
+// One floor of a deployment's weekly timetable (autoscale/timetable.h reads, checks and applies
+// it): on `days` (bit 0 = Monday .. bit 6 = Sunday), from `from_minute` to `to_minute` (minutes
+// after the site's local midnight, from < to <= 1440), keep at least `min` replicas.
+struct TimetableFloor {
+  unsigned days = 0;
+  int from_minute = 0;
+  int to_minute = 0;
+  int min = 0;
+
+  bool operator==(const TimetableFloor&) const = default;
+};
+
 struct Deployment {
   std::string model;
   int min_replicas = 1;       // a floor that training never preempts; may be 0
@@ -74,6 +86,7 @@ struct Deployment {
   // A MIG profile ("3g.40gb"): each replica runs on gpus_per_replica slices of it rather than on
   // whole GPUs; "" = whole GPUs.
   std::string gpu_slice;
+  std::vector<TimetableFloor> timetable;  // floors above min_replicas at times of the week
 };
 
 // A replica as the controller last saw it: a Slurm job and where it listens.

@@ -293,6 +293,8 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
                .profile = "llama-3.1-8b-h100", .ttft_slo_ms = 500, .command = ""};
   ASSERT_TRUE(store_->PutDeployment(d));
   d.max_replicas = 4;
+  // Mon-Fri 09:00-12:00 min=3, Sun 20:00-24:00 min=1.
+  d.timetable = {{0x1f, 540, 720, 3}, {0x40, 1200, 1440, 1}};
   ASSERT_TRUE(store_->PutDeployment(d));  // an update, not a second row
   ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m0", .gpu_slice = "3g.40gb"}));
   auto all = store_->ListDeployments();
@@ -304,6 +306,8 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
   EXPECT_EQ((*all)[1].max_replicas, 4);
   EXPECT_EQ((*all)[1].min_replicas, 0);
   EXPECT_EQ((*all)[1].profile, "llama-3.1-8b-h100");
+  EXPECT_EQ((*all)[1].timetable, d.timetable);
+  EXPECT_TRUE((*all)[0].timetable.empty());
   EXPECT_GT((*all)[1].updated_at, 0);
 
   ASSERT_TRUE(store_->ReplaceReplicas({{11, "m1", ReplicaState::kReady, "oss01", 18100, "http://127.0.0.1:18100", 2, true, 5},
