@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -184,6 +185,19 @@ TEST_F(InferenceTest, AMinZeroDeploymentStartsAReplicaForItsFirstRequestAndAnswe
   EXPECT_TRUE(Eventually([&] { return Count("acme/cold", "ready") == 1; }, 10s));
 }
 
+
+// A timetable floor in force now (every day, all day, so whatever the machine's zone): the
+// controller keeps its replicas, as floor replicas, though no request asks for them.
+TEST_F(InferenceTest, ATimetableFloorInForceKeepsItsReplicasOnTheFloor) {
+  Bmas({"inference", "deploy", "acme/lab", "--min", "0", "--max", "2", "--profile", "instant",
+        "--timetable", "Mon-Sun 00:00-24:00 min=2"});
+  ASSERT_TRUE(Eventually([&] { return Count("acme/lab", "ready") == 2; }, 60s))
+      << Bmas({"inference", "list"}).out;
+  for (const Replica& r : Replicas()["acme/lab"]) EXPECT_TRUE(r.floor) << r.job_id;
+  std::ifstream log(state_ + "/logs/controller.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("acme/lab: timetable floor of 2 replica(s) in force"));
+}
 
 // What one client saw of its streams.
 struct ClientLog {
