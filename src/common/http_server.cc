@@ -149,16 +149,19 @@ awaitable<bool> ResponseWriter::SendError(http::status status, std::string messa
 
 awaitable<bool> ResponseWriter::StartStream(http::status status, std::string_view content_type) {
   sent_ = true;
-  http::response<http::empty_body> res{status, version_};
-  res.set(http::field::server, "bmas");
-  res.set(http::field::content_type, content_type);
-  res.set(http::field::cache_control, "no-cache");
-  res.keep_alive(keep_alive_);
-  res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
+  // By hand, as Send's head: the serializer Beast would use costs more than the write.
+  std::string out;
+  out.reserve(160 + extra_headers_.size() + content_type.size());
+  AppendHead(out, version_, status, keep_alive_);
+  AppendField(out, "Server", "bmas");
+  out += extra_headers_;
+  AppendField(out, "Content-Type", content_type);
+  AppendField(out, "Cache-Control", "no-cache");
+  AppendField(out, "Transfer-Encoding", "chunked");
+  out += "\r\n";
   beast::error_code ec;
   stream_.expires_after(write_timeout_);
-  co_await http::async_write_header(stream_, sr, net::redirect_error(use_awaitable, ec));
+  co_await net::async_write(stream_, net::buffer(out), net::redirect_error(use_awaitable, ec));
   if (ec) ok_ = false;
   co_return ok_;
 }

@@ -56,8 +56,8 @@ class ResponseWriter {
   void WatchForDisconnect(std::function<void()> on_gone);
   void StopWatching();
 
-  // A header for the whole response this writer sends (Send, SendError), named by its text:
-  // for the fields Beast has no name for (Content-Security-Policy, ...).
+  // A header for the response this writer sends (Send, SendError, StartStream), named by its
+  // text: for the fields Beast has no name for (Content-Security-Policy, Server-Timing, ...).
   void AddHeader(std::string_view name, std::string_view value) {
     extra_headers_.append(name).append(": ").append(value).append("\r\n");
   }

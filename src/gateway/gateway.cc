@@ -396,7 +396,9 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
     } else {
-      queue_wait_.Observe((env_.Now() - queued).count());
+      const double waited = (env_.Now() - queued).count();
+      queue_wait_.Observe(waited);
+      r.queue_s += waited;
     }
   }
   bool retry = false;

@@ -173,6 +173,8 @@ class Gateway {
   awaitable<Result<void>> Relay(Backend& backend, Request& request, ResponseWriter& writer);
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
+  // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
+  void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`; returns the bytes read.
   static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
                                     http::response_parser<http::buffer_body>& parser,

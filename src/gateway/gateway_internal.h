@@ -59,6 +59,7 @@ struct Gateway::Request {
   std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes of the lead
   size_t unhashed_blocks = 0;          // cache_aware: prompt blocks past the lead's
   TimePoint start;                     // from the gateway's env
+  double queue_s = 0;                  // waited for admission, over all attempts
   // A stream that reached the client: what it was sent, to resume it on another backend.
   std::optional<StreamResume> resume;
   std::string cut_reason;  // set by RelayOnce when the stream was cut and may be resumed

@@ -61,6 +61,7 @@ awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& w
 
 awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
                                            bool& stale) {
+  const TimePoint asked = env_.Now();  // upstream time, for Server-Timing, from here
   bool reused = false;
   ConnectionPool& pool = *b.pools[r.worker];
   auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
@@ -135,6 +136,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   const bool resuming = r.resume.has_value() && r.resume->resumptions() > 0;
 
   if (sse) watch();
+  if (sse && !resuming) AddServerTiming(r, asked, writer);  // a whole answer's, once it is read
   if (!sse) {
     std::string body;
     // What came with the header, often the whole response: then no watch and no more reads.
@@ -180,6 +182,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
         result = Error{ErrorCode::kInternal, message};
         co_await EndStreamWithError(writer, std::move(message));
       } else {
+        AddServerTiming(r, asked, writer);
         co_await writer.Send(status, type, std::move(body));
       }
     }
@@ -295,6 +298,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
   }
   co_return result;
+}
+
+void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const {
+  const TimePoint now = env_.Now();
+  writer.AddHeader("Server-Timing",
+                   ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()));
 }
 
 awaitable<size_t> Gateway::ReadSome(TcpStream& stream, beast::flat_buffer& buffer,

@@ -159,4 +159,10 @@ std::string WithIncludeUsage(std::string_view body) {
   return std::string(buf.GetString(), buf.GetSize());
 }
 
+std::string ServerTiming(double total_s, double queue_s, double upstream_s) {
+  const double gateway_s = std::max(0.0, total_s - queue_s - upstream_s);
+  return fmt::format("gw;dur={:.3f}, queue;dur={:.3f}, upstream;dur={:.3f}", gateway_s * 1e3,
+                     queue_s * 1e3, upstream_s * 1e3);
+}
+
 }  // namespace bmas::gateway

@@ -108,5 +108,13 @@ TEST(CharsPerTokenTest, LearnsTheRatioRepliesShow) {
   EXPECT_EQ(ratio.Estimate(0), 1);
 }
 
+TEST(ServerTimingTest, TheGatewaysTimeIsWhatTheQueueAndTheBackendLeave) {
+  EXPECT_EQ(ServerTiming(0.0155, 0.002, 0.0125),
+            "gw;dur=1.000, queue;dur=2.000, upstream;dur=12.500");
+  // Clocks read at different points never make the gateway's time negative.
+  EXPECT_EQ(ServerTiming(0.010, 0.0, 0.0100004),
+            "gw;dur=0.000, queue;dur=0.000, upstream;dur=10.000");
+}
+
 }  // namespace
 }  // namespace bmas::gateway

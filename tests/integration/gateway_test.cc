@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <regex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -603,6 +604,31 @@ TEST_F(InstantGatewayTest, NonStreamingCompletionsHaveExactUsage) {
   EXPECT_EQ(Str(At(At(At(At(c, "choices"), 0), "message"), "role")), "assistant");
   EXPECT_GT(Int(At(At(c, "usage"), "prompt_tokens")), 0);
   EXPECT_EQ(Int(At(At(c, "usage"), "completion_tokens")), 9);
+}
+
+// A relayed answer says where its time went (W3C Server Timing): the gateway's own, the fair
+// queue's and the backend's, whole or streamed.
+TEST_F(InstantGatewayTest, RelayedAnswersSayTheGatewaysOwnTimeInServerTiming) {
+  const std::regex timing(R"(gw;dur=(\d+\.\d{3}), queue;dur=(\d+\.\d{3}), upstream;dur=(\d+\.\d{3}))");
+  HttpResponse r = Post("/v1/completions", CompletionBody(PromptOfTokens(10), 4));
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::optional<std::string> whole = r.Header("Server-Timing");
+  ASSERT_TRUE(whole.has_value()) << "no Server-Timing on a whole answer";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(*whole, m, timing)) << *whole;
+  EXPECT_GT(std::stod(m[3].str()), 0) << "the backend's time is not in upstream: " << *whole;
+
+  auto s = OpenStream(key_, "/v1/completions", CompletionBody(PromptOfTokens(6), 3, kStream));
+  ASSERT_NE(s, nullptr);
+  std::optional<std::string> streamed = FindHeader(s->headers(), "Server-Timing");
+  ASSERT_TRUE(streamed.has_value()) << "no Server-Timing on a stream";
+  EXPECT_TRUE(std::regex_match(*streamed, timing)) << *streamed;
+  ASSERT_TRUE(s->ReadAll());
+
+  // Refused before any backend: no timing to give.
+  HttpResponse refused = Post("/v1/completions", R"({"prompt":"no model"})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_FALSE(refused.Header("Server-Timing").has_value());
 }
 
 TEST_F(InstantGatewayTest, StreamsAreRelayedWithUsageOnlyWhenAskedFor) {
