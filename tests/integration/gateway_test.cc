@@ -17,8 +17,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -609,7 +609,8 @@ TEST_F(InstantGatewayTest, NonStreamingCompletionsHaveExactUsage) {
 // A relayed answer says where its time went (W3C Server Timing): the gateway's own, the fair
 // queue's and the backend's, whole or streamed.
 TEST_F(InstantGatewayTest, RelayedAnswersSayTheGatewaysOwnTimeInServerTiming) {
-  const std::regex timing(R"(gw;dur=(\d+\.\d{3}), queue;dur=(\d+\.\d{3}), upstream;dur=(\d+\.\d{3}))");
+  const std::regex timing(
+      R"(gw;dur=(\d+\.\d{3}), queue;dur=(\d+\.\d{3}), upstream;dur=(\d+\.\d{3}))");
   HttpResponse r = Post("/v1/completions", CompletionBody(PromptOfTokens(10), 4));
   ASSERT_EQ(r.status, 200) << r.body;
   std::optional<std::string> whole = r.Header("Server-Timing");
