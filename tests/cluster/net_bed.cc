@@ -5,6 +5,7 @@
 
 #include "net_bed.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <pwd.h>
 #include <rapidjson/document.h>
@@ -37,18 +38,8 @@ std::string NamespaceOf(pid_t pid, const char* kind) {
   return fs::read_symlink(fmt::format("/proc/{}/ns/{}", pid, kind), ec).string();
 }
 
-// Clock ticks since boot now, as /proc/PID/stat's start times count them.
-unsigned long long TicksNow() {
-  std::ifstream uptime("/proc/uptime");
-  double seconds = 0;
-  uptime >> seconds;
-  return static_cast<unsigned long long>(seconds * static_cast<double>(sysconf(_SC_CLK_TCK)));
-}
-
-// The processes in any of `namespaces` (network or mount) that started no later than
-// `before_ticks` (0: any): a namespace's number may be given to a new one once it is gone.
-std::vector<pid_t> ProcessesIn(const std::set<std::string>& namespaces,
-                               unsigned long long before_ticks = 0) {
+// The processes in any of `namespaces` (network or mount).
+std::vector<pid_t> ProcessesIn(const std::set<std::string>& namespaces) {
   std::vector<pid_t> pids;
   if (namespaces.empty()) return pids;
   std::error_code ec;
@@ -61,7 +52,6 @@ std::vector<pid_t> ProcessesIn(const std::set<std::string>& namespaces,
         !namespaces.contains(NamespaceOf(pid, "mnt"))) {
       continue;
     }
-    if (before_ticks != 0 && ProcessStartTicks(pid) > before_ticks) continue;
     if (ProcessRunning(pid)) pids.push_back(pid);
   }
   return pids;
@@ -75,27 +65,35 @@ std::string Describe(pid_t pid) {
 }
 
 // Ends `daemons` (SIGTERM, newest first) and then, with SIGKILL, every other process in the
-// namespaces of `all` that still run. Returns what is left.
+// namespaces of `all` that still run. Returns what is left. It holds the namespaces open while
+// it works: the kernel gives a freed namespace's number to the next new one (another bed's,
+// say), and a number read again must still name the same namespace.
 std::vector<std::string> EndAll(const std::vector<DaemonProcess>& daemons,
                                 const std::vector<DaemonProcess>& all) {
   std::set<std::string> namespaces;
+  std::vector<int> held;
   for (const DaemonProcess& d : all) {
     if (!d.Runs()) continue;  // a pid recorded by a run long gone may be anyone's now
-    for (const char* kind : {"net", "mnt"}) namespaces.insert(NamespaceOf(d.pid, kind));
+    for (const char* kind : {"net", "mnt"}) {
+      const int fd = open(fmt::format("/proc/{}/ns/{}", d.pid, kind).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      held.push_back(fd);
+      namespaces.insert(NamespaceOf(d.pid, kind));
+    }
   }
   namespaces.erase("");
   for (auto it = daemons.rbegin(); it != daemons.rend(); ++it) {
     (void)StopDaemonProcess(*it, std::chrono::seconds(5));  // what resists gets SIGKILL below
   }
-  const unsigned long long now = TicksNow();
+  std::vector<std::string> left;
   for (int round = 0; round < 200; ++round) {
-    const std::vector<pid_t> left = ProcessesIn(namespaces, now);
-    if (left.empty()) return {};
-    for (pid_t pid : left) kill(pid, SIGKILL);
+    const std::vector<pid_t> in = ProcessesIn(namespaces);
+    if (in.empty()) break;
+    for (pid_t pid : in) kill(pid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  std::vector<std::string> left;
-  for (pid_t pid : ProcessesIn(namespaces, now)) left.push_back(Describe(pid));
+  for (pid_t pid : ProcessesIn(namespaces)) left.push_back(Describe(pid));
+  for (int fd : held) close(fd);
   return left;
 }
 
@@ -378,7 +376,6 @@ void NetBed::Stop() {
   if (root_.pid > 0) all.push_back(root_);
   for (const BedHost& h : hosts_) all.push_back(h.holder);
   left_ = EndAll(daemons_, all);
-  stop_ticks_ = TicksNow();
   stopped_ = true;
   if (!left_.empty()) return;
   for (const std::string& m : MountsAt(dir_)) left_.push_back("mount " + m);
@@ -390,8 +387,12 @@ void NetBed::Stop() {
 
 std::vector<std::string> NetBed::Leftovers() const {
   std::vector<std::string> left = left_;
-  const std::set<std::string> namespaces(namespaces_.begin(), namespaces_.end());
-  for (pid_t pid : ProcessesIn(namespaces, stop_ticks_)) left.push_back(Describe(pid));
+  // Before Stop, the bed's processes hold its namespaces; after it, their numbers may name
+  // others' (Stop's own check, made while it held them, is in left_).
+  if (!stopped_) {
+    const std::set<std::string> namespaces(namespaces_.begin(), namespaces_.end());
+    for (pid_t pid : ProcessesIn(namespaces)) left.push_back(Describe(pid));
+  }
   for (const std::string& m : MountsAt(dir_)) left.push_back("mount " + m);
   std::error_code ec;
   if (fs::exists(dir_, ec)) left.push_back("directory " + dir_);

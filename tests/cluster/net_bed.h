@@ -80,8 +80,9 @@ class NetBed {
   // directory. Idempotent; what it could not end is in Leftovers().
   void Stop();
 
-  // What of the bed is left: processes in its namespaces, mounts in this namespace under its
-  // directory, the directory itself. Empty after a clean Stop.
+  // What of the bed is left: processes in its namespaces (after Stop: those it found there
+  // last, while it still held them), mounts in this namespace under its directory, the
+  // directory itself. Empty after a clean Stop.
   std::vector<std::string> Leftovers() const;
 
   const std::string& dir() const { return dir_; }
@@ -108,8 +109,7 @@ class NetBed {
   std::vector<DaemonProcess> daemons_;  // in start order
   std::vector<std::string> namespaces_;
   bool stopped_ = false;
-  std::vector<std::string> left_;      // what Stop could not end or remove
-  unsigned long long stop_ticks_ = 0;  // when Stop ended; later processes are not the bed's
+  std::vector<std::string> left_;  // what Stop could not end or remove
 };
 
 // Ends what a bed recorded in `dir`/bed.json left running (processes in the namespaces of the
