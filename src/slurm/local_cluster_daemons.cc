@@ -50,6 +50,21 @@ Error DaemonFailed(const DaemonProcess& d, const std::string& what) {
                            LogTail(d.log, 15))};
 }
 
+std::vector<std::string> MungedCommand(const Account& munge, const std::string& socket,
+                                       const std::string& key, const std::string& dir) {
+  return {"setpriv",
+          fmt::format("--reuid={}", munge.uid),
+          fmt::format("--regid={}", munge.gid),
+          "--clear-groups",
+          "/usr/sbin/munged",
+          "--foreground",
+          "--socket=" + socket,
+          "--key-file=" + key,
+          "--pid-file=" + dir + "/munged.pid",
+          "--log-file=" + dir + "/munged.log",
+          "--seed-file=" + dir + "/munged.seed"};
+}
+
 Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node) {
   // Its own UTS namespace: the node's jobs see its name as the host name (OpenMPI needs
   // distinct host names).
@@ -107,13 +122,9 @@ Result<void> StartDaemons(LocalCluster& c, const Account& munge, const Cluster* 
                           std::chrono::seconds timeout) {
   const std::string munge_dir = c.root + "/munge";
   const std::string socket = munge_dir + "/munge.sock";
-  auto munged = StartDaemon(
-      c, "munged", "munged",
-      {"setpriv", fmt::format("--reuid={}", munge.uid), fmt::format("--regid={}", munge.gid),
-       "--clear-groups", "/usr/sbin/munged", "--foreground", "--socket=" + socket,
-       "--key-file=" + c.root + "/etc/munge.key", "--pid-file=" + munge_dir + "/munged.pid",
-       "--log-file=" + munge_dir + "/munged.log", "--seed-file=" + munge_dir + "/munged.seed"},
-      {}, "munged");
+  auto munged =
+      StartDaemon(c, "munged", "munged",
+                  MungedCommand(munge, socket, c.root + "/etc/munge.key", munge_dir), {}, "munged");
   if (!munged) return munged.error();
   if (!WaitFor([&] { return fs::exists(socket); }, munged->pid, std::chrono::seconds(10))) {
     return DaemonFailed(*munged, "did not create its socket");

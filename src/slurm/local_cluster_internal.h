@@ -1,6 +1,7 @@
 #pragma once
 
-// Internal to the local cluster (local_cluster*.cc): what its files share. The files, keys and
+// Internal to the local cluster (local_cluster*.cc): what its files share. The multi-host test
+// bed (tests/cluster) reuses its files, keys, munged and fake GPUs. The files, keys and
 // directories under <state_dir>/slurm and the record of what runs (local_cluster_files.cc);
 // the daemons' start, wait and stop (local_cluster_daemons.cc); accounting with MariaDB and
 // slurmdbd (local_cluster_accounting.cc).
@@ -63,6 +64,11 @@ Result<DaemonProcess> StartDaemon(LocalCluster& c, std::string name, std::string
                                 const std::string& file);
 // kUnavailable: daemon `d` `what` ("did not start listening"), with the end of its log.
 Error DaemonFailed(const DaemonProcess& d, const std::string& what);
+// munged's command line: as `munge`, in the foreground, with key file `key`, its socket at
+// `socket`, and its pid, log and seed files in `dir`. Also the multi-host test bed's
+// (tests/cluster), whose munged in each namespace takes munge's default socket.
+std::vector<std::string> MungedCommand(const Account& munge, const std::string& socket,
+                                       const std::string& key, const std::string& dir);
 // Starts node `node`'s slurmd, in a UTS namespace of its own named after it.
 Result<DaemonProcess> StartSlurmd(LocalCluster& c, const std::string& node);
 // Marks a standby layout node drained and DOWN, saying why.
