@@ -327,7 +327,8 @@ TEST_F(InferenceTest, ReplicasFollowLoadYieldToTrainingWithoutLosingAStreamAndCo
   // (issue 27; InferenceSleepTest).
   EXPECT_TRUE(Eventually([&] { return Count(model, "ready") == 1 && Count(model, "sleeping") == 2; }, 120s))
       << Bmas({"inference", "list"}).out;
-  for (const Replica& r : Replicas()[model]) EXPECT_EQ(r.floor, r.state == "ready") << r.job_id;
+  const std::vector<Replica> rested = Replicas()[model];
+  for (const Replica& r : rested) EXPECT_EQ(r.floor, r.state == "ready") << r.job_id;
 
   int streams = 0, refused = 0;
   for (const ClientLog& log : logs) {
@@ -369,7 +370,10 @@ class InferenceSleepTest : public InferenceTest {
 
   std::vector<Replica> In(const std::string& model, const std::string& state) {
     std::vector<Replica> out;
-    for (const Replica& r : Replicas()[model]) {
+    const auto all = Replicas();  // kept: a range-for over a temporary's member dangles
+    auto it = all.find(model);
+    if (it == all.end()) return out;
+    for (const Replica& r : it->second) {
       if (r.state == state) out.push_back(r);
     }
     return out;
