@@ -26,6 +26,9 @@ Counts CountReplicas(const std::vector<ReplicaSnapshot>& replicas) {
       case ReplicaState::kStarting: ++c.starting; break;
       case ReplicaState::kReady: ++c.ready; break;
       case ReplicaState::kDraining: continue;
+      // Capacity the controller may wake; not counted.
+      case ReplicaState::kSleeping:
+        continue;
     }
     c.in_flight += r.in_flight;
   }
@@ -90,7 +93,9 @@ void Smooth(const AutoscaleSettings& s, double load, TimePoint now, AutoscaleMem
 std::vector<std::string> ChooseDrain(const std::vector<ReplicaSnapshot>& replicas, int count) {
   std::vector<const ReplicaSnapshot*> candidates;
   for (const ReplicaSnapshot& r : replicas) {
-    if (r.state != ReplicaState::kDraining) candidates.push_back(&r);
+    if (r.state != ReplicaState::kDraining && r.state != ReplicaState::kSleeping) {
+      candidates.push_back(&r);
+    }
   }
   // Pending < starting < ready; fewer in flight first; the youngest first; then by id, so that
   // the choice never depends on the order the caller listed them in.

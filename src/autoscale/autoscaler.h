@@ -10,7 +10,8 @@
 // Replicas are counted by state. Pending (a Slurm job not running yet) and starting (running,
 // /health not answering: vLLM loading weights) are capacity coming: they count towards the
 // target, so a controller that calls this every 2 s never submits a second job for the load
-// the first was submitted for. Draining replicas are already leaving and count for nothing.
+// the first was submitted for. Draining replicas are already leaving and count for nothing;
+// so do sleeping ones (the controller wakes them before it submits new ones).
 //
 // The rules, in the order they are applied:
 //  1. Floor and ceiling: never fewer than min_replicas nor more than max_replicas.
@@ -123,7 +124,8 @@ AutoscaleDecision DecideReplicas(const AutoscaleSettings& settings, const ModelS
                                  TimePoint now, AutoscaleMemory& memory);
 
 // The replicas to drain to go down by `count`, in the order above (pending, starting, the
-// least loaded ready; youngest first among equals). Draining replicas are never chosen.
+// least loaded ready; youngest first among equals). Draining and sleeping replicas are never
+// chosen.
 std::vector<std::string> ChooseDrain(const std::vector<ReplicaSnapshot>& replicas, int count);
 
 }  // namespace bmas::autoscale

@@ -49,6 +49,47 @@ bool IsActiveJobState(JobState state) {
          state == JobState::kSignaling || state == JobState::kStageOut;
 }
 
+bool UsesSleepMode(const Deployment& d) {
+  return d.command.empty() || d.command.starts_with("{bmas} engine ");
+}
+
+std::optional<std::string> GpuDemandWaiting(const std::vector<JobInfo>& jobs,
+                                            const std::vector<NodeInfo>& nodes,
+                                            const std::string& partition) {
+  // The partitions that share a node with the replicas' one.
+  std::set<std::string, std::less<>> sharing = {partition};
+  for (const NodeInfo& n : nodes) {
+    if (std::find(n.partitions.begin(), n.partitions.end(), partition) == n.partitions.end()) {
+      continue;
+    }
+    sharing.insert(n.partitions.begin(), n.partitions.end());
+  }
+  static const std::set<std::string, std::less<>> kNotWaiting = {
+      "Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin"};
+  for (const JobInfo& j : jobs) {
+    if (!IsPending(j.state) || ParseReplicaJobName(j.name) || kNotWaiting.contains(j.reason) ||
+        (j.gpus <= 0 && j.shards <= 0)) {
+      continue;
+    }
+    // A job may name several partitions ("training,inference").
+    std::string_view list = j.partition;
+    while (!list.empty()) {
+      const size_t comma = std::min(list.find(','), list.size());
+      if (sharing.contains(list.substr(0, comma))) {
+        return fmt::format("job {} of {} in {} waits for GPUs ({})", j.id, j.user, j.partition,
+                           j.reason);
+      }
+      list.remove_prefix(std::min(comma + 1, list.size()));
+    }
+  }
+  return std::nullopt;
+}
+
+void ForgetSleep(ControllerMemory& memory, int64_t job) {
+  memory.sleeping.erase(job);
+  memory.sleep_after_drain.erase(job);
+}
+
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
                         TimePoint now, ControllerMemory& memory) {
   ControllerPlan plan;
@@ -81,14 +122,35 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       auto b = input.backends.find(s.url);
       const bool healthy = b != input.backends.end() && b->second.healthy;
       if (b != input.backends.end()) s.in_flight = b->second.in_flight;
-      if (healthy) {
+      auto slept = memory.sleeping.find(job.id);
+      if (slept != memory.sleeping.end() && slept->second.start_time != job.start_time) {
+        memory.sleeping.erase(slept);  // requeued and started over: awake
+        slept = memory.sleeping.end();
+      }
+      if (slept != memory.sleeping.end()) {
+        s.state = ReplicaState::kSleeping;
+        s.since = slept->second.since;
+      } else if (healthy) {
         memory.failures.erase(name->model);
         auto [it, fresh] = memory.ready_since.emplace(job.id, now);
+        if (auto w = memory.woken.find(job.id); fresh && w != memory.woken.end()) {
+          plan.log.push_back(fmt::format("{}: replica job {} serves {:.1f} s after it was woken",
+                                         name->model, job.id, (now - w->second).count()));
+        } else if (fresh) {
+          plan.log.push_back(
+              fmt::format("{}: replica job {} serves {:.1f} s after it was "
+                          "submitted (a cold start)",
+                          name->model, job.id,
+                          (now - TimePoint(static_cast<double>(job.submit_time))).count()));
+        }
+        memory.woken.erase(job.id);
         s.state = ReplicaState::kReady;
         s.since = it->second;
       } else {
         s.state = ReplicaState::kStarting;
-        s.since = TimePoint(static_cast<double>(job.start_time));
+        auto w = memory.woken.find(job.id);
+        s.since =
+            w != memory.woken.end() ? w->second : TimePoint(static_cast<double>(job.start_time));
         memory.ready_since.erase(job.id);  // a replica that went down starts over
       }
       if (job.time_limit_minutes > 0 && job.start_time > 0) {
@@ -97,6 +159,8 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       }
     } else {
       memory.ready_since.erase(job.id);
+      memory.sleeping.erase(job.id);  // requeued (preempted): it starts over awake
+      memory.woken.erase(job.id);
     }
     if (auto d = memory.draining.find(job.id); d != memory.draining.end()) {
       s.state = ReplicaState::kDraining;
@@ -107,6 +171,10 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
   // Forget jobs that ended.
   std::erase_if(memory.draining, [&](const auto& e) { return !live.contains(e.first); });
   std::erase_if(memory.ready_since, [&](const auto& e) { return !live.contains(e.first); });
+  std::erase_if(memory.sleeping, [&](const auto& e) { return !live.contains(e.first); });
+  std::erase_if(memory.woken, [&](const auto& e) { return !live.contains(e.first); });
+  std::erase_if(memory.sleep_after_drain,
+                [&](int64_t job) { return !memory.draining.contains(job); });
 
   auto next_port = [&]() -> std::optional<int> {
     for (int p = settings.port_base; p < settings.port_base + settings.port_count; ++p) {
@@ -165,7 +233,9 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     if (!input.gateway_reachable) {
       // Without the gateway's view, hold what runs (and the floor): no load-based change.
       int counted = 0;
-      for (const ReplicaSnapshot& r : snap.replicas) counted += r.state != ReplicaState::kDraining;
+      for (const ReplicaSnapshot& r : snap.replicas) {
+        counted += r.state != ReplicaState::kDraining && r.state != ReplicaState::kSleeping;
+      }
       decision.target_replicas = std::max(counted, min_now);
       decision.drain.clear();
       decision.reason = "the gateway's /load cannot be read; keeping the replicas as they are";
@@ -176,10 +246,13 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
                                      decision.reason));
       memory.last_target[d.model] = decision.target_replicas;
     }
-    // Drain: never the floor while others can go.
+    // Drain: never the floor while others can go. Sleeping replicas count for nothing here.
+    auto leaving = [](const Seen& s) {
+      return s.state == ReplicaState::kDraining || s.state == ReplicaState::kSleeping || s.retiring;
+    };
     int counted = 0, floor_counted = 0;
     for (const Seen& s : seen) {
-      if (s.state == ReplicaState::kDraining || s.retiring) continue;
+      if (leaving(s)) continue;
       ++counted;
       floor_counted += s.floor;
     }
@@ -188,7 +261,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       std::vector<ReplicaSnapshot> others, floors;
       for (size_t i = 0; i < seen.size(); ++i) {
         const Seen& s = seen[i];
-        if (s.state == ReplicaState::kDraining || s.retiring) continue;
+        if (leaving(s)) continue;
         (s.floor ? floors : others).push_back(snap.replicas[i]);
       }
       std::vector<std::string> chosen = ChooseDrain(others, std::min<int>(over, others.size()));
@@ -207,17 +280,40 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
             plan.log.push_back(fmt::format("{}: cancelling pending replica job {}", d.model, job));
           } else {
             memory.draining.emplace(job, now);
+            // Kept asleep rather than cancelled when nothing else wants its GPU.
+            const bool to_sleep = s.state == ReplicaState::kReady && !s.floor && UsesSleepMode(d) &&
+                                  !input.gpus_wanted;
+            if (to_sleep) memory.sleep_after_drain.insert(job);
             s.state = ReplicaState::kDraining;
             s.since = now;
-            plan.log.push_back(fmt::format("{}: draining replica job {} ({})", d.model, job, s.url));
+            plan.log.push_back(fmt::format("{}: draining replica job {} ({}){}", d.model, job,
+                                           s.url, to_sleep ? " to put it to sleep" : ""));
           }
         }
       }
     }
-    // Submit: the floor first; not while failures back off.
+    // Submit: the floor first; above it, wake sleeping replicas before submitting any; no
+    // submission while failures back off.
+    std::vector<Seen*> sleepers;
+    for (Seen& s : seen) {
+      if (s.state == ReplicaState::kSleeping) sleepers.push_back(&s);
+    }
     auto retry = memory.retry_at.find(d.model);
     const bool backing_off = retry != memory.retry_at.end() && now < retry->second;
-    for (int i = counted; !backing_off && i < decision.target_replicas; ++i) {
+    for (int i = counted; i < decision.target_replicas; ++i) {
+      if (floor_counted >= min_now && !sleepers.empty()) {
+        Seen& s = *sleepers.back();
+        sleepers.pop_back();
+        plan.wakes.push_back({s.job->id, d.model, s.url, s.name.port});
+        plan.log.push_back(fmt::format("{}: waking replica job {} ({}), asleep for {:.0f} s",
+                                       d.model, s.job->id, s.url, (now - s.since).count()));
+        memory.sleeping.erase(s.job->id);
+        memory.woken[s.job->id] = now;
+        s.state = ReplicaState::kStarting;
+        s.since = now;
+        continue;
+      }
+      if (backing_off) break;
       auto port = next_port();
       if (!port) {
         plan.log.push_back(fmt::format("{}: no free replica port in {}-{}", d.model,
@@ -234,9 +330,15 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
   // a deployment that was removed, are cancelled.
   for (auto& [model, seen] : by_model) {
     const bool gone = !deployed.contains(model);
-    for (const Seen& s : seen) {
+    for (Seen& s : seen) {
       if (gone) {
         plan.cancels.push_back(s.job->id);
+        continue;
+      }
+      if (s.state == ReplicaState::kSleeping && input.gpus_wanted) {
+        plan.cancels.push_back(s.job->id);
+        plan.log.push_back(fmt::format("{}: cancelling sleeping replica job {}: {}", model,
+                                       s.job->id, *input.gpus_wanted));
         continue;
       }
       if (s.state != ReplicaState::kDraining) continue;
@@ -245,7 +347,19 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       // finished what it sent.
       const bool quiet = input.gateway_reachable &&
                          (b == input.backends.end() || (b->second.draining && b->second.in_flight == 0));
-      if (quiet || now - s.since >= settings.drain_timeout) plan.cancels.push_back(s.job->id);
+      if (quiet && memory.sleep_after_drain.contains(s.job->id) && !input.gpus_wanted) {
+        // Nothing in flight: vLLM's sleep aborts no request.
+        plan.sleeps.push_back({s.job->id, model, s.url, s.name.port});
+        memory.draining.erase(s.job->id);
+        memory.sleep_after_drain.erase(s.job->id);
+        memory.sleeping[s.job->id] = {now, s.job->start_time};
+        s.state = ReplicaState::kSleeping;
+        s.since = now;
+        plan.log.push_back(
+            fmt::format("{}: putting replica job {} ({}) to sleep", model, s.job->id, s.url));
+      } else if (quiet || now - s.since >= settings.drain_timeout) {
+        plan.cancels.push_back(s.job->id);
+      }
     }
     if (gone && !seen.empty()) {
       plan.log.push_back(fmt::format("{}: deployment removed; cancelling its {} replica(s)", model,

@@ -15,6 +15,19 @@
 //
 // A replica within `replace_margin` of its job's time limit is counted by the policy as
 // leaving, so a replacement is submitted while it still serves.
+//
+// Sleep (vLLM's sleep mode, level 1; only for deployments that run `bmas engine`, see
+// UsesSleepMode): when the policy drains a ready replica above the floor and no other job waits
+// for GPUs the replicas' partition could give (GpuDemandWaiting), the replica is drained in the
+// gateway as for a cancel, and once the gateway has nothing in flight on it, it is put to sleep
+// (POST /sleep?level=1) instead of cancelled: its job keeps running and holding its GPU, the
+// gateway is not given it (state "sleeping"). Nothing is in flight when it sleeps, so vLLM's
+// sleep aborts no request. When the policy wants more replicas, sleeping ones are woken
+// (POST /wake_up, which answers once awake) before any job is submitted; a woken replica is
+// "starting" until the gateway's health check passes. A sleeping replica is never a floor one,
+// and stays preemptible: training takes its GPU as it takes an awake one's (Slurm requeues the
+// job, which then starts over awake). While a job waits for such GPUs, no replica is put to
+// sleep and sleeping ones are cancelled.
 
 #include <map>
 #include <optional>
@@ -68,6 +81,9 @@ struct ControllerInput {
   std::map<std::string, int> queued;             // per model
   std::map<std::string, double> oldest_wait_s;   // per model: the oldest queued request's wait
   std::optional<double> ttft_p95_ms;             // the gateway's, over the last pass or so
+  // Set (to a description of the job, for logs) when another job waits for GPUs the replicas'
+  // partition could give it (GpuDemandWaiting): then replicas are cancelled, not put to sleep.
+  std::optional<std::string> gpus_wanted;
 };
 
 struct ReplicaSubmit {
@@ -76,9 +92,23 @@ struct ReplicaSubmit {
   bool floor = false;
 };
 
+// A replica to put to sleep or wake: its job and the URL of its server.
+struct ReplicaCall {
+  int64_t job = 0;
+  std::string model;
+  std::string url;
+  int port = 0;
+};
+
 struct ControllerPlan {
   std::vector<ReplicaSubmit> submits;
   std::vector<int64_t> cancels;
+  // POST /sleep?level=1 to each (nothing in flight on them); on failure cancel the job and
+  // ForgetSleep it.
+  std::vector<ReplicaCall> sleeps;
+  // POST /wake_up to each, before the replicas are stored; on failure cancel the job and leave
+  // it out of the stored replicas.
+  std::vector<ReplicaCall> wakes;
   std::vector<ReplicaRecord> replicas;  // for the store, and so for the gateway
   std::vector<std::string> log;         // what changed and why
 };
@@ -95,6 +125,15 @@ struct ControllerMemory {
   std::set<int64_t> failed_seen;
   std::map<std::string, int> failures;        // model -> failures in a row
   std::map<std::string, TimePoint> retry_at;  // model -> no submission before
+  // Sleep mode: replicas draining to be put to sleep, sleeping ones (since when, and the start
+  // time of the job run that slept: a requeued job starts over awake), and woken ones (when).
+  struct Slept {
+    TimePoint since{0};
+    int64_t start_time = 0;
+  };
+  std::set<int64_t> sleep_after_drain;
+  std::map<int64_t, Slept> sleeping;
+  std::map<int64_t, TimePoint> woken;
 };
 
 // "bmas-replica:PORT:MODEL".
@@ -109,6 +148,25 @@ std::optional<ReplicaName> ParseReplicaJobName(std::string_view name);
 // Whether a Slurm job state still holds or waits for GPUs (not ended, not ending).
 // A failed replica job is one whose state IsFailure (slurm/job_state.h).
 bool IsActiveJobState(JobState state);
+
+// Whether a deployment's replicas may be put to sleep: those that run `bmas engine` (the
+// default command, or one that starts with "{bmas} engine"), whose replica jobs get
+// VLLM_SERVER_DEV_MODE=1. A real vLLM command never is: vLLM's dev-mode endpoints take no API
+// key, so they would be open to anyone who reaches the replica's port.
+bool UsesSleepMode(const Deployment& d);
+
+// The first job that waits for GPUs the replica partition `partition` could give it, described
+// for a log ("job 42 of ada in training"); nullopt when none does. A job waits when it is
+// pending for a reason other than a dependency, a begin time or a hold; it wants GPUs when it
+// asks for GPUs or GPU shards; it could be given the replicas' GPUs when one of its partitions
+// shares a node with `partition` (`nodes`' partitions). Replica jobs (ParseReplicaJobName) never
+// count.
+std::optional<std::string> GpuDemandWaiting(const std::vector<JobInfo>& jobs,
+                                            const std::vector<NodeInfo>& nodes,
+                                            const std::string& partition);
+
+// A replica that could not be put to sleep: the daemon cancels it instead.
+void ForgetSleep(ControllerMemory& memory, int64_t job);
 
 ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInput& input,
                         TimePoint now, ControllerMemory& memory);

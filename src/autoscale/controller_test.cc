@@ -80,6 +80,8 @@ TEST_F(ControllerTest, ScaleDownDrainsAReplicaAboveTheFloorAndCancelsItOnceQuiet
                            Job(2, "m", 18101, "RUNNING", "inference", "oss02"),
                            Job(3, "m", 18102, "RUNNING", "inference", "oss02")});
   for (int p : {18100, 18101, 18102}) in.backends[Url(p)] = BackendView{.healthy = true};
+  // A training job waits for GPUs: replicas are cancelled, not put to sleep.
+  in.gpus_wanted = "job 9 of ada in training waits for GPUs (Resources)";
   std::vector<int64_t> drained;
   for (double t = 1000; t < 2000; t += 2) {
     ControllerPlan plan = PlanPass(settings_, in, T(t), memory_);
@@ -99,6 +101,177 @@ TEST_F(ControllerTest, ScaleDownDrainsAReplicaAboveTheFloorAndCancelsItOnceQuiet
   ASSERT_EQ(in.jobs.size(), 1u);
   EXPECT_EQ(in.jobs[0].id, 1);
   EXPECT_EQ(drained.size(), 2u);
+}
+
+// Runs passes every 2 s from `from` to `to`, the gateway following the store as it does:
+// draining replicas drain (nothing in flight), sleeping ones are not listed, cancelled jobs end.
+// Returns the jobs put to sleep, in order.
+std::vector<int64_t> RunPasses(const ControllerSettings& settings, ControllerInput& in,
+                               ControllerMemory& memory, double from, double to,
+                               std::vector<ControllerPlan>* plans = nullptr) {
+  std::vector<int64_t> slept;
+  for (double t = from; t < to; t += 2) {
+    ControllerPlan plan = PlanPass(settings, in, T(t), memory);
+    for (const ReplicaCall& c : plan.sleeps) {
+      // Put to sleep only once the gateway drained it.
+      EXPECT_TRUE(in.backends[c.url].draining && in.backends[c.url].in_flight == 0) << c.job;
+      slept.push_back(c.job);
+    }
+    for (const ReplicaRecord& r : plan.replicas) {
+      if (r.state == ReplicaState::kDraining) in.backends[r.url].draining = true;
+      if (r.state == ReplicaState::kSleeping) in.backends.erase(r.url);
+    }
+    for (int64_t id : plan.cancels) {
+      std::erase_if(in.jobs, [&](const JobInfo& j) { return j.id == id; });
+    }
+    if (plans != nullptr) plans->push_back(std::move(plan));
+  }
+  return slept;
+}
+
+TEST_F(ControllerTest, IdleReplicasAboveTheFloorAreDrainedThenPutToSleepInsteadOfCancelled) {
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 3}},
+                          {Job(1, "m", 18100, "RUNNING", "inference_floor"),
+                           Job(2, "m", 18101, "RUNNING", "inference", "oss02"),
+                           Job(3, "m", 18102, "RUNNING", "inference", "oss02")});
+  for (int p : {18100, 18101, 18102}) in.backends[Url(p)] = BackendView{.healthy = true};
+  std::vector<ControllerPlan> plans;
+  std::vector<int64_t> slept = RunPasses(settings_, in, memory_, 1000, 2000, &plans);
+  std::sort(slept.begin(), slept.end());
+  EXPECT_EQ(slept, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(in.jobs.size(), 3u);  // still running, holding their GPUs
+  for (const ControllerPlan& p : plans) EXPECT_TRUE(p.cancels.empty() && p.submits.empty());
+  const ControllerPlan& last = plans.back();
+  ASSERT_EQ(last.replicas.size(), 3u);
+  for (const ReplicaRecord& r : last.replicas) {
+    EXPECT_EQ(r.state, r.floor ? ReplicaState::kReady : ReplicaState::kSleeping) << r.job_id;
+  }
+}
+
+TEST_F(ControllerTest, TheFloorIsNeverPutToSleep) {
+  // The floor lowered to 0: the floor partition's replica may go, but it is cancelled.
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 0, .max_replicas = 2}},
+                          {Job(1, "m", 18100, "RUNNING", "inference_floor")});
+  in.backends[Url(18100)] = BackendView{.healthy = true};
+  EXPECT_TRUE(RunPasses(settings_, in, memory_, 1000, 2000).empty());
+  EXPECT_TRUE(in.jobs.empty());
+}
+
+TEST_F(ControllerTest, ARealVllmDeploymentIsCancelledNotPutToSleep) {
+  ControllerInput in = In({Deployment{.model = "m",
+                                      .min_replicas = 0,
+                                      .max_replicas = 2,
+                                      .command = "vllm serve {model} --port {port}"}},
+                          {Job(2, "m", 18101, "RUNNING")});
+  in.backends[Url(18101)] = BackendView{.healthy = true};
+  EXPECT_TRUE(RunPasses(settings_, in, memory_, 1000, 2000).empty());
+  EXPECT_TRUE(in.jobs.empty());
+}
+
+TEST_F(ControllerTest, ABreachWakesASleepingReplicaBeforeItSubmitsAnyJob) {
+  ControllerInput in =
+      In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 2}},
+         {Job(1, "m", 18100, "RUNNING", "inference_floor"), Job(2, "m", 18101, "RUNNING")});
+  in.backends[Url(18100)] = BackendView{.healthy = true, .capacity = 64};
+  memory_.sleeping[2] = {T(900), 110};
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
+  EXPECT_EQ(plan.replicas[1].state, ReplicaState::kSleeping);
+  EXPECT_TRUE(plan.wakes.empty());
+  // Past the floor's breach_settle: a queue that waits is a breach.
+  in.backends[Url(18100)].in_flight = 64;
+  in.queued["m"] = 20;
+  in.oldest_wait_s["m"] = 10;
+  plan = PlanPass(settings_, in, T(1040), memory_);
+  ASSERT_EQ(plan.wakes.size(), 1u);
+  EXPECT_EQ(plan.wakes[0].job, 2);
+  EXPECT_EQ(plan.wakes[0].url, Url(18101));
+  EXPECT_TRUE(plan.submits.empty());
+  EXPECT_EQ(plan.replicas[1].state, ReplicaState::kStarting);  // the gateway may take it
+  // Woken, not yet healthy in the gateway: coming, so the breach submits nothing more.
+  plan = PlanPass(settings_, in, T(1042), memory_);
+  EXPECT_TRUE(plan.wakes.empty());
+  EXPECT_TRUE(plan.submits.empty());
+  EXPECT_EQ(plan.replicas[1].state, ReplicaState::kStarting);
+  in.backends[Url(18101)] = BackendView{.healthy = true};
+  plan = PlanPass(settings_, in, T(1044), memory_);
+  EXPECT_EQ(plan.replicas[1].state, ReplicaState::kReady);
+  bool logged = false;
+  for (const std::string& line : plan.log)
+    logged |= line.find("4.0 s after it was woken") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+TEST_F(ControllerTest, WakingCoversWhatItCanAndOnlyTheRestIsSubmitted) {
+  ControllerInput in =
+      In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 4}},
+         {Job(1, "m", 18100, "RUNNING", "inference_floor"), Job(2, "m", 18101, "RUNNING")});
+  in.backends[Url(18100)] = BackendView{.healthy = true, .in_flight = 64, .capacity = 64};
+  memory_.sleeping[2] = {T(900), 110};
+  in.queued["m"] = 150;  // four replicas' worth at 70%
+  in.oldest_wait_s["m"] = 10;
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
+  ASSERT_EQ(plan.wakes.size(), 1u);
+  EXPECT_EQ(plan.submits.size(), 2u);
+  for (const ReplicaSubmit& s : plan.submits) EXPECT_FALSE(s.floor);
+}
+
+TEST_F(ControllerTest, WhileTrainingWaitsNoReplicaSleepsAndSleepingOnesAreCancelled) {
+  ControllerInput in =
+      In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 3}},
+         {Job(1, "m", 18100, "RUNNING", "inference_floor"), Job(2, "m", 18101, "RUNNING")});
+  in.backends[Url(18100)] = BackendView{.healthy = true};
+  memory_.sleeping[2] = {T(900), 110};
+  in.gpus_wanted = "job 9 of ada in training waits for GPUs (Resources)";
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
+  EXPECT_EQ(plan.cancels, std::vector<int64_t>{2});
+  EXPECT_TRUE(plan.sleeps.empty());
+}
+
+TEST_F(ControllerTest, APreemptedSleepingReplicaStartsOverAwake) {
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 0, .max_replicas = 2}},
+                          {Job(2, "m", 18101, "PENDING")});
+  memory_.sleeping[2] = {T(900), 110};
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);  // requeued by Slurm
+  EXPECT_EQ(plan.replicas[0].state, ReplicaState::kPending);
+  EXPECT_FALSE(memory_.sleeping.contains(2));
+  // Started again (a new start time): a fresh engine, awake.
+  in.jobs = {Job(2, "m", 18101, "RUNNING")};
+  in.jobs[0].start_time = 990;
+  memory_.sleeping[2] = {T(900), 110};
+  plan = PlanPass(settings_, in, T(1002), memory_);
+  EXPECT_EQ(plan.replicas[0].state, ReplicaState::kStarting);
+}
+
+JobInfo Waiting(int64_t id, const std::string& partition, const std::string& reason, int gpus) {
+  JobInfo j;
+  j.id = id;
+  j.name = "train";
+  j.user = "ada";
+  j.partition = partition;
+  j.state = JobState::kPending;
+  j.reason = reason;
+  j.gpus = gpus;
+  return j;
+}
+
+TEST(GpuDemandWaitingTest, OnlyAPendingGpuJobThatCouldTakeTheReplicasNodesCounts) {
+  const std::vector<NodeInfo> nodes = {
+      NodeInfo{.name = "oss01", .partitions = {"training", "inference", "inference_floor"}},
+      NodeInfo{.name = "cpu01", .partitions = {"cpu"}}};
+  auto wanted = GpuDemandWaiting({Waiting(9, "training", "Resources", 4)}, nodes, "inference");
+  ASSERT_TRUE(wanted);
+  EXPECT_EQ(*wanted, "job 9 of ada in training waits for GPUs (Resources)");
+  EXPECT_TRUE(GpuDemandWaiting({Waiting(9, "cpu,training", "Priority", 1)}, nodes, "inference"));
+  EXPECT_FALSE(GpuDemandWaiting({Waiting(9, "training", "Dependency", 4)}, nodes, "inference"));
+  EXPECT_FALSE(GpuDemandWaiting({Waiting(9, "training", "JobHeldUser", 4)}, nodes, "inference"));
+  EXPECT_FALSE(GpuDemandWaiting({Waiting(9, "training", "Resources", 0)}, nodes, "inference"));
+  EXPECT_FALSE(GpuDemandWaiting({Waiting(9, "cpu", "Resources", 1)}, nodes, "inference"));
+  JobInfo replica = Job(3, "m", 18101, "PENDING");
+  replica.reason = "Resources";
+  EXPECT_FALSE(GpuDemandWaiting({replica}, nodes, "inference"));
+  JobInfo running = Waiting(9, "training", "None", 4);
+  running.state = JobState::kRunning;
+  EXPECT_FALSE(GpuDemandWaiting({running}, nodes, "inference"));
 }
 
 TEST_F(ControllerTest, ADrainingReplicaWithRequestsInFlightIsNotCancelledUntilTheTimeout) {

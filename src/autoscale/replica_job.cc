@@ -109,6 +109,9 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
   spec.environment = c.environment;
   spec.environment.emplace("PATH", "/usr/local/bin:/usr/bin:/bin");
   spec.environment.emplace("BMAS_REPLICA_PORT", std::to_string(c.port));
+  // `bmas engine` serves the sleep-mode endpoints only in vLLM's dev mode; it asks for the
+  // replica's API key on them. Never set for a real vLLM command (UsesSleepMode).
+  if (UsesSleepMode(d)) spec.environment.emplace("VLLM_SERVER_DEV_MODE", "1");
   spec.requeue = true;
   spec.script = "#!/bin/sh\n# A bmas inference replica. exec: Slurm's SIGTERM reaches it.\nexec " +
                 *command + "\n";

@@ -44,7 +44,9 @@ Result<std::string> ExpandReplicaCommand(std::string_view command_template,
 
 // The batch job of one replica: named ReplicaJobName(model, port), the deployment's GPUs on one
 // node, no time limit beyond the partition's, requeued when preempted. The script runs the
-// expanded command with `exec`, so that Slurm's SIGTERM reaches the replica itself.
+// expanded command with `exec`, so that Slurm's SIGTERM reaches the replica itself. A
+// deployment that runs `bmas engine` (UsesSleepMode) also gets VLLM_SERVER_DEV_MODE=1, for the
+// sleep-mode endpoints.
 Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& context);
 
 }  // namespace bmas::autoscale

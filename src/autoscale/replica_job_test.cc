@@ -52,6 +52,11 @@ TEST(ReplicaJobTest, TheCommandIsExpandedQuotedAndExecedOnOneNode) {
   EXPECT_NE(engine->script.find("exec '/usr/bin/bmas' engine --host '127.0.0.1' --port '18100'"),
             std::string::npos)
       << engine->script;
+  // Sleep mode's endpoints: dev mode for `bmas engine` only, never for a real vLLM.
+  EXPECT_EQ(engine->environment.at("VLLM_SERVER_DEV_MODE"), "1");
+  EXPECT_FALSE(spec->environment.contains("VLLM_SERVER_DEV_MODE"));
+  EXPECT_TRUE(UsesSleepMode(Deployment{.command = "{bmas} engine --port {port} --model {model}"}));
+  EXPECT_FALSE(UsesSleepMode(d));
 }
 
 // Issue 26: replicas on MIG slices. The job asks for slices of the profile on one node, and

@@ -315,9 +315,13 @@ int InferenceCommands::List(GlobalOptions& global) {
     for (const ReplicaRecord& r : *replicas) {
       if (r.model != d.model) continue;
       any = true;
-      fmt::print("  job {:<8} {:<9} {:<8} {:<26} {} GPU(s){}\n", r.job_id, ReplicaStateName(r.state),
-                 r.node.empty() ? "-" : r.node, r.url.empty() ? "-" : r.url, r.gpus,
-                 r.floor ? ", floor" : "");
+      fmt::print("  job {:<8} {:<9} {:<8} {:<26} {} GPU(s){}\n", r.job_id,
+                 ReplicaStateName(r.state), r.node.empty() ? "-" : r.node,
+                 r.url.empty() ? "-" : r.url, r.gpus,
+                 r.floor                              ? ", floor"
+                 : r.state == ReplicaState::kSleeping ? ", asleep: holds its GPU, gets no "
+                                                        "requests, woken when load rises"
+                                                      : "");
     }
     if (!any) fmt::print("  no replicas (the controller in `bmas up` starts them)\n");
   }

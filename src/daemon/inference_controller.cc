@@ -1,30 +1,120 @@
 #include "daemon/inference_controller.h"
 
+#include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <csignal>
 #include <thread>
+#include <vector>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
-#include "common/operator_auth.h"
 #include "autoscale/replica_job.h"
 #include "common/backend_identity.h"
+#include "common/http_transport.h"
+#include "common/operator_auth.h"
 #include "dashboard/history.h"
 #include "dashboard/sources.h"
 
 namespace bmas {
 
-InferenceController::InferenceController(InferenceControllerOptions options,
-                                         SlurmConnector connect, Store& store, LoadReader load,
-                                         std::function<double()> unix_now)
+InferenceController::InferenceController(InferenceControllerOptions options, SlurmConnector connect,
+                                         Store& store, LoadReader load,
+                                         std::function<double()> unix_now, ReplicaCaller call)
     : o_(std::move(options)),
       connect_(std::move(connect)),
       store_(store),
       load_(std::move(load)),
-      unix_now_(std::move(unix_now)) {}
+      unix_now_(std::move(unix_now)),
+      call_(std::move(call)) {}
+
+ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout) {
+  return [timeout](const std::string& method, const std::string& url, const std::string& path,
+                   const std::string& key) -> Result<std::string> {
+    constexpr std::string_view kScheme = "http://";
+    if (!url.starts_with(kScheme)) {
+      return Error{ErrorCode::kInvalidArgument, fmt::format("replica URL {} is not http://", url)};
+    }
+    auto endpoint = ParseRestAddress(std::string_view(url).substr(kScheme.size()));
+    if (!endpoint) return endpoint.error();
+    auto transport = NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, "the replica");
+    ClientRequest request{method, path, {}, {}};
+    if (!key.empty()) request.headers.emplace_back("Authorization", "Bearer " + key);
+    auto r = transport->RoundTrip(request);
+    if (!r) return r.error();
+    if (r->status != 200) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("replica {} answered {} to {} {}: {}", url, r->status, method, path,
+                               r->body.substr(0, 200))};
+    }
+    return std::move(r->body);
+  };
+}
+
+std::string InferenceController::KeyFor(int port) const {
+  return o_.backend_secret.empty() ? "" : DeriveBackendKey(o_.backend_secret, port);
+}
+
+void InferenceController::AdoptSleeping(const std::vector<JobInfo>& jobs,
+                                        const std::map<std::string, std::string>& node_addr,
+                                        double now) {
+  adopted_ = true;
+  for (const JobInfo& j : jobs) {
+    auto name = autoscale::ParseReplicaJobName(j.name);
+    if (!name || j.state != JobState::kRunning || j.nodes.empty()) continue;
+    auto addr = node_addr.find(j.nodes[0]);
+    const std::string host =
+        addr != node_addr.end() && !addr->second.empty() ? addr->second : j.nodes[0];
+    const std::string url = fmt::format("http://{}:{}", host, name->port);
+    auto asleep = call_("GET", url, "/is_sleeping", KeyFor(name->port));
+    if (asleep && asleep->find("true") != std::string::npos) {
+      memory_.sleeping[j.id] = {TimePoint(now), j.start_time};
+      spdlog::info("inference controller: {}: replica job {} ({}) is asleep", name->model, j.id,
+                   url);
+    }
+  }
+}
+
+void InferenceController::SleepAndWake(SlurmApi& slurm, autoscale::ControllerPlan& plan) {
+  auto give_up = [&](const autoscale::ReplicaCall& c, std::string_view what, const Error& error) {
+    spdlog::error("inference controller: {}: cannot {} replica job {}: {}; cancelling it", c.model,
+                  what, c.job, error.message);
+    autoscale::ForgetSleep(memory_, c.job);
+    memory_.woken.erase(c.job);
+    if (auto r = slurm.Cancel(c.job); !r && r.error().code != ErrorCode::kNotFound) {
+      spdlog::error("inference controller: cannot cancel replica job {}: {}", c.job,
+                    r.error().message);
+    }
+  };
+  // POST /wake_up answers once the engine is awake (seconds): the wakes run together.
+  std::vector<Result<std::string>> woke(plan.wakes.size(), std::string());
+  {
+    std::vector<std::jthread> calls;
+    for (size_t i = 0; i < plan.wakes.size(); ++i) {
+      calls.emplace_back([&, i] {
+        const autoscale::ReplicaCall& c = plan.wakes[i];
+        woke[i] = call_("POST", c.url, "/wake_up", KeyFor(c.port));
+      });
+    }
+  }
+  for (size_t i = 0; i < plan.wakes.size(); ++i) {
+    const autoscale::ReplicaCall& c = plan.wakes[i];
+    if (woke[i]) {
+      spdlog::info("inference controller: {}: replica job {} is awake", c.model, c.job);
+      continue;
+    }
+    give_up(c, "wake", woke[i].error());
+    std::erase_if(plan.replicas, [&](const ReplicaRecord& r) { return r.job_id == c.job; });
+  }
+  for (const autoscale::ReplicaCall& c : plan.sleeps) {
+    if (auto r = call_("POST", c.url, "/sleep?level=1", KeyFor(c.port)); !r) {
+      give_up(c, "put to sleep", r.error());
+      std::erase_if(plan.replicas, [&](const ReplicaRecord& x) { return x.job_id == c.job; });
+    } else {
+      spdlog::info("inference controller: {}: replica job {} is asleep", c.model, c.job);
+    }
+  }
+}
 
 Result<SlurmApi*> InferenceController::Slurm() {
   if (slurm_ == nullptr) {
@@ -48,6 +138,8 @@ Result<void> InferenceController::RunOnce() {
   }
   autoscale::ControllerInput in;
   in.deployments = std::move(*deployments);
+  // Any user's job: the service account reads them all (Slurm's PrivateData is not set).
+  in.gpus_wanted = autoscale::GpuDemandWaiting(*jobs, *nodes, o_.settings.partition);
   for (JobInfo& j : *jobs) {
     if (j.user == o_.user && autoscale::ParseReplicaJobName(j.name)) in.jobs.push_back(std::move(j));
   }
@@ -73,18 +165,18 @@ Result<void> InferenceController::RunOnce() {
   last_error_ = load ? "" : load.error().message;
 
   const double now = unix_now_();
+  if (!adopted_) AdoptSleeping(in.jobs, in.node_addr, now);
   autoscale::ControllerPlan plan =
       autoscale::PlanPass(o_.settings, in, TimePoint(now), memory_);
   for (const std::string& line : plan.log) spdlog::info("inference controller: {}", line);
+  SleepAndWake(**slurm, plan);
   for (const autoscale::ReplicaSubmit& s : plan.submits) {
     auto d = std::find_if(in.deployments.begin(), in.deployments.end(),
                           [&](const Deployment& d) { return d.model == s.model; });
     autoscale::ReplicaJobContext c{o_.bmas, o_.listen_host, s.port,
                                    s.floor ? o_.settings.floor_partition : o_.settings.partition,
                                    o_.replica_dir, o_.replica_env};
-    if (!o_.backend_secret.empty()) {
-      c.environment["VLLM_API_KEY"] = DeriveBackendKey(o_.backend_secret, s.port);
-    }
+    if (!o_.backend_secret.empty()) c.environment["VLLM_API_KEY"] = KeyFor(s.port);
     auto spec = autoscale::ReplicaJobSpec(*d, c);
     auto id = spec ? (*slurm)->Submit(*spec) : Result<int64_t>(spec.error());
     if (id) {

@@ -4,7 +4,9 @@
 // replicas running as Slurm jobs. Every interval (2 s) it reads the deployments from the store,
 // the replica jobs and nodes from Slurm, and each replica's health and load from the gateway's
 // /load; runs one pass of the pure controller (autoscale/controller.h); submits and cancels
-// jobs; and writes the replicas to the store, where the gateway picks them up within a second.
+// jobs; puts idle replicas to sleep and wakes them (POST /sleep?level=1, POST /wake_up on the
+// replica, with its API key); and writes the replicas to the store, where the gateway picks
+// them up within a second.
 // `bmas up` runs it as the service account, whose jobs the replicas are.
 
 #include <chrono>
@@ -40,11 +42,19 @@ struct InferenceControllerOptions {
 using SlurmConnector = std::function<Result<std::unique_ptr<SlurmApi>>()>;
 // The gateway's /load body.
 using LoadReader = std::function<Result<std::string>()>;
+// One request to a replica's server: `method` `path` at `url` ("http://host:port") with
+// `key` as its bearer token ("" = none); the body of a 200, else an error naming the status.
+using ReplicaCaller =
+    std::function<Result<std::string>(const std::string& method, const std::string& url,
+                                      const std::string& path, const std::string& key)>;
+// The real one: HTTP, waiting at most `timeout` for the answer.
+ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout);
 
 class InferenceController {
  public:
   InferenceController(InferenceControllerOptions options, SlurmConnector connect, Store& store,
-                      LoadReader load, std::function<double()> unix_now);
+                      LoadReader load, std::function<double()> unix_now,
+                      ReplicaCaller call = HttpReplicaCaller(std::chrono::seconds(120)));
 
   // One pass; an error names what could not be read (nothing is changed then).
   Result<void> RunOnce();
@@ -53,12 +63,21 @@ class InferenceController {
 
  private:
   Result<SlurmApi*> Slurm();
+  std::string KeyFor(int port) const;
+  // On the first pass: replicas asleep from before this controller started are known asleep.
+  void AdoptSleeping(const std::vector<JobInfo>& jobs,
+                     const std::map<std::string, std::string>& node_addr, double now);
+  // Wakes (in parallel) and puts to sleep what the plan says; a replica that fails either is
+  // cancelled, and one that failed to wake is left out of the stored replicas.
+  void SleepAndWake(SlurmApi& slurm, autoscale::ControllerPlan& plan);
 
   InferenceControllerOptions o_;
   SlurmConnector connect_;
   Store& store_;
   LoadReader load_;
   std::function<double()> unix_now_;
+  ReplicaCaller call_;
+  bool adopted_ = false;
   std::unique_ptr<SlurmApi> slurm_;
   autoscale::ControllerMemory memory_;
   // The TTFT histogram at the last pass, for the p95 of the requests since.
