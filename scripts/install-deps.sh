@@ -42,7 +42,7 @@ packages=(
 # dashboard's assets (uPlot, embedded at build time), need node and npm. A machine that already
 # has a node with its own npm (for example from NodeSource) keeps it: Debian's npm conflicts.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
-$bench && packages+=(wrk nginx)
+$bench && packages+=(wrk nginx strace linux-perf)
 
 missing=()
 for p in "${packages[@]}"; do
