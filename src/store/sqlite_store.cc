@@ -201,10 +201,7 @@ class SqliteStore final : public Store {
   }
 
   Result<void> ChangeUser(const std::string& name, const UserChange& c) override {
-    auto found = FindUser(name);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(name);
-    auto changed = store_rules::ApplyChange((*found)->limits, c);
+    auto changed = store_rules::ChangedLimits(*this, name, c);
     if (!changed) return changed.error();
     const UserLimits& l = *changed;
     const WorkspaceLimits& w = l.workspace;
@@ -262,9 +259,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::string> CreateKey(const std::string& user) override {
-    auto found = FindUser(user);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(user);
+    if (auto r = store_rules::RequireUser(*this, user); !r) return r.error();
     const store_rules::NewKey key = store_rules::MintKey();
     Statement s(db_, "INSERT INTO api_keys (id, user, secret_sha256, created_at) VALUES (?, ?, ?, ?)");
     s.Bind(1, key.id).Bind(2, user);
@@ -282,9 +277,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<KeyInfo>> ListKeys(const std::string& user) override {
-    auto found = FindUser(user);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(user);
+    if (auto r = store_rules::RequireUser(*this, user); !r) return r.error();
     Statement s(db_,
                 "SELECT id, user, created_at, revoked_at FROM api_keys WHERE user = ? "
                 "ORDER BY created_at, id");

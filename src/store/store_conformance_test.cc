@@ -1,7 +1,9 @@
 // The store conformance suite: what every Store must do, run against each one (SQLite, the
-// embedded default, and MemStore, the in-memory one for tests and simulations). A new store
-// joins by adding its factory to kStores. What is SQLite's own (its file, WAL, migrations,
-// permissions) is tested in sqlite_store_test.cc.
+// embedded default, and MemStore, the in-memory one for tests and simulations, here; and
+// PostgreSQL, against a real server, in the binary pg_store_integration_test, which builds this
+// file with BMAS_STORE_CONFORMANCE_EXTERNAL and opens its stores through
+// store_conformance.h). What is SQLite's own (its file, WAL, migrations, permissions) is tested
+// in sqlite_store_test.cc.
 
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 
 #include "store/mem_store.h"
 #include "store/store.h"
+#include "store/store_conformance.h"
 
 namespace bmas {
 namespace {
@@ -26,6 +29,14 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "memory") {
       store_ = NewMemStore();
+      return;
+    }
+    if (GetParam() != "sqlite") {
+      ASSERT_TRUE(ExternalConformanceStore()) << "no opener for the store " << GetParam();
+      auto s = ExternalConformanceStore()(
+          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      ASSERT_TRUE(s) << s.error().message;
+      store_ = std::move(*s);
       return;
     }
     dir_ = fs::temp_directory_path() /
@@ -46,8 +57,15 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
   StorePtr store_;
 };
 
+// A binary built with BMAS_STORE_CONFORMANCE_EXTERNAL="kind" runs the suite on that kind only.
+#ifdef BMAS_STORE_CONFORMANCE_EXTERNAL
+INSTANTIATE_TEST_SUITE_P(Stores, StoreConformanceTest,
+                         ::testing::Values(BMAS_STORE_CONFORMANCE_EXTERNAL),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+#else
 INSTANTIATE_TEST_SUITE_P(Stores, StoreConformanceTest, ::testing::Values("sqlite", "memory"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+#endif
 
 TEST_P(StoreConformanceTest, AddFindListUsers) {
   UserLimits limits;

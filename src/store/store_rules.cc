@@ -86,6 +86,20 @@ Result<UserLimits> ApplyChange(UserLimits l, const UserChange& c) {
   return l;
 }
 
+Result<UserLimits> ChangedLimits(Store& store, const std::string& name, const UserChange& change) {
+  auto found = store.FindUser(name);
+  if (!found) return found.error();
+  if (!*found) return NoSuchUser(name);
+  return ApplyChange((*found)->limits, change);
+}
+
+Result<void> RequireUser(Store& store, const std::string& name) {
+  auto found = store.FindUser(name);
+  if (!found) return found.error();
+  if (!*found) return NoSuchUser(name);
+  return {};
+}
+
 NewKey MintKey() {
   NewKey k;
   k.id = RandomHex(kKeyIdHex);

@@ -24,6 +24,11 @@ Result<void> CheckLimits(const UserLimits& limits);
 // `limits` with `change` applied (the fields it sets, then those it clears), checked.
 Result<UserLimits> ApplyChange(UserLimits limits, const UserChange& change);
 
+// `name`'s limits with `change` applied, read through `store`; NoSuchUser when there is none.
+Result<UserLimits> ChangedLimits(Store& store, const std::string& name, const UserChange& change);
+// NoSuchUser unless `store` has a user `name`.
+Result<void> RequireUser(Store& store, const std::string& name);
+
 // A new key: what the user is given once, its id, and what is kept of its secret.
 struct NewKey {
   std::string key;  // "sk-bmas-<id>-<secret>"
