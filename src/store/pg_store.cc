@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "store/pg_conn.h"
+#include "store/postgres_store.h"
 #include "store/store.h"
 #include "store/store_rules.h"
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "store/postgres_store.h"
 #include "store/store.h"
 
 namespace bmas {

@@ -208,19 +208,6 @@ using StorePtr = std::unique_ptr<Store>;
 // `env`'s wall time; it must outlive the store.
 Result<StorePtr> OpenSqliteStore(const std::string& path, Env& env = Env::Default());
 
-// Opens (creating and migrating as needed) the store in the PostgreSQL database at `url`
-// (postgresql://USER@HOST:PORT/DATABASE, or with ?host=/socket/dir). Safe for several processes
-// at once: migrations run under an advisory lock, one transaction each; a store newer than this
-// bmas is refused. Errors never show a password that the URL holds.
-Result<StorePtr> OpenPostgresStore(const std::string& url, Env& env = Env::Default());
-
-// Whether `url` names a PostgreSQL store (postgresql:// or postgres://).
-bool IsPostgresStoreUrl(const std::string& url);
-// `url` with any password replaced by "***", for messages and logs.
-std::string RedactStoreUrl(const std::string& url);
-// Whether `url` holds a password (user:PASSWORD@ or password=).
-bool StoreUrlHasPassword(const std::string& url);
-
 // Whether `name` is a valid Unix account name (what bmas accepts as a user name).
 bool IsValidUserName(const std::string& name);
 

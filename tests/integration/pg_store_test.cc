@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pg_server.h"
+#include "store/postgres_store.h"
 #include "store/store.h"
 #include "store/store_conformance.h"
 
