@@ -115,6 +115,16 @@ constexpr const char* kMigrations[] = {
       since BIGINT NOT NULL
     );
     )sql",
+    R"sql(
+    CREATE TABLE reservations (
+      request_id TEXT PRIMARY KEY,
+      user_name TEXT NOT NULL,
+      at BIGINT NOT NULL,
+      tokens BIGINT NOT NULL,
+      used BIGINT
+    );
+    CREATE INDEX reservations_by_user ON reservations(user_name, at);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -398,6 +408,14 @@ class PgStore final : public Store {
   }
   Result<std::vector<ReplicaRecord>> ListReplicas() override {
     return pg_internal::ListReplicas(*c_);
+  }
+
+  Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
+                              int64_t tokens, int64_t now) override {
+    return pg_internal::Reserve(*c_, request_id, user, tokens, now);
+  }
+  Result<void> Settle(const std::string& request_id, int64_t used_tokens) override {
+    return pg_internal::Settle(*c_, request_id, used_tokens);
   }
 
   int schema_version() const override { return version_; }

@@ -44,4 +44,8 @@ Result<std::vector<Deployment>> ListDeployments(Connection& c);
 Result<void> ReplaceReplicas(Connection& c, const std::vector<ReplicaRecord>& replicas);
 Result<std::vector<ReplicaRecord>> ListReplicas(Connection& c);
 
+Result<Reservation> Reserve(Connection& c, const std::string& request_id, const std::string& user,
+                            int64_t tokens, int64_t now);
+Result<void> Settle(Connection& c, const std::string& request_id, int64_t used_tokens);
+
 }  // namespace bmas::pg_internal

@@ -130,6 +130,16 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE deployments ADD COLUMN gpu_slice TEXT NOT NULL DEFAULT '';
     )sql",
+    R"sql(
+    CREATE TABLE reservations (
+      request_id TEXT PRIMARY KEY,
+      user TEXT NOT NULL,
+      at INTEGER NOT NULL,
+      tokens INTEGER NOT NULL,
+      used INTEGER
+    );
+    CREATE INDEX reservations_by_user ON reservations(user, at);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -429,6 +439,32 @@ class SqliteStore final : public Store {
   }
 
   int schema_version() const override { return version_; }
+
+  Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
+                              int64_t tokens, int64_t now) override {
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r.error();
+    auto found = FindUser(user);
+    std::optional<Reservation> answer;
+    if (found && *found) {
+      answer = sqlite_internal::Reserve(db_, request_id, user, (*found)->limits, tokens, now);
+    } else if (found) {
+      answer = Reservation{false, "user"};
+    }
+    if (!answer) {
+      Error e = found ? Fail("reserving") : found.error();
+      (void)Exec("ROLLBACK;");  // the error being returned says more
+      return e;
+    }
+    if (auto r = Exec("COMMIT;"); !r) return r.error();
+    return *answer;
+  }
+
+  Result<void> Settle(const std::string& request_id, int64_t used_tokens) override {
+    auto settled = sqlite_internal::Settle(db_, request_id, used_tokens);
+    if (!settled) return Fail("settling a reservation");
+    if (!*settled) return store_rules::NoSuchReservation(request_id);
+    return {};
+  }
 
   Result<void> PutDeployment(const Deployment& d) override {
     if (!sqlite_internal::PutDeployment(db_, d, UnixNow())) return Fail("saving a deployment");

@@ -11,7 +11,8 @@
 
 namespace bmas {
 
-// Opens a new, empty store for the test named `test`.
+// Opens the store of the test named `test`: new and empty the first time, the same store
+// again (another connection) after.
 using ConformanceStoreOpener = std::function<Result<StorePtr>(const std::string& test)>;
 
 // The opener for any kind other than "sqlite" and "memory".

@@ -100,6 +100,20 @@ Result<void> RequireUser(Store& store, const std::string& name) {
   return {};
 }
 
+Reservation Admit(const UserLimits& l, const ReservationTotals& t, int64_t tokens) {
+  if (l.rpm && t.requests_minute + 1 > *l.rpm) return {false, "rpm"};
+  if (l.tpm && t.tokens_minute + tokens > *l.tpm) return {false, "tpm"};
+  if (l.tokens_per_day && t.tokens_day + tokens > *l.tokens_per_day) {
+    return {false, "tokens_per_day"};
+  }
+  if (l.max_concurrent && t.in_flight + 1 > *l.max_concurrent) return {false, "max_concurrent"};
+  return {true, ""};
+}
+
+Error NoSuchReservation(const std::string& request_id) {
+  return NotFound(fmt::format("no reservation for request '{}'", request_id), "request_id");
+}
+
 NewKey MintKey() {
   NewKey k;
   k.id = RandomHex(kKeyIdHex);

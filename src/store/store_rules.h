@@ -29,6 +29,22 @@ Result<UserLimits> ChangedLimits(Store& store, const std::string& name, const Us
 // NoSuchUser unless `store` has a user `name`.
 Result<void> RequireUser(Store& store, const std::string& name);
 
+// What a user's admitted reservations add up to at a moment (Store::Reserve).
+struct ReservationTotals {
+  int64_t requests_minute = 0;  // reserved in the 60 s up to now
+  int64_t tokens_minute = 0;    // of those: used when settled, else reserved
+  int64_t tokens_day = 0;       // the same, over the UTC day
+  int64_t in_flight = 0;        // not settled, and younger than kStaleReservationSeconds
+};
+// A reservation unsettled for this long no longer counts as in flight.
+inline constexpr int64_t kStaleReservationSeconds = 3600;
+// Reservations older than this are deleted (they count towards no window).
+inline constexpr int64_t kKeptReservationSeconds = 2 * 86400;
+
+// Whether one more request of `tokens` fits `limits` on top of `totals`.
+Reservation Admit(const UserLimits& limits, const ReservationTotals& totals, int64_t tokens);
+Error NoSuchReservation(const std::string& request_id);
+
 // A new key: what the user is given once, its id, and what is kept of its secret.
 struct NewKey {
   std::string key;  // "sk-bmas-<id>-<secret>"

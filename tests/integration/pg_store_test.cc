@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,7 +38,15 @@ class PgEnvironment : public ::testing::Environment {
     server_ = std::move(*started);
     g_server = server_.get();
     ExternalConformanceStore() = [](const std::string& test) -> Result<StorePtr> {
-      const std::string db = NewDatabase();
+      static std::mutex mu;
+      static std::map<std::string, std::string> databases;  // by test
+      std::string db;
+      {
+        std::lock_guard lock(mu);
+        std::string& known = databases[test];
+        if (known.empty()) known = NewDatabase();
+        db = known;
+      }
       if (db.empty()) return Internal("cannot create a database for " + test);
       return OpenPostgresStore(g_server->Url(db));
     };
