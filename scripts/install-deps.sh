@@ -17,6 +17,8 @@ packages=(
   build-essential g++ cmake ninja-build ccache pkg-config git
   libboost-dev libsimdjson-dev rapidjson-dev libcli11-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libsqlite3-dev sqlite3 libssl-dev libgoogle-perftools-dev
+  # The PostgreSQL store: libpq, and the server its tests start (initdb, pg_ctl).
+  libpq-dev postgresql
   libgtest-dev libgmock-dev libbenchmark-dev
   # Timetable floors in the site's local time: the tz database and a C++ reader of it.
   libhowardhinnant-date-dev tzdata

@@ -156,7 +156,7 @@ void WriteJobMembers(JsonWriter& w, const JobInfo& j, const std::string& idle) {
 std::vector<IdleRecord> ReadIdleRecords(Services& services, const std::string& state_dir,
                                         const std::optional<std::string>& user, int64_t since) {
   const std::string path = StorePath(state_dir);
-  if (access(path.c_str(), R_OK) == 0) {
+  if (access(path.c_str(), R_OK) == 0 || (geteuid() == 0 && StoreIsOnPostgres())) {
     auto store = services.OpenStore(state_dir);
     if (store) {
       auto records = (*store)->QueryIdle(user, since);

@@ -75,7 +75,9 @@ Result<WorkspaceSettings> LimitsFor(const Config& config, Store& store, const st
 Result<WorkspaceSettings> WorkspaceLimitsFor(Services& services, const Config& config,
                                              const std::string& state_dir,
                                              const std::string& user) {
-  if (!std::filesystem::exists(StorePath(state_dir))) return config.workspace;
+  if (!StoreIsOnPostgres() && !std::filesystem::exists(StorePath(state_dir))) {
+    return config.workspace;
+  }
   auto store = services.OpenStore(state_dir);
   if (!store) return store.error();
   return LimitsFor(config, **store, user);

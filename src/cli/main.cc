@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", global.config_file,
                  "TOML config file (see examples/bmas.toml; default: $BMAS_CONFIG, else "
                  "/etc/bmas/bmas.toml when it exists)")
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile)
+      // Where the store is, for every part of this process that opens it.
+      ->each([](const std::string& path) { UseConfigForStore(path); });
   app.add_option("--state-dir", global.state_dir,
                  "Directory for all state (default: $BMAS_STATE_DIR, else the config's state_dir, "
                  "else /var/lib/bmas, the cluster's, for every user)");

@@ -154,6 +154,8 @@ bool StoreIsOthers(const std::string& state_dir) {
   // A user's own state dir (given with --state-dir or BMAS_STATE_DIR) gets its own store; the
   // cluster's is root's.
   // The service account, to which `bmas up` hands the store's directory, may make the file.
+  // In PostgreSQL, the cluster's store is root's as its file would be.
+  if (StoreIsOnPostgres()) return geteuid() != 0;
   const std::string store = StorePath(state_dir);
   const std::string store_dir = std::filesystem::path(store).parent_path().string();
   return access(store.c_str(), R_OK) != 0 &&

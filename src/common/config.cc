@@ -191,6 +191,25 @@ Config LoadConfig(const std::string& path) {
     if (t->Has("partitions")) i.partitions = t->StringArray("partitions");
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("store")) {
+    // The file is read by every user's bmas: a password in it would be theirs too.
+    const std::string& url = config.store.url = t->String("url", "");
+    if (!url.empty() && url.rfind("postgresql://", 0) != 0 && url.rfind("postgres://", 0) != 0) {
+      t->Invalid("url",
+                 "give a PostgreSQL URL: postgresql://USER@HOST:PORT/DATABASE (leave it "
+                 "out for the embedded SQLite store)");
+    }
+    const size_t at = url.find('@');
+    const size_t colon = url.find(':', url.find("://") + 3);
+    if ((at != std::string::npos && colon < at && url.find('/', url.find("://") + 3) > at) ||
+        url.find("password=") != std::string::npos) {
+      t->Invalid("url",
+                 "holds a password, and every user reads this file: remove it, and put "
+                 "it in a libpq password file that only the store's users read (passfile= "
+                 "in the URL, or ~/.pgpass), or in BMAS_STORE_URL");
+    }
+    t->RejectUnknownKeys();
+  }
   // [cluster] is the inventory: LoadCluster (core/cluster.h) reads and checks it.
   top.Table("cluster");
   top.RejectUnknownKeys();

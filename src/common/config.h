@@ -139,6 +139,13 @@ struct IdleGpuSettings {
   std::vector<std::string> partitions = {"lab"};  // where it applies
 };
 
+// Where the state store is. $BMAS_STORE_URL, when set, wins over `url`.
+struct StoreSettings {
+  // "" = the embedded SQLite store under the state dir; else a PostgreSQL URL
+  // (postgresql://USER@HOST:PORT/DATABASE) that holds no password (the file is every user's).
+  std::string url;
+};
+
 struct Config {
   std::string source;     // the file read, or "" for defaults only
   std::string state_dir;  // "" = $BMAS_STATE_DIR or the default
@@ -150,6 +157,7 @@ struct Config {
   TelemetrySettings telemetry;
   IdleGpuSettings idle;
   DashboardSettings dashboard;
+  StoreSettings store;
 };
 
 // "AB:cd:..." or "abcd..." as 64 lowercase hex digits; "" when it is not a SHA-256 fingerprint.

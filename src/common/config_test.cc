@@ -121,7 +121,21 @@ INSTANTIATE_TEST_SUITE_P(
                                     "fingerprint = \"ab\" }]\n",
                                     "lxd.peers[0].fingerprint: \"ab\" is not a SHA-256"},
                       BadConfigCase{"[lxd]\nlisten = \"10.0.0.1\"\n", "needs a port"},
+                      BadConfigCase{"[store]\nurl = \"/var/lib/bmas/x.db\"\n",
+                                    ":2: store.url: give a PostgreSQL URL"},
+                      BadConfigCase{"[store]\nurl = \"postgresql://bmas:pw@db1/bmas\"\n",
+                                    ":2: store.url: holds a password, and every user reads"},
+                      BadConfigCase{"[store]\nurl = \"postgresql://db1/bmas?password=pw\"\n",
+                                    "holds a password"},
                       BadConfigCase{"[engine\n", ":1:"}));
+
+TEST_F(ConfigFileTest, TheStoreIsSqliteUnlessAPostgresUrlIsGiven) {
+  EXPECT_EQ(LoadConfig("").store.url, "");
+  Config c = LoadConfig(Write("[store]\nurl = \"postgresql://bmas@db1:5432/bmas\"\n"));
+  EXPECT_EQ(c.store.url, "postgresql://bmas@db1:5432/bmas");
+  c = LoadConfig(Write("[store]\nurl = \"postgresql:///bmas?host=/run/postgresql&passfile=/x\"\n"));
+  EXPECT_EQ(c.store.url, "postgresql:///bmas?host=/run/postgresql&passfile=/x");
+}
 
 TEST_F(ConfigFileTest, PeersCarryTheirCertificatesFingerprint) {
   const std::string hex(64, 'a');

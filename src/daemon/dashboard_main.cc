@@ -18,6 +18,7 @@
 #include "common/json_read.h"
 #include "common/operator_auth.h"
 #include "common/serve.h"
+#include "daemon/services.h"
 #include "dashboard/assets.h"
 #include "dashboard/history.h"
 #include "dashboard/sessions.h"
@@ -153,7 +154,7 @@ class Refresher {
 
   void ReadStore(ClusterState& s) {
     if (!store_) {
-      auto opened = OpenSqliteStore(o_.store_path);
+      auto opened = OpenConfiguredStore(o_.store_path);
       if (!opened) {
         s.store_error = opened.error().message;
         Report("store", s.store_error);
@@ -303,7 +304,7 @@ class Dashboard {
   // The store for checking keys, opened again after a failure. REQUIRES: auth_mu_ held.
   Result<Store*> AuthStore() {
     if (!auth_store_) {
-      auto opened = OpenSqliteStore(o_.store_path);
+      auto opened = OpenConfiguredStore(o_.store_path);
       if (!opened) return opened.error();
       auth_store_ = std::move(*opened);
     }
@@ -461,7 +462,7 @@ class Dashboard {
 
 int RunDashboard(const DashboardOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);
-  auto store = OpenSqliteStore(options.store_path);
+  auto store = OpenConfiguredStore(options.store_path);
   if (!store) {
     fmt::print(stderr, "bmas dashboard: {}\n", store.error().message);
     return 1;

@@ -20,6 +20,7 @@
 #include "common/private_files.h"
 #include "common/serve.h"
 #include "daemon/secret.h"
+#include "daemon/services.h"
 #include "gateway/gateway.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
@@ -146,7 +147,7 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
 
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
-  auto store = OpenSqliteStore(StorePath(state_dir));
+  auto store = OpenConfiguredStore(StorePath(state_dir));
   if (!store) {
     fmt::print(stderr, "bmas gateway: {}\n", store.error().message);
     return 1;
@@ -166,7 +167,8 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     return 1;
   }
   spdlog::info("bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {}",
-               s.routing, s.fairness, o.backends.size(), s.threads, StorePath(state_dir));
+               s.routing, s.fairness, o.backends.size(), s.threads,
+               DescribeConfiguredStore(StorePath(state_dir)));
   gw.Start();
   std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
   std::vector<std::thread> threads;

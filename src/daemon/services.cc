@@ -2,8 +2,17 @@
 
 #include "daemon/services.h"
 
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "common/config.h"
+#include "common/config_table.h"
 #include "gpu/nvml.h"
 #include "lxd/lxd_client.h"
+#include "store/postgres_store.h"
 
 namespace bmas {
 namespace {
@@ -20,7 +29,7 @@ class RealServicesImpl final : public Services {
     return std::make_unique<lxd::LxdClient>(socket, timeout);
   }
   Result<StorePtr> OpenStore(const std::string& state_dir) override {
-    return OpenSqliteStore(StorePath(state_dir), env());
+    return OpenConfiguredStore(StorePath(state_dir), env());
   }
   std::unique_ptr<GpuTelemetry> Gpus(const std::string& nvml_library) override {
     return OpenNvml(nvml_library);
@@ -31,7 +40,49 @@ class RealServicesImpl final : public Services {
   }
 };
 
+std::mutex config_mu;
+std::optional<std::string> config_for_store;  // guarded by config_mu
+
 }  // namespace
+
+void UseConfigForStore(const std::string& path) {
+  std::lock_guard lock(config_mu);
+  config_for_store = path;
+}
+
+Result<std::string> ConfiguredStoreUrl() {
+  if (const char* url = std::getenv("BMAS_STORE_URL"); url != nullptr && *url != '\0') {
+    return std::string(url);
+  }
+  std::string path;
+  {
+    std::lock_guard lock(config_mu);
+    path = config_for_store.value_or(DefaultConfigPath());
+  }
+  try {
+    return LoadConfig(path).store.url;
+  } catch (const ConfigError& e) {
+    return InvalidArgument(fmt::format("cannot tell where the store is: {}", e.what()));
+  }
+}
+
+Result<StorePtr> OpenConfiguredStore(const std::string& sqlite_path, Env& env) {
+  auto url = ConfiguredStoreUrl();
+  if (!url) return url.error();
+  if (url->empty()) return OpenSqliteStore(sqlite_path, env);
+  return OpenPostgresStore(*url, env);
+}
+
+bool StoreIsOnPostgres() {
+  auto url = ConfiguredStoreUrl();
+  return url && !url->empty();
+}
+
+std::string DescribeConfiguredStore(const std::string& sqlite_path) {
+  auto url = ConfiguredStoreUrl();
+  if (!url || url->empty()) return sqlite_path;
+  return RedactStoreUrl(*url);
+}
 
 Services& RealServices() {
   static RealServicesImpl services;

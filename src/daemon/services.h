@@ -36,7 +36,7 @@ class Services {
   virtual std::unique_ptr<lxd::LxdApi> Lxd(
       const std::string& socket, std::chrono::milliseconds timeout = std::chrono::seconds(120)) = 0;
 
-  // The store of `state_dir` (StorePath), created and migrated as needed.
+  // The store of `state_dir`: OpenConfiguredStore(StorePath(state_dir)) for the real one.
   virtual Result<StorePtr> OpenStore(const std::string& state_dir) = 0;
 
   // This node's GPUs, through NVML at `nvml_library` ("" = the driver's).
@@ -47,6 +47,24 @@ class Services {
   virtual HttpTransportPtr Http(const std::string& host, uint16_t port,
                                 std::chrono::milliseconds timeout, const std::string& peer) = 0;
 };
+
+// The store's PostgreSQL URL: $BMAS_STORE_URL when set (it wins), else [store] url of the
+// config this process runs with (UseConfigForStore's, else DefaultConfigPath()'s); "" = the
+// embedded SQLite store. An error for a config file that cannot be read.
+Result<std::string> ConfiguredStoreUrl();
+// The config file given with --config, for ConfiguredStoreUrl.
+void UseConfigForStore(const std::string& path);
+
+// The one place that picks the store's class: PostgreSQL at ConfiguredStoreUrl() when one is
+// set, else SQLite at `sqlite_path` (StorePath(state_dir)). Created and migrated as needed.
+Result<StorePtr> OpenConfiguredStore(const std::string& sqlite_path, Env& env = Env::Default());
+
+// Whether the store is in PostgreSQL (a URL is configured) rather than a SQLite file, which
+// commands check for before they look at the file.
+bool StoreIsOnPostgres();
+
+// Where OpenConfiguredStore opens, for logs: the URL without its password, or the file.
+std::string DescribeConfiguredStore(const std::string& sqlite_path);
 
 // The real adapters. One per process; safe to use from any thread (each call builds anew).
 Services& RealServices();

@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "common/operator_auth.h"
 #include "common/serve.h"
+#include "daemon/services.h"
 
 namespace bmas {
 namespace {
@@ -115,7 +116,7 @@ std::vector<JobRecord> FinishedJobRecords(const std::vector<JobInfo>& jobs,
 }
 
 int RunSlurmMonitor(const SlurmMonitorOptions& options) {
-  auto store = OpenSqliteStore(options.store_path);
+  auto store = OpenConfiguredStore(options.store_path);
   if (!store) {
     fmt::print(stderr, "bmas slurm monitor: {}\n", store.error().message);
     return 1;

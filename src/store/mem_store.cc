@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string_view>
 #include <tuple>
@@ -234,6 +235,39 @@ class MemStore final : public Store {
     return out;
   }
 
+  Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
+                              int64_t tokens, int64_t now) override {
+    std::lock_guard lock(reservations_mu_);
+    if (reservations_.contains(request_id)) return Reservation{true, ""};
+    auto it = users_.find(user);
+    if (it == users_.end()) return Reservation{false, "user"};
+    std::erase_if(reservations_, [&](const auto& r) {
+      return r.second.at < now - store_rules::kKeptReservationSeconds;
+    });
+    store_rules::ReservationTotals t;
+    for (const auto& [id, r] : reservations_) {
+      if (r.user != user) continue;
+      const int64_t counted = r.used.value_or(r.tokens);
+      if (r.at > now - 60) {
+        ++t.requests_minute;
+        t.tokens_minute += counted;
+      }
+      if (r.at >= now - now % 86400) t.tokens_day += counted;
+      if (!r.used && r.at > now - store_rules::kStaleReservationSeconds) ++t.in_flight;
+    }
+    Reservation answer = store_rules::Admit(it->second.limits, t, tokens);
+    if (answer.admitted) reservations_[request_id] = Held{user, now, tokens, std::nullopt};
+    return answer;
+  }
+
+  Result<void> Settle(const std::string& request_id, int64_t used_tokens) override {
+    std::lock_guard lock(reservations_mu_);
+    auto it = reservations_.find(request_id);
+    if (it == reservations_.end()) return store_rules::NoSuchReservation(request_id);
+    if (!it->second.used) it->second.used = used_tokens;
+    return {};
+  }
+
   int schema_version() const override { return 0; }
 
  private:
@@ -246,6 +280,15 @@ class MemStore final : public Store {
   std::set<std::pair<int64_t, std::string>> backends_;  // when added, url
   std::map<std::string, Deployment> deployments_;
   std::map<int64_t, ReplicaRecord> replicas_;  // by Slurm job
+  // Reservations, by request id: the one part that threads share (a simulation's gateways).
+  struct Held {
+    std::string user;
+    int64_t at = 0;
+    int64_t tokens = 0;
+    std::optional<int64_t> used;
+  };
+  std::mutex reservations_mu_;
+  std::map<std::string, Held> reservations_;  // guarded by reservations_mu_
 };
 
 }  // namespace

@@ -1,42 +1,9 @@
 // The store's inference deployments and the controller's replica rows.
 
-#include <rapidjson/document.h>
-
-#include "common/json_object.h"
-#include "common/json_read.h"
 #include "store/sqlite_statement.h"
+#include "store/store_rules.h"
 
 namespace bmas::sqlite_internal {
-namespace {
-
-// The timetable column: [{"days": 31, "from": 540, "to": 720, "min": 3}, ...].
-std::string TimetableJson(const std::vector<TimetableFloor>& timetable) {
-  return JsonObjectArray(timetable, [](JsonWriter& w, const TimetableFloor& f) {
-    Member(w, "days", f.days);
-    Member(w, "from", f.from_minute);
-    Member(w, "to", f.to_minute);
-    Member(w, "min", f.min);
-  });
-}
-
-// A column this version cannot read (written by hand) reads as no timetable, as the controller
-// then keeps the deployment's plain min.
-std::vector<TimetableFloor> ParseTimetableJson(const std::string& text) {
-  rapidjson::Document doc;
-  std::vector<TimetableFloor> out;
-  if (doc.Parse(text.c_str()).HasParseError() || !doc.IsArray()) return out;
-  for (const rapidjson::Value& v : doc.GetArray()) {
-    auto member = [&v](const char* key) {
-      const rapidjson::Value* m = JsonMember(v, key);
-      return m != nullptr && m->IsInt() ? m->GetInt() : 0;
-    };
-    out.push_back({static_cast<unsigned>(member("days")), member("from"), member("to"),
-                   member("min")});
-  }
-  return out;
-}
-
-}  // namespace
 
 bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now) {
   Statement s(db,
@@ -51,7 +18,7 @@ bool PutDeployment(sqlite3* db, const Deployment& d, int64_t now) {
   s.Bind(1, d.model).Bind(2, int64_t{d.min_replicas}).Bind(3, int64_t{d.max_replicas});
   s.Bind(4, int64_t{d.gpus_per_replica}).Bind(5, d.profile).Bind(6, int64_t{d.ttft_slo_ms});
   s.Bind(7, d.command).Bind(8, d.updated_at != 0 ? d.updated_at : now).Bind(9, d.gpu_slice);
-  s.Bind(10, TimetableJson(d.timetable));
+  s.Bind(10, store_rules::TimetableJson(d.timetable));
   return s.Step() == SQLITE_DONE;
 }
 
@@ -74,7 +41,7 @@ std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db) {
     return Deployment{row.Text(0), static_cast<int>(row.Int(1)), static_cast<int>(row.Int(2)),
                       static_cast<int>(row.Int(3)), row.Text(4), static_cast<int>(row.Int(5)),
                       row.Text(6), row.Int(7), row.Text(8),
-                      ParseTimetableJson(row.Text(9))};
+                      store_rules::ParseTimetableJson(row.Text(9))};
   });
 }
 

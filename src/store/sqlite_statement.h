@@ -114,4 +114,12 @@ std::optional<std::vector<Deployment>> ListDeployments(sqlite3* db);
 bool ReplaceReplicas(sqlite3* db, const std::vector<ReplicaRecord>& replicas);
 std::optional<std::vector<ReplicaRecord>> ListReplicas(sqlite3* db);
 
+// Store::Reserve's check and record for a user with `limits`, inside the caller's write
+// transaction; nullopt on an SQLite error.
+std::optional<Reservation> Reserve(sqlite3* db, const std::string& request_id,
+                                   const std::string& user, const UserLimits& limits,
+                                   int64_t tokens, int64_t now);
+// Store::Settle: true when the reservation exists (settled now or before); nullopt on an error.
+std::optional<bool> Settle(sqlite3* db, const std::string& request_id, int64_t used_tokens);
+
 }  // namespace bmas::sqlite_internal

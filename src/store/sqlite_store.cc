@@ -135,6 +135,16 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE deployments ADD COLUMN timetable TEXT NOT NULL DEFAULT '[]';
     )sql",
+    R"sql(
+    CREATE TABLE reservations (
+      request_id TEXT PRIMARY KEY,
+      user TEXT NOT NULL,
+      at INTEGER NOT NULL,
+      tokens INTEGER NOT NULL,
+      used INTEGER
+    );
+    CREATE INDEX reservations_by_user ON reservations(user, at);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -206,10 +216,7 @@ class SqliteStore final : public Store {
   }
 
   Result<void> ChangeUser(const std::string& name, const UserChange& c) override {
-    auto found = FindUser(name);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(name);
-    auto changed = store_rules::ApplyChange((*found)->limits, c);
+    auto changed = store_rules::ChangedLimits(*this, name, c);
     if (!changed) return changed.error();
     const UserLimits& l = *changed;
     const WorkspaceLimits& w = l.workspace;
@@ -267,9 +274,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::string> CreateKey(const std::string& user) override {
-    auto found = FindUser(user);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(user);
+    if (auto r = store_rules::RequireUser(*this, user); !r) return r.error();
     const store_rules::NewKey key = store_rules::MintKey();
     Statement s(db_, "INSERT INTO api_keys (id, user, secret_sha256, created_at) VALUES (?, ?, ?, ?)");
     s.Bind(1, key.id).Bind(2, user);
@@ -287,9 +292,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<KeyInfo>> ListKeys(const std::string& user) override {
-    auto found = FindUser(user);
-    if (!found) return found.error();
-    if (!*found) return store_rules::NoSuchUser(user);
+    if (auto r = store_rules::RequireUser(*this, user); !r) return r.error();
     Statement s(db_,
                 "SELECT id, user, created_at, revoked_at FROM api_keys WHERE user = ? "
                 "ORDER BY created_at, id");
@@ -441,6 +444,32 @@ class SqliteStore final : public Store {
   }
 
   int schema_version() const override { return version_; }
+
+  Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
+                              int64_t tokens, int64_t now) override {
+    if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r.error();
+    auto found = FindUser(user);
+    std::optional<Reservation> answer;
+    if (found && *found) {
+      answer = sqlite_internal::Reserve(db_, request_id, user, (*found)->limits, tokens, now);
+    } else if (found) {
+      answer = Reservation{false, "user"};
+    }
+    if (!answer) {
+      Error e = found ? Fail("reserving") : found.error();
+      (void)Exec("ROLLBACK;");  // the error being returned says more
+      return e;
+    }
+    if (auto r = Exec("COMMIT;"); !r) return r.error();
+    return *answer;
+  }
+
+  Result<void> Settle(const std::string& request_id, int64_t used_tokens) override {
+    auto settled = sqlite_internal::Settle(db_, request_id, used_tokens);
+    if (!settled) return Fail("settling a reservation");
+    if (!*settled) return store_rules::NoSuchReservation(request_id);
+    return {};
+  }
 
   Result<void> PutDeployment(const Deployment& d) override {
     if (!sqlite_internal::PutDeployment(db_, d, UnixNow())) return Fail("saving a deployment");

@@ -158,6 +158,14 @@ struct JobUsageRow {
   int64_t gpu_seconds = 0;  // sum of gpus x (end - start)
 };
 
+// The answer to Store::Reserve.
+struct Reservation {
+  bool admitted = false;
+  // When refused: the limit that refused it ("rpm", "tpm", "tokens_per_day", "max_concurrent"),
+  // or "user" for a user the store does not have.
+  std::string refused_by;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -211,6 +219,21 @@ class Store {
   // and what the gateway routes to.
   virtual Result<void> ReplaceReplicas(const std::vector<ReplicaRecord>& replicas) = 0;
   virtual Result<std::vector<ReplicaRecord>> ListReplicas() = 0;
+
+  // Shared limits across gateways. Reserves `tokens` (the request's worst case: prompt +
+  // max_tokens) for request `request_id` of `user` at `now` (unix seconds) when the user's
+  // limits allow one more: RPM and TPM over the 60 s up to `now`, tokens_per_day over the UTC
+  // day, max_concurrent over reservations not yet settled. It checks and records in one
+  // transaction (the user's row locked), so gateways sharing a store never admit past a limit
+  // together: each admitted reservation fits on top of every earlier one. A reservation counts
+  // its worst case until settled, then what was used; one left unsettled for an hour no longer
+  // counts as in flight (its gateway died). An id already admitted answers admitted again and
+  // counts nothing. A refused request records nothing.
+  virtual Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
+                                      int64_t tokens, int64_t now) = 0;
+  // Settles request `request_id` to the tokens it used. Idempotent: settling again changes
+  // nothing. kNotFound for an id that holds no reservation.
+  virtual Result<void> Settle(const std::string& request_id, int64_t used_tokens) = 0;
 
   virtual int schema_version() const = 0;
 };

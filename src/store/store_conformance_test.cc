@@ -1,20 +1,26 @@
 // The store conformance suite: what every Store must do, run against each one (SQLite, the
-// embedded default, and MemStore, the in-memory one for tests and simulations). A new store
-// joins by adding its factory to kStores. What is SQLite's own (its file, WAL, migrations,
-// permissions) is tested in sqlite_store_test.cc.
+// embedded default, and MemStore, the in-memory one for tests and simulations, here; and
+// PostgreSQL, against a real server, in the binary pg_store_integration_test, which builds this
+// file with BMAS_STORE_CONFORMANCE_EXTERNAL and opens its stores through
+// store_conformance.h). What is SQLite's own (its file, WAL, migrations, permissions) is tested
+// in sqlite_store_test.cc.
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "store/mem_store.h"
 #include "store/store.h"
+#include "store/store_conformance.h"
 
 namespace bmas {
 namespace {
@@ -26,6 +32,14 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "memory") {
       store_ = NewMemStore();
+      return;
+    }
+    if (GetParam() != "sqlite") {
+      ASSERT_TRUE(ExternalConformanceStore()) << "no opener for the store " << GetParam();
+      auto s = ExternalConformanceStore()(
+          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      ASSERT_TRUE(s) << s.error().message;
+      store_ = std::move(*s);
       return;
     }
     dir_ = fs::temp_directory_path() /
@@ -42,12 +56,30 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
+  // Another handle on the same store, as a second gateway would have; null for MemStore, whose
+  // one instance is shared (its reservations are safe across threads).
+  StorePtr OpenAgain() {
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    if (GetParam() == "memory") return nullptr;
+    auto s = GetParam() == "sqlite" ? OpenSqliteStore(StorePath(dir_.string()))
+                                    : ExternalConformanceStore()(test);
+    EXPECT_TRUE(s) << s.error().message;
+    return s ? std::move(*s) : nullptr;
+  }
+
   fs::path dir_;
   StorePtr store_;
 };
 
+// A binary built with BMAS_STORE_CONFORMANCE_EXTERNAL="kind" runs the suite on that kind only.
+#ifdef BMAS_STORE_CONFORMANCE_EXTERNAL
+INSTANTIATE_TEST_SUITE_P(Stores, StoreConformanceTest,
+                         ::testing::Values(BMAS_STORE_CONFORMANCE_EXTERNAL),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+#else
 INSTANTIATE_TEST_SUITE_P(Stores, StoreConformanceTest, ::testing::Values("sqlite", "memory"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+#endif
 
 TEST_P(StoreConformanceTest, AddFindListUsers) {
   UserLimits limits;
@@ -327,6 +359,85 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
   EXPECT_NE(missing.error().message.find("bmas inference list"), std::string::npos);
+}
+
+TEST_P(StoreConformanceTest, ReservationsHoldEachLimitAndSettleOnce) {
+  const int64_t now = 1'800'000'000;
+  UserLimits rpm;
+  rpm.rpm = 2;
+  ASSERT_TRUE(store_->AddUser("r", rpm));
+  EXPECT_TRUE(store_->Reserve("r1", "r", 10, now)->admitted);
+  EXPECT_TRUE(store_->Reserve("r2", "r", 10, now)->admitted);
+  EXPECT_EQ(store_->Reserve("r3", "r", 10, now)->refused_by, "rpm");
+  EXPECT_TRUE(store_->Reserve("r1", "r", 10, now)->admitted);  // the same id: counted once
+  EXPECT_TRUE(store_->Reserve("r3", "r", 10, now + 61)->admitted);  // a minute on
+
+  UserLimits tpm;
+  tpm.tpm = 100;
+  ASSERT_TRUE(store_->AddUser("t", tpm));
+  EXPECT_TRUE(store_->Reserve("t1", "t", 60, now)->admitted);
+  EXPECT_EQ(store_->Reserve("t2", "t", 50, now)->refused_by, "tpm");  // 60 + 50 > 100
+  ASSERT_TRUE(store_->Settle("t1", 30));  // it used less than its worst case
+  ASSERT_TRUE(store_->Settle("t1", 60));  // a retried settlement changes nothing
+  EXPECT_TRUE(store_->Reserve("t2", "t", 50, now)->admitted);   // 30 + 50
+  EXPECT_TRUE(store_->Reserve("t3", "t", 20, now)->admitted);   // 30 + 50 + 20 = 100
+  EXPECT_EQ(store_->Reserve("t4", "t", 1, now)->refused_by, "tpm");
+
+  UserLimits day;
+  day.tokens_per_day = 100;
+  ASSERT_TRUE(store_->AddUser("d", day));
+  EXPECT_TRUE(store_->Reserve("d1", "d", 100, now)->admitted);
+  EXPECT_EQ(store_->Reserve("d2", "d", 1, now + 3600)->refused_by, "tokens_per_day");
+  EXPECT_TRUE(store_->Reserve("d2", "d", 1, now - now % 86400 + 86400)->admitted);  // next day
+
+  UserLimits one;
+  one.max_concurrent = 1;
+  ASSERT_TRUE(store_->AddUser("c", one));
+  EXPECT_TRUE(store_->Reserve("c1", "c", 5, now)->admitted);
+  EXPECT_EQ(store_->Reserve("c2", "c", 5, now)->refused_by, "max_concurrent");
+  ASSERT_TRUE(store_->Settle("c1", 5));
+  EXPECT_TRUE(store_->Reserve("c2", "c", 5, now)->admitted);
+  // One its gateway never settled stops counting as in flight after an hour.
+  EXPECT_TRUE(store_->Reserve("c3", "c", 5, now + 3601)->admitted);
+
+  ASSERT_TRUE(store_->AddUser("free", {}));
+  EXPECT_TRUE(store_->Reserve("f1", "free", 1'000'000, now)->admitted);
+  EXPECT_EQ(store_->Reserve("x1", "nobody", 1, now)->refused_by, "user");
+  auto unknown = store_->Settle("never-reserved", 1);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+}
+
+// Gateways reserving for one user at once, each with its own handle on the store: the tokens
+// admitted never pass the limit, so overshoot is bounded by one request's reservation (here
+// it is none: the check and the record are one transaction).
+TEST_P(StoreConformanceTest, ConcurrentReservationsNeverPassTheLimit) {
+  const int64_t now = 1'800'000'000;
+  UserLimits l;
+  l.tpm = 1000;
+  ASSERT_TRUE(store_->AddUser("alice", l));
+  constexpr int kGateways = 6, kRequests = 12, kTokens = 30;
+  std::vector<StorePtr> handles;
+  for (int i = 0; i < kGateways; ++i) handles.push_back(OpenAgain());
+  std::atomic<int> admitted{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int g = 0; g < kGateways; ++g) {
+    threads.emplace_back([&, g] {
+      Store& s = handles[g] ? *handles[g] : *store_;
+      for (int i = 0; i < kRequests; ++i) {
+        auto r = s.Reserve(fmt::format("g{}-{}", g, i), "alice", kTokens, now);
+        if (!r) {
+          ++failed;
+        } else if (r->admitted) {
+          ++admitted;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_LE(admitted.load() * kTokens, 1000 + kTokens);
+  EXPECT_EQ(admitted.load(), 1000 / kTokens);  // exact: 33 of the 72 asked
 }
 
 }  // namespace

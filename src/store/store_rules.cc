@@ -6,6 +6,10 @@
 #include <openssl/evp.h>
 
 #include <fmt/format.h>
+#include <rapidjson/document.h>
+
+#include "common/json_object.h"
+#include "common/json_read.h"
 
 namespace bmas::store_rules {
 namespace {
@@ -86,6 +90,34 @@ Result<UserLimits> ApplyChange(UserLimits l, const UserChange& c) {
   return l;
 }
 
+Result<UserLimits> ChangedLimits(Store& store, const std::string& name, const UserChange& change) {
+  auto found = store.FindUser(name);
+  if (!found) return found.error();
+  if (!*found) return NoSuchUser(name);
+  return ApplyChange((*found)->limits, change);
+}
+
+Result<void> RequireUser(Store& store, const std::string& name) {
+  auto found = store.FindUser(name);
+  if (!found) return found.error();
+  if (!*found) return NoSuchUser(name);
+  return {};
+}
+
+Reservation Admit(const UserLimits& l, const ReservationTotals& t, int64_t tokens) {
+  if (l.rpm && t.requests_minute + 1 > *l.rpm) return {false, "rpm"};
+  if (l.tpm && t.tokens_minute + tokens > *l.tpm) return {false, "tpm"};
+  if (l.tokens_per_day && t.tokens_day + tokens > *l.tokens_per_day) {
+    return {false, "tokens_per_day"};
+  }
+  if (l.max_concurrent && t.in_flight + 1 > *l.max_concurrent) return {false, "max_concurrent"};
+  return {true, ""};
+}
+
+Error NoSuchReservation(const std::string& request_id) {
+  return NotFound(fmt::format("no reservation for request '{}'", request_id), "request_id");
+}
+
 NewKey MintKey() {
   NewKey k;
   k.id = RandomHex(kKeyIdHex);
@@ -134,6 +166,30 @@ Error NoSuchDeployment(const std::string& model) {
   return Error{ErrorCode::kNotFound,
                fmt::format("no deployment of model '{}' (see `bmas inference list`)", model),
                "model"};
+}
+
+std::string TimetableJson(const std::vector<TimetableFloor>& timetable) {
+  return JsonObjectArray(timetable, [](JsonWriter& w, const TimetableFloor& f) {
+    Member(w, "days", f.days);
+    Member(w, "from", f.from_minute);
+    Member(w, "to", f.to_minute);
+    Member(w, "min", f.min);
+  });
+}
+
+std::vector<TimetableFloor> ParseTimetableJson(const std::string& text) {
+  rapidjson::Document doc;
+  std::vector<TimetableFloor> out;
+  if (doc.Parse(text.c_str()).HasParseError() || !doc.IsArray()) return out;
+  for (const rapidjson::Value& v : doc.GetArray()) {
+    auto member = [&v](const char* key) {
+      const rapidjson::Value* m = JsonMember(v, key);
+      return m != nullptr && m->IsInt() ? m->GetInt() : 0;
+    };
+    out.push_back({static_cast<unsigned>(member("days")), member("from"), member("to"),
+                   member("min")});
+  }
+  return out;
 }
 
 }  // namespace bmas::store_rules
