@@ -70,6 +70,9 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.lxd.peers.size(), d.lxd.peers.size());
   EXPECT_EQ(c.lxd.cert, d.lxd.cert);
   EXPECT_EQ(c.lxd.key, d.lxd.key);
+  EXPECT_EQ(c.gpu.driver_root, d.gpu.driver_root);
+  EXPECT_EQ(d.gpu.driver_root, "/");
+  EXPECT_EQ(LoadConfig(Write("[gpu]\ndriver_root = \"\"\n")).gpu.driver_root, "");
 }
 
 TEST_F(ConfigFileTest, ValuesAreRead) {
@@ -121,6 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
                                     "fingerprint = \"ab\" }]\n",
                                     "lxd.peers[0].fingerprint: \"ab\" is not a SHA-256"},
                       BadConfigCase{"[lxd]\nlisten = \"10.0.0.1\"\n", "needs a port"},
+                      BadConfigCase{"[gpu]\ndriver_root = \"usr\"\n",
+                                    "gpu.driver_root = \"usr\" must be an absolute path"},
                       BadConfigCase{"[engine\n", ":1:"}));
 
 TEST_F(ConfigFileTest, PeersCarryTheirCertificatesFingerprint) {
