@@ -206,7 +206,9 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
     // read-only (lxd/cuda_devices.h).
     lxd::CudaSupport cuda{lxd::ControlDevices(dir), {}};
     std::vector<std::string> refused;
-    cuda.files = lxd::FindDriverFiles(config.gpu.driver_root, refused);
+    // The driver root `bmas lxd up` recorded on a node it prepared (the hooks get no --config).
+    cuda.files = lxd::FindDriverFiles(
+        local_lxd ? local_lxd->gpu_driver_root : config.gpu.driver_root, refused);
     for (const std::string& r : refused) note("driver file not mounted: " + r);
     auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source, caps, cuda);
     note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
