@@ -166,6 +166,12 @@ TEST_F(CudaBindingTest, TheFirstGpuBringsThemAndTheLastTakesThemAway) {
   // The last one ends: all of CUDA's go, the workspace's own devices stay.
   EXPECT_EQ(*ReleaseGpus(lxd_, "ws-bob", 8, "oss01"), 1);
   EXPECT_THAT(Devices(), ElementsAre("home"));
+  // A job whose GPU was unplugged under it (a restarted workspace that could not be fenced
+  // again): its release still takes CUDA's devices away.
+  ASSERT_TRUE(BindGpus(lxd_, "ws-bob", 9, "oss01", {0}, Source, {}, kCuda));
+  ASSERT_EQ(*lxd_.RemoveDevices("ws-bob", {"bmas-j9-oss01-gpu0"}), 1);
+  EXPECT_EQ(*ReleaseGpus(lxd_, "ws-bob", 9, "oss01"), 0);
+  EXPECT_THAT(Devices(), ElementsAre("home"));
 }
 
 TEST_F(CudaBindingTest, SlicesOfOneGpuShareThemAndTheReconcilePassTakesThemWithTheLastJob) {

@@ -194,7 +194,8 @@ Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job
     auto d = ParseJobDeviceName(name);
     if (d && d->job == job && d->node == node) mine.push_back(name);
   }
-  if (mine.empty()) return 0;
+  // With none of its own left (unplugged when a restarted workspace could not be fenced again),
+  // CUDA's devices still go when no other job has a device in.
   return RemoveJobDevices(client, instance, current->devices, mine);
 }
 
