@@ -232,7 +232,7 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
 int LxdCommands::RunUp(GlobalOptions& global) {
   global.SetUpLogging();
   LxdContext c = Context(global);
-  auto l = lxd::StartLocalLxd(c.config.lxd, c.state_dir);
+  auto l = lxd::StartLocalLxd(c.config.lxd, c.state_dir, c.config.gpu.driver_root);
   if (!l) return ReportFailure("lxd up", l.error());
   fmt::print("bmas lxd: LXD ready on {}\n", l->socket);
   fmt::print("  storage pool {} ({}{})\n", lxd::kPoolName, l->pool_driver,

@@ -202,7 +202,15 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
       note("GPUs not bound: " + fenced.error().message);
       return 0;
     }
-    auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source, caps);
+    // What CUDA needs beside the GPUs: the node's control devices and the driver's files,
+    // read-only (lxd/cuda_devices.h).
+    lxd::CudaSupport cuda{lxd::ControlDevices(dir), {}};
+    std::vector<std::string> refused;
+    // The driver root `bmas lxd up` recorded on a node it prepared (the hooks get no --config).
+    cuda.files = lxd::FindDriverFiles(
+        local_lxd ? local_lxd->gpu_driver_root : config.gpu.driver_root, refused);
+    for (const std::string& r : refused) note("driver file not mounted: " + r);
+    auto paths = lxd::BindGpus(client, instance, job, node, *gpus, source, caps, cuda);
     note(paths ? fmt::format("bound {} in {} in {:.0f} ms", fmt::join(*paths, ","), instance,
                              MillisecondsSince(env, start))
                : "binding failed: " + paths.error().message);

@@ -160,6 +160,16 @@ Config LoadConfig(const std::string& path) {
     w.disk = t->String("disk", w.disk);
     t->RejectUnknownKeys();
   }
+  if (auto t = top.Table("gpu")) {
+    config.gpu.driver_root = t->String("driver_root", config.gpu.driver_root);
+    if (!config.gpu.driver_root.empty() && config.gpu.driver_root[0] != '/') {
+      throw ConfigError(
+          fmt::format("{}: gpu.driver_root = \"{}\" must be an absolute path "
+                      "(\"/\" on a node) or \"\" for none",
+                      path, config.gpu.driver_root));
+    }
+    t->RejectUnknownKeys();
+  }
   if (auto t = top.Table("telemetry")) {
     TelemetrySettings& m = config.telemetry;
     m.nvml_library = t->String("nvml_library", m.nvml_library);

@@ -129,6 +129,13 @@ struct TelemetrySettings {
   std::string node;          // the Hostname label; "" = this machine's host name
 };
 
+// What a job's workspace gets beside its GPUs (lxd/cuda_devices.h): the NVIDIA driver's
+// user-space files found under `driver_root` ("/" on a node; another directory where the driver
+// lives elsewhere; "" = none), bind-mounted read-only at the same paths inside.
+struct GpuSettings {
+  std::string driver_root = "/";
+};
+
 // Idle-GPU policing by each agent (idle/idle_policy.h): a job whose GPUs all stay under
 // `threshold_pct` is warned after `warn_after_min`, cancelled after `cancel_after_min`.
 struct IdleGpuSettings {
@@ -155,6 +162,7 @@ struct Config {
   LxdSettings lxd;
   WorkspaceSettings workspace;
   TelemetrySettings telemetry;
+  GpuSettings gpu;
   IdleGpuSettings idle;
   DashboardSettings dashboard;
   StoreSettings store;

@@ -70,6 +70,9 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.lxd.peers.size(), d.lxd.peers.size());
   EXPECT_EQ(c.lxd.cert, d.lxd.cert);
   EXPECT_EQ(c.lxd.key, d.lxd.key);
+  EXPECT_EQ(c.gpu.driver_root, d.gpu.driver_root);
+  EXPECT_EQ(d.gpu.driver_root, "/");
+  EXPECT_EQ(LoadConfig(Write("[gpu]\ndriver_root = \"\"\n")).gpu.driver_root, "");
 }
 
 TEST_F(ConfigFileTest, ValuesAreRead) {
@@ -127,6 +130,8 @@ INSTANTIATE_TEST_SUITE_P(
                                     ":2: store.url: holds a password, and every user reads"},
                       BadConfigCase{"[store]\nurl = \"postgresql://db1/bmas?password=pw\"\n",
                                     "holds a password"},
+                      BadConfigCase{"[gpu]\ndriver_root = \"usr\"\n",
+                                    "gpu.driver_root = \"usr\" must be an absolute path"},
                       BadConfigCase{"[engine\n", ":1:"}));
 
 TEST_F(ConfigFileTest, TheStoreIsSqliteUnlessAPostgresUrlIsGiven) {

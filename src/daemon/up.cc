@@ -401,7 +401,7 @@ class UpRun {
     if (plan_.lxd == UpLxd::kCannot) machine_lines_ += plan_.lxd_line;
     if (plan_.lxd != UpLxd::kStart) return;
     auto before = lxd::ReadLocalLxd(dir_);
-    auto ready = lxd::StartLocalLxd(options_.config.lxd, dir_);
+    auto ready = lxd::StartLocalLxd(options_.config.lxd, dir_, options_.config.gpu.driver_root);
     if (!ready) {
       machine_lines_ += fmt::format("  {:<10} not started: {}\n", "lxd", ready.error().message);
       return;

@@ -61,7 +61,8 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
                                             int64_t job, const std::string& node,
                                             const std::vector<int>& gpus,
                                             const std::function<std::string(int)>& source,
-                                            const std::vector<CapDevice>& caps) {
+                                            const std::vector<CapDevice>& caps,
+                                            const CudaSupport& cuda) {
   std::set<std::string> taken;
   std::set<std::string> plugged;  // sources another job's device already shows
   for (const auto& [name, spec] : existing) {
@@ -101,23 +102,26 @@ std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMa
         {"path", "/dev/nvidia-caps/" + file},
         {"mode", "0666"}};
   }
+  // What CUDA needs beside them, which the workspace's first bound GPU brings (cuda_devices.h).
+  out.merge(CudaDevices(existing, cuda));
   return out;
 }
 
-Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
-                                          int64_t job, const std::string& node,
-                                          const std::vector<int>& gpus,
+Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance, int64_t job,
+                                          const std::string& node, const std::vector<int>& gpus,
                                           const std::function<std::string(int)>& source,
-                                          const std::vector<CapDevice>& caps) {
+                                          const std::vector<CapDevice>& caps,
+                                          const CudaSupport& cuda) {
   auto current = client.GetInstance(instance);
   if (!current) return current.error();
   if (current->status != InstanceStatus::kRunning) {
     if (auto started = StartInstance(client, instance); !started) return started.error();
   }
-  auto devices = GpuDevices(current->devices, job, node, gpus, source, caps);
+  auto devices = GpuDevices(current->devices, job, node, gpus, source, caps, cuda);
   if (auto added = client.AddDevices(instance, devices); !added) return added.error();
   std::vector<std::string> paths;
   for (const auto& [name, spec] : devices) {
+    if (IsCudaDevice(name)) continue;
     if (auto path = spec.find("path"); path != spec.end()) {
       paths.push_back(path->second);
       continue;
@@ -140,7 +144,8 @@ namespace {
 
 // Removes `gone` (bmas job devices) from an instance with `devices`, in one change. A device
 // node another job still refers to (a "none" device of the same node, GPU and capability) stays:
-// the first such job's reference becomes the device. Returns how many were removed.
+// the first such job's reference becomes the device. With the last job device go CUDA's control
+// devices and driver files (cuda_devices.h). Returns how many job devices were removed.
 Result<int> RemoveJobDevices(LxdApi& client, const std::string& instance,
                              const std::map<std::string, StringMap>& devices,
                              const std::vector<std::string>& gone) {
@@ -162,10 +167,20 @@ Result<int> RemoveJobDevices(LxdApi& client, const std::string& instance,
       break;
     }
   }
+  const bool last = std::none_of(devices.begin(), devices.end(), [&](const auto& d) {
+    const auto it = change.find(d.first);
+    return ParseJobDeviceName(d.first) && (it == change.end() || it->second.has_value());
+  });
+  const int removed = static_cast<int>(std::count_if(
+      change.begin(), change.end(), [](const auto& c) { return !c.second.has_value(); }));
+  if (last) {
+    for (const auto& [name, spec] : devices) {
+      if (IsCudaDevice(name)) change[name] = std::nullopt;
+    }
+  }
   if (change.empty()) return 0;
   if (auto done = client.UpdateInstance(instance, {}, change); !done) return done.error();
-  return static_cast<int>(std::count_if(change.begin(), change.end(),
-                                        [](const auto& c) { return !c.second.has_value(); }));
+  return removed;
 }
 
 }  // namespace
@@ -179,7 +194,8 @@ Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job
     auto d = ParseJobDeviceName(name);
     if (d && d->job == job && d->node == node) mine.push_back(name);
   }
-  if (mine.empty()) return 0;
+  // With none of its own left (unplugged when a restarted workspace could not be fenced again),
+  // CUDA's devices still go when no other job has a device in.
   return RemoveJobDevices(client, instance, current->devices, mine);
 }
 

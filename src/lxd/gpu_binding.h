@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "lxd/cuda_devices.h"
 #include "lxd/lxd_api.h"
 
 namespace bmas::lxd {
@@ -46,30 +47,34 @@ std::optional<JobDevice> ParseJobDeviceName(const std::string& name);
 // /dev/nvidiaN when that path is taken. A job on MIG slices also gets their capabilities
 // `caps`. A device node another job of the instance already has in (slices or shards of one
 // GPU) is not plugged twice: the job gets a reference to it, a "none" device of its own name,
-// which ReleaseGpus and ReconcileGpus turn into the device when the other job's goes.
+// which ReleaseGpus and ReconcileGpus turn into the device when the other job's goes. With
+// them come what of `cuda` (CUDA's control devices and driver files) the instance lacks.
 std::map<std::string, StringMap> GpuDevices(const std::map<std::string, StringMap>& existing,
                                             int64_t job, const std::string& node,
                                             const std::vector<int>& gpus,
                                             const std::function<std::string(int)>& source,
-                                            const std::vector<CapDevice>& caps = {});
+                                            const std::vector<CapDevice>& caps = {},
+                                            const CudaSupport& cuda = {});
 
-// Plugs the job's GPUs on `node` (and its slices' capabilities) into `instance`, starting it
-// first if it is stopped. Returns the paths they appear at inside.
-Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance,
-                                          int64_t job, const std::string& node,
-                                          const std::vector<int>& gpus,
+// Plugs the job's GPUs on `node` (and its slices' capabilities, and what of `cuda` it lacks)
+// into `instance`, starting it first if it is stopped. Returns the paths the GPUs and
+// capabilities appear at inside.
+Result<std::vector<std::string>> BindGpus(LxdApi& client, const std::string& instance, int64_t job,
+                                          const std::string& node, const std::vector<int>& gpus,
                                           const std::function<std::string(int)>& source,
-                                          const std::vector<CapDevice>& caps = {});
+                                          const std::vector<CapDevice>& caps = {},
+                                          const CudaSupport& cuda = {});
 
 // Unplugs the devices of `job` on `node` from `instance`; returns how many it had. A device node
-// another job refers to stays, under that job's name, in the same change.
+// another job refers to stays, under that job's name, in the same change. CUDA's devices go in
+// the same change when no other job's device stays.
 Result<int> ReleaseGpus(LxdApi& client, const std::string& instance, int64_t job,
                         const std::string& node);
 
 // Every instance, every bmas job device whose job `alive` says is gone: unplugged, once
 // `end_job` (when given) has ended that job's processes there and returned true. Returns
 // "<instance>/<device>" for each one removed. A job whose state cannot be told (alive returns
-// an error) keeps its devices.
+// an error) keeps its devices. CUDA's devices go with the instance's last job device.
 using EndJobFn =
     std::function<bool(const std::string& instance, int64_t job, const std::string& node)>;
 Result<std::vector<std::string>> ReconcileGpus(

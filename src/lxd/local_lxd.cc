@@ -83,6 +83,7 @@ Result<void> Save(const LocalLxd& l) {
   str("pool_driver", l.pool_driver);
   str("pool_note", l.pool_note);
   str("peer_note", l.peer_note);
+  str("gpu_driver_root", l.gpu_driver_root);
   w.Key("started");
   w.StartArray();
   for (const DaemonProcess& d : l.started) WriteDaemonProcess(w, d);
@@ -251,6 +252,7 @@ Result<LocalLxd> ReadLocalLxd(const std::string& state_dir) {
   l.pool_driver = str(d, "pool_driver");
   l.pool_note = str(d, "pool_note");
   l.peer_note = str(d, "peer_note");
+  if (d.HasMember("gpu_driver_root")) l.gpu_driver_root = str(d, "gpu_driver_root");
   if (auto it = d.FindMember("started"); it != d.MemberEnd() && it->value.IsArray()) {
     for (const auto& e : it->value.GetArray()) {
       auto s = ReadDaemonProcess(e);
@@ -432,7 +434,8 @@ Result<std::vector<std::string>> StopStarted(LocalLxd* l, size_t keep) {
 }  // namespace
 
 
-Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir) {
+Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir,
+                               const std::string& gpu_driver_root) {
   if (std::string why = LxdPrerequisites(); !why.empty()) {
     return Error{geteuid() != 0 ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, why, {}};
   }
@@ -443,6 +446,7 @@ Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& s
   l.state_dir = fs::absolute(state_dir).string();
   l.lxd_dir = fs::absolute(settings.dir).string();
   l.socket = l.lxd_dir + "/unix.socket";
+  l.gpu_driver_root = gpu_driver_root;
   if (auto earlier = ReadLocalLxd(l.state_dir)) {
     for (const DaemonProcess& d : earlier->started) {
       if (d.Runs()) l.started.push_back(d);

@@ -29,6 +29,9 @@ struct LocalLxd {
   std::string pool_driver;  // "btrfs" or "dir"
   std::string pool_note;    // why dir when btrfs was wanted; "" otherwise
   std::string peer_note;    // where LXD answers other nodes and whom it trusts; "" = nowhere
+  // [gpu] driver_root as `bmas lxd up` read it: where the Slurm hooks on this node, which get
+  // no --config, find the driver's files for a job's workspace (cuda_devices.h).
+  std::string gpu_driver_root = "/";
   std::vector<DaemonProcess> started;  // what `bmas lxd up` started, in start order
 };
 
@@ -45,7 +48,8 @@ bool LxcfsServes();
 
 // Starts what is missing and prepares LXD; idempotent. Returns what runs, with `started` listing
 // what this call or an earlier `bmas lxd up` in the same state dir started.
-Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir);
+Result<LocalLxd> StartLocalLxd(const LxdSettings& settings, const std::string& state_dir,
+                               const std::string& gpu_driver_root = "/");
 
 // What <state_dir>/lxd.json records; NotFound when `bmas lxd up` never ran there.
 Result<LocalLxd> ReadLocalLxd(const std::string& state_dir);

@@ -54,6 +54,8 @@ constexpr int kNvidiaMajor = 195;  // the NVIDIA driver's character device major
 // The driver's nvidia-caps major is given out at load time (/proc/devices); the fakes take one
 // from the range Linux leaves to local use.
 constexpr int kFakeNvidiaCapsMajor = 240;
+// So is nvidia-uvm's (nvidia-uvm-tools is its minor 1); nvidiactl is 195:255.
+constexpr int kFakeNvidiaUvmMajor = 241;
 
 // FNV-1a: stable across runs and builds, unlike std::hash.
 uint64_t Fnv1a(std::string_view s) {
@@ -210,6 +212,16 @@ Result<void> MakeFakeGpus(const Cluster& local, const std::string& device_dir) {
       if (!fs::exists(dev) &&
           mknod(dev.c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, g)) != 0) {
         return Internal(fmt::format("cannot make {}: {}", dev, std::strerror(errno)));
+      }
+    }
+    // The driver's control devices, which CUDA opens beside a GPU (lxd/cuda_devices.h).
+    for (const auto& [name, dev] :
+         {std::pair{"nvidiactl", makedev(kNvidiaMajor, 255)},
+          std::pair{"nvidia-uvm", makedev(kFakeNvidiaUvmMajor, 0)},
+          std::pair{"nvidia-uvm-tools", makedev(kFakeNvidiaUvmMajor, 1)}}) {
+      const std::string path = device_dir + "/" + n.name + "/" + name;
+      if (!fs::exists(path) && mknod(path.c_str(), S_IFCHR | 0666, dev) != 0) {
+        return Internal(fmt::format("cannot make {}: {}", path, std::strerror(errno)));
       }
     }
     // MIG slices: their GPU instance's and compute instance's access capabilities.

@@ -495,7 +495,7 @@ TEST_F(WithoutPeriodicPassTest, AGpuHeldFromNestedNamespacesOrPassedOutIsTakenBa
   EXPECT_EQ(HostProcesses(nested).size(), 1u);
   EXPECT_EQ(HostProcesses(receiver).size(), 1u);
   CommandOutput next = InHome("bmastest1", {"run", "--gpus", "1", "--wait", "--", "sh", "-c",
-                                            "for d in /dev/nvidia*; do " + gpu + " probe $d; done"});
+                                            "for d in /dev/nvidia[0-9]*; do " + gpu + " probe $d; done"});
   EXPECT_EQ(next.exit_code, 0) << next.err;
   EXPECT_EQ(next.out, "ENXIO\n") << "the next job has its GPU";
 }
