@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/agent_commands.h"
+#include "cli/cluster_commands.h"
 #include "cli/commands.h"
 #include "cli/dashboard_command.h"
 #include "cli/doctor_command.h"
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
   inference_cmds.Register(app, global);
   PlanCommand plan_cmd;
   plan_cmd.Register(app, global);
+  ClusterCommands cluster_cmds;
+  cluster_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "common/asio.h"
+#include "common/openssl_ptr.h"
 #include "lxd/lxd_internal.h"
 
 namespace bmas::lxd {
@@ -33,25 +34,11 @@ constexpr long kValidDays = 3650;
 // Backdates notBefore so that a peer whose clock runs a little behind accepts a new certificate.
 constexpr long kBackdateSeconds = 3600;
 
-template <class T, void (*Free)(T*)>
-struct Freer {
-  void operator()(T* p) const { Free(p); }
-};
-using X509Ptr = std::unique_ptr<X509, Freer<X509, X509_free>>;
-using BioPtr = std::unique_ptr<BIO, Freer<BIO, BIO_free_all>>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, Freer<EVP_PKEY, EVP_PKEY_free>>;
-using BignumPtr = std::unique_ptr<BIGNUM, Freer<BIGNUM, BN_free>>;
-using ExtensionPtr = std::unique_ptr<X509_EXTENSION, Freer<X509_EXTENSION, X509_EXTENSION_free>>;
-
-// The oldest error in OpenSSL's queue, which is cleared.
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
+using openssl::BignumPtr;
+using openssl::BioPtr;
+using openssl::ExtensionPtr;
+using openssl::PkeyPtr;
+using openssl::X509Ptr;
 
 X509Ptr ParsePem(const std::string& pem) {
   BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
@@ -83,7 +70,7 @@ std::string Fingerprint(X509* cert) {
 Result<std::string> ToPem(X509* cert) {
   BioPtr bio(BIO_new(BIO_s_mem()));
   if (!bio || PEM_write_bio_X509(bio.get(), cert) != 1) {
-    return Internal("cannot write a certificate as PEM: " + OpenSslError());
+    return Internal("cannot write a certificate as PEM: " + openssl::TakeError());
   }
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio.get(), &data);
@@ -94,7 +81,7 @@ Result<std::string> KeyToPem(EVP_PKEY* key) {
   BioPtr bio(BIO_new(BIO_s_mem()));
   if (!bio ||
       PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
-    return Internal("cannot write a private key as PEM: " + OpenSslError());
+    return Internal("cannot write a private key as PEM: " + openssl::TakeError());
   }
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio.get(), &data);
@@ -136,17 +123,17 @@ Result<void> UseClientCertificate(ssl::context& ctx, const HttpsEndpoint& e) {
   SSL_CTX* c = ctx.native_handle();
   if (SSL_CTX_use_certificate_chain_file(c, e.cert_file.c_str()) != 1) {
     return InvalidArgument(fmt::format("the client certificate {} is not a PEM certificate: {}",
-                                       e.cert_file, OpenSslError()),
+                                       e.cert_file, openssl::TakeError()),
                            "cert_file");
   }
   if (SSL_CTX_use_PrivateKey_file(c, e.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
     return InvalidArgument(
-        fmt::format("the client key {} is not a PEM private key: {}", e.key_file, OpenSslError()),
+        fmt::format("the client key {} is not a PEM private key: {}", e.key_file, openssl::TakeError()),
         "key_file");
   }
   if (SSL_CTX_check_private_key(c) != 1) {
     return InvalidArgument(fmt::format("the client key {} is not the key of {}: {}", e.key_file,
-                                       e.cert_file, OpenSslError()),
+                                       e.cert_file, openssl::TakeError()),
                            "key_file");
   }
   return {};
@@ -303,7 +290,7 @@ Result<bool> EnsureClientCertificate(const std::string& cert_file, const std::st
 
   // P-384, as LXD's own certificates.
   PkeyPtr key(EVP_EC_gen("P-384"));
-  if (!key) return Internal(fmt::format("cannot make a key for {}: {}", key_file, OpenSslError()));
+  if (!key) return Internal(fmt::format("cannot make a key for {}: {}", key_file, openssl::TakeError()));
   X509Ptr cert(X509_new());
   unsigned char serial[16];
   bool ok = cert && RAND_bytes(serial, sizeof serial) == 1;
@@ -332,7 +319,7 @@ Result<bool> EnsureClientCertificate(const std::string& cert_file, const std::st
   }
   ok = ok && X509_sign(cert.get(), key.get(), EVP_sha384()) > 0;
   if (!ok) {
-    return Internal(fmt::format("cannot make the certificate {}: {}", cert_file, OpenSslError()));
+    return Internal(fmt::format("cannot make the certificate {}: {}", cert_file, openssl::TakeError()));
   }
 
   auto key_pem = KeyToPem(key.get());

@@ -1,0 +1,262 @@
+#include "cluster/cluster_files.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "common/private_files.h"
+
+namespace bmas::cluster {
+namespace {
+
+constexpr const char* kCaKey = "ca.key";
+constexpr const char* kCaCert = "ca.crt";
+constexpr const char* kTokens = "join-tokens";
+constexpr const char* kEndpoint = "join-endpoint";
+constexpr const char* kLock = "lock";
+constexpr size_t kMaxFileBytes = 1 << 20;
+
+// The cluster directory, open and locked for the life of this object.
+class LockedClusterDir {
+ public:
+  LockedClusterDir() = default;
+  LockedClusterDir(const LockedClusterDir&) = delete;
+  LockedClusterDir& operator=(const LockedClusterDir&) = delete;
+  ~LockedClusterDir() {
+    if (lock_ >= 0) close(lock_);
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Opens (with `create`, makes) <state_dir>/cluster, 0700, and takes its lock.
+  Result<void> Open(const std::string& state_dir, bool create) {
+    path_ = ClusterDir(state_dir);
+    std::error_code ec;
+    if (!create && !std::filesystem::exists(path_, ec)) {
+      return NotFound(
+          fmt::format("this host has no cluster identity ({} does not exist): run "
+                      "`bmas cluster init --cluster INVENTORY` first, as root",
+                      path_));
+    }
+    if (create && ::mkdir(state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Error{
+          ErrorCode::kPermissionDenied,
+          fmt::format("cannot create the state directory {}: {}", state_dir, std::strerror(errno)),
+          {}};
+    }
+    auto fd = OpenPrivateDir(path_, 0700);
+    if (!fd) return Error{ErrorCode::kPermissionDenied, fd.error().message, {}};
+    fd_ = *fd;
+    if (fchmod(fd_, 0700) != 0) {
+      return Internal(
+          fmt::format("cannot make {} private (0700): {}", path_, std::strerror(errno)));
+    }
+    auto lock = LockPrivateFile(path_, kLock, true);
+    if (!lock) return lock.error();
+    lock_ = *lock;
+    return {};
+  }
+
+  // The file's contents; nullopt when it does not exist.
+  Result<std::optional<std::string>> Read(const char* name) const {
+    auto fd = OpenInPrivateDir(fd_, path_, name, O_RDONLY);
+    if (!fd) {
+      if (faccessat(fd_, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+        return std::optional<std::string>();
+      }
+      return fd.error();
+    }
+    std::string text;
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::read(*fd, buf, sizeof buf)) > 0 && text.size() < kMaxFileBytes) {
+      text.append(buf, static_cast<size_t>(n));
+    }
+    const int saved = errno;
+    close(*fd);
+    if (n < 0) {
+      return Internal(fmt::format("cannot read {}/{}: {}", path_, name, std::strerror(saved)));
+    }
+    return std::optional<std::string>(std::move(text));
+  }
+
+  // Replaces the file with `text` (0600), through a temporary file and a rename.
+  Result<void> Write(const char* name, const std::string& text) const {
+    const std::string temporary = fmt::format("{}.new.{}", name, getpid());
+    auto fd = OpenInPrivateDir(fd_, path_, temporary, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (!fd) return fd.error();
+    const bool written =
+        ::write(*fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+        fchmod(*fd, 0600) == 0 && fsync(*fd) == 0;
+    const int saved = errno;
+    close(*fd);
+    if (!written || renameat(fd_, temporary.c_str(), fd_, name) != 0) {
+      const int err = written ? errno : saved;
+      unlinkat(fd_, temporary.c_str(), 0);
+      return Internal(fmt::format("cannot write {}/{}: {}", path_, name, std::strerror(err)));
+    }
+    return {};
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int lock_ = -1;
+};
+
+// The CA in `dir`; nullopt when it has none.
+Result<std::optional<ClusterIdentity>> ReadCa(const LockedClusterDir& dir) {
+  auto cert = dir.Read(kCaCert);
+  if (!cert) return cert.error();
+  if (!*cert) return std::optional<ClusterIdentity>();
+  auto key = dir.Read(kCaKey);
+  if (!key) return key.error();
+  if (!*key) {
+    return Internal(
+        fmt::format("{}/{} exists but {}/{} does not: restore the CA key from a "
+                    "backup, or remove {} and run `bmas cluster init` again (every "
+                    "node must then join again)",
+                    dir.path(), kCaCert, dir.path(), kCaKey, dir.path()));
+  }
+  ClusterIdentity id;
+  id.ca = CertAndKey{**cert, **key};
+  auto sha = CertificateSha256(id.ca.cert_pem);
+  if (!sha) {
+    return Internal(fmt::format("{}/{} is not a PEM certificate", dir.path(), kCaCert));
+  }
+  id.ca_sha256 = *sha;
+  return std::optional<ClusterIdentity>(std::move(id));
+}
+
+// The CA in `dir`; NotFound naming `bmas cluster init` when it has none.
+Result<ClusterIdentity> RequireCa(const LockedClusterDir& dir) {
+  auto existing = ReadCa(dir);
+  if (!existing) return existing.error();
+  if (!*existing) {
+    return NotFound(fmt::format(
+        "{} holds no cluster CA: run `bmas cluster init --cluster INVENTORY` first, as root",
+        dir.path()));
+  }
+  return std::move(**existing);
+}
+
+Result<std::vector<TokenRecord>> ReadRecords(const LockedClusterDir& dir) {
+  auto text = dir.Read(kTokens);
+  if (!text) return text.error();
+  if (!*text) return std::vector<TokenRecord>{};
+  auto records = ParseTokenRecords(**text);
+  if (!records) {
+    return Internal(fmt::format("{}/{}: {}", dir.path(), kTokens, records.error().message));
+  }
+  return records;
+}
+
+// Whether a token can carry `endpoint`: the text form checks the fields.
+Result<void> CheckEndpoint(const JoinEndpoint& endpoint, int64_t unix_now) {
+  JoinToken probe;
+  probe.address = endpoint.address;
+  probe.port = endpoint.port;
+  probe.ca_sha256.assign(kSha256Bytes, '\0');
+  probe.secret.assign(kJoinSecretBytes, '\0');
+  probe.expires_at = unix_now + 1;
+  if (endpoint.address.size() > 253 || !ParseJoinToken(FormatJoinToken(probe), unix_now)) {
+    return InvalidArgument(fmt::format("'{}' port {} is not an address and port that nodes can "
+                                       "join at (an IP address or host name, port 1-65535)",
+                                       endpoint.address, endpoint.port),
+                           "address");
+  }
+  return {};
+}
+
+Result<JoinEndpoint> ReadEndpoint(const LockedClusterDir& dir) {
+  auto text = dir.Read(kEndpoint);
+  if (!text) return text.error();
+  JoinEndpoint endpoint;
+  unsigned port = 0;
+  char address[254] = {};
+  if (!*text || std::sscanf((*text)->c_str(), "%253s %u", address, &port) != 2 || port == 0 ||
+      port > 65535) {
+    return NotFound(
+        fmt::format("{}/{} is missing or not \"ADDRESS PORT\": run `bmas cluster "
+                    "init --cluster INVENTORY` again, as root",
+                    dir.path(), kEndpoint));
+  }
+  endpoint.address = address;
+  endpoint.port = static_cast<uint16_t>(port);
+  return endpoint;
+}
+
+}  // namespace
+
+std::string ClusterDir(const std::string& state_dir) {
+  return (std::filesystem::path(state_dir) / "cluster").string();
+}
+
+Result<ClusterIdentity> EnsureClusterCa(const std::string& state_dir,
+                                        const std::string& cluster_name,
+                                        const JoinEndpoint& endpoint, int64_t unix_now) {
+  if (auto ok = CheckEndpoint(endpoint, unix_now); !ok) return ok.error();
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, true); !opened) return opened.error();
+  const std::string endpoint_text = fmt::format("{} {}\n", endpoint.address, endpoint.port);
+  if (auto w = dir.Write(kEndpoint, endpoint_text); !w) return w.error();
+  auto existing = ReadCa(dir);
+  if (!existing) return existing.error();
+  if (*existing) return std::move(**existing);
+  auto ca = MakeClusterCa(cluster_name, unix_now);
+  if (!ca) return ca.error();
+  // The key first: the certificate's presence says both are there.
+  if (auto w = dir.Write(kCaKey, ca->key_pem); !w) return w.error();
+  if (auto w = dir.Write(kCaCert, ca->cert_pem); !w) return w.error();
+  ClusterIdentity id;
+  id.ca = std::move(*ca);
+  auto sha = CertificateSha256(id.ca.cert_pem);
+  if (!sha) return sha.error();
+  id.ca_sha256 = *sha;
+  id.created = true;
+  return id;
+}
+
+Result<ClusterIdentity> LoadClusterCa(const std::string& state_dir) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  return RequireCa(dir);
+}
+
+Result<JoinToken> IssueJoinToken(const std::string& state_dir, Env& env, int64_t unix_now,
+                                 int64_t ttl_seconds) {
+  if (ttl_seconds <= 0) return InvalidArgument("a join token must live more than 0 s", "ttl");
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  auto ca = RequireCa(dir);
+  if (!ca) return ca.error();
+  auto endpoint = ReadEndpoint(dir);
+  if (!endpoint) return endpoint.error();
+  auto records = ReadRecords(dir);
+  if (!records) return records.error();
+  JoinToken token;
+  token.address = endpoint->address;
+  token.port = endpoint->port;
+  token.ca_sha256 = ca->ca_sha256;
+  token.secret = NewJoinSecret(env);
+  token.expires_at = unix_now + ttl_seconds;
+  std::vector<TokenRecord> kept = Unexpired(std::move(*records), unix_now);
+  kept.push_back(RecordOf(token));
+  if (auto w = dir.Write(kTokens, FormatTokenRecords(kept)); !w) return w.error();
+  return token;
+}
+
+Result<std::vector<TokenRecord>> LoadTokenRecords(const std::string& state_dir) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  return ReadRecords(dir);
+}
+
+}  // namespace bmas::cluster

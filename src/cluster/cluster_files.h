@@ -1,0 +1,63 @@
+#pragma once
+
+// The controller's cluster identity on disk, under <state_dir>/cluster/ (0700, its owner's:
+// root's on a real controller):
+//   ca.key       the CA's private key (0600)
+//   ca.crt       the CA's certificate (0600; nodes get it through the join, pinned by the token)
+//   join-endpoint  where nodes reach the controller to join: "ADDRESS PORT" (0600)
+//   join-tokens  what the controller keeps of each unexpired join token (0600, TokenRecord lines)
+//   lock         held while any of them changes
+// Files are written to a temporary name and renamed, opened without following links, in a
+// directory refused when another account owns it or may write it (common/private_files.h).
+
+#include <cstdint>
+#include <string>
+
+#include "cluster/cluster_ca.h"
+#include "cluster/join_token.h"
+#include "common/env.h"
+#include "common/result.h"
+
+namespace bmas::cluster {
+
+// <state_dir>/cluster
+std::string ClusterDir(const std::string& state_dir);
+
+// Where nodes reach the controller to join.
+struct JoinEndpoint {
+  std::string address;
+  uint16_t port = 0;
+};
+
+// The port the controller serves joins on unless told otherwise (Slurm's daemons take
+// 6817-6820).
+inline constexpr uint16_t kDefaultJoinPort = 6830;
+
+struct ClusterIdentity {
+  CertAndKey ca;
+  std::string ca_sha256;  // 32 raw bytes
+  bool created = false;   // made by this call (false: it was there already)
+};
+
+// The cluster's CA, made when absent (idempotent: one that exists is kept as it is), and the
+// join endpoint, written each time (a second init may move it). Creates the state directory
+// (0755) and the cluster directory (0700) when absent. kPermissionDenied naming the directory
+// and the fix for one this account does not own or others may write; InvalidArgument for an
+// endpoint that a token cannot carry.
+Result<ClusterIdentity> EnsureClusterCa(const std::string& state_dir,
+                                        const std::string& cluster_name,
+                                        const JoinEndpoint& endpoint, int64_t unix_now);
+
+// The CA that EnsureClusterCa made. NotFound naming `bmas cluster init` when there is none.
+Result<ClusterIdentity> LoadClusterCa(const std::string& state_dir);
+
+// A new join token for the cluster whose CA and endpoint are under `state_dir`, valid
+// `ttl_seconds` from `unix_now`, with a secret from `env`. Its record is added to join-tokens
+// (expired records are dropped there). NotFound when there is no CA yet.
+Result<JoinToken> IssueJoinToken(const std::string& state_dir, Env& env, int64_t unix_now,
+                                 int64_t ttl_seconds = kDefaultJoinTokenTtlSeconds);
+
+// The join token records kept under `state_dir` (none when there is no file).
+Result<std::vector<TokenRecord>> LoadTokenRecords(const std::string& state_dir);
+
+}  // namespace bmas::cluster
