@@ -192,6 +192,16 @@ LimitDecision SharedLimitRefusal(const std::string& user, const UserLimits& limi
   } else {
     Block(decision, user, "max_concurrent", limits.max_concurrent.value_or(0), kConcurrentRetryS);
   }
+  const std::optional<int64_t>& value = decision.limit == "rpm"   ? limits.rpm
+                                        : decision.limit == "tpm" ? limits.tpm
+                                        : decision.limit == "tokens_per_day"
+                                            ? limits.tokens_per_day
+                                            : limits.max_concurrent;
+  if (!value) {  // a limit set since this gateway last read the user's: no figure to name
+    decision.message = fmt::format("rate limit: {} ({}) reached for user {}; retry in {} s",
+                                   LimitUnit(decision.limit), decision.limit, user,
+                                   static_cast<int64_t>(std::ceil(decision.retry_after_s)));
+  }
   return decision;
 }
 

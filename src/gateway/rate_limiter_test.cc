@@ -267,5 +267,12 @@ TEST(SharedLimitRefusalTest, NamesTheLimitAndBoundsTheWait) {
   EXPECT_EQ(concurrent.retry_after_s, 1);
 }
 
+TEST(SharedLimitRefusalTest, ALimitNotYetSeenLocallyIsNamedWithoutAFigure) {
+  LimitDecision tpm = SharedLimitRefusal("alice", UserLimits{}, "tpm", kT);
+  EXPECT_EQ(tpm.limit, "tpm");
+  EXPECT_EQ(tpm.message,
+            "rate limit: tokens per minute (tpm) reached for user alice; retry in 60 s");
+}
+
 }  // namespace
 }  // namespace bmas::gateway
