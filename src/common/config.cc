@@ -113,6 +113,10 @@ Config LoadConfig(const std::string& path) {
     g.upstream_idle_timeout_s =
         t->Double("upstream_idle_timeout_s", g.upstream_idle_timeout_s, 0.001, 86400);
     g.backend_api_key_file = t->String("backend_api_key_file", g.backend_api_key_file);
+    if (t->Has("shared_limits")) g.shared_limits = t->Bool("shared_limits", false);
+    g.limits_when_store_down =
+        t->String("limits_when_store_down", g.limits_when_store_down, {"closed", "open"});
+    g.default_max_tokens = t->Int("default_max_tokens", g.default_max_tokens, 1, int64_t{1} << 30);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("up")) {

@@ -59,6 +59,14 @@ struct GatewaySettings {
   // The backend secret, from which each backend's key (its --api-key) is derived: read from
   // this file (not readable by others) or $BMAS_BACKEND_API_KEY.
   std::string backend_api_key_file;
+  // Limits shared through the store (Store::Reserve/Settle), exact across gateways on one
+  // store. nullopt: on when the store is PostgreSQL (the only store two gateways can share).
+  std::optional<bool> shared_limits;
+  // When shared limits cannot reach the store: "closed" refuses requests (503), "open" falls
+  // back to this gateway's own limits.
+  std::string limits_when_store_down = "closed";
+  // Output tokens reserved for a request that gives no max_tokens (its worst case).
+  int64_t default_max_tokens = 1024;
 };
 
 struct UpSettings {

@@ -112,6 +112,10 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   o.http.server_name = "bmas-gateway";
   o.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(s.queue_timeout_s * 1000));
   o.reserve_fraction = s.reserve_fraction;
+  // Shared limits are on by default where gateways can share the store: on PostgreSQL.
+  o.shared_limits = s.shared_limits.value_or(StoreIsOnPostgres());
+  o.open_when_store_down = s.limits_when_store_down == "open";
+  o.default_max_tokens = s.default_max_tokens;
   o.key_cache_size = static_cast<size_t>(s.key_cache_size);
   o.upstream_idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(s.upstream_idle_timeout_s * 1000));
@@ -166,9 +170,14 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     fmt::print(stderr, "bmas gateway: {}\n", port.error().message);
     return 1;
   }
-  spdlog::info("bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {}",
-               s.routing, s.fairness, o.backends.size(), s.threads,
-               DescribeConfiguredStore(StorePath(state_dir)));
+  spdlog::info(
+      "bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {}, "
+      "limits {}",
+      s.routing, s.fairness, o.backends.size(), s.threads,
+      DescribeConfiguredStore(StorePath(state_dir)),
+      !o.shared_limits         ? "this gateway's own"
+      : o.open_when_store_down ? "shared (open when the store is down)"
+                               : "shared (closed when the store is down)");
   gw.Start();
   std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
   std::vector<std::thread> threads;

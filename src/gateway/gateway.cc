@@ -44,6 +44,7 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       store_(std::move(store)),
       http_(workers_, options_.http,
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
+      instance_id_(MakeInstanceId(options_.instance_id)),
       env_(*options_.env),
       epoch_(env_.Now()),
       admission_(AdmissionOptions{.fair = options_.fair,
@@ -65,7 +66,8 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       e2e_(metrics_.AddHistogram("bmas_gateway_request_duration_seconds",
                                  "Time from a request's arrival to the end of its response.", "",
                                  LatencyBuckets())),
-      queue_depth_(metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")),
+      queue_depth_(
+          metrics_.AddGauge("bmas_gateway_queue_depth", "Requests waiting in the fair queue.", "")),
       key_cache_entries_(metrics_.AddGauge("bmas_gateway_key_cache_entries",
                                            "API keys the gateway remembers (bounded LRU).", "")),
       key_lookups_(metrics_.AddCounter("bmas_gateway_key_lookups_total",
@@ -229,6 +231,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   r.user = *user;
   r.target = target;
   r.start = start;
+  std::optional<int64_t> max_tokens;
   {
     // Only what routing, queuing and metering need; the backend validates the rest.
     auto fields = ParseCompletionBody(Reusable(json_[r.worker]), request.body());
@@ -240,6 +243,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     r.stream = fields->stream;
     r.client_wants_usage = fields->client_wants_usage;
     r.prompt_chars = fields->prompt_chars;
+    max_tokens = fields->max_tokens;
     r.prefix_key = PrefixKey(fields->lead);
     if (options_.routing == RoutingPolicy::kCacheAware) {
       r.cache_blocks = PrefixBlockHashes(fields->lead);
@@ -306,6 +310,34 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
       limiter.OnEnd(user);
     }
   } end_guard{mu_, limiter_, r.user};
+  if (options_.shared_limits) {
+    // The local check above is a fast pre-check; the store's answer decides.
+    std::optional<Refusal> refused =
+        co_await ReserveShared(r, max_tokens.value_or(options_.default_max_tokens));
+    if (refused) {
+      ResponseWriter::Headers headers;
+      if (refused->status == http::status::too_many_requests) {
+        headers.emplace_back(http::field::retry_after,
+                             std::to_string(static_cast<int64_t>(
+                                 std::max(1.0, std::ceil(refused->decision.retry_after_s)))));
+      }
+      co_await fail(refused->status, refused->decision.message, refused->decision.limit,
+                    std::move(headers));
+      co_return;
+    }
+  }
+  // Settles the reservation to what was metered, however the request ends (a cut or failed
+  // stream included).
+  struct SettleGuard {
+    Gateway& gw;
+    const Request& r;
+    ~SettleGuard() {
+      if (r.reservation.empty()) return;
+      gw.store_.Post([&gw = gw, id = r.reservation, used = r.metered](Store& store) {
+        gw.SettleShared(store, id, used, 0);
+      });
+    }
+  } settle_guard{*this, r};
 
   // A first attempt that fails before anything reached the client is retried once elsewhere.
   // A stream cut by its backend (preempted, dead) is resumed on another, a few times at most.

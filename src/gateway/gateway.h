@@ -99,6 +99,16 @@ struct GatewayOptions {
   // Backends (URLs as given) that are not challenged: real vLLM servers, which do not answer
   // the challenge. Safe only on a port no user can bind (below 1024, or another host).
   std::vector<std::string> unverified_backends;
+  // Limits shared through the store: each request reserves its worst case (prompt estimate +
+  // max_tokens, or default_max_tokens) with Store::Reserve, whose answer admits it, and settles
+  // to what was metered when it ends. Exact across gateways sharing the store.
+  bool shared_limits = false;
+  // When the store cannot be reached: false refuses requests (503); true falls back to this
+  // gateway's own limits.
+  bool open_when_store_down = false;
+  int64_t default_max_tokens = 1024;
+  // Prefix of this gateway's reservation ids; random when empty. Unique per gateway.
+  std::string instance_id;
   // Where the gateway's time comes from (queue waits, latencies, rate limits, usage minutes).
   // Not owned; outlives the Gateway.
   Env* env = &Env::Default();
@@ -188,8 +198,21 @@ class Gateway {
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
 
+  // Shared limits. Reserves `r`'s worst case in the store; returns the answer to send when
+  // the request may not go on (429, or 503 when the store is down and limits fail closed).
+  struct Refusal {
+    http::status status;
+    LimitDecision decision;
+  };
+  awaitable<std::optional<Refusal>> ReserveShared(Request& r, int64_t max_tokens);
+  // Settles reservation `id` to `used` tokens on the store thread, retrying a failure a few
+  // times (Settle is idempotent).
+  void SettleShared(Store& store, const std::string& id, int64_t used, int attempt);
+  // `given` (or "gw") and 64 random bits: ids stay unique across restarts and gateways.
+  static std::string MakeInstanceId(const std::string& given);
+
   // Records usage, and charges the fair queue what it was not charged yet. Takes mu_.
-  void Meter(const Request& request, const Backend& backend, int64_t prompt_tokens,
+  void Meter(Request& request, const Backend& backend, int64_t prompt_tokens,
              int64_t completion_tokens, int64_t already_charged = 0);
   std::string ModelsJson() const;      // takes mu_
   std::string RenderMetrics();         // takes mu_
@@ -205,6 +228,8 @@ class Gateway {
   HttpServer http_;
   std::unique_ptr<HttpServer> metrics_http_;  // null when metrics_http.host is empty
   uint64_t refreshes_ = 0;  // io_ only
+  std::string instance_id_;                 // of reservation ids
+  std::atomic<uint64_t> reservations_ = 0;  // reservation ids made
   bool stopping_ = false;   // io_ only
   // Set when Stop()'s deadline has passed: streams still relaying end with an error event.
   std::atomic<bool> cutting_ = false;

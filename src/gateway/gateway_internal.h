@@ -63,6 +63,8 @@ struct Gateway::Request {
   // A stream that reached the client: what it was sent, to resume it on another backend.
   std::optional<StreamResume> resume;
   std::string cut_reason;  // set by RelayOnce when the stream was cut and may be resumed
+  int64_t metered = 0;     // prompt + completion tokens metered, over all attempts
+  std::string reservation;  // shared limits: its id in the store, "" when none
 };
 
 // A request waiting for admission. Dispatch() (on any worker, under mu_) picks its backend and

@@ -33,7 +33,7 @@ void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t 
   prompt_ratio_[model].Learn(chars, tokens);
 }
 
-void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t completion,
+void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t completion,
                     int64_t already_charged) {
   const int64_t minute = static_cast<int64_t>(UnixNow()) / 60;
   const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
@@ -46,6 +46,7 @@ void Gateway::Meter(const Request& r, const Backend& b, int64_t prompt, int64_t 
                          UsageDelta{minute, r.user, r.model, b.id, 0, 0, 0})
                 .first;
   }
+  r.metered += prompt + completion;
   UsageDelta& d = entry->second;
   d.requests += 1;
   d.prompt_tokens += prompt;

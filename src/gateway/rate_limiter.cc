@@ -179,4 +179,30 @@ size_t RateLimiter::window_entries_for_test(const std::string& user) const {
   return it->second.requests.buckets.size() + it->second.tokens.buckets.size();
 }
 
+LimitDecision SharedLimitRefusal(const std::string& user, const UserLimits& limits,
+                                 const std::string& refused_by, double now) {
+  LimitDecision decision;
+  if (refused_by == "rpm") {
+    Block(decision, user, "rpm", limits.rpm.value_or(0), RateLimiter::kWindowS);
+  } else if (refused_by == "tpm") {
+    Block(decision, user, "tpm", limits.tpm.value_or(0), RateLimiter::kWindowS);
+  } else if (refused_by == "tokens_per_day") {
+    Block(decision, user, "tokens_per_day", limits.tokens_per_day.value_or(0),
+          static_cast<double>(DayOf(now) + 1) * kDayS - now);
+  } else {
+    Block(decision, user, "max_concurrent", limits.max_concurrent.value_or(0), kConcurrentRetryS);
+  }
+  const std::optional<int64_t>& value = decision.limit == "rpm"   ? limits.rpm
+                                        : decision.limit == "tpm" ? limits.tpm
+                                        : decision.limit == "tokens_per_day"
+                                            ? limits.tokens_per_day
+                                            : limits.max_concurrent;
+  if (!value) {  // a limit set since this gateway last read the user's: no figure to name
+    decision.message = fmt::format("rate limit: {} ({}) reached for user {}; retry in {} s",
+                                   LimitUnit(decision.limit), decision.limit, user,
+                                   static_cast<int64_t>(std::ceil(decision.retry_after_s)));
+  }
+  return decision;
+}
+
 }  // namespace bmas::gateway

@@ -100,4 +100,12 @@ class RateLimiter {
   std::unordered_map<std::string, UserState> users_;
 };
 
+// A refusal by the limits shared through the store (Store::Reserve's `refused_by`: "rpm",
+// "tpm", "tokens_per_day" or "max_concurrent"), as a decision of `user` under `limits` at `now`
+// (unix seconds). The store keeps no window to read a wait from, so retry_after_s is its bound:
+// rpm and tpm, the window's length; tokens_per_day, until the next UTC midnight;
+// max_concurrent, 1 s.
+LimitDecision SharedLimitRefusal(const std::string& user, const UserLimits& limits,
+                                 const std::string& refused_by, double now);
+
 }  // namespace bmas::gateway

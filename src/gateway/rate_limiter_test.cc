@@ -245,5 +245,34 @@ TEST(RateLimiterTest, PruneForgetsIdleUsers) {
   EXPECT_EQ(limiter.in_flight("b"), 1);
 }
 
+TEST(SharedLimitRefusalTest, NamesTheLimitAndBoundsTheWait) {
+  UserLimits limits;
+  limits.rpm = 6;
+  limits.tpm = 1000;
+  limits.tokens_per_day = 5000;
+  limits.max_concurrent = 2;
+  LimitDecision tpm = SharedLimitRefusal("alice", limits, "tpm", kT);
+  EXPECT_FALSE(tpm.allowed);
+  EXPECT_EQ(tpm.limit, "tpm");
+  EXPECT_EQ(tpm.retry_after_s, RateLimiter::kWindowS);
+  EXPECT_NE(tpm.message.find("1000 tokens per minute (tpm) reached for user alice"),
+            std::string::npos)
+      << tpm.message;
+  EXPECT_EQ(SharedLimitRefusal("alice", limits, "rpm", kT).limit, "rpm");
+  LimitDecision day = SharedLimitRefusal("alice", limits, "tokens_per_day", kMidnight - 10);
+  EXPECT_EQ(day.limit, "tokens_per_day");
+  EXPECT_DOUBLE_EQ(day.retry_after_s, 10);
+  LimitDecision concurrent = SharedLimitRefusal("alice", limits, "max_concurrent", kT);
+  EXPECT_EQ(concurrent.limit, "max_concurrent");
+  EXPECT_EQ(concurrent.retry_after_s, 1);
+}
+
+TEST(SharedLimitRefusalTest, ALimitNotYetSeenLocallyIsNamedWithoutAFigure) {
+  LimitDecision tpm = SharedLimitRefusal("alice", UserLimits{}, "tpm", kT);
+  EXPECT_EQ(tpm.limit, "tpm");
+  EXPECT_EQ(tpm.message,
+            "rate limit: tokens per minute (tpm) reached for user alice; retry in 60 s");
+}
+
 }  // namespace
 }  // namespace bmas::gateway

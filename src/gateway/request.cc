@@ -92,6 +92,13 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
       }
     }
   }
+  for (const char* key : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+    int64_t n = 0;
+    if (!obj[key].get_int64().get(n) && n > 0) {
+      f.max_tokens = n;
+      break;
+    }
+  }
   bool include_usage = false;
   if (!obj.at_pointer("/stream_options/include_usage").get_bool().get(include_usage)) {
     f.client_wants_usage = include_usage;

@@ -5,6 +5,7 @@
 // rewrite that asks the backend for a usage chunk. Pure functions; no I/O.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ struct CompletionFields {
   // message, then input as messages): routing.
   std::string lead;
   int64_t prompt_chars = 0;  // bytes of prompt text, for a token estimate
+  // The most output tokens the client allows (max_tokens, max_completion_tokens or, for
+  // Responses, max_output_tokens), when it gives a positive integer: shared limits reserve it.
+  std::optional<int64_t> max_tokens;
 };
 
 // Reads a /v1/completions, /v1/chat/completions or /v1/responses body. Errors (kInvalidArgument,

@@ -79,6 +79,17 @@ TEST(ParseCompletionBodyTest, RejectsWhatProxyAndBackendWouldReadDifferently) {
   EXPECT_TRUE(nested);
 }
 
+TEST(ParseCompletionBodyTest, ReadsTheMostOutputTokensTheClientAllows) {
+  simdjson::dom::parser parser;
+  auto given = [&](std::string_view body) { return ParseCompletionBody(parser, body)->max_tokens; };
+  EXPECT_EQ(given(R"({"model":"m","prompt":"x","max_tokens":7})"), 7);
+  EXPECT_EQ(given(R"({"model":"m","messages":[],"max_completion_tokens":9})"), 9);
+  EXPECT_EQ(given(R"({"model":"m","input":"x","max_output_tokens":11})"), 11);
+  EXPECT_EQ(given(R"({"model":"m","prompt":"x"})"), std::nullopt);
+  EXPECT_EQ(given(R"({"model":"m","prompt":"x","max_tokens":null})"), std::nullopt);
+  EXPECT_EQ(given(R"({"model":"m","prompt":"x","max_tokens":0})"), std::nullopt);
+}
+
 TEST(WithIncludeUsageTest, KeepsMemberOrder) {
   struct Case {
     const char* in;

@@ -4,6 +4,8 @@
 // Coroutines on other threads hand it work with Run() and get the result back on their own
 // executor.
 
+#include <chrono>
+#include <memory>
 #include <thread>
 
 #include "common/asio.h"
@@ -31,6 +33,15 @@ class StoreWorker {
   template <typename Fn>
   void Post(Fn fn) {
     net::post(io_, [this, fn = std::move(fn)]() mutable { fn(*store_); });
+  }
+
+  // Runs fn(Store&) on the store thread after `delay`, not waiting for it (a retry). Work
+  // delayed so still runs before the destructor returns.
+  template <typename Fn>
+  void PostAfter(std::chrono::milliseconds delay, Fn fn) {
+    auto timer = std::make_shared<net::steady_timer>(io_, delay);
+    timer->async_wait(
+        [this, timer, fn = std::move(fn)](const beast::error_code&) mutable { fn(*store_); });
   }
 
  private:
