@@ -129,6 +129,10 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE deployments ADD COLUMN timetable TEXT NOT NULL DEFAULT '[]';
     )sql",
+    // Each Reserve prunes reservations older than two days: by this index, not by a scan.
+    R"sql(
+    CREATE INDEX reservations_by_time ON reservations(at);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
