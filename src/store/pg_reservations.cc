@@ -1,5 +1,10 @@
 // The PostgreSQL store's reservations against users' shared limits (Store::Reserve): one
 // transaction that locks the user's row, so that gateways reserving for one user take turns.
+//
+// Reservations and settlements commit without waiting for the disk (synchronous_commit off): a
+// gateway makes two per request, and a flush each cost milliseconds. What a server crash can lose
+// is its last fraction of a second: a lost reservation lets that minute admit a little more, a
+// lost settlement counts the request at its worst case; metered usage (RecordUsage) stays durable.
 
 #include "store/pg_store.h"
 #include "store/store_rules.h"
@@ -9,7 +14,7 @@ namespace bmas::pg_internal {
 Result<Reservation> Reserve(Connection& c, const std::string& request_id, const std::string& user,
                             int64_t tokens, int64_t now) {
   Transaction t(c);
-  if (auto r = t.Begin(); !r) return r.error();
+  if (auto r = t.Begin(/*durable=*/false); !r) return r.error();
   auto limits = c.Exec("reserving",
                        "SELECT rpm, tpm, tokens_per_day, max_concurrent FROM users "
                        "WHERE name = $1 FOR UPDATE",
@@ -50,11 +55,13 @@ Result<Reservation> Reserve(Connection& c, const std::string& request_id, const 
 }
 
 Result<void> Settle(Connection& c, const std::string& request_id, int64_t used_tokens) {
+  Transaction t(c);
+  if (auto r = t.Begin(/*durable=*/false); !r) return r;
   auto settled = c.Exec("settling a reservation",
                         "UPDATE reservations SET used = $1 WHERE request_id = $2 AND used IS NULL",
                         {P(used_tokens), P(request_id)});
   if (!settled) return settled.error();
-  if (settled->Changed() > 0) return {};
+  if (settled->Changed() > 0) return t.Commit();
   auto held = c.Exec("settling a reservation", "SELECT 1 FROM reservations WHERE request_id = $1",
                      {P(request_id)});
   if (!held) return held.error();
