@@ -135,6 +135,9 @@ Config LoadConfig(const std::string& path) {
         t->Double("replica_load_window_s", config.up.replica_load_window_s, 1, 3600);
     config.up.replica_breach_settle_s =
         t->Double("replica_breach_settle_s", config.up.replica_breach_settle_s, 0, 3600);
+    config.up.timetable_lead_s =
+        t->Double("timetable_lead_s", config.up.timetable_lead_s, 0, 86400);
+    config.up.timezone = t->String("timezone", config.up.timezone);
     config.up.replica_port_base =
         static_cast<int>(t->Int("replica_port_base", config.up.replica_port_base, 1024, 64535));
     config.up.cluster = t->String("cluster", config.up.cluster);

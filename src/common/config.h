@@ -85,6 +85,10 @@ struct UpSettings {
   double replica_scale_down_idle_s = 300;  // low load this long before a replica goes
   double replica_load_window_s = 60;  // the autoscaler smooths the load over this long
   double replica_breach_settle_s = 30;  // a new replica's time to show in TTFT before more
+  // Timetable floors (`inference deploy --timetable`): their replicas start this long ahead,
+  // and their times are read in this tz database zone ("" = the machine's: $TZ, /etc/localtime).
+  double timetable_lead_s = 120;
+  std::string timezone;
   // The local Slurm's inventory (examples/cluster-local-mig.toml); "" = the built-in 3 nodes of
   // 4 fake GPUs.
   std::string cluster;

@@ -64,6 +64,8 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.up.replica_scale_down_idle_s, d.up.replica_scale_down_idle_s);
   EXPECT_EQ(c.up.replica_load_window_s, d.up.replica_load_window_s);
   EXPECT_EQ(c.up.replica_breach_settle_s, d.up.replica_breach_settle_s);
+  EXPECT_EQ(c.up.timetable_lead_s, d.up.timetable_lead_s);
+  EXPECT_EQ(c.up.timezone, d.up.timezone);
   EXPECT_EQ(c.gateway.queue_timeout_s, d.gateway.queue_timeout_s);
   EXPECT_EQ(c.gateway.max_body_bytes, d.gateway.max_body_bytes);
   EXPECT_EQ(c.lxd.listen, d.lxd.listen);

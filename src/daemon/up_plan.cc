@@ -143,7 +143,12 @@ UpPartPlan Controller(const UpOptions& options, const UpFacts& facts) {
                      "127.0.0.1", "--cancel-on-exit", "--scale-down-idle",
                      fmt::format("{}", up.replica_scale_down_idle_s), "--load-window",
                      fmt::format("{}", up.replica_load_window_s), "--breach-settle",
-                     fmt::format("{}", up.replica_breach_settle_s)};
+                     fmt::format("{}", up.replica_breach_settle_s), "--timetable-lead",
+                     fmt::format("{}", up.timetable_lead_s)};
+  if (!up.timezone.empty()) {
+    p.trailing_args.push_back("--timezone");
+    p.trailing_args.push_back(up.timezone);
+  }
   p.backend_key = true;
   p.essential = true;
   p.fail_label = "inference controller";

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,8 @@ TEST(UpPlanTest, TheControllerNeedsTheGatewaysOperatorListenerAndSizesToLoad) {
   EXPECT_TRUE(k.links[0].required);
   EXPECT_EQ(k.trailing_args,
             (Args{"--port-base", "19000", "--listen-host", "127.0.0.1", "--cancel-on-exit",
-                  "--scale-down-idle", "120", "--load-window", "30.5", "--breach-settle", "30"}));
+                  "--scale-down-idle", "120", "--load-window", "30.5", "--breach-settle", "30",
+                  "--timetable-lead", "120"}));
   EXPECT_THAT(k.listeners, IsEmpty());
   EXPECT_TRUE(k.backend_key);
   EXPECT_TRUE(k.essential);
