@@ -345,7 +345,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       auto b = input.backends.find(s.url);
       // The gateway must have seen the drain (the replica is absent or draining there) and
       // finished what it sent.
-      const bool quiet = input.gateway_reachable &&
+      const bool quiet = input.every_gateway_reached &&
                          (b == input.backends.end() || (b->second.draining && b->second.in_flight == 0));
       if (quiet && memory.sleep_after_drain.contains(s.job->id) && !input.gpus_wanted) {
         // Nothing in flight: vLLM's sleep aborts no request.

@@ -76,7 +76,8 @@ struct ControllerInput {
   std::vector<Deployment> deployments;
   std::vector<JobInfo> jobs;                     // the service account's jobs, any name
   std::map<std::string, std::string> node_addr;  // node name -> address
-  bool gateway_reachable = false;
+  bool gateway_reachable = false;  // at least one gateway's /load was read
+  bool every_gateway_reached = false;  // ... and every one's: only then is a drain finished
   std::map<std::string, BackendView> backends;   // by URL
   std::map<std::string, int> queued;             // per model
   std::map<std::string, double> oldest_wait_s;   // per model: the oldest queued request's wait

@@ -33,6 +33,7 @@ class ControllerTest : public ::testing::Test {
     in.jobs = std::move(jobs);
     in.node_addr = {{"oss01", "127.0.0.1"}, {"oss02", "127.0.0.1"}};
     in.gateway_reachable = true;
+    in.every_gateway_reached = true;
     return in;
   }
   ControllerSettings settings_;
@@ -146,6 +147,24 @@ TEST_F(ControllerTest, IdleReplicasAboveTheFloorAreDrainedThenPutToSleepInsteadO
   for (const ReplicaRecord& r : last.replicas) {
     EXPECT_EQ(r.state, r.floor ? ReplicaState::kReady : ReplicaState::kSleeping) << r.job_id;
   }
+}
+
+TEST_F(ControllerTest, WhileOneGatewayIsUnreadAReplicaItMayStillUseIsNotPutToSleep) {
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 2}},
+                          {Job(1, "m", 18100, "RUNNING", "inference_floor"),
+                           Job(2, "m", 18101, "RUNNING", "inference", "oss02")});
+  for (int p : {18100, 18101}) in.backends[Url(p)] = BackendView{.healthy = true};
+  // Two gateways: the one that answered has drained job 2, the other did not answer.
+  in.every_gateway_reached = false;
+  std::vector<ControllerPlan> plans;
+  EXPECT_TRUE(RunPasses(settings_, in, memory_, 1000, 1400, &plans).empty());
+  for (const ControllerPlan& p : plans) EXPECT_TRUE(p.cancels.empty());
+  EXPECT_EQ(in.jobs.size(), 2u);
+  ASSERT_TRUE(std::any_of(plans.back().replicas.begin(), plans.back().replicas.end(),
+                          [](const ReplicaRecord& r) { return r.state == ReplicaState::kDraining; }));
+  // Both answer again (and both have drained it): it goes to sleep.
+  in.every_gateway_reached = true;
+  EXPECT_EQ(RunPasses(settings_, in, memory_, 1400, 1410), (std::vector<int64_t>{2}));
 }
 
 TEST_F(ControllerTest, TheFloorIsNeverPutToSleep) {

@@ -139,8 +139,11 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       "controller",
       "Run the control loop that keeps deployments' replicas running as Slurm jobs of this "
       "account, sized to the gateway's load (`bmas up` runs it as the service account)");
-  controller->add_option("--gateway", gateway_,
-                         "host:port of the gateway's operator listener, for /load")
+  controller->add_option("--gateway", gateways_,
+                         "host:port of the gateway's operator listener, for /load; repeat it for "
+                         "each gateway of the deployments (gateways that share a PostgreSQL "
+                         "store): load adds up, and a replica sleeps or stops only once every "
+                         "gateway has drained it")
       ->required();
   controller->add_option("--interval", interval_s_, "Seconds between passes")
       ->check(CLI::Range(0.1, 60.0))
@@ -183,8 +186,8 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   passwd* pw = getpwuid(geteuid());
   InferenceControllerOptions o;
   o.user = pw != nullptr ? pw->pw_name : "root";
-  o.gateway = gateway_;
-  if (!o.gateway.empty()) {
+  o.gateways = gateways_;
+  if (!o.gateways.empty()) {
     auto secret = EnsureOperatorSecret(state_dir);
     if (!secret) {
       fmt::print(stderr, "bmas inference controller: reading the gateway's /load: {}\n",

@@ -34,7 +34,7 @@ class InferenceCommands {
   std::vector<std::string> timetable_;  // --timetable, repeated
   std::string timetable_file_;          // --timetable-file: [[deployment.timetable]] in TOML
   // `bmas inference controller`.
-  std::string gateway_;
+  std::vector<std::string> gateways_;
   double interval_s_ = 2;
   int port_base_ = 18100;
   std::string listen_host_ = "0.0.0.0";

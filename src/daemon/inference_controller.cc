@@ -144,25 +144,44 @@ Result<void> InferenceController::RunOnce() {
     if (j.user == o_.user && autoscale::ParseReplicaJobName(j.name)) in.jobs.push_back(std::move(j));
   }
   for (const NodeInfo& n : *nodes) in.node_addr[n.name] = n.address;
-  auto body = load_();
-  auto load = body ? dashboard::ParseGatewayLoad(*body) : Result<dashboard::GatewayLoad>(body.error());
-  if (load) {
+  std::vector<dashboard::GatewayLoad> loads;
+  std::string load_error;
+  const std::vector<Result<std::string>> bodies = load_();
+  for (const Result<std::string>& body : bodies) {
+    auto one = body ? dashboard::ParseGatewayLoad(*body) : Result<dashboard::GatewayLoad>(body.error());
+    if (one) {
+      loads.push_back(std::move(*one));
+    } else if (load_error.empty()) {
+      load_error = one.error().message;
+    }
+  }
+  // The load of the gateways that answered; a replica counts as drained only when all did.
+  in.every_gateway_reached = !bodies.empty() && loads.size() == bodies.size();
+  if (bodies.empty()) load_error = "no gateway given (--gateway)";
+  if (!loads.empty()) {
+    const dashboard::GatewayLoad merged = dashboard::MergeGatewayLoads(loads);
+    const dashboard::GatewayLoad* load = &merged;
     in.gateway_reachable = true;
     for (const dashboard::BackendLoad& b : load->backends) {
       in.backends[b.url] = {b.healthy, b.draining, b.in_flight, b.capacity};
     }
     in.queued = load->queued;
     in.oldest_wait_s = load->oldest_wait_s;
-    dashboard::LatencyHistogram before{ttft_bounds_, ttft_counts_, 0, 0};
-    for (uint64_t c : ttft_counts_) before.count += c;
-    const double p95 = dashboard::QuantileBetween(before, load->ttft, 0.95);
-    if (p95 >= 0) in.ttft_p95_ms = p95 * 1000;
-    ttft_bounds_ = load->ttft.bounds;
-    ttft_counts_ = load->ttft.counts;
-  } else if (last_error_ != load.error().message) {
-    spdlog::warn("inference controller: {}", load.error().message);
+    // TTFT since the last pass that read every gateway (a sum over fewer would look like a
+    // restart and count everything since their start).
+    if (in.every_gateway_reached) {
+      dashboard::LatencyHistogram before{ttft_bounds_, ttft_counts_, 0, 0};
+      for (uint64_t c : ttft_counts_) before.count += c;
+      const double p95 = dashboard::QuantileBetween(before, load->ttft, 0.95);
+      if (p95 >= 0) in.ttft_p95_ms = p95 * 1000;
+      ttft_bounds_ = load->ttft.bounds;
+      ttft_counts_ = load->ttft.counts;
+    }
   }
-  last_error_ = load ? "" : load.error().message;
+  if (!load_error.empty() && last_error_ != load_error) {
+    spdlog::warn("inference controller: {}", load_error);
+  }
+  last_error_ = load_error;
 
   const double now = unix_now_();
   if (!adopted_) AdoptSleeping(in.jobs, in.node_addr, now);
@@ -226,11 +245,12 @@ int RunInferenceController(const InferenceControllerOptions& options,
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigprocmask(SIG_BLOCK, &signals, nullptr);
-  const std::string gateway = options.gateway;
-  LoadReader load = [gateway, bearer = OperatorBearer(options.operator_secret)]()
-      -> Result<std::string> {
-    if (gateway.empty()) return Error{ErrorCode::kUnavailable, "no gateway given (--gateway)"};
-    return HttpGet(gateway, "/load", "the gateway", bearer);
+  LoadReader load = [gateways = options.gateways, bearer = OperatorBearer(options.operator_secret)]() {
+    std::vector<Result<std::string>> bodies;
+    for (const std::string& gateway : gateways) {
+      bodies.push_back(HttpGet(gateway, "/load", fmt::format("the gateway at {}", gateway), bearer));
+    }
+    return bodies;
   };
   auto unix_now = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())

@@ -25,7 +25,9 @@ namespace bmas {
 struct InferenceControllerOptions {
   autoscale::ControllerSettings settings;
   std::chrono::milliseconds interval{2000};
-  std::string gateway;    // "host:port" of the gateway's operator listener (/load)
+  // "host:port" of each gateway's operator listener (/load): every gateway that routes to the
+  // deployments' replicas (they share a store).
+  std::vector<std::string> gateways;
   std::string operator_secret;  // what that listener asks for (daemon/secret.h). A secret.
   std::string user;       // the Unix account the replica jobs run as (whose jobs are read)
   std::string bmas;       // the bmas binary replicas run ({bmas})
@@ -40,8 +42,8 @@ struct InferenceControllerOptions {
 
 // A connection to Slurm as `user`, made again when a call fails (tokens expire).
 using SlurmConnector = std::function<Result<std::unique_ptr<SlurmApi>>()>;
-// The gateway's /load body.
-using LoadReader = std::function<Result<std::string>()>;
+// Each gateway's /load body, in the order of InferenceControllerOptions::gateways.
+using LoadReader = std::function<std::vector<Result<std::string>>()>;
 // One request to a replica's server: `method` `path` at `url` ("http://host:port") with
 // `key` as its bearer token ("" = none); the body of a 200, else an error naming the status.
 using ReplicaCaller =

@@ -34,7 +34,7 @@ class InferenceControllerTest : public ::testing::Test {
       return std::unique_ptr<SlurmApi>(fake_);
     };
     return InferenceController(options_, connect, *store_,
-                               [this]() -> Result<std::string> { return load_; },
+                               [this] { return std::vector<Result<std::string>>{load_}; },
                                [this] { return now_; });
   }
 

@@ -320,6 +320,37 @@ TEST(HistoryTest, TtftP95IsTakenOverTheIntervalOnly) {
   EXPECT_EQ(h.front().t, 2);
 }
 
+TEST(SourcesTest, TwoGatewaysLoadsMergeSoAReplicaIsIdleOnlyWhenIdleInBoth) {
+  auto one = ParseGatewayLoad(
+      R"({"queued":{"sim":2},"oldest_wait_s":{"sim":0.5},"backends":[)"
+      R"({"url":"http://a","models":["sim"],"healthy":true,"draining":true,"in_flight":0,"capacity":8},)"
+      R"({"url":"http://b","models":["sim"],"healthy":false,"draining":false,"in_flight":1,"capacity":4}],)"
+      R"("ttft_s":{"count":1,"sum":0.2,"bounds":[0.1,0.5],"counts":[0,1,0]}})");
+  auto two = ParseGatewayLoad(
+      R"({"queued":{"sim":1,"other":4},"oldest_wait_s":{"sim":2.5},"backends":[)"
+      R"({"url":"http://a","models":["sim"],"healthy":true,"draining":false,"in_flight":2,"capacity":8},)"
+      R"({"url":"http://b","models":["sim"],"healthy":true,"draining":false,"in_flight":0,"capacity":6}],)"
+      R"("ttft_s":{"count":2,"sum":0.3,"bounds":[0.1,0.5],"counts":[2,0,0]}})");
+  auto odd = ParseGatewayLoad(R"({"ttft_s":{"count":1,"sum":1,"bounds":[1],"counts":[0,1]}})");
+  ASSERT_TRUE(one && two && odd);
+  const GatewayLoad m = MergeGatewayLoads({*one, *two, *odd});
+  EXPECT_TRUE(m.reachable);
+  EXPECT_EQ(m.queued.at("sim"), 3);
+  EXPECT_EQ(m.queued.at("other"), 4);
+  EXPECT_DOUBLE_EQ(m.oldest_wait_s.at("sim"), 2.5);
+  ASSERT_EQ(m.backends.size(), 2u);
+  // Drained in one gateway, still sending in the other: not idle anywhere yet.
+  EXPECT_FALSE(m.backends[0].draining);
+  EXPECT_EQ(m.backends[0].in_flight, 2);
+  EXPECT_TRUE(m.backends[1].healthy);
+  EXPECT_EQ(m.backends[1].in_flight, 1);
+  EXPECT_EQ(m.backends[1].capacity, 6);
+  // The histograms add; one with other bounds is left out.
+  EXPECT_EQ(m.ttft.count, 3u);
+  EXPECT_EQ(m.ttft.counts, (std::vector<uint64_t>{2, 1, 0}));
+  EXPECT_FALSE(MergeGatewayLoads({}).reachable);
+}
+
 TEST(SourcesTest, ReadTheGatewaysLoadAndAnAgentsGpus) {
   auto load = ParseGatewayLoad(
       R"({"queued":{"sim":2},"backends":[{"url":"http://a","models":["sim"],"healthy":true,)"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/json_read.h"
 
@@ -117,6 +118,55 @@ Result<NodeTelemetry> ParseAgentGpus(std::string_view body, const std::string& n
     t.gpus.push_back(std::move(r));
   });
   return t;
+}
+
+namespace {
+
+void AddHistogram(LatencyHistogram& into, const LatencyHistogram& h) {
+  if (into.bounds.empty() && into.count == 0) {
+    into = h;
+    return;
+  }
+  if (h.bounds != into.bounds || h.counts.size() != into.counts.size()) return;
+  for (size_t i = 0; i < h.counts.size(); ++i) into.counts[i] += h.counts[i];
+  into.count += h.count;
+  into.sum += h.sum;
+}
+
+}  // namespace
+
+GatewayLoad MergeGatewayLoads(const std::vector<GatewayLoad>& loads) {
+  GatewayLoad out;
+  std::map<std::string, size_t> at;  // backend URL -> index in out.backends
+  for (const GatewayLoad& g : loads) {
+    out.reachable = true;
+    for (const auto& [model, n] : g.queued) out.queued[model] += n;
+    for (const auto& [model, w] : g.oldest_wait_s) {
+      double& oldest = out.oldest_wait_s[model];
+      oldest = std::max(oldest, w);
+    }
+    for (const BackendLoad& b : g.backends) {
+      auto [it, fresh] = at.emplace(b.url, out.backends.size());
+      if (fresh) {
+        out.backends.push_back(b);
+        continue;
+      }
+      BackendLoad& m = out.backends[it->second];
+      m.healthy = m.healthy || b.healthy;
+      m.draining = m.draining && b.draining;
+      m.in_flight += b.in_flight;
+      m.capacity = std::max(m.capacity, b.capacity);
+      m.kv_usage = std::max(m.kv_usage, b.kv_usage);
+      for (const std::string& model : b.models) {
+        if (std::find(m.models.begin(), m.models.end(), model) == m.models.end()) {
+          m.models.push_back(model);
+        }
+      }
+    }
+    AddHistogram(out.ttft, g.ttft);
+    AddHistogram(out.queue_wait, g.queue_wait);
+  }
+  return out;
 }
 
 }  // namespace bmas::dashboard
