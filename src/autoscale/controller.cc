@@ -20,6 +20,7 @@ struct Seen {
   std::string url;
   TimePoint since;
   int in_flight;
+  bool moving = false;  // on a node Slurm drains: replaced, then drained
 };
 
 }  // namespace
@@ -157,6 +158,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
         const double ends = static_cast<double>(job.start_time) + 60.0 * job.time_limit_minutes;
         s.retiring = TimePoint(ends) - now < settings.replace_margin;
       }
+      s.moving = input.drained_nodes.contains(job.nodes[0]);
     } else {
       memory.ready_since.erase(job.id);
       memory.sleeping.erase(job.id);  // requeued (preempted): it starts over awake
@@ -217,7 +219,9 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     ModelSnapshot snap;
     for (const Seen& s : seen) {
       ReplicaSnapshot r{std::to_string(s.job->id), s.state, s.since, s.in_flight};
-      if (s.retiring && r.state != ReplicaState::kDraining) r.state = ReplicaState::kDraining;
+      if ((s.retiring || s.moving) && r.state != ReplicaState::kDraining) {
+        r.state = ReplicaState::kDraining;
+      }
       if (auto b = input.backends.find(s.url); b != input.backends.end() && b->second.capacity > 0) {
         a.max_in_flight_per_replica = b->second.capacity;
       }
@@ -248,7 +252,8 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
     }
     // Drain: never the floor while others can go. Sleeping replicas count for nothing here.
     auto leaving = [](const Seen& s) {
-      return s.state == ReplicaState::kDraining || s.state == ReplicaState::kSleeping || s.retiring;
+      return s.state == ReplicaState::kDraining || s.state == ReplicaState::kSleeping ||
+             s.retiring || s.moving;
     };
     int counted = 0, floor_counted = 0;
     for (const Seen& s : seen) {
@@ -292,11 +297,35 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
         }
       }
     }
+    // Floor-partition replicas above the floor (a timetable window ended while load held
+    // them) are out of training's reach: while a GPU job waits, they drain, and what the load
+    // still needs is submitted again in the preemptible partition.
+    if (input.gpus_wanted && floor_counted > min_now) {
+      std::vector<ReplicaSnapshot> floors;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        if (seen[i].floor && !leaving(seen[i]) && seen[i].state != ReplicaState::kPending) {
+          floors.push_back(snap.replicas[i]);
+        }
+      }
+      for (const std::string& id : ChooseDrain(floors, floor_counted - min_now)) {
+        for (Seen& s : seen) {
+          if (std::to_string(s.job->id) != id) continue;
+          memory.draining.emplace(s.job->id, now);
+          s.state = ReplicaState::kDraining;
+          s.since = now;
+          --counted;
+          --floor_counted;
+          plan.log.push_back(fmt::format("{}: draining floor replica job {} ({}), above the floor "
+                                         "of {}: {}",
+                                         d.model, s.job->id, s.url, min_now, *input.gpus_wanted));
+        }
+      }
+    }
     // Submit: the floor first; above it, wake sleeping replicas before submitting any; no
     // submission while failures back off.
     std::vector<Seen*> sleepers;
     for (Seen& s : seen) {
-      if (s.state == ReplicaState::kSleeping) sleepers.push_back(&s);
+      if (s.state == ReplicaState::kSleeping && !s.moving) sleepers.push_back(&s);
     }
     auto retry = memory.retry_at.find(d.model);
     const bool backing_off = retry != memory.retry_at.end() && now < retry->second;
@@ -325,6 +354,27 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       floor_counted += floor;
       plan.submits.push_back({d.model, *port, floor});
     }
+    // Replicas on a drained node keep serving until no replacement is still on its way (none
+    // submitted or woken in this pass, none pending or starting), then drain and are cancelled.
+    bool replacing = std::any_of(plan.submits.begin(), plan.submits.end(),
+                                 [&](const ReplicaSubmit& r) { return r.model == d.model; });
+    for (const Seen& s : seen) {
+      replacing = replacing || (!leaving(s) && (s.state == ReplicaState::kPending ||
+                                                s.state == ReplicaState::kStarting));
+    }
+    for (Seen& s : seen) {
+      if (replacing || !s.moving || s.state == ReplicaState::kDraining ||
+          s.state == ReplicaState::kSleeping) {
+        continue;
+      }
+      memory.draining.emplace(s.job->id, now);
+      memory.sleep_after_drain.erase(s.job->id);
+      s.state = ReplicaState::kDraining;
+      s.since = now;
+      plan.log.push_back(fmt::format("{}: draining replica job {} ({}): its node {} is drained in "
+                                     "Slurm, and its replacement serves",
+                                     d.model, s.job->id, s.url, s.job->nodes[0]));
+    }
   }
   // Draining replicas with nothing left in flight (or past the timeout), and every replica of
   // a deployment that was removed, are cancelled.
@@ -335,10 +385,12 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
         plan.cancels.push_back(s.job->id);
         continue;
       }
-      if (s.state == ReplicaState::kSleeping && input.gpus_wanted) {
+      if (s.state == ReplicaState::kSleeping && (input.gpus_wanted || s.moving)) {
         plan.cancels.push_back(s.job->id);
-        plan.log.push_back(fmt::format("{}: cancelling sleeping replica job {}: {}", model,
-                                       s.job->id, *input.gpus_wanted));
+        plan.log.push_back(fmt::format(
+            "{}: cancelling sleeping replica job {}: {}", model, s.job->id,
+            s.moving ? fmt::format("its node {} is drained in Slurm", s.job->nodes[0])
+                     : *input.gpus_wanted));
         continue;
       }
       if (s.state != ReplicaState::kDraining) continue;

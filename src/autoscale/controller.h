@@ -78,6 +78,9 @@ struct ControllerInput {
   std::map<std::string, std::string> node_addr;  // node name -> address
   bool gateway_reachable = false;  // at least one gateway's /load was read
   bool every_gateway_reached = false;  // ... and every one's: only then is a drain finished
+  // Nodes Slurm drains (`bmas node drain`, an admin, the agent): their replicas move off, each
+  // drained in the gateway once the deployment has no replacement still starting.
+  std::set<std::string> drained_nodes;
   std::map<std::string, BackendView> backends;   // by URL
   std::map<std::string, int> queued;             // per model
   std::map<std::string, double> oldest_wait_s;   // per model: the oldest queued request's wait

@@ -167,6 +167,70 @@ TEST_F(ControllerTest, WhileOneGatewayIsUnreadAReplicaItMayStillUseIsNotPutToSle
   EXPECT_EQ(RunPasses(settings_, in, memory_, 1400, 1410), (std::vector<int64_t>{2}));
 }
 
+TEST_F(ControllerTest, AReplicaOnADrainedNodeServesUntilItsReplacementDoesThenDrainsAndGoes) {
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 3}},
+                          {Job(1, "m", 18100, "RUNNING", "inference_floor", "oss01"),
+                           Job(4, "m", 18104, "RUNNING", "inference", "oss01")});
+  in.backends[Url(18100)] = BackendView{.healthy = true};
+  in.backends[Url(18104)] = BackendView{.healthy = true};
+  memory_.sleeping[4] = {T(900), 110};  // asleep on that node
+  in.drained_nodes = {"oss01"};
+  auto state_of = [](const ControllerPlan& p, int64_t job) {
+    for (const ReplicaRecord& r : p.replicas) {
+      if (r.job_id == job) return r.state;
+    }
+    return ReplicaState::kPending;
+  };
+  // The floor moves: a floor replacement is submitted (not the sleeper woken there), and the
+  // replica on the drained node still serves meanwhile; the sleeper there is cancelled.
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
+  ASSERT_EQ(plan.submits.size(), 1u);
+  EXPECT_TRUE(plan.submits[0].floor);
+  EXPECT_TRUE(plan.wakes.empty());
+  EXPECT_EQ(plan.cancels, (std::vector<int64_t>{4}));
+  EXPECT_EQ(state_of(plan, 1), ReplicaState::kReady);
+  std::erase_if(in.jobs, [](const JobInfo& j) { return j.id == 4; });
+  // The replacement runs elsewhere but does not serve yet: still no drain.
+  const int port = plan.submits[0].port;
+  in.jobs.push_back(Job(2, "m", port, "RUNNING", "inference_floor", "oss02"));
+  plan = PlanPass(settings_, in, T(1002), memory_);
+  EXPECT_TRUE(plan.submits.empty());
+  EXPECT_EQ(state_of(plan, 1), ReplicaState::kReady);
+  // It serves: the old one drains, and goes once the gateway has nothing in flight on it.
+  in.backends[Url(port)] = BackendView{.healthy = true};
+  plan = PlanPass(settings_, in, T(1004), memory_);
+  EXPECT_EQ(state_of(plan, 2), ReplicaState::kReady);
+  EXPECT_EQ(state_of(plan, 1), ReplicaState::kDraining);
+  EXPECT_TRUE(plan.cancels.empty());
+  EXPECT_TRUE(plan.submits.empty());
+  in.backends[Url(18100)].draining = true;
+  plan = PlanPass(settings_, in, T(1006), memory_);
+  EXPECT_EQ(plan.cancels, (std::vector<int64_t>{1}));
+  EXPECT_TRUE(plan.sleeps.empty());
+}
+
+TEST_F(ControllerTest, FloorReplicasAboveTheFloorDrainWhileTrainingWaitsAndComeBackPreemptible) {
+  // A timetable window ended while load held its three floor-partition replicas.
+  ControllerInput in = In({Deployment{.model = "m", .min_replicas = 1, .max_replicas = 4}},
+                          {Job(1, "m", 18100, "RUNNING", "inference_floor"),
+                           Job(2, "m", 18101, "RUNNING", "inference_floor"),
+                           Job(3, "m", 18102, "RUNNING", "inference_floor")});
+  for (int p : {18100, 18101, 18102}) {
+    in.backends[Url(p)] = BackendView{.healthy = true, .in_flight = 2, .capacity = 2};
+  }
+  ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
+  for (const ReplicaRecord& r : plan.replicas) EXPECT_EQ(r.state, ReplicaState::kReady);
+  // Training waits: two of them drain (one stays: the floor), and what the load needs is
+  // submitted in the partition training preempts.
+  in.gpus_wanted = "job 9 of ada in training waits for GPUs (Resources)";
+  plan = PlanPass(settings_, in, T(1002), memory_);
+  int draining = 0;
+  for (const ReplicaRecord& r : plan.replicas) draining += r.state == ReplicaState::kDraining;
+  EXPECT_EQ(draining, 2);
+  ASSERT_FALSE(plan.submits.empty());
+  for (const ReplicaSubmit& s : plan.submits) EXPECT_FALSE(s.floor);
+}
+
 TEST_F(ControllerTest, TheFloorIsNeverPutToSleep) {
   // The floor lowered to 0: the floor partition's replica may go, but it is cancelled.
   ControllerInput in = In({Deployment{.model = "m", .min_replicas = 0, .max_replicas = 2}},

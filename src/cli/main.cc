@@ -13,6 +13,7 @@
 
 #include "cli/agent_commands.h"
 #include "cli/cluster_commands.h"
+#include "cli/node_commands.h"
 #include "cli/commands.h"
 #include "cli/dashboard_command.h"
 #include "cli/doctor_command.h"
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
   plan_cmd.Register(app, global);
   ClusterCommands cluster_cmds;
   cluster_cmds.Register(app, global);
+  NodeCommands node_cmds;
+  node_cmds.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -15,6 +15,7 @@
 #include "common/operator_auth.h"
 #include "dashboard/history.h"
 #include "dashboard/sources.h"
+#include "slurm/node_drain.h"
 
 namespace bmas {
 
@@ -143,7 +144,10 @@ Result<void> InferenceController::RunOnce() {
   for (JobInfo& j : *jobs) {
     if (j.user == o_.user && autoscale::ParseReplicaJobName(j.name)) in.jobs.push_back(std::move(j));
   }
-  for (const NodeInfo& n : *nodes) in.node_addr[n.name] = n.address;
+  for (const NodeInfo& n : *nodes) {
+    in.node_addr[n.name] = n.address;
+    if (slurm::IsDrainedInSlurm(n)) in.drained_nodes.insert(n.name);
+  }
   std::vector<dashboard::GatewayLoad> loads;
   std::string load_error;
   const std::vector<Result<std::string>> bodies = load_();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "slurm/slurm_json.h"
 
 namespace bmas::slurm {
 
@@ -22,5 +23,13 @@ std::vector<std::string> DrainNodeArgs(const std::string& node, const std::strin
 // Unavailable with scontrol's own words when it fails.
 Result<void> DrainNode(const std::string& slurm_conf, const std::string& node,
                        const std::string& reason);
+
+// `scontrol` and its arguments that return a drained `node` to service.
+std::vector<std::string> ResumeNodeArgs(const std::string& node);
+Result<void> ResumeNode(const std::string& slurm_conf, const std::string& node);
+
+// Whether Slurm drains `node` (state drain/drained/draining, or the DRAIN flag): no new job
+// starts there, and the ones running end as they would.
+bool IsDrainedInSlurm(const NodeInfo& node);
 
 }  // namespace bmas::slurm
