@@ -279,8 +279,9 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     known = known || deployed;
     healthy = healthy || deployed;
     if (known && healthy) {
-      decision = limiter_.Check(r.user, limits, UnixNow());
-      if (decision.allowed) limiter_.OnStart(r.user, UnixNow());
+      const double now = UnixNow();
+      decision = limiter_.Check(r.user, limits, now);
+      if (decision.allowed) limiter_.OnStart(r.user, now);
     }
   }
   if (!known) {
@@ -385,7 +386,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                              bool may_retry) {
   const net::any_io_executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
-  const TimePoint queued = env_.Now();
+  TimePoint queued{};  // read only for a request that has to wait: one admitted at once waited 0
   Ticket ticket;
   bool admitted;
   {
@@ -403,7 +404,10 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     waiters_[ticket] = waiter;
     DispatchLocked(r.model);
     admitted = waiter->backend != nullptr;
-    if (!admitted) waiter->wake.emplace(executor);
+    if (!admitted) {
+      waiter->wake.emplace(executor);
+      queued = env_.Now();
+    }
   }
   bool client_gone = false;
   if (!admitted) {
@@ -428,7 +432,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
     } else {
-      const double waited = (env_.Now() - queued).count();
+      const double waited = admitted ? 0.0 : (env_.Now() - queued).count();
       queue_wait_.Observe(waited);
       r.queue_s += waited;
     }
