@@ -175,13 +175,18 @@ awaitable<void> Gateway::Stop(Clock::duration deadline) {
 
 awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
   std::string target(request.target().substr(0, request.target().find('?')));
+  if ((target == kCompletionsPath || target == kChatCompletionsPath || target == kResponsesPath) &&
+      request.method() == http::verb::post) {
+    return HandleCompletion(request, writer, std::move(target));
+  }
+  return HandleOther(request, writer, std::move(target));
+}
+
+awaitable<void> Gateway::HandleOther(HttpRequest& request, ResponseWriter& writer,
+                                     std::string target) {
   const bool get = request.method() == http::verb::get;
   if (target == kCompletionsPath || target == kChatCompletionsPath || target == kResponsesPath) {
-    if (request.method() != http::verb::post) {
-      co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
-      co_return;
-    }
-    co_await HandleCompletion(request, writer, std::move(target));
+    co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
     co_return;
   }
   if (target == "/health" && get) {
@@ -219,7 +224,10 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     co_await writer.SendError(status, std::move(message), std::move(param), std::move(headers));
   };
 
-  const Authenticated auth = co_await Authenticate(request, writer);
+  // A cached key needs no coroutine frame of Authenticate's.
+  std::optional<Authenticated> at_once = AuthenticateAtOnce(request);
+  if (!at_once) at_once = co_await Authenticate(request, writer);
+  const Authenticated& auth = *at_once;
   const std::optional<std::string>& user = auth.user;
   if (!user) {
     CountStatus(auth.limited ? 429 : 401);
@@ -229,7 +237,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   Request r;
   r.worker = WorkerOf(co_await net::this_coro::executor);
   r.user = *user;
-  r.target = target;
+  r.target = std::move(target);
   r.start = start;
   std::optional<int64_t> max_tokens;
   {
@@ -452,7 +460,16 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       co_await writer.SendError(http::status::service_unavailable, std::move(message));
     }
   } else {
-    Result<void> relayed = co_await Relay(*backend, r, writer);
+    // A kept-alive connection the backend has closed fails before any response byte: then one
+    // more try on a new connection. (Here rather than in a coroutine of its own: one frame
+    // less a request.)
+    bool stale = false;
+    Result<void> relayed = co_await RelayOnce(*backend, r, writer, stale);
+    if (stale) {
+      backend->pools[r.worker]->Clear();
+      bool ignored = false;
+      relayed = co_await RelayOnce(*backend, r, writer, ignored);
+    }
     if (!relayed && resuming && r.cut_reason.empty() &&
         relayed.error().code == ErrorCode::kUnavailable) {
       r.cut_reason = relayed.error().message;  // failed before its replica sent anything

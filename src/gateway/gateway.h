@@ -136,7 +136,10 @@ class Gateway {
   struct Waiter;
   struct Request;
 
+  // Not a coroutine: it hands the request to the one that answers it, so that a completion
+  // costs no frame of its own here.
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleOther(HttpRequest& request, ResponseWriter& writer, std::string target);
   awaitable<void> HandleMetrics(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> HandleUsage(const std::string& user, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
@@ -149,6 +152,9 @@ class Gateway {
     double retry_after_s = 0;
   };
   awaitable<Authenticated> Authenticate(const HttpRequest& request, const ResponseWriter& writer);
+  // The answer when it needs no look-up (a malformed bearer, a cached key), without a
+  // coroutine frame; nullopt when Authenticate must ask the store.
+  std::optional<Authenticated> AuthenticateAtOnce(const HttpRequest& request);
   // The 401, or the 429 for an address past its failed keys.
   awaitable<void> RefuseKey(const Authenticated& auth, ResponseWriter& writer);
 
@@ -178,9 +184,9 @@ class Gateway {
   // Drops the idle upstream connections of `backend` on every worker.
   void ClearPools(const std::shared_ptr<Backend>& backend);
 
-  // One attempt at relaying to `backend`. Returns kUnavailable when it failed before anything
-  // reached the client (the caller may retry elsewhere).
-  awaitable<Result<void>> Relay(Backend& backend, Request& request, ResponseWriter& writer);
+  // One try at relaying to `backend` over one connection. Returns kUnavailable when it failed
+  // before anything reached the client (the caller may retry elsewhere); sets `stale` when a
+  // kept-alive connection the backend had closed failed it (the caller tries a new one).
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.

@@ -45,20 +45,6 @@ size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buf
 
 }  // namespace
 
-awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& writer) {
-  // A kept-alive connection the backend has closed fails before any response byte: then one
-  // more try on a new connection. (No `continue` or early co_return in loops here: GCC 12
-  // destroys such coroutine locals twice.)
-  bool stale = false;
-  Result<void> result = co_await RelayOnce(b, r, writer, stale);
-  if (stale) {
-    b.pools[r.worker]->Clear();
-    bool ignored = false;
-    result = co_await RelayOnce(b, r, writer, ignored);
-  }
-  co_return result;
-}
-
 awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
                                            bool& stale) {
   const TimePoint asked = env_.Now();  // upstream time, for Server-Timing, from here
