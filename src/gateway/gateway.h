@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -114,6 +115,11 @@ struct GatewayOptions {
   Env* env = &Env::Default();
 };
 
+// The parser of a backend's response. Its fields come from an arena on the relaying
+// coroutine's frame rather than one allocation each.
+using UpstreamParser =
+    http::response_parser<http::buffer_body, std::pmr::polymorphic_allocator<char>>;
+
 class Gateway {
  public:
   Gateway(net::io_context& io, GatewayOptions options, StorePtr store);
@@ -193,8 +199,8 @@ class Gateway {
   void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`; returns the bytes read.
   static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
-                                    http::response_parser<http::buffer_body>& parser,
-                                    std::array<char, 16384>& chunk, beast::error_code& ec);
+                                    UpstreamParser& parser, std::array<char, 16384>& chunk,
+                                    beast::error_code& ec);
 
   // Background loops.
   awaitable<void> HealthLoop();
