@@ -146,7 +146,7 @@ def main():
         if HEADING in doc:
             start = doc.index(HEADING)
             end = doc.find("\n## ", start + len(HEADING))
-            doc = doc[:start] + text + (doc[end + 1:] if end >= 0 else "")
+            doc = doc[:start] + text + ("\n" + doc[end + 1:] if end >= 0 else "")
         else:
             anchor = doc.index("## G2. ")
             doc = doc[:anchor] + text + "\n" + doc[anchor:]

@@ -175,13 +175,18 @@ awaitable<void> Gateway::Stop(Clock::duration deadline) {
 
 awaitable<void> Gateway::Handle(HttpRequest& request, ResponseWriter& writer) {
   std::string target(request.target().substr(0, request.target().find('?')));
+  if ((target == kCompletionsPath || target == kChatCompletionsPath || target == kResponsesPath) &&
+      request.method() == http::verb::post) {
+    return HandleCompletion(request, writer, std::move(target));
+  }
+  return HandleOther(request, writer, std::move(target));
+}
+
+awaitable<void> Gateway::HandleOther(HttpRequest& request, ResponseWriter& writer,
+                                     std::string target) {
   const bool get = request.method() == http::verb::get;
   if (target == kCompletionsPath || target == kChatCompletionsPath || target == kResponsesPath) {
-    if (request.method() != http::verb::post) {
-      co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
-      co_return;
-    }
-    co_await HandleCompletion(request, writer, std::move(target));
+    co_await writer.SendError(http::status::method_not_allowed, target + " takes POST");
     co_return;
   }
   if (target == "/health" && get) {
@@ -219,7 +224,10 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     co_await writer.SendError(status, std::move(message), std::move(param), std::move(headers));
   };
 
-  const Authenticated auth = co_await Authenticate(request, writer);
+  // A cached key needs no coroutine frame of Authenticate's.
+  std::optional<Authenticated> at_once = AuthenticateAtOnce(request);
+  if (!at_once) at_once = co_await Authenticate(request, writer);
+  const Authenticated& auth = *at_once;
   const std::optional<std::string>& user = auth.user;
   if (!user) {
     CountStatus(auth.limited ? 429 : 401);
@@ -229,7 +237,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
   Request r;
   r.worker = WorkerOf(co_await net::this_coro::executor);
   r.user = *user;
-  r.target = target;
+  r.target = std::move(target);
   r.start = start;
   std::optional<int64_t> max_tokens;
   {
@@ -279,8 +287,9 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     known = known || deployed;
     healthy = healthy || deployed;
     if (known && healthy) {
-      decision = limiter_.Check(r.user, limits, UnixNow());
-      if (decision.allowed) limiter_.OnStart(r.user, UnixNow());
+      const double now = UnixNow();
+      decision = limiter_.Check(r.user, limits, now);
+      if (decision.allowed) limiter_.OnStart(r.user, now);
     }
   }
   if (!known) {
@@ -385,7 +394,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                              bool may_retry) {
   const net::any_io_executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
-  const TimePoint queued = env_.Now();
+  TimePoint queued{};  // read only for a request that has to wait: one admitted at once waited 0
   Ticket ticket;
   bool admitted;
   {
@@ -403,7 +412,10 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     waiters_[ticket] = waiter;
     DispatchLocked(r.model);
     admitted = waiter->backend != nullptr;
-    if (!admitted) waiter->wake.emplace(executor);
+    if (!admitted) {
+      waiter->wake.emplace(executor);
+      queued = env_.Now();
+    }
   }
   bool client_gone = false;
   if (!admitted) {
@@ -428,7 +440,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     } else if (client_gone) {
       ReleaseLocked(*backend, r.user, r.model);
     } else {
-      const double waited = (env_.Now() - queued).count();
+      const double waited = admitted ? 0.0 : (env_.Now() - queued).count();
       queue_wait_.Observe(waited);
       r.queue_s += waited;
     }
@@ -448,7 +460,16 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       co_await writer.SendError(http::status::service_unavailable, std::move(message));
     }
   } else {
-    Result<void> relayed = co_await Relay(*backend, r, writer);
+    // A kept-alive connection the backend has closed fails before any response byte: then one
+    // more try on a new connection. (Here rather than in a coroutine of its own: one frame
+    // less a request.)
+    bool stale = false;
+    Result<void> relayed = co_await RelayOnce(*backend, r, writer, stale);
+    if (stale) {
+      backend->pools[r.worker]->Clear();
+      bool ignored = false;
+      relayed = co_await RelayOnce(*backend, r, writer, ignored);
+    }
     if (!relayed && resuming && r.cut_reason.empty() &&
         relayed.error().code == ErrorCode::kUnavailable) {
       r.cut_reason = relayed.error().message;  // failed before its replica sent anything

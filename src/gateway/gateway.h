@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -114,6 +115,11 @@ struct GatewayOptions {
   Env* env = &Env::Default();
 };
 
+// The parser of a backend's response. Its fields come from an arena on the relaying
+// coroutine's frame rather than one allocation each.
+using UpstreamParser =
+    http::response_parser<http::buffer_body, std::pmr::polymorphic_allocator<char>>;
+
 class Gateway {
  public:
   Gateway(net::io_context& io, GatewayOptions options, StorePtr store);
@@ -136,7 +142,10 @@ class Gateway {
   struct Waiter;
   struct Request;
 
+  // Not a coroutine: it hands the request to the one that answers it, so that a completion
+  // costs no frame of its own here.
   awaitable<void> Handle(HttpRequest& request, ResponseWriter& writer);
+  awaitable<void> HandleOther(HttpRequest& request, ResponseWriter& writer, std::string target);
   awaitable<void> HandleMetrics(HttpRequest& request, ResponseWriter& writer);
   awaitable<void> HandleUsage(const std::string& user, ResponseWriter& writer);
   awaitable<void> HandleCompletion(HttpRequest& request, ResponseWriter& writer,
@@ -149,6 +158,9 @@ class Gateway {
     double retry_after_s = 0;
   };
   awaitable<Authenticated> Authenticate(const HttpRequest& request, const ResponseWriter& writer);
+  // The answer when it needs no look-up (a malformed bearer, a cached key), without a
+  // coroutine frame; nullopt when Authenticate must ask the store.
+  std::optional<Authenticated> AuthenticateAtOnce(const HttpRequest& request);
   // The 401, or the 429 for an address past its failed keys.
   awaitable<void> RefuseKey(const Authenticated& auth, ResponseWriter& writer);
 
@@ -178,17 +190,17 @@ class Gateway {
   // Drops the idle upstream connections of `backend` on every worker.
   void ClearPools(const std::shared_ptr<Backend>& backend);
 
-  // One attempt at relaying to `backend`. Returns kUnavailable when it failed before anything
-  // reached the client (the caller may retry elsewhere).
-  awaitable<Result<void>> Relay(Backend& backend, Request& request, ResponseWriter& writer);
+  // One try at relaying to `backend` over one connection. Returns kUnavailable when it failed
+  // before anything reached the client (the caller may retry elsewhere); sets `stale` when a
+  // kept-alive connection the backend had closed failed it (the caller tries a new one).
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
   void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`; returns the bytes read.
   static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
-                                    http::response_parser<http::buffer_body>& parser,
-                                    std::array<char, 16384>& chunk, beast::error_code& ec);
+                                    UpstreamParser& parser, std::array<char, 16384>& chunk,
+                                    beast::error_code& ec);
 
   // Background loops.
   awaitable<void> HealthLoop();

@@ -35,7 +35,8 @@ void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t 
 
 void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t completion,
                     int64_t already_charged) {
-  const int64_t minute = static_cast<int64_t>(UnixNow()) / 60;
+  const double now = UnixNow();
+  const int64_t minute = static_cast<int64_t>(now) / 60;
   const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
       minute, r.user, r.model, b.id);
   std::lock_guard lock(mu_);
@@ -51,7 +52,7 @@ void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t comple
   d.requests += 1;
   d.prompt_tokens += prompt;
   d.completion_tokens += completion;
-  limiter_.OnTokens(r.user, prompt + completion, UnixNow());
+  limiter_.OnTokens(r.user, prompt + completion, now);
   // The fair queue was charged the prompt estimate at admission and streamed tokens as they
   // passed; the rest of the true usage is charged now.
   admission_.Charge(r.model, r.user, r.weight,

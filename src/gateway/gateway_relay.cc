@@ -26,7 +26,7 @@ namespace {
 
 // Parses the body bytes already in `buffer` into `chunk`, reading nothing; returns how many it
 // put there. Stops when `chunk` is full, the message is done or more bytes must be read.
-size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buffer_body>& parser,
+size_t ParseBuffered(beast::flat_buffer& buffer, UpstreamParser& parser,
                      std::array<char, 16384>& chunk, beast::error_code& ec) {
   parser.get().body().data = chunk.data();
   parser.get().body().size = chunk.size();
@@ -44,20 +44,6 @@ size_t ParseBuffered(beast::flat_buffer& buffer, http::response_parser<http::buf
 }
 
 }  // namespace
-
-awaitable<Result<void>> Gateway::Relay(Backend& b, Request& r, ResponseWriter& writer) {
-  // A kept-alive connection the backend has closed fails before any response byte: then one
-  // more try on a new connection. (No `continue` or early co_return in loops here: GCC 12
-  // destroys such coroutine locals twice.)
-  bool stale = false;
-  Result<void> result = co_await RelayOnce(b, r, writer, stale);
-  if (stale) {
-    b.pools[r.worker]->Clear();
-    bool ignored = false;
-    result = co_await RelayOnce(b, r, writer, ignored);
-  }
-  co_return result;
-}
 
 awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
                                            bool& stale) {
@@ -89,7 +75,11 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   up->expires_after(idle);
   co_await net::async_write(*up, request_buffers, net::redirect_error(use_awaitable, ec));
   beast::flat_buffer buffer;
-  http::response_parser<http::buffer_body> parser;
+  // Room for a usual response's fields (a few hundred bytes); more spills to the heap.
+  std::array<std::byte, 1024> fields_arena;
+  std::pmr::monotonic_buffer_resource fields_memory(fields_arena.data(), fields_arena.size());
+  UpstreamParser parser(std::piecewise_construct, std::make_tuple(),
+                        std::make_tuple(std::pmr::polymorphic_allocator<char>(&fields_memory)));
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (!ec) {
     up->expires_after(idle);
@@ -307,8 +297,8 @@ void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter&
 }
 
 awaitable<size_t> Gateway::ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
-                                    http::response_parser<http::buffer_body>& parser,
-                                    std::array<char, 16384>& chunk, beast::error_code& ec) {
+                                    UpstreamParser& parser, std::array<char, 16384>& chunk,
+                                    beast::error_code& ec) {
   parser.get().body().data = chunk.data();
   parser.get().body().size = chunk.size();
   co_await http::async_read_some(stream, buffer, parser, net::redirect_error(use_awaitable, ec));

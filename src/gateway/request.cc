@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string_view>
 #include <vector>
@@ -166,10 +167,31 @@ std::string WithIncludeUsage(std::string_view body) {
   return std::string(buf.GetString(), buf.GetSize());
 }
 
+namespace {
+
+// `name;dur=` and the milliseconds with three decimals. std::to_chars, not fmt::format: the
+// header is written once a request, and fmt's format-string parse was 1.4% of the gateway's CPU
+// in G1's profile.
+void AppendDuration(std::string& out, std::string_view name, double seconds) {
+  char digits[32];
+  const auto end =
+      std::to_chars(digits, digits + sizeof(digits), seconds * 1e3, std::chars_format::fixed, 3)
+          .ptr;
+  out.append(name).append(";dur=").append(digits, end);
+}
+
+}  // namespace
+
 std::string ServerTiming(double total_s, double queue_s, double upstream_s) {
   const double gateway_s = std::max(0.0, total_s - queue_s - upstream_s);
-  return fmt::format("gw;dur={:.3f}, queue;dur={:.3f}, upstream;dur={:.3f}", gateway_s * 1e3,
-                     queue_s * 1e3, upstream_s * 1e3);
+  std::string out;
+  out.reserve(64);
+  AppendDuration(out, "gw", gateway_s);
+  out.append(", ");
+  AppendDuration(out, "queue", queue_s);
+  out.append(", ");
+  AppendDuration(out, "upstream", upstream_s);
+  return out;
 }
 
 }  // namespace bmas::gateway
