@@ -3,14 +3,17 @@
 local cluster of `bmas up`, under bmas and under a static split; writes "# Dual path
 benchmark" into bench/RESULTS.md.
 
-Usage: bench/dual_path_bench.py [BUILD_DIR] [--day-s S] [--modes bmas,bmas-floor2,static,training]
+Usage: bench/dual_path_bench.py [BUILD_DIR] [--day-s S]
+                               [--modes bmas,bmas-sleep,bmas-floor2,static,training]
        | --regenerate 'YYYY-MM-DD HH:MM' RESULTS_JSON...   (the raw results of one or more runs)
 
 Three runs of the same seeded trace, each in its own `bmas up` (local Slurm, 3 nodes x 4 fake
 GPUs, no LXD, no dashboard), stopped at the end:
   bmas      one deployment, --min 1 --max 12: replicas follow the load and training
             preempts those above the floor (streams resumed by the gateway); bmas-floor2 is the
-            same with --min 2;
+            same with --min 2; bmas-sleep is bmas with a timetable floor of 3 replicas over the
+            ramp (started a lead time ahead) and replicas put to sleep, not cancelled, when the
+            load falls (woken before any new one is submitted);
   static    what sites do by hand: one node's 4 GPUs for inference (--min 4 --max 4, all floor,
             never preempted), training kept off that node (sbatch -x NODE);
   training  the training trace alone, no inference: the reference for training wait.
@@ -42,8 +45,8 @@ def _arg(name, default):
 
 
 DAY_S = float(_arg("--day-s", "300"))
-MODES = _arg("--modes", "bmas,bmas-floor2,static,training").split(",")
-ORDER = ["bmas", "bmas-floor2", "static", "training"]
+ORDER = ["bmas", "bmas-sleep", "bmas-floor2", "static", "training"]
+MODES = _arg("--modes", ",".join(ORDER)).split(",")
 
 import inference_bench as ib  # noqa: E402  Up, stream_once, percentile, ensure_student
 import run  # noqa: E402
@@ -64,6 +67,11 @@ REPLICA_CMD = ("{bmas} engine --host {host} --port {port} --model {model} --prof
 # the day (minutes for 24 hours).
 CONFIG = {"replica_scale_down_idle_s": 15, "replica_load_window_s": 10, "replica_breach_settle_s": 5}
 LOW_RATE, PEAK_RATE = 0.6, 4.0   # requests per second
+# bmas-sleep's timetable: a floor of TIMETABLE_MIN replicas for the minute (the timetable's unit)
+# that starts with the ramp, its replicas started TIMETABLE_LEAD_S ahead (the controller's lead,
+# scaled down as the start-up is: 120 s by default for vLLM's 15-60 s).
+TIMETABLE_MIN = 3
+TIMETABLE_LEAD_S = 10
 MAX_TOKENS = (100, 300)
 
 
@@ -107,6 +115,18 @@ def training_trace(rng):
             jobs.append((t0 + rng.uniform(0, 10), rng.choice(STUDENTS), rng.choice([1, 2]),
                          rng.uniform(0.05, 0.15) * DAY_S))
     return sorted(jobs)
+
+
+def ramp_minute(now):
+    """The first whole minute (unix time) at which the ramp can start, the day starting >= 15 s on."""
+    return math.ceil((now + 15 + 0.2 * DAY_S) / 60) * 60
+
+
+def timetable_text(start):
+    """The one-minute floor starting at `start`, in UTC: "Sat 11:21-11:22 min=3"."""
+    a, b = time.gmtime(start), time.gmtime(start + 60)
+    end = "24:00" if b.tm_hour == 0 and b.tm_min == 0 else time.strftime("%H:%M", b)
+    return f"{time.strftime('%a', a)} {time.strftime('%H:%M', a)}-{end} min={TIMETABLE_MIN}"
 
 
 class Sampler:
@@ -171,7 +191,8 @@ def one_run(mode, reqs_trace, train_trace):
     up = ib.Up()
     # Add the policy's time constants to [up] (the file's first table).
     text = re.sub(r"replica_scale_down_idle_s = .*\n", "", open(up.config).read())
-    text = text.replace("[up]\n", "[up]\n" + "".join(f"{k} = {v}\n" for k, v in CONFIG.items()), 1)
+    config = dict(CONFIG, timetable_lead_s=TIMETABLE_LEAD_S, timezone='"UTC"') if mode == "bmas-sleep" else CONFIG
+    text = text.replace("[up]\n", "[up]\n" + "".join(f"{k} = {v}\n" for k, v in config.items()), 1)
     open(up.config, "w").write(text)
     workdir = os.path.join(up.work, "train")
     os.makedirs(workdir, mode=0o1777, exist_ok=True)
@@ -200,8 +221,15 @@ def one_run(mode, reqs_trace, train_trace):
             if mode == "static":
                 exclude = ",".join(nodes)
             time.sleep(3)  # the gateway routes to them
-        # The day.
         t0 = time.time() + 1
+        if mode == "bmas-sleep":
+            # The day starts so that its ramp starts on a minute; the admin adds the floor.
+            ramp = ramp_minute(time.time())
+            t0 = ramp - 0.2 * DAY_S
+            up.run(*deploy, "--timetable", timetable_text(ramp))
+            result["timetable"] = timetable_text(ramp)
+            time.sleep(max(0.0, t0 - time.time()))
+        # The day.
         requests = [{"start": t0 + s, "user": u, "max_tokens": mt, "n": i}
                     for i, (s, u, mt) in enumerate(reqs_trace)] if mode != "training" else []
         training = [{"n": i, "at": t0 + s, "user": u, "gpus": g, "duration": d}
@@ -240,6 +268,17 @@ def one_run(mode, reqs_trace, train_trace):
                 stamps = [float(x) for x in open(j["marker"]).read().split()]
                 j["started"], j["ended"] = stamps[0], (stamps[1] if len(stamps) > 1 else None)
         resumed = sum("resuming a stream" in line for line in up.log_lines("gateway.log"))
+        # The controller's own account of each scale-up: "serves 2.1 s after it was woken" or
+        # "... submitted (a cold start)", within the day.
+        scale_ups = []
+        for line in up.log_lines("controller.log"):
+            m = re.search(r"serves ([0-9.]+) s after it was (woken|submitted)", line)
+            at = ib.log_time(line)
+            if m and at is not None and t0 <= at < t0 + DAY_S:
+                scale_ups.append({"t": at - t0, "kind": "wake" if m.group(2) == "woken" else "cold",
+                                  "s": float(m.group(1))})
+        result["scale_ups"] = scale_ups
+        result["sleeps"] = sum(1 for line in up.log_lines("controller.log") if line.endswith("is asleep"))
         preempted = sum(1 for line in up.log_lines("controller.log") if "preempt" in line.lower())
         result.update({"t0": t0, "samples": sampler.samples, "resumed": resumed, "controller_preempt_lines": preempted,
                        "requests": [{k: v for k, v in q.items()} for q in requests],
@@ -287,6 +326,12 @@ def summarize(res):
     ends = [j["ended"] for j in res["training"] if j.get("ended")]
     s["training_makespan_s"] = max(ends) - t0 if ends else None
     s["inference_nodes"] = res.get("inference_nodes")
+    s["timetable"] = res.get("timetable")
+    s["sleeps"] = res.get("sleeps", 0)
+    for kind in ("wake", "cold"):
+        xs = [u["s"] for u in res.get("scale_ups", []) if u["kind"] == kind]
+        s[f"{kind}_n"] = len(xs)
+        s[f"{kind}_p50_s"] = ib.percentile(xs, 0.5) if xs else None
     s["deploy"] = res.get("deploy")
     return s
 
@@ -346,6 +391,14 @@ def report(summaries, started):
            "nodes, 5-15% for small jobs.",
            f"- **bmas**: `{by.get('bmas', {}).get('deploy')}`: a floor of 1 replica in `inference_floor`, the "
            "rest preemptible by training. **bmas, floor 2**: the same with `--min 2`.",
+           "- **bmas, sleep + timetable**: the same deployment; once its replica is ready the admin adds "
+           f"`--timetable \"{by.get('bmas-sleep', {}).get('timetable')}\"` (the minute the ramp starts, "
+           f"UTC; the day is started so that the ramp starts on a minute), and `[up] timetable_lead_s = "
+           f"{TIMETABLE_LEAD_S}`: the controller raises the floor to {TIMETABLE_MIN} replicas "
+           f"{TIMETABLE_LEAD_S} s ahead. The engine's sleep mode is on (as for every `bmas engine` "
+           "deployment): a replica the load no longer needs is put to sleep (level 1) on its GPU "
+           "instead of cancelled, woken before any new replica is submitted, and cancelled as soon "
+           "as a training job waits for GPUs.",
            f"- **static split**: `{by.get('static', {}).get('deploy')}`: one node's {STATIC_INFERENCE_GPUS} GPUs "
            f"(replicas on {by.get('static', {}).get('inference_nodes')}), training submitted with `-x` that node.",
            "- **training only**: the same training trace, no deployment and no requests.", "",
@@ -357,7 +410,8 @@ def report(summaries, started):
            ]
     modes = [m for m in ORDER if m in by]
     cols = [by[m] for m in modes]
-    names = {"bmas": "bmas", "bmas-floor2": "bmas, floor 2", "static": "static split", "training": "training only"}
+    names = {"bmas": "bmas", "bmas-sleep": "bmas, sleep + timetable", "bmas-floor2": "bmas, floor 2",
+             "static": "static split", "training": "training only"}
     out += ["| | " + " | ".join(names[m] for m in modes) + " |", "|---|" + "---:|" * len(modes)]
 
     def row(name, f):
@@ -376,6 +430,10 @@ def report(summaries, started):
         if c["ttft_ms"] else "n/a")
     row(f"10 s windows meeting TTFT p99 <= {SLO_MS} ms (target >= 95%)",
         lambda c: f"{c['windows_met']}/{c['windows']} ({100 * c['windows_met'] / c['windows']:.0f}%)" if c["windows"] else "n/a")
+    row("replicas put to sleep", lambda c: str(c.get("sleeps", 0)))
+    row("scale-ups to serving: woken (n, p50 s) / cold (n, p50 s)",
+        lambda c: f"{c.get('wake_n', 0)}, {fmt(c.get('wake_p50_s'), 1)} / {c.get('cold_n', 0)}, "
+                  f"{fmt(c.get('cold_p50_s'), 1)}")
     row("training jobs started", lambda c: f"{c['jobs_started']}/{c['jobs']}")
     row("training wait p50 / p99 s", lambda c: f"{fmt(c['wait_s'].get('p50'))} / {fmt(c['wait_s'].get('p99'))}")
     row("training wait mean s", lambda c: fmt(c["wait_mean_s"]))

@@ -2,7 +2,7 @@
 """Elastic inference benchmarks on the local cluster of `bmas up`; writes "# Elastic inference
 benchmarks" into bench/RESULTS.md.
 
-Usage: bench/inference_bench.py [BUILD_DIR] [--only 1,2] | --regenerate RESULTS_JSON 'YYYY-MM-DD HH:MM'
+Usage: bench/inference_bench.py [BUILD_DIR] [--only 1,2,3] | --regenerate RESULTS_JSON 'YYYY-MM-DD HH:MM'
 
 Starts `bmas up` (local Slurm: 3 nodes x 4 fake GPUs; no LXD, no dashboard) in a temporary
 state directory and always stops it at the end (SIGINT to bmas up, then `bmas slurm down`).
@@ -14,6 +14,8 @@ state directory and always stops it at the end (SIGINT to bmas up, then `bmas sl
      -p training) several times; time to its first instruction, against the same job on free
      GPUs measured in the same run. And the largest inter-token gap of each stream the gateway
      resumed, against the normal inter-token gap.
+  3. Scale-up by wake against cold start: the same breach, answered alternately by waking a
+     replica asleep on its GPU and by submitting a new one.
 Needs root and Slurm. No timed assertions: figures are printed and written, not judged.
 """
 import http.client
@@ -298,9 +300,12 @@ def bench_reaction(up, keys, reps):
                 if re.search(pattern, line):
                     return log_time(line)
             return None
-        up.wait(lambda: found(rf"cancelled replica job {jid}\b") is not None, 150, 1)
+        # Scaled down: cancelled, or put to sleep (sleep mode: the job keeps its GPU).
+        up.wait(lambda: found(rf"(cancelled|putting) replica job {jid}\b") is not None, 150, 1)
         drained = found(rf"draining replica job {jid}\b")
-        cancelled = found(rf"cancelled replica job {jid}\b")
+        cancelled = found(rf"(cancelled|putting) replica job {jid}\b")
+        if found(rf"putting replica job {jid}\b") is not None:
+            up.slurm("scancel", str(jid))  # each repetition measures a cold start (3. wakes)
         rows.append({"rep": rep, "job": jid, "load_start": load_start, "breach": breach, **j,
                      "load_end": load_end, "drained": drained, "cancelled": cancelled,
                      "streams": len(clients.streams), "failed": sum(not s[3] for s in clients.streams)})
@@ -311,6 +316,63 @@ def bench_reaction(up, keys, reps):
     watch.stop()
     return rows, "build/bmas " + " ".join(
         a if " " not in a else f'"{a}"' for a in deploy)
+
+
+def bench_wake(up, keys, cycles):
+    """Scale-up by waking a sleeping replica against by a cold start, alternately: load on one
+    replica until a second serves, load off until it is put to sleep; every other cycle the
+    sleeper is cancelled first, so that the next scale-up is a submission."""
+    model = "acme/wake"
+    deploy = ["inference", "deploy", model, "--min", "1", "--max", "2", "--profile", "llama-3.1-8b-h100",
+              "--ttft-slo-ms", str(SLO_MS), "--command", REPLICA_CMD]
+    up.run(*deploy)
+    if not up.wait(lambda: sum(r["state"] == "ready" for r in up.replicas().get(model, [])) == 1, 90):
+        raise RuntimeError("acme/wake's floor replica never became ready")
+    time.sleep(32)  # breach_settle, as in 1.
+
+    def serving():
+        try:
+            return sum(1 for b in up.load().get("backends", [])
+                       if model in b.get("models", []) and b.get("healthy") and not b.get("draining"))
+        except (OSError, ValueError):
+            return 0
+
+    rows = []
+    for c in range(cycles):
+        kind = "cold" if c % 2 == 0 else "wake"
+        if kind == "cold":
+            for r in up.replicas().get(model, []):
+                if r["state"] == "sleeping":
+                    up.slurm("scancel", str(r["job_id"]))
+            up.wait(lambda: all(r["state"] != "sleeping" for r in up.replicas().get(model, [])), 30, 0.5)
+        mark = len(up.log_lines("controller.log"))
+        clients = Clients(up, model, keys[:3], 100)
+        load_start = clients.started
+        served_at = None
+        end = time.time() + 90
+        while time.time() < end:
+            if serving() >= 2:
+                served_at = time.time()
+                break
+            time.sleep(0.1)
+        time.sleep(3)
+        load_end = clients.stop()
+        late = [st[1] + SLO_MS / 1000 for st in clients.streams if not st[2] or st[2][0] - st[1] > SLO_MS / 1000]
+        breach = min(late) if late else None
+        lines = up.log_lines("controller.log")[mark:]
+        how = next((("wake" if "waking" in l else "cold") for l in lines
+                    if re.search(rf"{re.escape(model)}: (waking|submitted) replica job", l)), None)
+        ctl = next((float(m.group(1)) for l in lines
+                    if (m := re.search(rf"{re.escape(model)}: replica job \d+ serves ([0-9.]+) s after", l))), None)
+        rows.append({"cycle": c, "planned": kind, "how": how, "load_start": load_start, "breach": breach,
+                     "served": served_at, "controller_s": ctl, "streams": len(clients.streams),
+                     "failed": sum(not st[3] for st in clients.streams)})
+        print("wake", rows[-1], flush=True)
+        # Back to the floor alone: the second replica asleep (or cancelled).
+        up.wait(lambda: sum(r["state"] == "ready" for r in up.replicas().get(model, [])) == 1 and
+                all(r["state"] in ("ready", "sleeping") for r in up.replicas().get(model, [])), 150, 1)
+        time.sleep(2)
+    return rows, "build/bmas " + " ".join(a if " " not in a else f'"{a}"' for a in deploy)
 
 
 def ensure_student():
@@ -459,6 +521,8 @@ def main():
             results[1] = bench_reaction(up, keys, 3)
         if ONLY is None or 2 in ONLY:
             results[2] = bench_preemption(up, keys, 8)
+        if ONLY is None or 3 in ONLY:
+            results[3] = bench_wake(up, keys, 6)
     finally:
         up.stop()
     with open(os.path.join(up.top, "results.json"), "w") as f:
@@ -571,6 +635,34 @@ def report(results, started):
                     "charged for the tokens it streamed, so it is likely served after the others (read from the "
                     "code, not measured). Admitting resumptions ahead of new requests would bound the gap by the "
                     "time to the next free replica."]
+        out.append("")
+    if 3 in results:
+        rows, cmd = results[3]
+        out += ["## 3. Scale-up: waking a sleeping replica against a cold start", "", "```", cmd, "```", "",
+                f"{len(rows)} cycles on one deployment: 3 streaming clients (max_tokens 100) against its floor "
+                "replica until a second replica serves (the gateway's /load shows it healthy), +3 s; then no "
+                "load until the second replica is put to sleep on its GPU. Before every other cycle the "
+                "sleeping replica is cancelled (scancel), so that scale-ups alternate between a cold start "
+                "(a job submitted) and a wake-up (`POST /wake_up`). *controller*: what controller.log says "
+                "the replica took to serve from its submission or its wake (`serves N s after ...`, seen at "
+                "the controller's 2 s passes).", "",
+                "| cycle | scale-up by | load start to breach | breach to serving | controller: to serving | "
+                "streams | failed |", "|---:|---|---:|---:|---:|---:|---:|"]
+        by = {"cold": [], "wake": []}
+        for r in rows:
+            b = r["breach"]
+            bs = None if b is None or r["served"] is None else r["served"] - b
+            if bs is not None and r["how"] in by:
+                by[r["how"]].append(bs)
+            out.append(f"| {r['cycle'] + 1} | {r['how'] or 'n/a'} | "
+                       f"{fmt_s(None if b is None else b - r['load_start'])} | {fmt_s(bs)} | "
+                       f"{fmt_s(r['controller_s'])} | {r['streams']} | {r['failed']} |")
+        if by["cold"] and by["wake"]:
+            c50, w50 = percentile(by["cold"], .5), percentile(by["wake"], .5)
+            out += ["", f"Breach to serving, p50: **{w50:.2f} s by waking** against **{c50:.2f} s by a cold "
+                    f"start** ({w50 / c50:.2f}x), with a {STARTUP_S} s simulated start-up and the profile's "
+                    "wake time (0.8 s for llama-3.1-8b-h100, src/engine/profiles.toml). A real vLLM's start-up "
+                    "is 15-60 s, so the gap there is wider."]
         out.append("")
     return "\n".join(out)
 

@@ -298,16 +298,20 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       }
     }
     // Floor-partition replicas above the floor (a timetable window ended while load held
-    // them) are out of training's reach: while a GPU job waits, they drain, and what the load
-    // still needs is submitted again in the preemptible partition.
-    if (input.gpus_wanted && floor_counted > min_now) {
+    // them) are out of training's reach: while a GPU job waits, they drain one at a time (the
+    // next once the last is gone, if a job still waits), and what the load still needs is
+    // submitted again in the preemptible partition.
+    const bool floor_draining = std::any_of(seen.begin(), seen.end(), [](const Seen& s) {
+      return s.floor && s.state == ReplicaState::kDraining;
+    });
+    if (input.gpus_wanted && floor_counted > min_now && !floor_draining) {
       std::vector<ReplicaSnapshot> floors;
       for (size_t i = 0; i < seen.size(); ++i) {
         if (seen[i].floor && !leaving(seen[i]) && seen[i].state != ReplicaState::kPending) {
           floors.push_back(snap.replicas[i]);
         }
       }
-      for (const std::string& id : ChooseDrain(floors, floor_counted - min_now)) {
+      for (const std::string& id : ChooseDrain(floors, 1)) {
         for (Seen& s : seen) {
           if (std::to_string(s.job->id) != id) continue;
           memory.draining.emplace(s.job->id, now);

@@ -220,15 +220,35 @@ TEST_F(ControllerTest, FloorReplicasAboveTheFloorDrainWhileTrainingWaitsAndComeB
   }
   ControllerPlan plan = PlanPass(settings_, in, T(1000), memory_);
   for (const ReplicaRecord& r : plan.replicas) EXPECT_EQ(r.state, ReplicaState::kReady);
-  // Training waits: two of them drain (one stays: the floor), and what the load needs is
-  // submitted in the partition training preempts.
+  // Training waits: one of them drains, and what the load needs is submitted in the
+  // partition training preempts.
   in.gpus_wanted = "job 9 of ada in training waits for GPUs (Resources)";
+  auto draining = [](const ControllerPlan& p) {
+    std::vector<int64_t> out;
+    for (const ReplicaRecord& r : p.replicas) {
+      if (r.state == ReplicaState::kDraining) out.push_back(r.job_id);
+    }
+    return out;
+  };
   plan = PlanPass(settings_, in, T(1002), memory_);
-  int draining = 0;
-  for (const ReplicaRecord& r : plan.replicas) draining += r.state == ReplicaState::kDraining;
-  EXPECT_EQ(draining, 2);
+  ASSERT_EQ(draining(plan).size(), 1u);
+  const int64_t first = draining(plan)[0];
   ASSERT_FALSE(plan.submits.empty());
   for (const ReplicaSubmit& s : plan.submits) EXPECT_FALSE(s.floor);
+  // Not the next one while the first still drains.
+  plan = PlanPass(settings_, in, T(1004), memory_);
+  EXPECT_EQ(draining(plan), (std::vector<int64_t>{first}));
+  // It is gone and the job still waits: the next drains; the floor itself never does.
+  std::erase_if(in.jobs, [&](const JobInfo& j) { return j.id == first; });
+  in.backends.erase(Url(18100 + static_cast<int>(first) - 1));
+  plan = PlanPass(settings_, in, T(1006), memory_);
+  ASSERT_EQ(draining(plan).size(), 1u);
+  EXPECT_NE(draining(plan)[0], first);
+  const int64_t second = draining(plan)[0];
+  std::erase_if(in.jobs, [&](const JobInfo& j) { return j.id == second; });
+  in.backends.erase(Url(18100 + static_cast<int>(second) - 1));
+  plan = PlanPass(settings_, in, T(1008), memory_);
+  EXPECT_TRUE(draining(plan).empty());
 }
 
 TEST_F(ControllerTest, TheFloorIsNeverPutToSleep) {

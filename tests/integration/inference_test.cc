@@ -5,7 +5,8 @@
 // stream completes through resumption, with its text and usage checked), the floor never
 // preempted, the requeued replicas coming back when the GPUs free up, and the deployment
 // scaled down once the load is gone (the replicas above the floor asleep); an idle replica
-// asleep on its GPU, woken when load rises, with no failed request. Needs root and Slurm (scripts/install-deps.sh).
+// asleep on its GPU, woken when load rises, with no failed request; a node drained with
+// `bmas node drain`, its replica moved to another node without a lost stream. Needs root and Slurm (scripts/install-deps.sh).
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -255,6 +256,68 @@ void StreamUntil(uint16_t port, const std::string& key, const std::string& model
       log.last_failure = fmt::format("{} tokens, usage {}", got, usage);
     }
   }
+}
+
+// `bmas node drain` on the node of the only (floor) replica: the controller starts its
+// replacement on another node and drains the old one only once the new one serves, so a client
+// streaming all along loses nothing; a student can list nodes but neither drain nor resume one.
+TEST_F(InferenceTest, DrainingANodeMovesItsReplicaElsewhereWithoutLosingAStream) {
+  const std::string model(kDefaultModel);
+  ASSERT_TRUE(Eventually([&] { return Count(model, "ready") == 1; }, 60s))
+      << Bmas({"inference", "list"}).out << up_->StderrText();
+  const Replica before = Replicas()[model][0];
+  ASSERT_FALSE(before.node.empty());
+  const std::string student = EnsureUnixUser("bmas-test-student");
+  CommandOutput refused = Bmas({"node", "drain", before.node}, student);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("only root drains nodes"));
+  CommandOutput unknown = Bmas({"node", "drain", "oss99"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("Slurm has no node 'oss99'"));
+
+  std::atomic<bool> stop{false};
+  ClientLog log;
+  std::thread client([&] { StreamUntil(gateway_port_, key_, model, 8, stop, log); });
+  CommandOutput drained = Bmas({"node", "drain", before.node, "--reason", "disk swap"});
+  EXPECT_EQ(drained.exit_code, 0) << drained.err;
+  EXPECT_THAT(drained.out, HasSubstr("1 inference replica(s) there move"));
+  // Anyone can see why the node is out.
+  CommandOutput listed = Bmas({"node", "list", "--json"}, student);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  rapidjson::Document nodes;
+  nodes.Parse(listed.out.c_str());
+  ASSERT_TRUE(nodes.IsArray()) << listed.out;
+  bool seen = false;
+  for (const auto& n : nodes.GetArray()) {
+    if (before.node != n["name"].GetString()) continue;
+    seen = true;
+    EXPECT_TRUE(n["drained"].GetBool());
+    EXPECT_THAT(n["reason"].GetString(), HasSubstr("disk swap"));
+  }
+  EXPECT_TRUE(seen) << listed.out;
+  // The replica moves: one ready replica, on another node, and the old job gone.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const auto all = Replicas()[model];
+        return all.size() == 1 && all[0].state == "ready" && all[0].node != before.node;
+      },
+      90s))
+      << Bmas({"inference", "list"}).out;
+  std::this_thread::sleep_for(2s);  // streams through the new replica
+  stop = true;
+  client.join();
+  EXPECT_EQ(log.failures, 0) << log.last_failure;
+  EXPECT_EQ(log.wrong_tokens, 0) << log.last_failure;
+  EXPECT_GT(log.streams, 0);
+  std::ifstream controller(state_ + "/logs/controller.log");
+  const std::string text((std::istreambuf_iterator<char>(controller)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr(fmt::format("its node {} is drained in Slurm", before.node)));
+
+  EXPECT_NE(Bmas({"node", "resume", before.node}, student).exit_code, 0);
+  CommandOutput resumed = Bmas({"node", "resume", before.node});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(Bmas({"node", "list"}).out, ::testing::Not(HasSubstr("disk swap")));
 }
 
 TEST_F(InferenceTest, ReplicasFollowLoadYieldToTrainingWithoutLosingAStreamAndComeBack) {
