@@ -20,12 +20,18 @@ std::string RandomKey(Env& env, size_t bytes) {
   return key;
 }
 
-Result<const passwd*> Account(const std::string& name, const char* package) {
+struct Ids {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// Copied out at once: getpwnam's record is overwritten by the next call.
+Result<Ids> Account(const std::string& name, const char* package) {
   const passwd* pw = getpwnam(name.c_str());
   if (pw == nullptr) {
     return NotFound(fmt::format("there is no `{}` account: install {} first", name, package));
   }
-  return pw;
+  return Ids{pw->pw_uid, pw->pw_gid};
 }
 
 // A single-quoted shell word.
@@ -85,11 +91,11 @@ Result<std::vector<ControllerFile>> WriteControllerFiles(const Cluster& inventor
                                                              : (fs::path(paths.slurm_dir) /
                                                                 "jwt_hs256.key")
                                                                    .string();
-  for (const auto& [path, bytes, pw] :
+  for (const auto& [path, bytes, ids] :
        {std::tuple{paths.munge_key, kMungeKeyBytes, *munge},
         std::tuple{jwt, kJwtKeyBytes, *slurm_user}}) {
     fs::create_directories(fs::path(path).parent_path(), ec);
-    NodeFile f{path, RandomKey(env, bytes), 0400, pw->pw_uid, pw->pw_gid};
+    NodeFile f{path, RandomKey(env, bytes), 0400, ids.uid, ids.gid};
     auto made = CreateIfAbsent(f);
     if (!made) return made.error();
     out.push_back({path, *made, *made ? std::string() : "kept: a key that exists is never replaced"});
