@@ -13,6 +13,7 @@
 
 #include "cli/agent_commands.h"
 #include "cli/cluster_commands.h"
+#include "cli/node_join_command.h"
 #include "cli/commands.h"
 #include "cli/dashboard_command.h"
 #include "cli/doctor_command.h"
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
   plan_cmd.Register(app, global);
   ClusterCommands cluster_cmds;
   cluster_cmds.Register(app, global);
+  NodeJoinCommand node_join_cmd;
+  node_join_cmd.Register(app, global);
 
   try {
     app.parse(argc, argv);
