@@ -9,6 +9,7 @@
 
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
+#include <array>
 #include <csignal>
 #include <optional>
 
@@ -24,6 +25,7 @@ namespace ssl = net::ssl;
 using TlsStream = beast::ssl_stream<TcpStream>;
 
 constexpr size_t kMaxHeaderBytes = 4096;
+constexpr size_t kMaxDrainBytes = 256 * 1024;
 
 http::status StatusOf(ErrorCode code) {
   switch (code) {
@@ -167,7 +169,8 @@ class Server final : public JoinServer {
     parser.body_limit(kMaxJoinRequestBytes);
     co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
     Result<JoinReply> reply = Error{};
-    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+    const bool too_large = ec == http::error::body_limit || ec == http::error::header_limit;
+    if (too_large) {
       reply = Error{ErrorCode::kTooLarge,
                     fmt::format("a join request is at most {} bytes", kMaxJoinRequestBytes),
                     {}};
@@ -204,7 +207,22 @@ class Server final : public JoinServer {
     }
     res.prepare_payload();
     co_await http::async_write(stream, res, net::redirect_error(use_awaitable, ec));
-    if (!ec) co_await stream.async_shutdown(net::redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+    if (too_large) {
+      // The client is still sending: closing now would reset the connection, and the reset can
+      // overtake the 413. Stop sending, then drop what comes until it closes (bounded in bytes
+      // and by the connection's deadline).
+      auto& socket = beast::get_lowest_layer(stream).socket();
+      socket.shutdown(tcp::socket::shutdown_send, ec);
+      std::array<char, 4096> scratch;
+      size_t drained = 0;
+      while (!ec && drained < kMaxDrainBytes) {
+        drained += co_await beast::get_lowest_layer(stream).async_read_some(
+            net::buffer(scratch), net::redirect_error(use_awaitable, ec));
+      }
+      co_return;
+    }
+    co_await stream.async_shutdown(net::redirect_error(use_awaitable, ec));
   }
 
   JoinServerOptions options_;

@@ -113,6 +113,15 @@ TEST_F(JoinTlsTest, TheRightCaForAnotherAddressIsRefused) {
   EXPECT_EQ(handled_, 0);
 }
 
+TEST_F(JoinTlsTest, AnOversizedRequestIsRefusedUnread) {
+  Serve(material_.ca, {"mgs1", "127.0.0.1"});
+  request_.csr_pem.append(kMaxJoinRequestBytes, 'A');
+  auto reply = RequestJoin(token_, request_, now_, kTimeout);
+  ASSERT_FALSE(reply);
+  EXPECT_EQ(reply.error().code, ErrorCode::kTooLarge) << reply.error().message;
+  EXPECT_EQ(handled_, 0);
+}
+
 TEST_F(JoinTlsTest, NoServiceIsUnavailable) {
   token_.port = 1;  // nothing listens on port 1 of loopback here
   auto reply = RequestJoin(token_, request_, now_, kTimeout);
