@@ -62,6 +62,9 @@ void ClusterCommands::Register(CLI::App& app, GlobalOptions& global) {
   init->add_option("--jwt-key", jwt_key_,
                    "slurmrestd's JWT key, made when absent (default: the inventory's "
                    "slurm.jwt_key, else <slurm-dir>/jwt_hs256.key)");
+  init->add_flag("--dynamic-nodes", dynamic_nodes_,
+                 "slurm.conf lists no node: nodes register themselves when they join "
+                 "(`bmas node join --dynamic`, slurmd -Z)");
   init->callback([this, &global] { global.exit_code = Init(global); });
 
   CLI::App* serve = cluster->add_subcommand(
@@ -116,6 +119,7 @@ int ClusterCommands::Init(GlobalOptions& global) {
   paths.slurm_dir = slurm_dir_;
   paths.munge_key = munge_key_;
   paths.jwt_key = jwt_key_;
+  paths.dynamic_nodes = dynamic_nodes_;
   auto files = cluster::WriteControllerFiles(inventory, paths, env);
   if (!files) return ReportFailure("cluster init", files.error());
   for (const auto& f : *files) {

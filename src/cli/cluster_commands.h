@@ -33,6 +33,7 @@ class ClusterCommands {
   std::string munge_key_ = "/etc/munge/munge.key";
   std::string jwt_key_;
   std::string listen_;
+  bool dynamic_nodes_ = false;
 };
 
 }  // namespace bmas

@@ -4,6 +4,8 @@
 #include <pwd.h>
 
 #include <filesystem>
+#include <regex>
+#include <sstream>
 #include <tuple>
 
 #include "cluster/node_files.h"
@@ -43,8 +45,23 @@ std::string Quoted(const std::string& text) {
 
 }  // namespace
 
-std::string ConfiglessSlurmConf(const Cluster& inventory) {
+std::string ConfiglessSlurmConf(const Cluster& inventory, bool dynamic_nodes) {
   std::string conf = slurm::RenderSlurmConfig(inventory)["slurm.conf"];
+  if (dynamic_nodes) {
+    std::istringstream lines(conf);
+    std::string kept;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with("NodeName=")) continue;
+      if (line.starts_with("PartitionName=")) {
+        line = std::regex_replace(line, std::regex(" Nodes=[^ ]+"), " Nodes=ALL");
+      }
+      kept += line + "\n";
+    }
+    conf = kept + fmt::format(
+                      "\n# Nodes register themselves (slurmd -Z, `bmas node join --dynamic`).\n"
+                      "MaxNodeCount={}\n",
+                      inventory.nodes.size());
+  }
   conf +=
       "\n# Nodes fetch this configuration from slurmctld (`slurmd --conf-server`, bmas node "
       "join).\nSlurmctldParameters=enable_configless\n";
@@ -70,7 +87,7 @@ Result<std::vector<ControllerFile>> WriteControllerFiles(const Cluster& inventor
   fs::create_directories(paths.slurm_dir, ec);
   if (ec) return Internal(fmt::format("cannot create {}: {}", paths.slurm_dir, ec.message()));
   slurm::ConfigFiles files = slurm::RenderSlurmConfig(inventory);
-  files["slurm.conf"] = ConfiglessSlurmConf(inventory);
+  files["slurm.conf"] = ConfiglessSlurmConf(inventory, paths.dynamic_nodes);
   for (const auto& [name, text] : files) {
     NodeFile f{(fs::path(paths.slurm_dir) / name).string(), text, 0644, 0, 0};
     auto made = CreateIfAbsent(f);

@@ -20,6 +20,9 @@ struct ControllerPaths {
   std::string slurm_dir = "/etc/slurm";
   std::string munge_key = "/etc/munge/munge.key";
   std::string jwt_key;  // "" = the inventory's slurm.jwt_key, else <slurm_dir>/jwt_hs256.key
+  // Nodes register themselves (`slurmd -Z`, `bmas node join --dynamic`): slurm.conf lists no
+  // node, its partitions take ALL, and MaxNodeCount is the inventory's node count.
+  bool dynamic_nodes = false;
 };
 
 struct ControllerFile {
@@ -38,8 +41,8 @@ Result<std::vector<ControllerFile>> WriteControllerFiles(const Cluster& inventor
                                                          const ControllerPaths& paths, Env& env);
 
 // slurm.conf as the controller serves it to configless nodes: the inventory's, rendered, with
-// SlurmctldParameters=enable_configless.
-std::string ConfiglessSlurmConf(const Cluster& inventory);
+// SlurmctldParameters=enable_configless; with `dynamic_nodes`, as ControllerPaths says.
+std::string ConfiglessSlurmConf(const Cluster& inventory, bool dynamic_nodes = false);
 
 // A Slurm Prolog or Epilog (`phase`) that runs `bmas slurm hook <phase>` and never fails (a
 // failing prolog drains the node).

@@ -77,6 +77,27 @@ TEST_F(ControllerFilesTest, KeysGoToTheirAccountsAndAreNeverReplaced) {
   EXPECT_EQ((*ReadNodeFile(paths_.slurm_dir + "/jwt_hs256.key"))->contents, (*jwt)->contents);
 }
 
+TEST(ConfiglessSlurmConfTest, DynamicNodesAreLeftOutAndCounted) {
+  const Cluster inventory = ParseCluster(
+      "[cluster]\ncontroller = { name = \"mgs1\", address = \"10.0.0.1\" }\n"
+      "[[cluster.nodes]]\nnames = \"oss01\"\naddress = \"10.0.0.11\"\ncpus = 4\n"
+      "memory_mib = 1024\n"
+      "[[cluster.nodes]]\nnames = \"oss02\"\naddress = \"10.0.0.12\"\ncpus = 4\n"
+      "memory_mib = 1024\n"
+      "[[cluster.nodes]]\nnames = \"oss03\"\naddress = \"10.0.0.13\"\ncpus = 4\n"
+      "memory_mib = 1024\n"
+      "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"oss[01-03]\"\ndefault = true\n",
+      "test.toml");
+  const std::string fixed = ConfiglessSlurmConf(inventory);
+  EXPECT_NE(fixed.find("NodeName=oss"), std::string::npos) << fixed;
+  EXPECT_EQ(fixed.find("MaxNodeCount"), std::string::npos);
+  const std::string dynamic = ConfiglessSlurmConf(inventory, true);
+  EXPECT_EQ(dynamic.find("NodeName="), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find(" Nodes=ALL"), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find("MaxNodeCount=3\n"), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find("SlurmctldParameters=enable_configless\n"), std::string::npos);
+}
+
 TEST(HookScriptTest, RunsTheHookAndNeverFails) {
   const std::string s = HookScript("/usr/bin/bmas", "prolog");
   EXPECT_EQ(s.rfind("#!/bin/sh\n", 0), 0u);

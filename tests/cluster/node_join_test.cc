@@ -75,10 +75,13 @@ class NodeJoinTest : public ::testing::Test {
   }
 
   // `bmas cluster init` in mgs1, then munged and slurmctld there; returns the join token.
-  std::string InitController() {
-    CommandOutput init =
-        Bmas("mgs1", {"cluster", "init", "--cluster", inventory_, "--slurm-dir", "/etc/slurm",
-                      "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"});
+  std::string InitController(bool dynamic = false) {
+    std::vector<std::string> args = {"cluster",     "init",     "--cluster",
+                                     inventory_,    "--slurm-dir", "/etc/slurm",
+                                     "--munge-key", node_ + "/munge.key", "--jwt-key",
+                                     node_ + "/jwt.key"};
+    if (dynamic) args.push_back("--dynamic-nodes");
+    CommandOutput init = Bmas("mgs1", args);
     EXPECT_EQ(init.exit_code, 0) << init.err;
     const std::string prefix = "bmas node join ";
     const size_t at = init.out.find(prefix);
@@ -134,9 +137,24 @@ class NodeJoinTest : public ::testing::Test {
         << bed_.LogTail("join service");
   }
 
-  CommandOutput Join(const std::string& host, const std::string& token) {
-    return Bmas(host, {"node", "join", token, "--config-dir", node_ + "/etc-bmas", "--munge-key",
-                       node_ + "/munge.key"});
+  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
+    std::vector<std::string> args = {"node", "join", token, "--config-dir", node_ + "/etc-bmas",
+                                     "--munge-key", node_ + "/munge.key"};
+    if (dynamic) args.push_back("--dynamic");
+    return Bmas(host, args);
+  }
+
+  // Waits until `node` is idle in sinfo (in mgs1); the last sinfo output when it is not.
+  std::string WaitIdle(const std::string& node) {
+    std::string last;
+    const bool idle = WaitFor(
+        [&] {
+          auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-o", "%N %T"});
+          last = r ? r->out : "";
+          return last.find(node + " idle") != std::string::npos;
+        },
+        0, std::chrono::seconds(30));
+    return idle ? "" : last;
   }
 
   // What a join leaves on `host`: nothing after a refused one.
@@ -223,20 +241,25 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
   }
   EXPECT_EQ(fs::status(oss01 + "/etc-bmas/node.key").permissions(),
             fs::perms::owner_read | fs::perms::owner_write);
-  std::string last;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-o", "%N %T"});
-        last = r ? r->out : "";
-        return last.find("oss01 idle") != std::string::npos;
-      },
-      0, std::chrono::seconds(30)))
-      << last;
+  EXPECT_EQ(WaitIdle("oss01"), "");
 
   CommandOutput again = Join("oss01", token);
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("already joined"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+}
+
+TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
+  const std::string token = InitController(true);
+  ASSERT_FALSE(token.empty());
+  StartJoinService();
+  CommandOutput joined = Join("oss02", token, true);
+  ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;
+  EXPECT_EQ(WaitIdle("oss02"), "");
+  auto show = bed_.Run("mgs1", {"scontrol", "show", "node", "oss02"});
+  ASSERT_TRUE(show);
+  EXPECT_NE(show->out.find("DYNAMIC"), std::string::npos) << show->out;
+  EXPECT_NE(show->out.find("NodeAddr=10.200.0.12"), std::string::npos) << show->out;
 }
 
 }  // namespace
