@@ -11,6 +11,7 @@
 #include <boost/beast/ssl.hpp>
 #include <array>
 #include <csignal>
+#include <map>
 #include <optional>
 
 #include "common/asio.h"
@@ -138,22 +139,25 @@ class Server final : public JoinServer {
         co_await t.async_wait(net::redirect_error(use_awaitable, ec));
         continue;
       }
-      if (active_ >= options_.max_connections) {
+      const auto remote = socket.remote_endpoint(ec);
+      const std::string peer = ec ? std::string("?") : remote.address().to_string();
+      if (ec || active_ >= options_.max_connections ||
+          per_peer_[peer] >= options_.max_connections_per_peer) {
         socket.close(ec);
         continue;
       }
       ++active_;
-      net::co_spawn(io_, Session(std::move(socket)), [this](std::exception_ptr e) {
+      ++per_peer_[peer];
+      net::co_spawn(io_, Session(std::move(socket), peer), [this, peer](std::exception_ptr e) {
         --active_;
+        if (--per_peer_[peer] == 0) per_peer_.erase(peer);
         LogIfFailed("join session", e);
       });
     }
   }
 
-  awaitable<void> Session(TcpStream::socket_type socket) {
+  awaitable<void> Session(TcpStream::socket_type socket, std::string peer) {
     beast::error_code ec;
-    const auto remote = socket.remote_endpoint(ec);
-    const std::string peer = ec ? std::string("?") : remote.address().to_string();
     TlsStream stream(TcpStream(std::move(socket)), ctx_);
     // One deadline for the whole connection: a slow client holds one slot for at most this.
     beast::get_lowest_layer(stream).expires_after(options_.timeout);
@@ -234,6 +238,7 @@ class Server final : public JoinServer {
   uint16_t port_ = 0;
   bool stopping_ = false;  // on io_'s thread
   size_t active_ = 0;      // on io_'s thread
+  std::map<std::string, size_t> per_peer_;  // open connections by address, on io_'s thread
 };
 
 std::string PemOf(X509* cert) {

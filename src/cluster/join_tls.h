@@ -27,6 +27,8 @@ struct JoinServerOptions {
   // The whole of one connection (handshake, request, reply) must fit in it.
   std::chrono::milliseconds timeout = std::chrono::seconds(10);
   size_t max_connections = 64;  // beyond it, new connections are closed at once
+  // From one address: so that one host holding idle connections cannot take every slot.
+  size_t max_connections_per_peer = 8;
 };
 
 // Decides one request: the reply, or the error the node is told. `peer` is the client's address.

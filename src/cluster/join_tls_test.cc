@@ -1,6 +1,10 @@
 #include "cluster/join_tls.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <ctime>
@@ -120,6 +124,29 @@ TEST_F(JoinTlsTest, AnOversizedRequestIsRefusedUnread) {
   ASSERT_FALSE(reply);
   EXPECT_EQ(reply.error().code, ErrorCode::kTooLarge) << reply.error().message;
   EXPECT_EQ(handled_, 0);
+}
+
+TEST_F(JoinTlsTest, IdleConnectionsFromOneHostDoNotKeepOthersOut) {
+  Serve(material_.ca, {"mgs1", "127.0.0.1"});
+  // 70 connections from 127.0.0.2 that never speak: more than the service takes in all.
+  std::vector<int> idle;
+  for (int i = 0; i < 70; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000002);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(token_.port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    idle.push_back(fd);
+  }
+  auto reply = RequestJoin(token_, request_, now_, kTimeout);
+  EXPECT_TRUE(reply) << reply.error().message;
+  for (int fd : idle) close(fd);
 }
 
 TEST_F(JoinTlsTest, NoServiceIsUnavailable) {
