@@ -221,6 +221,15 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
   EXPECT_NE(wrong.err.find("refused the join"), std::string::npos) << wrong.err;
   ExpectNothingOn("oss02");
 
+  // Not root: refused before anything (the command installs keys and starts daemons).
+  auto user = bed_.Run("oss03", {bmas_, "--state-dir", node_ + "/bmas-state", "node", "join",
+                                 token, "--config-dir", node_ + "/etc-bmas"},
+                       "nobody");
+  ASSERT_TRUE(user) << user.error().message;
+  EXPECT_NE(user->exit_code, 0);
+  EXPECT_NE(user->err.find("only root"), std::string::npos) << user->err;
+  ExpectNothingOn("oss03");
+
   CommandOutput old = Join("oss03", Altered(token, false, true));
   EXPECT_NE(old.exit_code, 0);
   EXPECT_NE(old.err.find("expired"), std::string::npos) << old.err;
