@@ -68,10 +68,9 @@ void ClusterCommands::Register(CLI::App& app, GlobalOptions& global) {
   init->callback([this, &global] { global.exit_code = Init(global); });
 
   CLI::App* serve = cluster->add_subcommand(
-      "serve",
-      fmt::format("Serve `bmas node join` over TLS at the join endpoint (port {} unless "
-                  "`cluster init --port` said otherwise) until SIGTERM",
-                  cluster::kDefaultJoinPort));
+      "serve", fmt::format("Serve `bmas node join` over TLS at the join endpoint (port {} unless "
+                           "`cluster init --port` said otherwise) until SIGTERM",
+                           cluster::kDefaultJoinPort));
   serve->add_option("--cluster", cluster_file_, "The cluster inventory (TOML)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -126,10 +125,11 @@ int ClusterCommands::Init(GlobalOptions& global) {
     fmt::print(stderr, "{} {}{}\n", f.created ? "Wrote" : "Kept", f.path,
                f.note.empty() ? "" : " (" + f.note + ")");
   }
-  fmt::print(stderr,
-             "Start on this controller: munged, `slurmctld` (configless: nodes fetch {}/slurm.conf) "
-             "and `bmas cluster serve --cluster {}` for the joins\n",
-             slurm_dir_, cluster_file_);
+  fmt::print(
+      stderr,
+      "Start on this controller: munged, `slurmctld` (configless: nodes fetch {}/slurm.conf) "
+      "and `bmas cluster serve --cluster {}` for the joins\n",
+      slurm_dir_, cluster_file_);
   return PrintNewToken(global, "cluster init", state_dir);
 }
 
@@ -183,14 +183,13 @@ int ClusterCommands::Serve(GlobalOptions& global) {
   options.port = endpoint->port;
   options.server = *server_cert;
   options.ca_cert_pem = id->ca.cert_pem;
-  auto server = cluster::ListenForJoins(
-      options, [&](const cluster::JoinRequest& request, const std::string&) {
-        // Read for each request: `bmas cluster token` adds records while this serves.
-        auto records = cluster::LoadTokenRecords(state_dir);
-        if (!records) return Result<cluster::JoinReply>(records.error());
-        return cluster::DecideJoin(material, *records, request,
-                                   static_cast<int64_t>(env.UnixNow()));
-      });
+  auto server = cluster::ListenForJoins(options, [&](const cluster::JoinRequest& request,
+                                                     const std::string&) {
+    // Read for each request: `bmas cluster token` adds records while this serves.
+    auto records = cluster::LoadTokenRecords(state_dir);
+    if (!records) return Result<cluster::JoinReply>(records.error());
+    return cluster::DecideJoin(material, *records, request, static_cast<int64_t>(env.UnixNow()));
+  });
   if (!server) return ReportFailure("cluster serve", server.error());
   fmt::print(stderr, "Serving node joins at {}:{} (TLS, certificate sha256 of the CA {})\n",
              options.host, (*server)->port(), cluster::Hex(id->ca_sha256));

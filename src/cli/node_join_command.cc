@@ -113,8 +113,7 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   auto report = cluster::JoinNode(*token, options, *daemons, now);
   if (!report) return ReportFailure("node join", report.error());
   if (report->already_joined) {
-    fmt::print("{} had already joined the cluster at {}: nothing fetched\n", host_,
-               token->address);
+    fmt::print("{} had already joined the cluster at {}: nothing fetched\n", host_, token->address);
   } else {
     fmt::print("{} joined the cluster at {}\n", host_, token->address);
   }

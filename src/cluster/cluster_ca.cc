@@ -233,8 +233,8 @@ Result<CertAndKey> MakeClusterCa(const std::string& cluster_name, int64_t unix_n
                                  int64_t valid_days) {
   auto key = NewKey();
   if (!key) return key.error();
-  auto made =
-      NewCertificate(key->get(), fmt::format("bmas cluster CA {}", cluster_name), unix_now, valid_days);
+  auto made = NewCertificate(key->get(), fmt::format("bmas cluster CA {}", cluster_name), unix_now,
+                             valid_days);
   if (!made) return made.error();
   Cert& cert = *made;
   const bool ok = X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) == 1 &&
@@ -269,15 +269,14 @@ Result<KeyAndCsr> MakeNodeCsr(const NodeIdentity& node) {
   X509V3_set_ctx(&v3, nullptr, nullptr, req.get(), nullptr, 0);
   Ext san(X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, names->c_str()));
   openssl::ExtensionStackPtr exts(sk_X509_EXTENSION_new_null());
-  const bool ok =
-      req && san && exts && X509_REQ_set_version(req.get(), 0) == 1 &&
-      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                 reinterpret_cast<const unsigned char*>(node.host.c_str()), -1, -1,
-                                 0) == 1 &&
-      X509_REQ_set_pubkey(req.get(), key->get()) == 1 &&
-      sk_X509_EXTENSION_push(exts.get(), san.get()) > 0 && san.release() != nullptr &&
-      X509_REQ_add_extensions(req.get(), exts.get()) == 1 &&
-      X509_REQ_sign(req.get(), key->get(), EVP_sha256()) > 0;
+  const bool ok = req && san && exts && X509_REQ_set_version(req.get(), 0) == 1 &&
+                  X509_NAME_add_entry_by_txt(
+                      name, "CN", MBSTRING_UTF8,
+                      reinterpret_cast<const unsigned char*>(node.host.c_str()), -1, -1, 0) == 1 &&
+                  X509_REQ_set_pubkey(req.get(), key->get()) == 1 &&
+                  sk_X509_EXTENSION_push(exts.get(), san.get()) > 0 && san.release() != nullptr &&
+                  X509_REQ_add_extensions(req.get(), exts.get()) == 1 &&
+                  X509_REQ_sign(req.get(), key->get(), EVP_sha256()) > 0;
   if (!ok) return Internal(fmt::format("cannot make a CSR for {}: {}", node.host, TakeError()));
   KeyAndCsr out;
   out.csr_pem = WrittenPem([&](BIO* b) { return PEM_write_bio_X509_REQ(b, req.get()) == 1; });
@@ -322,9 +321,9 @@ Result<std::string> SignNodeCsr(const CertAndKey& ca, const std::string& csr_pem
     }
   }
   if (asked != *expected) {
-    return InvalidArgument(fmt::format("the certificate signing request names '{}', not '{}'",
-                                       asked, *expected),
-                           "csr");
+    return InvalidArgument(
+        fmt::format("the certificate signing request names '{}', not '{}'", asked, *expected),
+        "csr");
   }
   auto cert = SignForKey(ca, public_key, node, unix_now, valid_days);
   if (!cert) return cert.error();

@@ -96,26 +96,26 @@ Result<std::vector<ControllerFile>> WriteControllerFiles(const Cluster& inventor
     if (!*made) {
       auto now = ReadNodeFile(f.path);
       if (now && *now && (*now)->contents != text) {
-        record.note = "kept: it differs from what the inventory gives; remove it to have it "
-                      "written again";
+        record.note =
+            "kept: it differs from what the inventory gives; remove it to have it "
+            "written again";
       }
     }
     out.push_back(std::move(record));
   }
 
-  const std::string jwt = !paths.jwt_key.empty()                 ? paths.jwt_key
-                          : !inventory.slurm.jwt_key.empty() ? inventory.slurm.jwt_key
-                                                             : (fs::path(paths.slurm_dir) /
-                                                                "jwt_hs256.key")
-                                                                   .string();
-  for (const auto& [path, bytes, ids] :
-       {std::tuple{paths.munge_key, kMungeKeyBytes, *munge},
-        std::tuple{jwt, kJwtKeyBytes, *slurm_user}}) {
+  const std::string jwt = !paths.jwt_key.empty() ? paths.jwt_key
+                          : !inventory.slurm.jwt_key.empty()
+                              ? inventory.slurm.jwt_key
+                              : (fs::path(paths.slurm_dir) / "jwt_hs256.key").string();
+  for (const auto& [path, bytes, ids] : {std::tuple{paths.munge_key, kMungeKeyBytes, *munge},
+                                         std::tuple{jwt, kJwtKeyBytes, *slurm_user}}) {
     fs::create_directories(fs::path(path).parent_path(), ec);
     NodeFile f{path, RandomKey(env, bytes), 0400, ids.uid, ids.gid};
     auto made = CreateIfAbsent(f);
     if (!made) return made.error();
-    out.push_back({path, *made, *made ? std::string() : "kept: a key that exists is never replaced"});
+    out.push_back(
+        {path, *made, *made ? std::string() : "kept: a key that exists is never replaced"});
   }
   return out;
 }

@@ -18,8 +18,8 @@ Result<std::map<std::string, std::string>> ReadStrings(std::string_view body, si
                                                        const std::set<std::string>& names,
                                                        std::string_view what) {
   if (body.size() > limit) {
-    return Error{ErrorCode::kTooLarge, fmt::format("a join {} is at most {} bytes", what, limit),
-                 {}};
+    return Error{
+        ErrorCode::kTooLarge, fmt::format("a join {} is at most {} bytes", what, limit), {}};
   }
   rapidjson::Document d;
   d.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(body.data(),
@@ -81,8 +81,7 @@ std::string FormatJoinRequest(const JoinRequest& request) {
 }
 
 Result<JoinRequest> ParseJoinRequest(std::string_view body) {
-  auto m = ReadStrings(body, kMaxJoinRequestBytes, {"secret", "host", "address", "csr"},
-                       "request");
+  auto m = ReadStrings(body, kMaxJoinRequestBytes, {"secret", "host", "address", "csr"}, "request");
   if (!m) return m.error();
   JoinRequest r;
   auto secret = FromHex((*m)["secret"]);
@@ -109,9 +108,9 @@ std::string FormatJoinReply(const JoinReply& reply) {
 }
 
 Result<JoinReply> ParseJoinReply(std::string_view body) {
-  auto m = ReadStrings(body, kMaxJoinReplyBytes,
-                       {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog"},
-                       "reply");
+  auto m =
+      ReadStrings(body, kMaxJoinReplyBytes,
+                  {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog"}, "reply");
   if (!m) return m.error();
   JoinReply r;
   auto key = FromHex((*m)["munge_key"]);

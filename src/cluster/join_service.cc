@@ -25,8 +25,7 @@ Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<Tok
                  "address"};
   }
   // A node the inventory gives no address is named by the address it joins from.
-  const NodeIdentity identity{node->host,
-                              node->address.empty() ? request.address : node->address};
+  const NodeIdentity identity{node->host, node->address.empty() ? request.address : node->address};
   auto cert = SignNodeCsr(material.ca, request.csr_pem, identity, unix_now);
   if (!cert) return cert.error();
   JoinReply reply;

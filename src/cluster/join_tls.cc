@@ -7,9 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
-#include <array>
 #include <csignal>
 #include <map>
 #include <optional>
@@ -129,8 +129,8 @@ class Server final : public JoinServer {
   awaitable<void> AcceptLoop() {
     while (!stopping_) {
       beast::error_code ec;
-      TcpStream::socket_type socket =
-          co_await acceptor_.async_accept(io_.get_executor(), net::redirect_error(use_awaitable, ec));
+      TcpStream::socket_type socket = co_await acceptor_.async_accept(
+          io_.get_executor(), net::redirect_error(use_awaitable, ec));
       if (ec) {
         if (stopping_ || ec == net::error::operation_aborted) break;
         // Out of descriptors and the like: back off, then accept again.
@@ -190,8 +190,8 @@ class Server final : public JoinServer {
         reply = request ? handler_(*request, peer) : Result<JoinReply>(request.error());
         // The outcome, never the secret.
         if (request) {
-          spdlog::info("join service: {} from {} ({}): {}", request->host, peer,
-                       request->address, reply ? "joined" : reply.error().message);
+          spdlog::info("join service: {} from {} ({}): {}", request->host, peer, request->address,
+                       reply ? "joined" : reply.error().message);
         } else {
           spdlog::info("join service: a malformed request from {}: {}", peer,
                        request.error().message);
@@ -236,8 +236,8 @@ class Server final : public JoinServer {
   tcp::acceptor acceptor_;
   net::signal_set signals_;
   uint16_t port_ = 0;
-  bool stopping_ = false;  // on io_'s thread
-  size_t active_ = 0;      // on io_'s thread
+  bool stopping_ = false;                   // on io_'s thread
+  size_t active_ = 0;                       // on io_'s thread
   std::map<std::string, size_t> per_peer_;  // open connections by address, on io_'s thread
 };
 
@@ -261,7 +261,8 @@ Result<void> CheckController(SSL* ssl, const JoinToken& token, int64_t unix_now,
   X509* leaf = SSL_get0_peer_certificate(ssl);
   if (leaf == nullptr || chain == nullptr) {
     return Error{ErrorCode::kPermissionDenied,
-                 fmt::format("the server at {} presented no certificate", where), {}};
+                 fmt::format("the server at {} presented no certificate", where),
+                 {}};
   }
   std::optional<std::string> ca_pem;
   std::string seen;
@@ -326,8 +327,7 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
   // The chain is checked below against the token's pin, not against any system CA.
   stream.set_verify_mode(ssl::verify_peer);
   stream.set_verify_callback([](bool, ssl::verify_context&) { return true; });
-  co_await stream.async_handshake(ssl::stream_base::client,
-                                  net::redirect_error(use_awaitable, ec));
+  co_await stream.async_handshake(ssl::stream_base::client, net::redirect_error(use_awaitable, ec));
   if (ec) co_return unavailable("no TLS handshake with", ec);
   if (auto ok = CheckController(stream.native_handle(), token, unix_now, where); !ok) {
     co_return ok.error();
@@ -357,9 +357,8 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
   }
   auto reply = ParseJoinReply(res.body());
   if (!reply) {
-    co_return Internal(
-        fmt::format("the controller at {} sent a reply that is not a join reply: {}", where,
-                    reply.error().message));
+    co_return Internal(fmt::format("the controller at {} sent a reply that is not a join reply: {}",
+                                   where, reply.error().message));
   }
   co_await stream.async_shutdown(net::redirect_error(use_awaitable, ec));
   co_return reply;
@@ -367,8 +366,7 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
 
 }  // namespace
 
-Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options,
-                                                   JoinHandler handler) {
+Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler) {
   auto server = std::make_unique<Server>(std::move(options), std::move(handler));
   if (auto ok = server->Open(); !ok) return ok.error();
   return std::unique_ptr<JoinServer>(std::move(server));

@@ -32,8 +32,8 @@ struct JoinServerOptions {
 };
 
 // Decides one request: the reply, or the error the node is told. `peer` is the client's address.
-using JoinHandler = std::function<Result<JoinReply>(const JoinRequest& request,
-                                                    const std::string& peer)>;
+using JoinHandler =
+    std::function<Result<JoinReply>(const JoinRequest& request, const std::string& peer)>;
 
 // The join service's listener. Connections run concurrently as coroutines on one thread (the
 // one in Run); the handler is called there, one request at a time.

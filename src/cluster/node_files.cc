@@ -33,7 +33,8 @@ Result<int> OpenRootDir(const std::string& dir, uid_t also) {
       (st.st_mode & 022) != 0) {
     close(*fd);
     return Error{ErrorCode::kPermissionDenied,
-                 fmt::format("{} is not a directory that only root (or the file's owner) may write: fix its owner and "
+                 fmt::format("{} is not a directory that only root (or the file's owner) may "
+                             "write: fix its owner and "
                              "mode (chown root {} && chmod go-w {})",
                              dir, dir, dir),
                  {}};
@@ -113,8 +114,8 @@ Result<bool> FileInstall::Put(const NodeFile& file) {
     return Internal(why);
   }
   Result<void> written = WriteAll(fd, file.contents, file.path);
-  if (written && (fchown(fd, file.uid, file.gid) != 0 || fchmod(fd, file.mode) != 0 ||
-                  fsync(fd) != 0)) {
+  if (written &&
+      (fchown(fd, file.uid, file.gid) != 0 || fchmod(fd, file.mode) != 0 || fsync(fd) != 0)) {
     written = Internal(Why(file.path, "set the owner and mode of"));
   }
   close(fd);
@@ -147,8 +148,8 @@ Result<bool> CreateIfAbsent(const NodeFile& file) {
   auto dir_fd = OpenRootDir(path.parent_path().string(), file.uid);
   if (!dir_fd) return dir_fd.error();
   const std::string name = path.filename().string();
-  const int fd = openat(*dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0600);
+  const int fd =
+      openat(*dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int e = errno;
     close(*dir_fd);
@@ -157,8 +158,8 @@ Result<bool> CreateIfAbsent(const NodeFile& file) {
     return Internal(Why(file.path, "create"));
   }
   Result<void> written = WriteAll(fd, file.contents, file.path);
-  if (written && (fchown(fd, file.uid, file.gid) != 0 || fchmod(fd, file.mode) != 0 ||
-                  fsync(fd) != 0)) {
+  if (written &&
+      (fchown(fd, file.uid, file.gid) != 0 || fchmod(fd, file.mode) != 0 || fsync(fd) != 0)) {
     written = Internal(Why(file.path, "set the owner and mode of"));
   }
   close(fd);

@@ -31,9 +31,7 @@ Error Step(const char* step, const Error& e) {
   return Error{e.code, fmt::format("{}: {}", step, e.message), e.param};
 }
 
-std::string In(const std::string& dir, const char* name) {
-  return (fs::path(dir) / name).string();
-}
+std::string In(const std::string& dir, const char* name) { return (fs::path(dir) / name).string(); }
 
 // Whether this node holds a certificate for `host` from the CA the token pins.
 bool AlreadyJoined(const JoinToken& token, const NodeJoinOptions& o, int64_t unix_now) {
@@ -47,9 +45,9 @@ bool AlreadyJoined(const JoinToken& token, const NodeJoinOptions& o, int64_t uni
 
 std::vector<std::string> SlurmdArgs(const JoinToken& token, const Cluster& inventory,
                                     const NodeJoinOptions& o) {
-  std::vector<std::string> args = {"-D", "--conf-server",
-                                   JoinHostPort(token.address, static_cast<uint16_t>(
-                                                                   inventory.slurm.slurmctld_port))};
+  std::vector<std::string> args = {
+      "-D", "--conf-server",
+      JoinHostPort(token.address, static_cast<uint16_t>(inventory.slurm.slurmctld_port))};
   if (o.dynamic) {
     const Node* node = inventory.FindNode(o.host);
     std::string conf;
@@ -114,9 +112,10 @@ class ProcessNodeDaemons final : public NodeDaemons {
     if (!child) return child.error();
     started_.push_back(*child);
     if (!WaitFor([&] { return fs::exists(conf_cache); }, child->pid, std::chrono::seconds(20))) {
-      return Internal(fmt::format("slurmd did not get its configuration from the controller "
-                                  "({} is missing): see {}",
-                                  conf_cache, In(p.run_dir, "slurmd.out")));
+      return Internal(
+          fmt::format("slurmd did not get its configuration from the controller "
+                      "({} is missing): see {}",
+                      conf_cache, In(p.run_dir, "slurmd.out")));
     }
     std::ofstream out(In(p.run_dir, "slurmd.pid"), std::ios::trunc);
     out << child->pid << ' ' << child->start_ticks << '\n';
@@ -158,8 +157,8 @@ Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) 
   if (fd >= 0) close(fd);
   freeaddrinfo(found);
   if (!ok) {
-    return Error{ErrorCode::kUnavailable,
-                 fmt::format("no route to {}: {}", address, std::strerror(e)), {}};
+    return Error{
+        ErrorCode::kUnavailable, fmt::format("no route to {}: {}", address, std::strerror(e)), {}};
   }
   char text[INET6_ADDRSTRLEN] = {};
   const void* at = local.ss_family == AF_INET
@@ -213,7 +212,8 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     }
     const passwd* munge = getpwnam("munge");
     if (munge == nullptr) {
-      return Step("installing the munge key", NotFound("there is no `munge` account: install munge"));
+      return Step("installing the munge key",
+                  NotFound("there is no `munge` account: install munge"));
     }
     std::vector<NodeFile> wanted = {
         {o.paths.munge_key, reply->munge_key, 0400, munge->pw_uid, munge->pw_gid},

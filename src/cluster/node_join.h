@@ -44,15 +44,15 @@ class NodeDaemons {
 std::unique_ptr<NodeDaemons> NewProcessNodeDaemons();
 
 struct NodeJoinOptions {
-  std::string host;     // this node's host name
-  std::string address;  // its address on the controller's network; "" = the one routed there
+  std::string host;      // this node's host name
+  std::string address;   // its address on the controller's network; "" = the one routed there
   bool dynamic = false;  // slurmd -Z: a dynamic node, its resources from the inventory
   NodePaths paths;
   std::chrono::milliseconds timeout = std::chrono::seconds(20);
 };
 
 struct NodeJoinReport {
-  bool already_joined = false;      // nothing fetched: the node had joined this cluster
+  bool already_joined = false;       // nothing fetched: the node had joined this cluster
   std::vector<std::string> written;  // files written or replaced
   std::vector<std::string> started;  // daemons started
 };

@@ -127,8 +127,7 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   EXPECT_EQ((*munge)->mode, 0400u);
   EXPECT_NE((*munge)->uid, 0u);  // munge's
   EXPECT_TRUE(fs::exists(dir_ + "/hooks/prolog"));
-  EXPECT_EQ(daemons_.args_,
-            (std::vector<std::string>{"-D", "--conf-server", "127.0.0.1:6817"}));
+  EXPECT_EQ(daemons_.args_, (std::vector<std::string>{"-D", "--conf-server", "127.0.0.1:6817"}));
 
   auto again = JoinNode(token_, options_, daemons_, now_);
   ASSERT_TRUE(again) << again.error().message;

@@ -58,9 +58,10 @@ class NodeJoinTest : public ::testing::Test {
         "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
         hosts.front().name, hosts.front().address, fmt::arg("n", node_));
     for (size_t i = 1; i < hosts.size(); ++i) {
-      toml += fmt::format("[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\n"
-                          "memory_mib = 1024\n",
-                          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
+      toml += fmt::format(
+          "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\n"
+          "memory_mib = 1024\n",
+          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
     }
     toml += "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"ALL\"\ndefault = true\n";
     inventory_ = bed_.dir() + "/inventory.toml";
@@ -76,10 +77,9 @@ class NodeJoinTest : public ::testing::Test {
 
   // `bmas cluster init` in mgs1, then munged and slurmctld there; returns the join token.
   std::string InitController(bool dynamic = false) {
-    std::vector<std::string> args = {"cluster",     "init",     "--cluster",
-                                     inventory_,    "--slurm-dir", "/etc/slurm",
-                                     "--munge-key", node_ + "/munge.key", "--jwt-key",
-                                     node_ + "/jwt.key"};
+    std::vector<std::string> args = {
+        "cluster",    "init",        "--cluster",          inventory_,  "--slurm-dir",
+        "/etc/slurm", "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"};
     if (dynamic) args.push_back("--dynamic-nodes");
     CommandOutput init = Bmas("mgs1", args);
     EXPECT_EQ(init.exit_code, 0) << init.err;
@@ -100,15 +100,14 @@ class NodeJoinTest : public ::testing::Test {
 
     auto munge = slurm::internal::LookUp("munge");
     EXPECT_TRUE(munge);
-    auto mk = bed_.Run("mgs1", {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge",
-                                "/run/munge"});
+    auto mk = bed_.Run("mgs1",
+                       {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
     EXPECT_TRUE(mk && mk->exit_code == 0);
     auto munged = bed_.StartDaemon(
         "mgs1", "munged mgs1", "munged",
         slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
     EXPECT_TRUE(munged) << munged.error().message;
-    auto ctld =
-        bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
+    auto ctld = bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
     EXPECT_TRUE(ctld) << ctld.error().message;
     std::string pinged;
     EXPECT_TRUE(WaitFor(
@@ -138,8 +137,13 @@ class NodeJoinTest : public ::testing::Test {
   }
 
   CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
-    std::vector<std::string> args = {"node", "join", token, "--config-dir", node_ + "/etc-bmas",
-                                     "--munge-key", node_ + "/munge.key"};
+    std::vector<std::string> args = {"node",
+                                     "join",
+                                     token,
+                                     "--config-dir",
+                                     node_ + "/etc-bmas",
+                                     "--munge-key",
+                                     node_ + "/munge.key"};
     if (dynamic) args.push_back("--dynamic");
     return Bmas(host, args);
   }
@@ -195,11 +199,11 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
   ASSERT_TRUE(made && made->exit_code == 0) << (made ? made->err : made.error().message);
   fs::permissions(imp, fs::perms::all);
   fs::permissions(imp + "/key.pem", fs::perms::all);
-  auto impostor = bed_.StartDaemon("mgs1", "impostor", "openssl",
-                                   {"setpriv", "--reuid=nobody", "--regid=nogroup",
-                                    "--clear-groups", "openssl", "s_server", "-quiet", "-accept",
-                                    "10.200.0.1:6830", "-cert", imp + "/cert.pem", "-key",
-                                    imp + "/key.pem"});
+  auto impostor =
+      bed_.StartDaemon("mgs1", "impostor", "openssl",
+                       {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "openssl",
+                        "s_server", "-quiet", "-accept", "10.200.0.1:6830", "-cert",
+                        imp + "/cert.pem", "-key", imp + "/key.pem"});
   ASSERT_TRUE(impostor) << impostor.error().message;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -222,8 +226,9 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
   ExpectNothingOn("oss02");
 
   // Not root: refused before anything (the command installs keys and starts daemons).
-  auto user = bed_.Run("oss03", {bmas_, "--state-dir", node_ + "/bmas-state", "node", "join",
-                                 token, "--config-dir", node_ + "/etc-bmas"},
+  auto user = bed_.Run("oss03",
+                       {bmas_, "--state-dir", node_ + "/bmas-state", "node", "join", token,
+                        "--config-dir", node_ + "/etc-bmas"},
                        "nobody");
   ASSERT_TRUE(user) << user.error().message;
   EXPECT_NE(user->exit_code, 0);
@@ -238,9 +243,10 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
   const auto t0 = std::chrono::steady_clock::now();
   CommandOutput joined = Join("oss01", token);
   const auto took = std::chrono::steady_clock::now() - t0;
-  std::printf("bmas node join in oss01 took %.0f ms (doctor checks, TLS, files, munged, slurmd "
-              "with its configuration)\n",
-              std::chrono::duration<double, std::milli>(took).count());
+  std::printf(
+      "bmas node join in oss01 took %.0f ms (doctor checks, TLS, files, munged, slurmd "
+      "with its configuration)\n",
+      std::chrono::duration<double, std::milli>(took).count());
   ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;
   EXPECT_NE(joined.out.find("oss01 joined"), std::string::npos) << joined.out;
   const std::string oss01 = bed_.dir() + "/nodes/oss01";
