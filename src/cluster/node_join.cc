@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -240,6 +241,18 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     inventory = ParseCluster(inventory_text, In(o.paths.config_dir, "bmas.toml"));
   } catch (const ConfigError& e) {
     return fail("reading bmas.toml", Internal(e.what()));
+  }
+  const bool new_munge_key = std::find(report.written.begin(), report.written.end(),
+                                       o.paths.munge_key) != report.written.end();
+  if (daemons.MungeRunning() && new_munge_key) {
+    // It still holds the key it started with: the controller would refuse every credential.
+    return fail("starting munged",
+                Error{ErrorCode::kUnavailable,
+                      fmt::format("munged already runs, with the key {} had before this join: "
+                                  "stop it (e.g. systemctl stop munge), then run `bmas node "
+                                  "join` again",
+                                  o.paths.munge_key),
+                      {}});
   }
   if (!daemons.MungeRunning()) {
     if (auto ok = daemons.StartMunge(o.paths); !ok) return fail("starting munged", ok.error());

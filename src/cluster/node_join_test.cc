@@ -163,6 +163,16 @@ TEST_F(NodeJoinTest, AFailedStepUndoesTheFilesAndDaemonsAndNamesTheStep) {
   EXPECT_EQ((*prolog)->contents, "#!/bin/sh\necho mine\n");
 }
 
+TEST_F(NodeJoinTest, AMungedThatRunsWithAnotherKeyStopsTheJoin) {
+  daemons_.munge_ = true;  // e.g. the system's, started before the node joined
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_EQ(report.error().message.rfind("starting munged: munged already runs", 0), 0u)
+      << report.error().message;
+  EXPECT_FALSE(fs::exists(dir_ + "/munge"));
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas"));
+}
+
 TEST_F(NodeJoinTest, ARefusedJoinLeavesNothing) {
   token_.secret = std::string(kJoinSecretBytes, 'w');
   auto report = JoinNode(token_, options_, daemons_, now_);
