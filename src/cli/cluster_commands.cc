@@ -4,8 +4,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "cluster/cluster_files.h"
+#include "cluster/controller_files.h"
+#include "cluster/join_service.h"
+#include "cluster/join_tls.h"
+#include "cluster/node_files.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "core/cluster.h"
@@ -48,7 +55,30 @@ void ClusterCommands::Register(CLI::App& app, GlobalOptions& global) {
                    fmt::format("How long the token is valid, in seconds (default {})",
                                cluster::kDefaultJoinTokenTtlSeconds))
       ->check(kPositive);
+  init->add_option("--slurm-dir", slurm_dir_,
+                   "Where Slurm's configuration is written when absent (default /etc/slurm)");
+  init->add_option("--munge-key", munge_key_,
+                   "The munge key, made when absent (default /etc/munge/munge.key)");
+  init->add_option("--jwt-key", jwt_key_,
+                   "slurmrestd's JWT key, made when absent (default: the inventory's "
+                   "slurm.jwt_key, else <slurm-dir>/jwt_hs256.key)");
+  init->add_flag("--dynamic-nodes", dynamic_nodes_,
+                 "slurm.conf lists no node: nodes register themselves when they join "
+                 "(`bmas node join --dynamic`, slurmd -Z)");
   init->callback([this, &global] { global.exit_code = Init(global); });
+
+  CLI::App* serve = cluster->add_subcommand(
+      "serve", fmt::format("Serve `bmas node join` over TLS at the join endpoint (port {} unless "
+                           "`cluster init --port` said otherwise) until SIGTERM",
+                           cluster::kDefaultJoinPort));
+  serve->add_option("--cluster", cluster_file_, "The cluster inventory (TOML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  serve->add_option("--munge-key", munge_key_,
+                    "The munge key nodes get (default /etc/munge/munge.key)");
+  serve->add_option("--listen", listen_,
+                    "The address to listen on (default: the join endpoint's address)");
+  serve->callback([this, &global] { global.exit_code = Serve(global); });
 
   CLI::App* token = cluster->add_subcommand(
       "token", "Print a new `bmas node join TOKEN` line (after `bmas cluster init`)");
@@ -84,7 +114,88 @@ int ClusterCommands::Init(GlobalOptions& global) {
   fmt::print(stderr, "{} the cluster CA {}/ca.crt (sha256:{}); nodes join at {}:{}\n",
              id->created ? "Made" : "Kept", cluster::ClusterDir(state_dir),
              cluster::Hex(id->ca_sha256), endpoint.address, endpoint.port);
+  cluster::ControllerPaths paths;
+  paths.slurm_dir = slurm_dir_;
+  paths.munge_key = munge_key_;
+  paths.jwt_key = jwt_key_;
+  paths.dynamic_nodes = dynamic_nodes_;
+  auto files = cluster::WriteControllerFiles(inventory, paths, env);
+  if (!files) return ReportFailure("cluster init", files.error());
+  for (const auto& f : *files) {
+    fmt::print(stderr, "{} {}{}\n", f.created ? "Wrote" : "Kept", f.path,
+               f.note.empty() ? "" : " (" + f.note + ")");
+  }
+  fmt::print(
+      stderr,
+      "Start on this controller: munged, `slurmctld` (configless: nodes fetch {}/slurm.conf) "
+      "and `bmas cluster serve --cluster {}` for the joins\n",
+      slurm_dir_, cluster_file_);
   return PrintNewToken(global, "cluster init", state_dir);
+}
+
+int ClusterCommands::Serve(GlobalOptions& global) {
+  if (auto root = RequireRoot("serves joins"); !root) {
+    return ReportFailure("cluster serve", root.error());
+  }
+  global.SetUpLogging();
+  Cluster inventory;
+  try {
+    inventory = LoadCluster(cluster_file_);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "bmas cluster serve: {}\n", e.what());
+    return 2;
+  }
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  Env& env = global.services->env();
+  const auto now = static_cast<int64_t>(env.UnixNow());
+  auto id = cluster::LoadClusterCa(state_dir);
+  if (!id) return ReportFailure("cluster serve", id.error());
+  auto endpoint = cluster::LoadJoinEndpoint(state_dir);
+  if (!endpoint) return ReportFailure("cluster serve", endpoint.error());
+  auto server_cert = cluster::EnsureControllerCertificate(
+      state_dir, {inventory.controller.name, endpoint->address}, now);
+  if (!server_cert) return ReportFailure("cluster serve", server_cert.error());
+
+  cluster::JoinMaterial material;
+  material.ca = id->ca;
+  for (const Node& n : inventory.nodes) {
+    if (n.layout_index < 0) material.nodes.push_back({n.name, n.address});
+  }
+  auto munge = cluster::ReadNodeFile(munge_key_);
+  if (!munge || !*munge) {
+    return ReportFailure("cluster serve",
+                         NotFound(fmt::format("there is no munge key at {}: run `bmas cluster "
+                                              "init` first, or give --munge-key",
+                                              munge_key_)));
+  }
+  material.munge_key = (*munge)->contents;
+  std::ifstream in(cluster_file_, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  material.bmas_toml = text.str();
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  material.prolog = cluster::HookScript(self, "prolog");
+  material.epilog = cluster::HookScript(self, "epilog");
+
+  cluster::JoinServerOptions options;
+  options.host = listen_.empty() ? endpoint->address : listen_;
+  options.port = endpoint->port;
+  options.server = *server_cert;
+  options.ca_cert_pem = id->ca.cert_pem;
+  auto server = cluster::ListenForJoins(options, [&](const cluster::JoinRequest& request,
+                                                     const std::string&) {
+    // Read for each request: `bmas cluster token` adds records while this serves.
+    auto records = cluster::LoadTokenRecords(state_dir);
+    if (!records) return Result<cluster::JoinReply>(records.error());
+    return cluster::DecideJoin(material, *records, request, static_cast<int64_t>(env.UnixNow()));
+  });
+  if (!server) return ReportFailure("cluster serve", server.error());
+  fmt::print(stderr, "Serving node joins at {}:{} (TLS, certificate sha256 of the CA {})\n",
+             options.host, (*server)->port(), cluster::Hex(id->ca_sha256));
+  std::fflush(stderr);
+  (*server)->Run(true);
+  return 0;
 }
 
 int ClusterCommands::Token(GlobalOptions& global) {

@@ -1,8 +1,10 @@
 #pragma once
 
-// `bmas cluster init --cluster INVENTORY` and `bmas cluster token` (root, on the controller):
-// the cluster's CA under <state_dir>/cluster/, and join tokens, printed as the one line a node
-// runs, `bmas node join TOKEN` (cluster/cluster_files.h).
+// `bmas cluster init --cluster INVENTORY`, `bmas cluster token` and `bmas cluster serve` (root,
+// on the controller): the cluster's CA under <state_dir>/cluster/, Slurm's configless config and
+// the munge and JWT keys (cluster/controller_files.h), join tokens, printed as the one line a
+// node runs, `bmas node join TOKEN` (cluster/cluster_files.h), and the join service that
+// answers it (cluster/join_tls.h).
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -19,6 +21,7 @@ class ClusterCommands {
  private:
   int Init(GlobalOptions& global);
   int Token(GlobalOptions& global);
+  int Serve(GlobalOptions& global);
   int PrintNewToken(GlobalOptions& global, const std::string& command,
                     const std::string& state_dir);
 
@@ -26,6 +29,11 @@ class ClusterCommands {
   std::string address_;
   int port_ = 0;
   int64_t ttl_s_ = 0;
+  std::string slurm_dir_ = "/etc/slurm";
+  std::string munge_key_ = "/etc/munge/munge.key";
+  std::string jwt_key_;
+  std::string listen_;
+  bool dynamic_nodes_ = false;
 };
 
 }  // namespace bmas

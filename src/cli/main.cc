@@ -14,6 +14,7 @@
 #include "cli/agent_commands.h"
 #include "cli/cluster_commands.h"
 #include "cli/node_commands.h"
+#include "cli/node_join_command.h"
 #include "cli/commands.h"
 #include "cli/dashboard_command.h"
 #include "cli/doctor_command.h"
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
   cluster_cmds.Register(app, global);
   NodeCommands node_cmds;
   node_cmds.Register(app, global);
+  NodeJoinCommand node_join_cmd;
+  node_join_cmd.Register(app, global);
 
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <cctype>
+#include <cstring>
 #include <utility>
 
 #include "common/openssl_ptr.h"
@@ -25,6 +26,7 @@ using Bn = openssl::BignumPtr;
 using Ext = openssl::ExtensionPtr;
 using Store = openssl::StorePtr;
 using StoreCtx = openssl::StoreCtxPtr;
+using Req = openssl::X509ReqPtr;
 
 Bio MemoryOf(const std::string& pem) {
   return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
@@ -71,11 +73,10 @@ bool IsHostName(const std::string& text) {
   return true;
 }
 
-// A certificate with a fresh key, random serial, the times and the subject CN, unsigned.
-Result<std::pair<Cert, Key>> NewCertificate(const std::string& common_name, int64_t unix_now,
-                                            int64_t valid_days) {
-  Key key(EVP_EC_gen("P-256"));
-  if (!key) return Internal("cannot make an EC P-256 key: " + TakeError());
+// A certificate for `key`'s public half, with a random serial, the times and the subject CN,
+// unsigned.
+Result<Cert> NewCertificate(EVP_PKEY* key, const std::string& common_name, int64_t unix_now,
+                            int64_t valid_days) {
   Cert cert(X509_new());
   unsigned char serial[16];
   const bool random = cert && RAND_bytes(serial, sizeof serial) == 1;
@@ -89,12 +90,18 @@ Result<std::pair<Cert, Key>> NewCertificate(const std::string& common_name, int6
       X509_time_adj_ex(X509_getm_notBefore(cert.get()), 0, -kBackdateSeconds, &now) != nullptr &&
       X509_time_adj_ex(X509_getm_notAfter(cert.get()), static_cast<int>(valid_days), 0, &now) !=
           nullptr &&
-      X509_set_pubkey(cert.get(), key.get()) == 1 &&
+      X509_set_pubkey(cert.get(), key) == 1 &&
       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
                                  reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
                                  -1, 0) == 1;
   if (!ok) return Internal("cannot fill in a certificate: " + TakeError());
-  return std::pair{std::move(cert), std::move(key)};
+  return cert;
+}
+
+Result<Key> NewKey() {
+  Key key(EVP_EC_gen("P-256"));
+  if (!key) return Internal("cannot make an EC P-256 key: " + TakeError());
+  return key;
 }
 
 // Adds X.509v3 extensions, given as OpenSSL config values, with `issuer` as the issuer.
@@ -123,25 +130,9 @@ Result<CertAndKey> Finish(X509* cert, EVP_PKEY* key) {
   return out;
 }
 
-}  // namespace
-
-Result<CertAndKey> MakeClusterCa(const std::string& cluster_name, int64_t unix_now,
-                                 int64_t valid_days) {
-  auto made = NewCertificate(fmt::format("bmas cluster CA {}", cluster_name), unix_now, valid_days);
-  if (!made) return made.error();
-  auto& [cert, key] = *made;
-  const bool ok = X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) == 1 &&
-                  AddExtensions(cert.get(), cert.get(),
-                                {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
-                                 {NID_key_usage, "critical,keyCertSign,cRLSign"},
-                                 {NID_subject_key_identifier, "hash"}}) &&
-                  X509_sign(cert.get(), key.get(), EVP_sha256()) > 0;
-  if (!ok) return Internal("cannot make the cluster CA certificate: " + TakeError());
-  return Finish(cert.get(), key.get());
-}
-
-Result<CertAndKey> IssueNodeCertificate(const CertAndKey& ca, const NodeIdentity& node,
-                                        int64_t unix_now, int64_t valid_days) {
+// The subjectAltName value a node's certificate carries: "DNS:<host>", then "IP:<address>" or
+// "DNS:<address>". InvalidArgument for a malformed host or address.
+Result<std::string> SubjectAltNames(const NodeIdentity& node) {
   if (!IsHostName(node.host)) {
     return InvalidArgument(
         fmt::format("'{}' is not a host name (letters, digits, '-' and '.')", node.host), "host");
@@ -157,6 +148,58 @@ Result<CertAndKey> IssueNodeCertificate(const CertAndKey& ca, const NodeIdentity
           fmt::format("'{}' is neither an IP address nor a host name", node.address), "address");
     }
   }
+  return san;
+}
+
+// The subjectAltName extension's names in SubjectAltNames's form ("DNS:a,IP:10.0.0.1"); other
+// kinds of name appear as "OTHER", so that they never match.
+std::string NamesText(X509_EXTENSION* ext) {
+  openssl::GeneralNamesPtr names(static_cast<GENERAL_NAMES*>(X509V3_EXT_d2i(ext)));
+  std::string out;
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
+    if (!out.empty()) out += ',';
+    if (name->type == GEN_DNS) {
+      const ASN1_STRING* s = name->d.dNSName;
+      out += "DNS:";
+      out.append(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                 static_cast<size_t>(ASN1_STRING_length(s)));
+    } else if (name->type == GEN_IPADD) {
+      const ASN1_STRING* s = name->d.iPAddress;
+      boost::system::error_code ec;
+      std::string text;
+      if (ASN1_STRING_length(s) == 4) {
+        boost::asio::ip::address_v4::bytes_type b;
+        std::memcpy(b.data(), ASN1_STRING_get0_data(s), 4);
+        text = boost::asio::ip::address_v4(b).to_string();
+      } else if (ASN1_STRING_length(s) == 16) {
+        boost::asio::ip::address_v6::bytes_type b;
+        std::memcpy(b.data(), ASN1_STRING_get0_data(s), 16);
+        text = boost::asio::ip::address_v6(b).to_string();
+      }
+      out += text.empty() ? std::string("OTHER") : "IP:" + text;
+    } else {
+      out += "OTHER";
+    }
+  }
+  ERR_clear_error();
+  return out;
+}
+
+// The first CN of `name`, or "".
+std::string CommonNameOf(X509_NAME* name) {
+  const int at = name ? X509_NAME_get_index_by_NID(name, NID_commonName, -1) : -1;
+  if (at < 0) return {};
+  const ASN1_STRING* s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at));
+  return std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                     static_cast<size_t>(ASN1_STRING_length(s)));
+}
+
+// A node certificate for `key` (a public key), signed by `ca`.
+Result<Cert> SignForKey(const CertAndKey& ca, EVP_PKEY* key, const NodeIdentity& node,
+                        int64_t unix_now, int64_t valid_days) {
+  auto san = SubjectAltNames(node);
+  if (!san) return san.error();
   Cert ca_cert = ReadCert(ca.cert_pem);
   Key ca_key = ReadKey(ca.key_pem);
   if (!ca_cert || !ca_key) {
@@ -166,22 +209,127 @@ Result<CertAndKey> IssueNodeCertificate(const CertAndKey& ca, const NodeIdentity
     ERR_clear_error();
     return InvalidArgument("the cluster CA's key is not the key of its certificate", "ca");
   }
-  auto made = NewCertificate(node.host, unix_now, valid_days);
+  auto made = NewCertificate(key, node.host, unix_now, valid_days);
   if (!made) return made.error();
-  auto& [cert, key] = *made;
+  Cert& cert = *made;
   const bool ok = X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) == 1 &&
                   AddExtensions(cert.get(), ca_cert.get(),
                                 {{NID_basic_constraints, "critical,CA:FALSE"},
                                  {NID_key_usage, "critical,digitalSignature"},
                                  {NID_ext_key_usage, "serverAuth,clientAuth"},
-                                 {NID_subject_alt_name, san},
+                                 {NID_subject_alt_name, *san},
                                  {NID_subject_key_identifier, "hash"},
                                  {NID_authority_key_identifier, "keyid:always"}}) &&
                   X509_sign(cert.get(), ca_key.get(), EVP_sha256()) > 0;
   if (!ok) {
     return Internal(fmt::format("cannot issue a certificate for {}: {}", node.host, TakeError()));
   }
-  return Finish(cert.get(), key.get());
+  return std::move(cert);
+}
+
+}  // namespace
+
+Result<CertAndKey> MakeClusterCa(const std::string& cluster_name, int64_t unix_now,
+                                 int64_t valid_days) {
+  auto key = NewKey();
+  if (!key) return key.error();
+  auto made = NewCertificate(key->get(), fmt::format("bmas cluster CA {}", cluster_name), unix_now,
+                             valid_days);
+  if (!made) return made.error();
+  Cert& cert = *made;
+  const bool ok = X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) == 1 &&
+                  AddExtensions(cert.get(), cert.get(),
+                                {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
+                                 {NID_key_usage, "critical,keyCertSign,cRLSign"},
+                                 {NID_subject_key_identifier, "hash"}}) &&
+                  X509_sign(cert.get(), key->get(), EVP_sha256()) > 0;
+  if (!ok) return Internal("cannot make the cluster CA certificate: " + TakeError());
+  return Finish(cert.get(), key->get());
+}
+
+Result<CertAndKey> IssueNodeCertificate(const CertAndKey& ca, const NodeIdentity& node,
+                                        int64_t unix_now, int64_t valid_days) {
+  if (auto names = SubjectAltNames(node); !names) return names.error();
+  auto key = NewKey();
+  if (!key) return key.error();
+  auto cert = SignForKey(ca, key->get(), node, unix_now, valid_days);
+  if (!cert) return cert.error();
+  return Finish(cert->get(), key->get());
+}
+
+Result<KeyAndCsr> MakeNodeCsr(const NodeIdentity& node) {
+  auto names = SubjectAltNames(node);
+  if (!names) return names.error();
+  auto key = NewKey();
+  if (!key) return key.error();
+  Req req(X509_REQ_new());
+  X509_NAME* name = req ? X509_REQ_get_subject_name(req.get()) : nullptr;
+  X509V3_CTX v3;
+  X509V3_set_ctx_nodb(&v3);
+  X509V3_set_ctx(&v3, nullptr, nullptr, req.get(), nullptr, 0);
+  Ext san(X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, names->c_str()));
+  openssl::ExtensionStackPtr exts(sk_X509_EXTENSION_new_null());
+  const bool ok = req && san && exts && X509_REQ_set_version(req.get(), 0) == 1 &&
+                  X509_NAME_add_entry_by_txt(
+                      name, "CN", MBSTRING_UTF8,
+                      reinterpret_cast<const unsigned char*>(node.host.c_str()), -1, -1, 0) == 1 &&
+                  X509_REQ_set_pubkey(req.get(), key->get()) == 1 &&
+                  sk_X509_EXTENSION_push(exts.get(), san.get()) > 0 && san.release() != nullptr &&
+                  X509_REQ_add_extensions(req.get(), exts.get()) == 1 &&
+                  X509_REQ_sign(req.get(), key->get(), EVP_sha256()) > 0;
+  if (!ok) return Internal(fmt::format("cannot make a CSR for {}: {}", node.host, TakeError()));
+  KeyAndCsr out;
+  out.csr_pem = WrittenPem([&](BIO* b) { return PEM_write_bio_X509_REQ(b, req.get()) == 1; });
+  out.key_pem = WrittenPem([&](BIO* b) {
+    return PEM_write_bio_PrivateKey(b, key->get(), nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  });
+  if (out.csr_pem.empty() || out.key_pem.empty()) {
+    return Internal("cannot write a CSR or key as PEM: " + TakeError());
+  }
+  return out;
+}
+
+Result<std::string> SignNodeCsr(const CertAndKey& ca, const std::string& csr_pem,
+                                const NodeIdentity& node, int64_t unix_now, int64_t valid_days) {
+  auto expected = SubjectAltNames(node);
+  if (!expected) return expected.error();
+  Bio bio = MemoryOf(csr_pem);
+  Req req(bio ? PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  ERR_clear_error();
+  if (!req) return InvalidArgument("the certificate signing request is not PEM", "csr");
+  EVP_PKEY* public_key = X509_REQ_get0_pubkey(req.get());
+  if (public_key == nullptr || X509_REQ_verify(req.get(), public_key) != 1) {
+    ERR_clear_error();
+    return InvalidArgument("the certificate signing request's signature does not verify", "csr");
+  }
+  if (EVP_PKEY_get_base_id(public_key) != EVP_PKEY_EC || EVP_PKEY_get_bits(public_key) < 256) {
+    return InvalidArgument("the certificate signing request's key is not EC P-256 or larger",
+                           "csr");
+  }
+  const std::string cn = CommonNameOf(X509_REQ_get_subject_name(req.get()));
+  if (cn != node.host) {
+    return InvalidArgument(
+        fmt::format("the certificate signing request is for '{}', not for {}", cn, node.host),
+        "csr");
+  }
+  openssl::ExtensionStackPtr exts(X509_REQ_get_extensions(req.get()));
+  std::string asked;
+  for (int i = 0; exts && i < sk_X509_EXTENSION_num(exts.get()); ++i) {
+    X509_EXTENSION* ext = sk_X509_EXTENSION_value(exts.get(), i);
+    if (OBJ_obj2nid(X509_EXTENSION_get_object(ext)) == NID_subject_alt_name) {
+      asked = NamesText(ext);
+    }
+  }
+  if (asked != *expected) {
+    return InvalidArgument(
+        fmt::format("the certificate signing request names '{}', not '{}'", asked, *expected),
+        "csr");
+  }
+  auto cert = SignForKey(ca, public_key, node, unix_now, valid_days);
+  if (!cert) return cert.error();
+  std::string pem = WrittenPem([&](BIO* b) { return PEM_write_bio_X509(b, cert->get()) == 1; });
+  if (pem.empty()) return Internal("cannot write a certificate as PEM: " + TakeError());
+  return pem;
 }
 
 Result<void> VerifyPeerCertificate(const std::string& ca_pem, const std::string& peer_pem,

@@ -41,6 +41,24 @@ struct NodeIdentity {
 Result<CertAndKey> IssueNodeCertificate(const CertAndKey& ca, const NodeIdentity& node,
                                         int64_t unix_now, int64_t valid_days = kNodeCertValidDays);
 
+// A node's private key and a certificate signing request for it (PEM both).
+struct KeyAndCsr {
+  std::string key_pem;
+  std::string csr_pem;
+};
+
+// A new EC P-256 key and a CSR for `node` (the CN and names IssueNodeCertificate would give),
+// made on the node, whose key never leaves it. InvalidArgument for a malformed host or address.
+Result<KeyAndCsr> MakeNodeCsr(const NodeIdentity& node);
+
+// A certificate for the key of the CSR `csr_pem` (PEM), issued by `ca` for `node` as
+// IssueNodeCertificate issues them: the extensions are the CA's, none is taken from the CSR.
+// InvalidArgument (param "csr") when the CSR is not PEM, its signature does not verify, its key
+// is not EC of 256 bits or more, or its CN or subjectAltNames are not exactly `node`'s.
+Result<std::string> SignNodeCsr(const CertAndKey& ca, const std::string& csr_pem,
+                                const NodeIdentity& node, int64_t unix_now,
+                                int64_t valid_days = kNodeCertValidDays);
+
 // Whether `peer_pem` chains to the CA `ca_pem` at `unix_now` (signature, validity, purpose).
 // With `expect_host` non-empty, the certificate must also name that host or address.
 // kPermissionDenied naming the reason when it does not.

@@ -135,5 +135,55 @@ TEST_F(ClusterCaTest, FingerprintIsTheSha256OfTheDer) {
   EXPECT_EQ(Hex(std::string("\x00\xab\xff", 3)), "00abff");
 }
 
+TEST_F(ClusterCaTest, ASignedCsrChainsToTheCaForItsKeyAndNames) {
+  auto made = MakeNodeCsr({"oss02", "10.0.0.12"});
+  ASSERT_TRUE(made) << made.error().message;
+  auto cert = SignNodeCsr(ca_, made->csr_pem, {"oss02", "10.0.0.12"}, kNow);
+  ASSERT_TRUE(cert) << cert.error().message;
+  EXPECT_TRUE(VerifyPeerCertificate(ca_.cert_pem, *cert, kNow + kDay, "10.0.0.12"));
+  EXPECT_TRUE(VerifyPeerCertificate(ca_.cert_pem, *cert, kNow + kDay, "oss02"));
+  EXPECT_FALSE(VerifyPeerCertificate(ca_.cert_pem, *cert, kNow + kDay, "oss01"));
+  // The certificate is for the node's own key, which never left it.
+  auto x = Parse(*cert);
+  ASSERT_TRUE(x);
+  BIO* bio = BIO_new_mem_buf(made->key_pem.data(), static_cast<int>(made->key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(X509_check_private_key(x.get(), key), 1);
+  EVP_PKEY_free(key);
+  EXPECT_EQ(X509_check_ca(x.get()), 0);
+}
+
+TEST_F(ClusterCaTest, ACsrForAnotherNameOrAddressIsRefused) {
+  auto made = MakeNodeCsr({"oss02", "10.0.0.12"});
+  ASSERT_TRUE(made) << made.error().message;
+  struct Case {
+    NodeIdentity asked;
+    const char* why;
+  };
+  for (const Case& c : {Case{{"oss03", "10.0.0.12"}, "for 'oss02', not for oss03"},
+                        Case{{"oss02", "10.0.0.13"}, "names 'DNS:oss02,IP:10.0.0.12'"},
+                        Case{{"oss02", ""}, "not 'DNS:oss02'"}}) {
+    auto cert = SignNodeCsr(ca_, made->csr_pem, c.asked, kNow);
+    ASSERT_FALSE(cert) << c.why;
+    EXPECT_EQ(cert.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(cert.error().message.find(c.why), std::string::npos) << cert.error().message;
+  }
+}
+
+TEST_F(ClusterCaTest, ACsrThatIsNotPemOrWhoseSignatureFailsIsRefused) {
+  EXPECT_FALSE(SignNodeCsr(ca_, "not a csr", {"oss02", "10.0.0.12"}, kNow));
+  auto made = MakeNodeCsr({"oss02", "10.0.0.12"});
+  ASSERT_TRUE(made) << made.error().message;
+  // A byte of the signature's base64, near the end, changed.
+  std::string bad = made->csr_pem;
+  const size_t at = bad.rfind("-----END") - 6;
+  bad[at] = bad[at] == 'A' ? 'B' : 'A';
+  auto cert = SignNodeCsr(ca_, bad, {"oss02", "10.0.0.12"}, kNow);
+  ASSERT_FALSE(cert);
+  EXPECT_EQ(cert.error().param, "csr");
+}
+
 }  // namespace
 }  // namespace bmas::cluster

@@ -20,6 +20,8 @@ constexpr const char* kCaCert = "ca.crt";
 constexpr const char* kTokens = "join-tokens";
 constexpr const char* kEndpoint = "join-endpoint";
 constexpr const char* kLock = "lock";
+constexpr const char* kControllerCert = "controller.crt";
+constexpr const char* kControllerKey = "controller.key";
 constexpr size_t kMaxFileBytes = 1 << 20;
 
 // The cluster directory, open and locked for the life of this object.
@@ -257,6 +259,33 @@ Result<std::vector<TokenRecord>> LoadTokenRecords(const std::string& state_dir) 
   LockedClusterDir dir;
   if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
   return ReadRecords(dir);
+}
+
+Result<JoinEndpoint> LoadJoinEndpoint(const std::string& state_dir) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  return ReadEndpoint(dir);
+}
+
+Result<CertAndKey> EnsureControllerCertificate(const std::string& state_dir,
+                                               const NodeIdentity& controller, int64_t unix_now) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  auto ca = RequireCa(dir);
+  if (!ca) return ca.error();
+  auto cert = dir.Read(kControllerCert);
+  if (!cert) return cert.error();
+  auto key = dir.Read(kControllerKey);
+  if (!key) return key.error();
+  const std::string name = controller.address.empty() ? controller.host : controller.address;
+  if (*cert && *key && VerifyPeerCertificate(ca->ca.cert_pem, **cert, unix_now, name)) {
+    return CertAndKey{**cert, **key};
+  }
+  auto issued = IssueNodeCertificate(ca->ca, controller, unix_now);
+  if (!issued) return issued.error();
+  if (auto w = dir.Write(kControllerKey, issued->key_pem); !w) return w.error();
+  if (auto w = dir.Write(kControllerCert, issued->cert_pem); !w) return w.error();
+  return issued;
 }
 
 }  // namespace bmas::cluster

@@ -57,6 +57,14 @@ Result<ClusterIdentity> LoadClusterCa(const std::string& state_dir);
 Result<JoinToken> IssueJoinToken(const std::string& state_dir, Env& env, int64_t unix_now,
                                  int64_t ttl_seconds = kDefaultJoinTokenTtlSeconds);
 
+// Where nodes join, as EnsureClusterCa wrote it. NotFound naming `bmas cluster init`.
+Result<JoinEndpoint> LoadJoinEndpoint(const std::string& state_dir);
+
+// The controller's own certificate for the join service (controller.crt, controller.key),
+// issued by the CA for `controller` when absent or not for it; kept otherwise.
+Result<CertAndKey> EnsureControllerCertificate(const std::string& state_dir,
+                                               const NodeIdentity& controller, int64_t unix_now);
+
 // The join token records kept under `state_dir` (none when there is no file).
 Result<std::vector<TokenRecord>> LoadTokenRecords(const std::string& state_dir);
 

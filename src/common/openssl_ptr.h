@@ -26,6 +26,13 @@ using BignumPtr = std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>>;
 using ExtensionPtr = std::unique_ptr<X509_EXTENSION, Deleter<X509_EXTENSION, X509_EXTENSION_free>>;
 using StorePtr = std::unique_ptr<X509_STORE, Deleter<X509_STORE, X509_STORE_free>>;
 using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
+using X509ReqPtr = std::unique_ptr<X509_REQ, Deleter<X509_REQ, X509_REQ_free>>;
+inline void FreeExtensions(STACK_OF(X509_EXTENSION) * s) {
+  sk_X509_EXTENSION_pop_free(s, X509_EXTENSION_free);
+}
+using ExtensionStackPtr =
+    std::unique_ptr<STACK_OF(X509_EXTENSION), Deleter<STACK_OF(X509_EXTENSION), FreeExtensions>>;
+using GeneralNamesPtr = std::unique_ptr<GENERAL_NAMES, Deleter<GENERAL_NAMES, GENERAL_NAMES_free>>;
 
 // The oldest error in this thread's OpenSSL queue as text; the queue is left empty.
 inline std::string TakeError() {

@@ -7,9 +7,9 @@
 
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <sstream>
 
+#include "cluster/controller_files.h"
 #include "core/cluster.h"
 #include "net_bed.h"
 #include "slurm/local_cluster_internal.h"
@@ -63,23 +63,9 @@ Result<void> NetBed::WriteSlurmConfig() {
   cluster.slurm.first_job_id = 60000001 + static_cast<int64_t>(hash % 600) * 10000;
   std::map<std::string, std::string> files;
   for (auto& [name, text] : slurm::RenderSlurmConfig(cluster)) files[name] = text;
-  std::string& conf = files["slurm.conf"];
-  conf +=
-      "\n# The test bed: nodes fetch their config from slurmctld (slurmd --conf-server).\n"
-      "SlurmctldParameters=enable_configless\n";
-  if (options_.dynamic_nodes) {
-    // Nodes register themselves (slurmd -Z); the partition takes whichever do.
-    std::istringstream lines(conf);
-    std::string kept;
-    for (std::string line; std::getline(lines, line);) {
-      if (line.starts_with("NodeName=")) continue;
-      if (line.starts_with("PartitionName=")) {
-        line = std::regex_replace(line, std::regex(" Nodes=[^ ]+"), " Nodes=ALL");
-      }
-      kept += line + "\n";
-    }
-    conf = kept + fmt::format("MaxNodeCount={}\n", options_.nodes);
-  }
+  // Configless, as `bmas cluster init` writes it; with dynamic nodes, slurm.conf lists none and
+  // the partition takes whichever register (slurmd -Z).
+  files["slurm.conf"] = cluster::ConfiglessSlurmConf(cluster, options_.dynamic_nodes);
   const std::string etc = dir_ + "/nodes/" + kController + "/etc-slurm";
   for (const auto& [name, text] : files) {
     if (auto r = slurm::internal::WriteFile(etc + "/" + name, text, 0644); !r) return r;

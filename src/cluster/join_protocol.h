@@ -1,0 +1,52 @@
+#pragma once
+
+// What a node and the controller's join service say to each other, once the node has checked
+// the controller's certificate (docs/cluster-join.md). One request, one reply, each a JSON
+// object in the body of an HTTP/1.1 POST and its answer, over TLS:
+//
+//   request  {"secret": hex, "host": "oss01", "address": "10.0.0.11", "csr": PEM}
+//   reply    {"node_cert": PEM, "ca_cert": PEM, "munge_key": hex, "bmas_toml": text,
+//             "prolog": text, "epilog": text}
+//
+// Both sides refuse a message over its size bound, one that is not an object of exactly these
+// string members, a repeated key and an unknown one. Pure.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace bmas::cluster {
+
+inline constexpr std::string_view kJoinPath = "/v1/join";
+inline constexpr size_t kMaxJoinRequestBytes = 16 * 1024;
+inline constexpr size_t kMaxJoinReplyBytes = 1024 * 1024;
+
+struct JoinRequest {
+  std::string secret;   // the token's secret, raw bytes
+  std::string host;     // the node's host name
+  std::string address;  // its address, as the inventory has it
+  std::string csr_pem;  // a CSR for the node's own key
+};
+
+struct JoinReply {
+  std::string node_cert_pem;  // the CSR, signed by the cluster CA
+  std::string ca_cert_pem;
+  std::string munge_key;  // raw bytes
+  std::string bmas_toml;  // the node's /etc/bmas/bmas.toml
+  std::string prolog;     // Slurm's Prolog= and Epilog= scripts
+  std::string epilog;
+};
+
+std::string FormatJoinRequest(const JoinRequest& request);
+// InvalidArgument naming the problem; the message never quotes the secret.
+Result<JoinRequest> ParseJoinRequest(std::string_view body);
+
+std::string FormatJoinReply(const JoinReply& reply);
+Result<JoinReply> ParseJoinReply(std::string_view body);
+
+// The bytes that lower-case or upper-case hex digits stand for; nullopt-like error for others.
+Result<std::string> FromHex(std::string_view hex);
+
+}  // namespace bmas::cluster

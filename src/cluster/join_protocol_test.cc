@@ -1,0 +1,76 @@
+#include "cluster/join_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace bmas::cluster {
+namespace {
+
+JoinRequest Sample() {
+  JoinRequest r;
+  r.secret = std::string("\x00\x01secret\xff", 9);
+  r.host = "oss01";
+  r.address = "10.200.0.11";
+  r.csr_pem = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
+  return r;
+}
+
+TEST(JoinProtocolTest, ARequestReadsBackAsItWasWritten) {
+  auto back = ParseJoinRequest(FormatJoinRequest(Sample()));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->secret, Sample().secret);
+  EXPECT_EQ(back->host, "oss01");
+  EXPECT_EQ(back->address, "10.200.0.11");
+  EXPECT_EQ(back->csr_pem, Sample().csr_pem);
+}
+
+TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
+  JoinReply r;
+  r.node_cert_pem = "cert";
+  r.ca_cert_pem = "ca";
+  r.munge_key = std::string(1024, '\x07');
+  r.bmas_toml = "[cluster]\n";
+  r.prolog = "#!/bin/sh\n";
+  r.epilog = "#!/bin/sh\nexit 0\n";
+  auto back = ParseJoinReply(FormatJoinReply(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->munge_key, r.munge_key);
+  EXPECT_EQ(back->bmas_toml, r.bmas_toml);
+  EXPECT_EQ(back->epilog, r.epilog);
+  EXPECT_EQ(back->node_cert_pem, "cert");
+}
+
+TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
+  const std::string ok = R"("host":"oss01","address":"a","csr":"c")";
+  struct Case {
+    std::string body;
+    const char* why;
+  };
+  for (const Case& c : {
+           Case{"", "JSON object"},
+           Case{"[]", "JSON object"},
+           Case{R"({"secret":"abcd",)" + ok + R"(,"secret":"abcd"})", "repeats 'secret'"},
+           Case{R"({"secret":"abcd",)" + ok + R"(,"extra":"x"})", "no member 'extra'"},
+           Case{R"({"secret":"zz99",)" + ok + "}", "not hex"},
+           Case{R"({"secret":"abc",)" + ok + "}", "not hex"},
+           Case{R"({)" + ok + "}", "lacks 'secret'"},
+           Case{R"({"secret":5,)" + ok + "}", "not a string"},
+           Case{R"({"secret":"abcd","host":"","address":"a","csr":"c"})", "names no host"},
+           Case{std::string(kMaxJoinRequestBytes + 1, ' '), "at most"},
+       }) {
+    auto r = ParseJoinRequest(c.body);
+    ASSERT_FALSE(r) << c.body;
+    EXPECT_NE(r.error().message.find(c.why), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find("abcd"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(JoinProtocolTest, HexDecodes) {
+  EXPECT_EQ(*FromHex("00ff7A"), std::string("\x00\xff\x7a", 3));
+  EXPECT_FALSE(FromHex("0"));
+  EXPECT_FALSE(FromHex("0g"));
+}
+
+}  // namespace
+}  // namespace bmas::cluster

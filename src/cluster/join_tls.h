@@ -1,0 +1,65 @@
+#pragma once
+
+// The join's network side (docs/cluster-join.md, steps 3 and 4): the controller's TLS listener
+// (`bmas cluster serve`) and the node's client (`bmas node join`). One HTTP/1.1 POST of a
+// JoinRequest to kJoinPath, answered with a JoinReply (200) or {"error": message} (4xx).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cluster/cluster_ca.h"
+#include "cluster/join_protocol.h"
+#include "cluster/join_token.h"
+#include "common/result.h"
+
+namespace bmas::cluster {
+
+struct JoinServerOptions {
+  std::string host;   // the address to listen on
+  uint16_t port = 0;  // 0: any free port (tests)
+  // The controller's own certificate and key, issued by the cluster CA for the address nodes
+  // dial; presented with the CA's certificate as its chain.
+  CertAndKey server;
+  std::string ca_cert_pem;
+  // The whole of one connection (handshake, request, reply) must fit in it.
+  std::chrono::milliseconds timeout = std::chrono::seconds(10);
+  size_t max_connections = 64;  // beyond it, new connections are closed at once
+  // From one address: so that one host holding idle connections cannot take every slot.
+  size_t max_connections_per_peer = 8;
+};
+
+// Decides one request: the reply, or the error the node is told. `peer` is the client's address.
+using JoinHandler =
+    std::function<Result<JoinReply>(const JoinRequest& request, const std::string& peer)>;
+
+// The join service's listener. Connections run concurrently as coroutines on one thread (the
+// one in Run); the handler is called there, one request at a time.
+class JoinServer {
+ public:
+  virtual ~JoinServer() = default;
+  // The port it listens on (held from Listen on).
+  virtual uint16_t port() const = 0;
+  // Serves until Stop; returns when the connections in flight have ended (each is bounded by
+  // the timeout). With `stop_on_signals`, SIGINT and SIGTERM stop it.
+  virtual void Run(bool stop_on_signals) = 0;
+  // Thread-safe; idempotent.
+  virtual void Stop() = 0;
+};
+
+// Binds and listens. Errors name the address and the fix (a port in use, no such address), or
+// the certificate that TLS refuses.
+Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler);
+
+// What the node does: TLS 1.2+ to the token's address and port; refuses, before it sends
+// anything, a server whose chain holds no certificate with the token's CA fingerprint or whose
+// certificate does not chain to it and name the token's address (kPermissionDenied, naming
+// both fingerprints); then sends `request` with the token's secret and reads the reply.
+// kUnavailable when the controller cannot be reached in `timeout`; the controller's refusal
+// comes back with its code and message.
+Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
+                              std::chrono::milliseconds timeout);
+
+}  // namespace bmas::cluster

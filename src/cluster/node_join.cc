@@ -1,0 +1,272 @@
+#include "cluster/node_join.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "cluster/cluster_ca.h"
+#include "cluster/join_tls.h"
+#include "cluster/node_files.h"
+#include "common/config.h"
+#include "common/config_table.h"
+#include "common/listen_socket.h"
+#include "common/process.h"
+#include "core/cluster.h"
+
+namespace bmas::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+Error Step(const char* step, const Error& e) {
+  return Error{e.code, fmt::format("{}: {}", step, e.message), e.param};
+}
+
+std::string In(const std::string& dir, const char* name) { return (fs::path(dir) / name).string(); }
+
+// Whether this node holds a certificate for `host` from the CA the token pins.
+bool AlreadyJoined(const JoinToken& token, const NodeJoinOptions& o, int64_t unix_now) {
+  auto ca = ReadNodeFile(In(o.paths.config_dir, "ca.crt"));
+  auto cert = ReadNodeFile(In(o.paths.config_dir, "node.crt"));
+  auto key = ReadNodeFile(In(o.paths.config_dir, "node.key"));
+  if (!ca || !*ca || !cert || !*cert || !key || !*key) return false;
+  return CheckControllerCa(token, (*ca)->contents) &&
+         VerifyPeerCertificate((*ca)->contents, (*cert)->contents, unix_now, o.host);
+}
+
+std::vector<std::string> SlurmdArgs(const JoinToken& token, const Cluster& inventory,
+                                    const NodeJoinOptions& o) {
+  std::vector<std::string> args = {
+      "-D", "--conf-server",
+      JoinHostPort(token.address, static_cast<uint16_t>(inventory.slurm.slurmctld_port))};
+  if (o.dynamic) {
+    const Node* node = inventory.FindNode(o.host);
+    std::string conf;
+    if (node != nullptr) {
+      conf = fmt::format("CPUs={} RealMemory={}", node->cpus, node->memory_mib);
+      if (node->gpus.count > 0) {
+        conf += fmt::format(" Gres=gpu:{}:{}", node->gpus.type, node->gpus.count);
+      }
+    }
+    args.push_back("-Z");
+    if (!conf.empty()) args.insert(args.end(), {"--conf", conf});
+  }
+  return args;
+}
+
+// munged and slurmd as child processes, recorded under paths.run_dir.
+class ProcessNodeDaemons final : public NodeDaemons {
+ public:
+  bool MungeRunning() override {
+    auto r = RunCommand({"munge", "-n"}, {}, std::chrono::seconds(5));
+    return r && r->exit_code == 0;
+  }
+
+  Result<void> StartMunge(const NodePaths& p) override {
+    const passwd* pw = getpwnam("munge");
+    if (pw == nullptr) return NotFound("there is no `munge` account: install munge");
+    std::error_code ec;
+    fs::create_directories(p.munge_run_dir, ec);
+    if (ec || chown(p.munge_run_dir.c_str(), pw->pw_uid, pw->pw_gid) != 0 ||
+        chmod(p.munge_run_dir.c_str(), 0755) != 0) {
+      return Internal(fmt::format("cannot make {} munge's", p.munge_run_dir));
+    }
+    auto child = SpawnDetached(
+        {"setpriv", fmt::format("--reuid={}", pw->pw_uid), fmt::format("--regid={}", pw->pw_gid),
+         "--clear-groups", "/usr/sbin/munged", "--foreground", "--key-file=" + p.munge_key,
+         "--pid-file=" + In(p.munge_run_dir, "munged.pid"),
+         "--log-file=" + In(p.munge_run_dir, "munged.log"),
+         "--seed-file=" + In(p.munge_run_dir, "munged.seed")},
+        {}, In(p.run_dir, "munged.out"));
+    if (!child) return child.error();
+    if (!WaitFor([&] { return MungeRunning(); }, child->pid, std::chrono::seconds(10))) {
+      StopProcess(child->pid, "", std::chrono::seconds(2), child->start_ticks);
+      return Internal(fmt::format("munged did not start: see {}", In(p.run_dir, "munged.out")));
+    }
+    started_.push_back(*child);
+    return {};
+  }
+
+  bool SlurmdRunning(const NodePaths& p) override {
+    std::ifstream in(In(p.run_dir, "slurmd.pid"));
+    long pid = 0;
+    unsigned long long ticks = 0;
+    return static_cast<bool>(in >> pid >> ticks) && pid > 0 &&
+           ProcessRunning(static_cast<pid_t>(pid), "slurmd", ticks);
+  }
+
+  Result<void> StartSlurmd(const NodePaths& p, const std::vector<std::string>& args,
+                           const std::string& conf_cache) override {
+    std::vector<std::string> argv = {"/usr/sbin/slurmd"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto child = SpawnDetached(argv, {}, In(p.run_dir, "slurmd.out"));
+    if (!child) return child.error();
+    started_.push_back(*child);
+    if (!WaitFor([&] { return fs::exists(conf_cache); }, child->pid, std::chrono::seconds(20))) {
+      return Internal(
+          fmt::format("slurmd did not get its configuration from the controller "
+                      "({} is missing): see {}",
+                      conf_cache, In(p.run_dir, "slurmd.out")));
+    }
+    std::ofstream out(In(p.run_dir, "slurmd.pid"), std::ios::trunc);
+    out << child->pid << ' ' << child->start_ticks << '\n';
+    return {};
+  }
+
+  void StopStarted() override {
+    for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
+      StopProcess(it->pid, "", std::chrono::seconds(5), it->start_ticks);
+    }
+    started_.clear();
+  }
+
+ private:
+  std::vector<DetachedChild> started_;
+};
+
+}  // namespace
+
+std::unique_ptr<NodeDaemons> NewProcessNodeDaemons() {
+  return std::make_unique<ProcessNodeDaemons>();
+}
+
+Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(address.c_str(), service.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return NotFound(fmt::format("cannot resolve {}", address));
+  }
+  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  // A UDP connect only picks the route and the source address.
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int e = errno;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (!ok) {
+    return Error{
+        ErrorCode::kUnavailable, fmt::format("no route to {}: {}", address, std::strerror(e)), {}};
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* at = local.ss_family == AF_INET
+                       ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                       : &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr;
+  inet_ntop(local.ss_family, at, text, sizeof text);
+  return std::string(text);
+}
+
+Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o,
+                                NodeDaemons& daemons, int64_t unix_now) {
+  NodeJoinReport report;
+  std::error_code ec;
+  fs::create_directories(o.paths.run_dir, ec);
+  if (ec) return Internal(fmt::format("cannot create {}: {}", o.paths.run_dir, ec.message()));
+
+  std::string inventory_text;
+  if (AlreadyJoined(token, o, unix_now)) {
+    report.already_joined = true;
+    auto toml = ReadNodeFile(In(o.paths.config_dir, "bmas.toml"));
+    if (toml && *toml) inventory_text = (*toml)->contents;
+  }
+
+  FileInstall files;
+  auto fail = [&](const char* step, const Error& e) {
+    daemons.StopStarted();
+    files.Undo();
+    return Step(step, e);
+  };
+  if (!report.already_joined) {
+    std::string address = o.address;
+    if (address.empty()) {
+      auto routed = SourceAddressFor(token.address, token.port);
+      if (!routed) return Step("finding this node's address", routed.error());
+      address = *routed;
+    }
+    auto csr = MakeNodeCsr({o.host, address});
+    if (!csr) return Step("making this node's key", csr.error());
+    JoinRequest request;
+    request.host = o.host;
+    request.address = address;
+    request.csr_pem = csr->csr_pem;
+    auto reply = RequestJoin(token, request, unix_now, o.timeout);
+    if (!reply) return Step("asking the controller", reply.error());
+    inventory_text = reply->bmas_toml;
+    Cluster inventory;
+    try {
+      inventory = ParseCluster(inventory_text, "the controller's bmas.toml");
+    } catch (const ConfigError& e) {
+      return Step("reading the controller's bmas.toml", Internal(e.what()));
+    }
+    const passwd* munge = getpwnam("munge");
+    if (munge == nullptr) {
+      return Step("installing the munge key",
+                  NotFound("there is no `munge` account: install munge"));
+    }
+    std::vector<NodeFile> wanted = {
+        {o.paths.munge_key, reply->munge_key, 0400, munge->pw_uid, munge->pw_gid},
+        {In(o.paths.config_dir, "ca.crt"), reply->ca_cert_pem, 0644, 0, 0},
+        {In(o.paths.config_dir, "node.key"), csr->key_pem, 0600, 0, 0},
+        {In(o.paths.config_dir, "node.crt"), reply->node_cert_pem, 0644, 0, 0},
+        {In(o.paths.config_dir, "bmas.toml"), reply->bmas_toml, 0644, 0, 0},
+    };
+    if (!inventory.slurm.prolog.empty()) {
+      wanted.push_back({inventory.slurm.prolog, reply->prolog, 0755, 0, 0});
+    }
+    if (!inventory.slurm.epilog.empty()) {
+      wanted.push_back({inventory.slurm.epilog, reply->epilog, 0755, 0, 0});
+    }
+    for (const NodeFile& f : wanted) {
+      auto put = files.Put(f);
+      if (!put) return fail("writing the node's files", put.error());
+      if (*put) report.written.push_back(f.path);
+    }
+  }
+
+  Cluster inventory;
+  try {
+    inventory = ParseCluster(inventory_text, In(o.paths.config_dir, "bmas.toml"));
+  } catch (const ConfigError& e) {
+    return fail("reading bmas.toml", Internal(e.what()));
+  }
+  const bool new_munge_key = std::find(report.written.begin(), report.written.end(),
+                                       o.paths.munge_key) != report.written.end();
+  if (daemons.MungeRunning() && new_munge_key) {
+    // It still holds the key it started with: the controller would refuse every credential.
+    return fail("starting munged",
+                Error{ErrorCode::kUnavailable,
+                      fmt::format("munged already runs, with the key {} had before this join: "
+                                  "stop it (e.g. systemctl stop munge), then run `bmas node "
+                                  "join` again",
+                                  o.paths.munge_key),
+                      {}});
+  }
+  if (!daemons.MungeRunning()) {
+    if (auto ok = daemons.StartMunge(o.paths); !ok) return fail("starting munged", ok.error());
+    report.started.push_back("munged");
+  }
+  if (!daemons.SlurmdRunning(o.paths)) {
+    const std::string cache =
+        (fs::path(inventory.slurm.spool_dir) / "conf-cache" / "slurm.conf").string();
+    if (auto ok = daemons.StartSlurmd(o.paths, SlurmdArgs(token, inventory, o), cache); !ok) {
+      return fail("starting slurmd", ok.error());
+    }
+    report.started.push_back("slurmd");
+  }
+  return report;
+}
+
+}  // namespace bmas::cluster

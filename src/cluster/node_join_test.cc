@@ -1,0 +1,188 @@
+#include "cluster/node_join.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "cluster/join_service.h"
+#include "cluster/join_tls.h"
+#include "cluster/node_files.h"
+
+namespace bmas::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Daemons that start (or fail to) without running anything.
+class FakeDaemons final : public NodeDaemons {
+ public:
+  bool MungeRunning() override { return munge_; }
+  Result<void> StartMunge(const NodePaths&) override {
+    munge_ = true;
+    ++starts_;
+    return {};
+  }
+  bool SlurmdRunning(const NodePaths&) override { return slurmd_; }
+  Result<void> StartSlurmd(const NodePaths&, const std::vector<std::string>& args,
+                           const std::string&) override {
+    args_ = args;
+    if (fail_slurmd_) return Internal("slurmd exited at once");
+    slurmd_ = true;
+    ++starts_;
+    return {};
+  }
+  void StopStarted() override {
+    munge_ = false;
+    slurmd_ = false;
+    ++stops_;
+  }
+  bool munge_ = false, slurmd_ = false, fail_slurmd_ = false;
+  int starts_ = 0, stops_ = 0;
+  std::vector<std::string> args_;
+};
+
+class NodeJoinTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "installs files as root (munge's key)";
+    char templ[] = "/tmp/bmas-node-join-XXXXXX";
+    ASSERT_NE(mkdtemp(templ), nullptr);
+    dir_ = templ;
+    now_ = static_cast<int64_t>(std::time(nullptr));
+    auto ca = MakeClusterCa("lab", now_);
+    ASSERT_TRUE(ca);
+    material_.ca = *ca;
+    material_.nodes = {{"oss01", "10.0.0.11"}};
+    material_.munge_key = std::string(1024, 'k');
+    material_.bmas_toml = fmt::format(
+        "[cluster]\ncontroller = {{ name = \"mgs1\", address = \"127.0.0.1\" }}\n"
+        "[cluster.slurm]\nprolog = \"{0}/hooks/prolog\"\nepilog = \"{0}/hooks/epilog\"\n"
+        "spool_dir = \"{0}/spool\"\n"
+        "[[cluster.nodes]]\nnames = \"oss01\"\naddress = \"10.0.0.11\"\ncpus = 4\n"
+        "memory_mib = 1024\n[cluster.nodes.gpus]\ncount = 2\ntype = \"h100\"\nmemory_gb = 80\n"
+        "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"ALL\"\ndefault = true\n",
+        dir_);
+    material_.prolog = "#!/bin/sh\nexit 0\n";
+    material_.epilog = "#!/bin/sh\nexit 0\n";
+    token_.address = "127.0.0.1";
+    token_.secret = std::string(kJoinSecretBytes, 's');
+    token_.expires_at = now_ + 3600;
+    token_.ca_sha256 = *CertificateSha256(material_.ca.cert_pem);
+    records_ = {RecordOf(token_)};
+    auto server_cert = IssueNodeCertificate(material_.ca, {"mgs1", "127.0.0.1"}, now_);
+    ASSERT_TRUE(server_cert);
+    JoinServerOptions options;
+    options.host = "127.0.0.1";
+    options.server = *server_cert;
+    options.ca_cert_pem = material_.ca.cert_pem;
+    auto server = ListenForJoins(options, [this](const JoinRequest& r, const std::string&) {
+      ++asked_;
+      return DecideJoin(material_, records_, r, now_);
+    });
+    ASSERT_TRUE(server) << server.error().message;
+    server_ = std::move(*server);
+    token_.port = server_->port();
+    thread_ = std::thread([this] { server_->Run(false); });
+    options_.host = "oss01";
+    options_.address = "10.0.0.11";
+    options_.paths.config_dir = dir_ + "/etc-bmas";
+    options_.paths.munge_key = dir_ + "/munge/munge.key";
+    options_.paths.run_dir = dir_ + "/run";
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  std::string dir_;
+  int64_t now_ = 0;
+  JoinMaterial material_;
+  JoinToken token_;
+  std::vector<TokenRecord> records_;
+  std::unique_ptr<JoinServer> server_;
+  std::thread thread_;
+  std::atomic<int> asked_{0};
+  NodeJoinOptions options_;
+  FakeDaemons daemons_;
+};
+
+TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing) {
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_FALSE(report->already_joined);
+  EXPECT_EQ(report->written.size(), 7u);
+  EXPECT_EQ(report->started, (std::vector<std::string>{"munged", "slurmd"}));
+  auto key = ReadNodeFile(dir_ + "/etc-bmas/node.key");
+  ASSERT_TRUE(key && *key);
+  EXPECT_EQ((*key)->mode, 0600u);
+  auto munge = ReadNodeFile(dir_ + "/munge/munge.key");
+  ASSERT_TRUE(munge && *munge);
+  EXPECT_EQ((*munge)->contents, material_.munge_key);
+  EXPECT_EQ((*munge)->mode, 0400u);
+  EXPECT_NE((*munge)->uid, 0u);  // munge's
+  EXPECT_TRUE(fs::exists(dir_ + "/hooks/prolog"));
+  EXPECT_EQ(daemons_.args_, (std::vector<std::string>{"-D", "--conf-server", "127.0.0.1:6817"}));
+
+  auto again = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->already_joined);
+  EXPECT_TRUE(again->written.empty());
+  EXPECT_TRUE(again->started.empty());
+  EXPECT_EQ(asked_, 1);  // the second never asked the controller
+}
+
+TEST_F(NodeJoinTest, ADynamicNodeTakesItsResourcesFromTheInventory) {
+  options_.dynamic = true;
+  ASSERT_TRUE(JoinNode(token_, options_, daemons_, now_));
+  EXPECT_EQ(daemons_.args_,
+            (std::vector<std::string>{"-D", "--conf-server", "127.0.0.1:6817", "-Z", "--conf",
+                                      "CPUs=4 RealMemory=1024 Gres=gpu:h100:2"}));
+}
+
+TEST_F(NodeJoinTest, AFailedStepUndoesTheFilesAndDaemonsAndNamesTheStep) {
+  // A file of the node's own that the join replaces, and must put back.
+  fs::create_directories(dir_ + "/hooks");
+  FileInstall mine;
+  ASSERT_TRUE(mine.Put({dir_ + "/hooks/prolog", "#!/bin/sh\necho mine\n", 0755, 0, 0}));
+  daemons_.fail_slurmd_ = true;
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_EQ(report.error().message.rfind("starting slurmd: ", 0), 0u) << report.error().message;
+  EXPECT_EQ(daemons_.stops_, 1);
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas"));
+  EXPECT_FALSE(fs::exists(dir_ + "/munge"));
+  EXPECT_FALSE(fs::exists(dir_ + "/hooks/epilog"));
+  auto prolog = ReadNodeFile(dir_ + "/hooks/prolog");
+  ASSERT_TRUE(prolog && *prolog);
+  EXPECT_EQ((*prolog)->contents, "#!/bin/sh\necho mine\n");
+}
+
+TEST_F(NodeJoinTest, AMungedThatRunsWithAnotherKeyStopsTheJoin) {
+  daemons_.munge_ = true;  // e.g. the system's, started before the node joined
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_EQ(report.error().message.rfind("starting munged: munged already runs", 0), 0u)
+      << report.error().message;
+  EXPECT_FALSE(fs::exists(dir_ + "/munge"));
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas"));
+}
+
+TEST_F(NodeJoinTest, ARefusedJoinLeavesNothing) {
+  token_.secret = std::string(kJoinSecretBytes, 'w');
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_EQ(report.error().message.rfind("asking the controller: ", 0), 0u)
+      << report.error().message;
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas"));
+  EXPECT_FALSE(fs::exists(dir_ + "/munge"));
+  EXPECT_EQ(daemons_.starts_, 0);
+}
+
+}  // namespace
+}  // namespace bmas::cluster

@@ -1,0 +1,281 @@
+// `bmas node join` across the test bed (docs/cluster-join.md): `bmas cluster init` and the join
+// service in mgs1; a node that runs the printed line ends up in Slurm with its files in place,
+// and a second run changes nothing. A wrong secret, an expired token and an impostor on the
+// join port are each refused with a clear error and leave nothing on the node.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "cluster/join_token.h"
+#include "common/process.h"
+#include "net_bed.h"
+#include "slurm/local_cluster_internal.h"
+
+namespace bmas::testbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
+
+class NodeJoinTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the test bed needs root";
+    const char* bmas = std::getenv("BMAS_BINARY");
+    if (bmas == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
+    bmas_ = bmas;
+    BedOptions options;
+    options.name = "node-join";
+    options.nodes = 3;
+    auto started = bed_.Start(options);
+    ASSERT_TRUE(started) << started.error().message;
+    node_ = bed_.dir() + "/node";
+    WriteInventory();
+  }
+
+  void TearDown() override {
+    bed_.Stop();
+    EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
+  }
+
+  // The bed's hosts without GPUs; every path of a host under <dir>/node, its own.
+  void WriteInventory() {
+    const auto& hosts = bed_.hosts();
+    std::string toml = fmt::format(
+        "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
+        "[cluster.slurm]\ncluster_name = \"joinbed\"\nslurm_user = \"root\"\n"
+        "state_save_dir = \"{n}/state\"\nspool_dir = \"{n}/spool\"\nlog_dir = \"{n}/log\"\n"
+        "run_dir = \"{n}/run\"\ntmpfs = \"{n}/tmp\"\ncred_expire_s = 10\nkill_wait_s = 5\n"
+        "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
+        hosts.front().name, hosts.front().address, fmt::arg("n", node_));
+    for (size_t i = 1; i < hosts.size(); ++i) {
+      toml += fmt::format(
+          "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\n"
+          "memory_mib = 1024\n",
+          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
+    }
+    toml += "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"ALL\"\ndefault = true\n";
+    inventory_ = bed_.dir() + "/inventory.toml";
+    std::ofstream(inventory_) << toml;
+  }
+
+  CommandOutput Bmas(const std::string& host, std::vector<std::string> args) {
+    args.insert(args.begin(), {bmas_, "--state-dir", node_ + "/bmas-state"});
+    auto r = bed_.Run(host, args, "", std::chrono::seconds(90));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  }
+
+  // `bmas cluster init` in mgs1, then munged and slurmctld there; returns the join token.
+  std::string InitController(bool dynamic = false) {
+    std::vector<std::string> args = {
+        "cluster",    "init",        "--cluster",          inventory_,  "--slurm-dir",
+        "/etc/slurm", "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"};
+    if (dynamic) args.push_back("--dynamic-nodes");
+    CommandOutput init = Bmas("mgs1", args);
+    EXPECT_EQ(init.exit_code, 0) << init.err;
+    const std::string prefix = "bmas node join ";
+    const size_t at = init.out.find(prefix);
+    EXPECT_NE(at, std::string::npos) << init.out;
+    if (at == std::string::npos) return "";
+    std::string token = init.out.substr(at + prefix.size());
+    token = token.substr(0, token.find('\n'));
+
+    const std::string mgs1 = bed_.dir() + "/nodes/mgs1";
+    EXPECT_TRUE(fs::exists(mgs1 + "/etc-slurm/slurm.conf"));
+    std::ifstream conf(mgs1 + "/etc-slurm/slurm.conf");
+    const std::string text((std::istreambuf_iterator<char>(conf)), {});
+    EXPECT_NE(text.find("SlurmctldParameters=enable_configless"), std::string::npos);
+    EXPECT_EQ(fs::status(mgs1 + "/munge.key").permissions(), fs::perms::owner_read);
+    EXPECT_EQ(fs::status(mgs1 + "/jwt.key").permissions(), fs::perms::owner_read);
+
+    auto munge = slurm::internal::LookUp("munge");
+    EXPECT_TRUE(munge);
+    auto mk = bed_.Run("mgs1",
+                       {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
+    EXPECT_TRUE(mk && mk->exit_code == 0);
+    auto munged = bed_.StartDaemon(
+        "mgs1", "munged mgs1", "munged",
+        slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
+    EXPECT_TRUE(munged) << munged.error().message;
+    auto ctld = bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
+    EXPECT_TRUE(ctld) << ctld.error().message;
+    std::string pinged;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          auto ping = bed_.Run("mgs1", {"scontrol", "ping"}, "", std::chrono::seconds(5));
+          pinged = ping ? ping->out + ping->err : ping.error().message;
+          return ping && ping->out.find("is UP") != std::string::npos;
+        },
+        ctld ? ctld->pid : 0, std::chrono::seconds(20)))
+        << pinged << "\n"
+        << bed_.LogTail("slurmctld") << bed_.LogTail("munged mgs1");
+    return token;
+  }
+
+  void StartJoinService() {
+    auto serve = bed_.StartDaemon("mgs1", "join service", "bmas",
+                                  {bmas_, "--state-dir", node_ + "/bmas-state", "cluster", "serve",
+                                   "--cluster", inventory_, "--munge-key", node_ + "/munge.key"});
+    ASSERT_TRUE(serve) << serve.error().message;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto ss = bed_.Run("mgs1", {"ss", "-Hltn", "sport = :6830"});
+          return ss && ss->out.find("6830") != std::string::npos;
+        },
+        serve->pid, std::chrono::seconds(10)))
+        << bed_.LogTail("join service");
+  }
+
+  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
+    std::vector<std::string> args = {"node",
+                                     "join",
+                                     token,
+                                     "--config-dir",
+                                     node_ + "/etc-bmas",
+                                     "--munge-key",
+                                     node_ + "/munge.key"};
+    if (dynamic) args.push_back("--dynamic");
+    return Bmas(host, args);
+  }
+
+  // Waits until `node` is idle in sinfo (in mgs1); the last sinfo output when it is not.
+  std::string WaitIdle(const std::string& node) {
+    std::string last;
+    const bool idle = WaitFor(
+        [&] {
+          auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-o", "%N %T"});
+          last = r ? r->out : "";
+          return last.find(node + " idle") != std::string::npos;
+        },
+        0, std::chrono::seconds(30));
+    return idle ? "" : last;
+  }
+
+  // What a join leaves on `host`: nothing after a refused one.
+  void ExpectNothingOn(const std::string& host) {
+    const std::string dir = bed_.dir() + "/nodes/" + host;
+    EXPECT_FALSE(fs::exists(dir + "/etc-bmas")) << host;
+    EXPECT_FALSE(fs::exists(dir + "/munge.key")) << host;
+    EXPECT_FALSE(fs::exists(dir + "/hooks")) << host;
+  }
+
+  // A token like `token` with another secret or expiry.
+  std::string Altered(const std::string& token, bool wrong_secret, bool expired) {
+    auto t = cluster::ParseJoinToken(token, static_cast<int64_t>(std::time(nullptr)));
+    EXPECT_TRUE(t);
+    if (wrong_secret) t->secret = std::string(cluster::kJoinSecretBytes, 'w');
+    if (expired) t->expires_at = static_cast<int64_t>(std::time(nullptr)) - 60;
+    return cluster::FormatJoinToken(*t);
+  }
+
+  NetBed bed_;
+  std::string bmas_;
+  std::string node_;
+  std::string inventory_;
+};
+
+TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRefused) {
+  const std::string token = InitController();
+  ASSERT_FALSE(token.empty());
+
+  // An impostor on the join port before the service holds it: an unprivileged account's TLS
+  // server with a self-signed certificate for the controller's name and address.
+  const std::string imp = bed_.dir() + "/impostor";
+  fs::create_directories(imp);
+  auto made = bed_.Run("mgs1", {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj",
+                                "/CN=mgs1", "-addext", "subjectAltName=DNS:mgs1,IP:10.200.0.1",
+                                "-keyout", imp + "/key.pem", "-out", imp + "/cert.pem"});
+  ASSERT_TRUE(made && made->exit_code == 0) << (made ? made->err : made.error().message);
+  fs::permissions(imp, fs::perms::all);
+  fs::permissions(imp + "/key.pem", fs::perms::all);
+  auto impostor =
+      bed_.StartDaemon("mgs1", "impostor", "openssl",
+                       {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "openssl",
+                        "s_server", "-quiet", "-accept", "10.200.0.1:6830", "-cert",
+                        imp + "/cert.pem", "-key", imp + "/key.pem"});
+  ASSERT_TRUE(impostor) << impostor.error().message;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto ss = bed_.Run("mgs1", {"ss", "-Hltn", "sport = :6830"});
+        return ss && ss->out.find("6830") != std::string::npos;
+      },
+      impostor->pid, std::chrono::seconds(10)));
+  CommandOutput fooled = Join("oss02", token);
+  EXPECT_NE(fooled.exit_code, 0);
+  EXPECT_NE(fooled.err.find("not this cluster's controller"), std::string::npos) << fooled.err;
+  EXPECT_NE(fooled.err.find("Nothing secret was sent"), std::string::npos) << fooled.err;
+  ExpectNothingOn("oss02");
+  ASSERT_TRUE(StopProcess(impostor->pid, "openssl", std::chrono::seconds(5)));
+
+  StartJoinService();
+
+  CommandOutput wrong = Join("oss02", Altered(token, true, false));
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("refused the join"), std::string::npos) << wrong.err;
+  ExpectNothingOn("oss02");
+
+  // Not root: refused before anything (the command installs keys and starts daemons).
+  auto user = bed_.Run("oss03",
+                       {bmas_, "--state-dir", node_ + "/bmas-state", "node", "join", token,
+                        "--config-dir", node_ + "/etc-bmas"},
+                       "nobody");
+  ASSERT_TRUE(user) << user.error().message;
+  EXPECT_NE(user->exit_code, 0);
+  EXPECT_NE(user->err.find("only root"), std::string::npos) << user->err;
+  ExpectNothingOn("oss03");
+
+  CommandOutput old = Join("oss03", Altered(token, false, true));
+  EXPECT_NE(old.exit_code, 0);
+  EXPECT_NE(old.err.find("expired"), std::string::npos) << old.err;
+  ExpectNothingOn("oss03");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandOutput joined = Join("oss01", token);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  std::printf(
+      "bmas node join in oss01 took %.0f ms (doctor checks, TLS, files, munged, slurmd "
+      "with its configuration)\n",
+      std::chrono::duration<double, std::milli>(took).count());
+  ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;
+  EXPECT_NE(joined.out.find("oss01 joined"), std::string::npos) << joined.out;
+  const std::string oss01 = bed_.dir() + "/nodes/oss01";
+  for (const char* f : {"/etc-bmas/node.crt", "/etc-bmas/node.key", "/etc-bmas/ca.crt",
+                        "/etc-bmas/bmas.toml", "/munge.key", "/hooks/prolog", "/hooks/epilog"}) {
+    EXPECT_TRUE(fs::exists(oss01 + f)) << f;
+  }
+  EXPECT_EQ(fs::status(oss01 + "/etc-bmas/node.key").permissions(),
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(WaitIdle("oss01"), "");
+
+  CommandOutput again = Join("oss01", token);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("already joined"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+}
+
+TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
+  const std::string token = InitController(true);
+  ASSERT_FALSE(token.empty());
+  StartJoinService();
+  CommandOutput joined = Join("oss02", token, true);
+  ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;
+  EXPECT_EQ(WaitIdle("oss02"), "");
+  auto show = bed_.Run("mgs1", {"scontrol", "show", "node", "oss02"});
+  ASSERT_TRUE(show);
+  EXPECT_NE(show->out.find("DYNAMIC"), std::string::npos) << show->out;
+  EXPECT_NE(show->out.find("NodeAddr=10.200.0.12"), std::string::npos) << show->out;
+}
+
+}  // namespace
+}  // namespace bmas::testbed
