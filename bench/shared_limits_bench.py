@@ -9,6 +9,8 @@ connection, for one gateway on SQLite (limits in its memory) and for two gateway
 PostgreSQL (shared limits: a Reserve and a Settle in the store per request).
 L2: a user with a tpm limit sends concurrent requests through both gateways: tokens admitted
 against the limit, and requests refused, with shared limits and without.
+L3: two backlogged users with weights 1 and 2 on one engine: their shares of the tokens served
+through one gateway, and through two gateways (each user through both, or one each).
 Needs wrk and Debian's PostgreSQL 15 server (scripts/install-deps.sh). Runs as root (the
 server then runs as the `postgres` account).
 """
@@ -116,7 +118,7 @@ def throughput():
     text = (f"Non-streaming `/v1/completions` (bench/wrk_completion.lua, `max_tokens` 16) against one "
             f"`bmas engine --profile instant`; {seconds} s runs after 1 s of warm-up; the user has no limits, "
             "so every request is admitted, but with shared limits each one makes a Reserve and a Settle "
-            "(one transaction each) in PostgreSQL (a local cluster on a unix socket, fsync off). wrk, the "
+            "(one statement each, on the gateway's pool of 4 store connections) in PostgreSQL (a local cluster on a unix socket, fsync off). wrk, the "
             f"engine, the gateways and PostgreSQL share the machine's cores. Direct to the engine: p50 "
             f"{direct['p50_us'] / 1e3:.3f} ms. Two gateways on PostgreSQL / one on SQLite, requests/s: "
             f"**{rps2 / rps:.2f}x**; added p50: **{lat2['p50_us'] - lat['p50_us']:+.0f} µs**.")
@@ -174,6 +176,67 @@ def overshoot():
             text, rows)
 
 
+def fairness():
+    """Two backlogged users, weights 1 and 2, on one engine: their shares of served tokens through
+    one gateway, and through two gateways on one PostgreSQL store, routed two ways."""
+    warm_s, window_s = (2, 6) if QUICK else (3, 15)
+    eng = gb.engine("--profile", gb.LLAMA, "--max-num-seqs", "32")
+    pg = Postgres()
+    state = gb.State()
+    state.env["BMAS_STORE_URL"] = pg.url
+    w1, w2 = state.add_user("w1", 1), state.add_user("w2", 2)
+    # Each user: two loadgens of 32 streams, sent through the gateways given.
+    load = ["--concurrency", "32", "--duration", str(warm_s + window_s + 1), "--max-tokens", "128",
+            "--prompt-words", "64"]
+    setups = (("one gateway, both users", 1, ((0, 0), (0, 0))),
+              ("two gateways, each user through both", 2, ((0, 1), (0, 1))),
+              ("two gateways, w1 through the first, w2 through the second", 2, ((0, 0), (1, 1))))
+    rows = ["| setup | w1 tokens | w2 tokens | w2 share (target 66.7%) | w2 / w1 (target 2) |",
+            "|---|---:|---:|---:|---:|"]
+    ratios = []
+    shown = ""
+    for label, n, routes in setups:
+        gateways = [gb.Gateway(state, [eng], key=w1) for _ in range(n)]
+        procs = []
+        for key, route in ((w1, routes[0]), (w2, routes[1])):
+            for g in route:
+                proc, shown = gb.start_loadgen(gateways[g].url, *load, "--api-key", key)
+                procs.append(proc)
+        time.sleep(warm_s)
+        m0 = [g.metrics() for g in gateways]
+        time.sleep(window_s)
+        m1 = [g.metrics() for g in gateways]
+        for proc in procs:
+            gb.finish_loadgen(proc)
+
+        def served(user):
+            name = f'user="{user}",kind="completion"'
+            return sum(gb.metric_sum(b, "bmas_gateway_tokens_total", name) -
+                       gb.metric_sum(a, "bmas_gateway_tokens_total", name) for a, b in zip(m0, m1))
+
+        t1, t2 = served("w1"), served("w2")
+        ratios.append(t2 / t1)
+        rows.append(f"| {label} | {t1:.0f} | {t2:.0f} | {100 * t2 / (t1 + t2):.1f}% | {t2 / t1:.2f} |")
+        for g in gateways:
+            g.wait_idle()
+            g.stop()
+    pg.stop()
+    eng.stop()
+    text = (
+        "Two users with weights 1 and 2, each backlogged (two loadgens of 32 streams of 128 output tokens, 64-word "
+        f"prompts), compete for one `bmas engine --profile {gb.LLAMA} --max-num-seqs 32`. Fair means each user's "
+        "share of the completion tokens served is their share of the weights (w2: 2/3), as one gateway's VTC queue "
+        "gives, however the users' requests are spread over gateways. Served tokens: the sum over the gateways of "
+        f"`bmas_gateway_tokens_total{{kind=\"completion\"}}` over {window_s} s after {warm_s} s of warm-up; "
+        f"shared limits on (PostgreSQL), no limits set. w2/w1: one gateway **{ratios[0]:.2f}**; two gateways, each "
+        f"user through both **{ratios[1]:.2f}**; each user on a gateway of their own **{ratios[2]:.2f}**."
+        " Each gateway's VTC queue orders only the requests it sees, and each admits up to the engine's 32 slots: a user alone on a gateway is never held back for the other, the engine gets 64 requests for 32 slots and serves them in arrival order, so the shares follow the streams, not the weights. Spreading each user over both gateways restores most of it (each queue sees both users). A fix is not small: the gateways would share their virtual token counters through the store (settled tokens per user, read with each refresh) and split each backend's slots between them.")
+    command = (f"build/bmas engine --port 0 --profile {gb.LLAMA} --max-num-seqs 32\n"
+               "BMAS_STATE_DIR=STATE BMAS_STORE_URL=PG build/bmas gateway --port 0 --backend URL   # once or twice\n"
+               f"{shown}   # twice per user, through the gateways the row names")
+    return ("L3. Token fairness across gateways", command, text, rows)
+
+
 def main():
     started = time.strftime("%Y-%m-%d %H:%M")
     t0 = time.time()
@@ -182,7 +245,7 @@ def main():
     busy0, own0 = gb.busy_cpu_seconds(), gb.own_cpu_seconds()
     sections = []
     try:
-        for bench in (throughput, overshoot):
+        for bench in (throughput, overshoot, fairness):
             sections.append(bench())
     finally:
         for proc in gb.started_processes:

@@ -117,6 +117,9 @@ Config LoadConfig(const std::string& path) {
     g.limits_when_store_down =
         t->String("limits_when_store_down", g.limits_when_store_down, {"closed", "open"});
     g.default_max_tokens = t->Int("default_max_tokens", g.default_max_tokens, 1, int64_t{1} << 30);
+    if (t->Has("store_connections")) {
+      g.store_connections = static_cast<int>(t->Int("store_connections", 1, 1, 64));
+    }
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("up")) {

@@ -67,6 +67,9 @@ struct GatewaySettings {
   std::string limits_when_store_down = "closed";
   // Output tokens reserved for a request that gives no max_tokens (its worst case).
   int64_t default_max_tokens = 1024;
+  // Connections to the store that the gateway uses at once (its store threads). nullopt: 4 on
+  // PostgreSQL (two round trips per request with shared limits), 1 on SQLite (one writer).
+  std::optional<int> store_connections;
 };
 
 struct UpSettings {

@@ -115,6 +115,8 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   // Shared limits are on by default where gateways can share the store: on PostgreSQL.
   o.shared_limits = s.shared_limits.value_or(StoreIsOnPostgres());
   o.open_when_store_down = s.limits_when_store_down == "open";
+  o.store_connections = s.store_connections.value_or(StoreIsOnPostgres() ? 4 : 1);
+  o.open_store = [path = StorePath(state_dir)] { return OpenConfiguredStore(path); };
   o.default_max_tokens = s.default_max_tokens;
   o.key_cache_size = static_cast<size_t>(s.key_cache_size);
   o.upstream_idle_timeout =
@@ -171,10 +173,10 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     return 1;
   }
   spdlog::info(
-      "bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {}, "
-      "limits {}",
+      "bmas gateway: routing {}, fairness {}, {} backend(s) given, {} thread(s), store {} "
+      "({} connection(s)), limits {}",
       s.routing, s.fairness, o.backends.size(), s.threads,
-      DescribeConfiguredStore(StorePath(state_dir)),
+      DescribeConfiguredStore(StorePath(state_dir)), o.store_connections,
       !o.shared_limits         ? "this gateway's own"
       : o.open_when_store_down ? "shared (open when the store is down)"
                                : "shared (closed when the store is down)");

@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <memory_resource>
@@ -108,6 +109,11 @@ struct GatewayOptions {
   // gateway's own limits.
   bool open_when_store_down = false;
   int64_t default_max_tokens = 1024;
+  // Handles on the store that the gateway's store threads use at once (StoreWorker): with
+  // shared limits on PostgreSQL each request makes two round trips to the server. The first is
+  // the one the Gateway is given; `open_store` opens the others (unset: a pool of one).
+  int store_connections = 1;
+  std::function<Result<StorePtr>()> open_store;
   // Prefix of this gateway's reservation ids; random when empty. Unique per gateway.
   std::string instance_id;
   // Where the gateway's time comes from (queue waits, latencies, rate limits, usage minutes).

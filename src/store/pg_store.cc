@@ -133,6 +133,97 @@ constexpr const char* kMigrations[] = {
     R"sql(
     CREATE INDEX reservations_by_time ON reservations(at);
     )sql",
+    // Reserve and Settle as one statement each (pg_reservations.cc): server-side functions,
+    // and per-user counters by second and by UTC day, so that a Reserve reads at most 60 + 2
+    // counter rows rather than summing every reservation of the day.
+    R"sql(
+    CREATE TABLE reserved_seconds (
+      user_name TEXT NOT NULL,
+      second BIGINT NOT NULL,
+      requests BIGINT NOT NULL,
+      tokens BIGINT NOT NULL,
+      PRIMARY KEY (user_name, second)
+    );
+    CREATE TABLE reserved_days (
+      user_name TEXT NOT NULL,
+      day BIGINT NOT NULL,
+      tokens BIGINT NOT NULL,
+      PRIMARY KEY (user_name, day)
+    );
+    INSERT INTO reserved_seconds
+      SELECT user_name, at, COUNT(*), SUM(COALESCE(used, tokens)) FROM reservations
+      GROUP BY user_name, at;
+    INSERT INTO reserved_days
+      SELECT user_name, at - at % 86400, SUM(COALESCE(used, tokens)) FROM reservations
+      GROUP BY user_name, at - at % 86400;
+    DROP INDEX reservations_by_user;
+    CREATE INDEX reservations_unsettled ON reservations(user_name, at) WHERE used IS NULL;
+
+    -- The user's refusal ('user', 'rpm', 'tpm', 'tokens_per_day', 'max_concurrent'), or '' when
+    -- admitted and recorded. The same rule as store_rules::Admit. Each statement of a plpgsql
+    -- function reads the rows committed before it started, so the sums below, read after the
+    -- user's row lock is held, include every reservation a concurrent gateway committed.
+    CREATE FUNCTION bmas_reserve(p_request TEXT, p_user TEXT, p_tokens BIGINT, p_now BIGINT,
+                                 p_kept BIGINT, p_stale BIGINT) RETURNS TEXT
+    LANGUAGE plpgsql AS $$
+    DECLARE
+      l_rpm BIGINT; l_tpm BIGINT; l_day BIGINT; l_concurrent BIGINT;
+      minute_requests BIGINT; minute_tokens BIGINT; day_tokens BIGINT; in_flight BIGINT;
+      today BIGINT := p_now - p_now % 86400;
+    BEGIN
+      -- Until the end of this statement's transaction: see pg_reservations.cc.
+      PERFORM set_config('synchronous_commit', 'off', true);
+      SELECT rpm, tpm, tokens_per_day, max_concurrent INTO l_rpm, l_tpm, l_day, l_concurrent
+        FROM users WHERE name = p_user FOR UPDATE;
+      IF NOT FOUND THEN RETURN 'user'; END IF;
+      PERFORM 1 FROM reservations WHERE request_id = p_request;
+      IF FOUND THEN RETURN ''; END IF;
+      SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(tokens), 0)
+        INTO minute_requests, minute_tokens
+        FROM reserved_seconds WHERE user_name = p_user AND second > p_now - 60;
+      SELECT COALESCE(SUM(tokens), 0) INTO day_tokens
+        FROM reserved_days WHERE user_name = p_user AND day >= today;
+      SELECT COUNT(*) INTO in_flight FROM reservations
+        WHERE user_name = p_user AND used IS NULL AND at > p_now - p_stale;
+      IF l_rpm IS NOT NULL AND minute_requests + 1 > l_rpm THEN RETURN 'rpm'; END IF;
+      IF l_tpm IS NOT NULL AND minute_tokens + p_tokens > l_tpm THEN RETURN 'tpm'; END IF;
+      IF l_day IS NOT NULL AND day_tokens + p_tokens > l_day THEN RETURN 'tokens_per_day'; END IF;
+      IF l_concurrent IS NOT NULL AND in_flight + 1 > l_concurrent THEN
+        RETURN 'max_concurrent';
+      END IF;
+      INSERT INTO reservations (request_id, user_name, at, tokens)
+        VALUES (p_request, p_user, p_now, p_tokens);
+      INSERT INTO reserved_seconds VALUES (p_user, p_now, 1, p_tokens)
+        ON CONFLICT (user_name, second) DO UPDATE
+        SET requests = reserved_seconds.requests + 1,
+            tokens = reserved_seconds.tokens + excluded.tokens;
+      INSERT INTO reserved_days VALUES (p_user, today, p_tokens)
+        ON CONFLICT (user_name, day) DO UPDATE SET tokens = reserved_days.tokens + excluded.tokens;
+      DELETE FROM reservations WHERE at < p_now - p_kept;
+      DELETE FROM reserved_seconds WHERE user_name = p_user AND second < p_now - p_stale;
+      DELETE FROM reserved_days WHERE user_name = p_user AND day < p_now - p_kept;
+      RETURN '';
+    END $$;
+
+    -- Whether request p_request holds a reservation; settles it to p_used the first time.
+    CREATE FUNCTION bmas_settle(p_request TEXT, p_used BIGINT) RETURNS BOOLEAN
+    LANGUAGE plpgsql AS $$
+    DECLARE
+      r_user TEXT; r_at BIGINT; r_tokens BIGINT;
+    BEGIN
+      PERFORM set_config('synchronous_commit', 'off', true);
+      UPDATE reservations SET used = p_used WHERE request_id = p_request AND used IS NULL
+        RETURNING user_name, at, tokens INTO r_user, r_at, r_tokens;
+      IF NOT FOUND THEN
+        RETURN EXISTS (SELECT 1 FROM reservations WHERE request_id = p_request);
+      END IF;
+      UPDATE reserved_seconds SET tokens = tokens + p_used - r_tokens
+        WHERE user_name = r_user AND second = r_at;
+      UPDATE reserved_days SET tokens = tokens + p_used - r_tokens
+        WHERE user_name = r_user AND day = r_at - r_at % 86400;
+      RETURN true;
+    END $$;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

@@ -23,12 +23,8 @@ class Transaction {
   }
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
-  // A transaction that is not `durable` commits without waiting for its WAL to reach the disk
-  // (synchronous_commit off): a server crash may lose its last fraction of a second, but never
-  // leaves it half done.
-  Result<void> Begin(bool durable = true) {
-    auto r = c_.Script("starting a transaction",
-                       durable ? "BEGIN" : "BEGIN; SET LOCAL synchronous_commit TO OFF");
+  Result<void> Begin() {
+    auto r = c_.Script("starting a transaction", "BEGIN");
     open_ = static_cast<bool>(r);
     return r;
   }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -21,6 +22,7 @@
 #include "store/mem_store.h"
 #include "store/store.h"
 #include "store/store_conformance.h"
+#include "store/store_rules.h"
 
 namespace bmas {
 namespace {
@@ -406,6 +408,110 @@ TEST_P(StoreConformanceTest, ReservationsHoldEachLimitAndSettleOnce) {
   auto unknown = store_->Settle("never-reserved", 1);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+}
+
+// One case of ReservationDecisionsAreStoreRulesAdmit: a user's reservations so far (each at a
+// time, with what it settled to, or unsettled), then the limits and one more request.
+struct PastReservation {
+  int64_t ago = 0;  // seconds before `now` (negative: after, a gateway whose clock runs ahead)
+  int64_t tokens = 0;
+  std::optional<int64_t> used;  // settled to this; unsettled when unset
+};
+struct DecisionCase {
+  const char* what;
+  UserLimits limits;
+  std::vector<PastReservation> past;
+  int64_t tokens = 0;
+  const char* refused_by = "";  // "" = admitted
+};
+
+UserLimits Limits(std::optional<int64_t> rpm, std::optional<int64_t> tpm,
+                  std::optional<int64_t> day, std::optional<int64_t> concurrent) {
+  UserLimits l;
+  l.rpm = rpm;
+  l.tpm = tpm;
+  l.tokens_per_day = day;
+  l.max_concurrent = concurrent;
+  return l;
+}
+
+// Every store decides as store_rules::Admit does, on totals this test sums itself from the
+// reservations it made: limits at their edge, the minute and day windows at theirs, settled
+// and unsettled reservations, stale ones, and the order in which limits refuse.
+TEST_P(StoreConformanceTest, ReservationDecisionsAreStoreRulesAdmit) {
+  const int64_t now = 1'800'000'000;           // 08:00 UTC
+  const int64_t since_midnight = now % 86400;  // 28800
+  constexpr auto kNone = std::nullopt;
+  const std::vector<DecisionCase> cases = {
+      {"rpm, one below", Limits(3, kNone, kNone, kNone), {{10, 5}, {20, 5, 5}}, 5, ""},
+      {"rpm, at it", Limits(3, kNone, kNone, kNone), {{10, 5}, {20, 5, 5}, {30, 5, 1}}, 5, "rpm"},
+      {"rpm 0", Limits(0, kNone, kNone, kNone), {}, 1, "rpm"},
+      {"rpm, a minute ago leaves", Limits(1, kNone, kNone, kNone), {{60, 5, 5}}, 5, ""},
+      {"rpm, 59 s ago stays", Limits(1, kNone, kNone, kNone), {{59, 5, 5}}, 5, "rpm"},
+      {"rpm, a clock ahead", Limits(1, kNone, kNone, kNone), {{-5, 5}}, 5, "rpm"},
+      {"tpm, to the token", Limits(kNone, 100, kNone, kNone), {{5, 60}}, 40, ""},
+      {"tpm, one over", Limits(kNone, 100, kNone, kNone), {{5, 60}}, 41, "tpm"},
+      {"tpm, settled lower", Limits(kNone, 100, kNone, kNone), {{5, 60, 20}}, 80, ""},
+      {"tpm, settled lower, one over", Limits(kNone, 100, kNone, kNone), {{5, 60, 20}}, 81,
+       "tpm"},
+      {"tpm, settled higher", Limits(kNone, 100, kNone, kNone), {{5, 10, 50}}, 51, "tpm"},
+      {"tpm, a minute ago leaves", Limits(kNone, 100, kNone, kNone), {{60, 100}}, 100, ""},
+      {"tpm, larger than the limit alone", Limits(kNone, 100, kNone, kNone), {}, 101, "tpm"},
+      {"day, to the token", Limits(kNone, kNone, 1000, kNone), {{since_midnight, 600, 600}}, 400,
+       ""},
+      {"day, one over", Limits(kNone, kNone, 1000, kNone), {{since_midnight, 600, 600}}, 401,
+       "tokens_per_day"},
+      {"day, yesterday leaves", Limits(kNone, kNone, 1000, kNone),
+       {{since_midnight + 1, 900, 900}}, 1000, ""},
+      {"day, earlier today, minute free", Limits(kNone, 600, 1000, kNone), {{7200, 500, 500}}, 501,
+       "tokens_per_day"},
+      {"concurrent, at it", Limits(kNone, kNone, kNone, 2), {{1, 5}, {2, 5}}, 5, "max_concurrent"},
+      {"concurrent, one settled", Limits(kNone, kNone, kNone, 2), {{1, 5}, {2, 5, 3}}, 5, ""},
+      {"concurrent, stale after an hour", Limits(kNone, kNone, kNone, 1), {{3600, 5}}, 5, ""},
+      {"concurrent, not yet stale", Limits(kNone, kNone, kNone, 1), {{3599, 5}}, 5,
+       "max_concurrent"},
+      {"rpm refuses before tpm", Limits(1, 10, kNone, kNone), {{1, 10}}, 10, "rpm"},
+      {"tpm refuses before day", Limits(kNone, 10, 10, kNone), {{1, 10}}, 10, "tpm"},
+      {"day refuses before concurrent", Limits(kNone, kNone, 10, 1), {{1, 10}}, 10,
+       "tokens_per_day"},
+      {"everything set, all fit", Limits(3, 100, 1000, 2), {{1, 30, 20}, {70, 500, 400}}, 80, ""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const DecisionCase& c = cases[i];
+    SCOPED_TRACE(c.what);
+    const std::string user = fmt::format("u{}", i);
+    // The past is made with no limits, then the case's limits are set.
+    ASSERT_TRUE(store_->AddUser(user, {}));
+    store_rules::ReservationTotals totals;
+    for (size_t j = 0; j < c.past.size(); ++j) {
+      const PastReservation& p = c.past[j];
+      const std::string id = fmt::format("{}-{}", user, j);
+      ASSERT_TRUE(store_->Reserve(id, user, p.tokens, now - p.ago)->admitted);
+      if (p.used) {
+        ASSERT_TRUE(store_->Settle(id, *p.used));
+      }
+      const int64_t counted = p.used.value_or(p.tokens);
+      const int64_t at = now - p.ago;
+      if (at > now - 60) {
+        ++totals.requests_minute;
+        totals.tokens_minute += counted;
+      }
+      if (at >= now - since_midnight) totals.tokens_day += counted;
+      if (!p.used && at > now - store_rules::kStaleReservationSeconds) ++totals.in_flight;
+    }
+    UserChange change;
+    change.rpm = c.limits.rpm;
+    change.tpm = c.limits.tpm;
+    change.tokens_per_day = c.limits.tokens_per_day;
+    change.max_concurrent = c.limits.max_concurrent;
+    ASSERT_TRUE(store_->ChangeUser(user, change));
+    const Reservation rule = store_rules::Admit(c.limits, totals, c.tokens);
+    EXPECT_EQ(rule.refused_by, c.refused_by);
+    auto decided = store_->Reserve(user + "-probe", user, c.tokens, now);
+    ASSERT_TRUE(decided) << decided.error().message;
+    EXPECT_EQ(decided->admitted, rule.admitted);
+    EXPECT_EQ(decided->refused_by, rule.refused_by);
+  }
 }
 
 // Gateways reserving for one user at once, each with its own handle on the store: the tokens

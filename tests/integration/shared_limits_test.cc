@@ -58,8 +58,9 @@ class SharedLimitsTest : public ::testing::Test {
     ASSERT_TRUE(key && key->status.Success()) << (key ? key->err : key.error().message);
     key_ = key->out.substr(0, key->out.find('\n'));
 
-    const std::string open_config =
-        dir_.WriteFile("open.toml", "[gateway]\nlimits_when_store_down = \"open\"\n");
+    const std::string open_config = dir_.WriteFile(
+        "open.toml",
+        "[gateway]\nlimits_when_store_down = \"open\"\nstore_connections = 2\n");
     for (int i = 0; i < 2; ++i) {
       std::vector<std::string> args = engine_args;
       args.insert(args.end(), {"--model", std::string(kModel)});
@@ -169,6 +170,21 @@ TEST_F(SharedLimitsTest, ConcurrencyHoldsAcrossTwoGatewaysAndFreesWhenStreamsEnd
         return r && r->status == 200;
       },
       std::chrono::seconds(20)));
+}
+
+// Each gateway holds a pool of store connections: 4 by default on PostgreSQL, or [gateway]
+// store_connections (2 for the second gateway here).
+TEST_F(SharedLimitsTest, EachGatewayHoldsItsPoolOfStoreConnections) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({"--tpm", "100000"}, /*open_gateway=*/true));
+  auto count = pg_->Psql("bmas",
+                         "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = 'bmas'");
+  ASSERT_TRUE(count && count->exit_code == 0) << (count ? count->err : count.error().message);
+  EXPECT_EQ(count->out, "6\n");
+  // Requests through both still reserve and settle.
+  for (int i = 0; i < 8; ++i) {
+    auto r = Post(i % 2, Completion(5));
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : r.error().message);
+  }
 }
 
 TEST_F(SharedLimitsTest, StoreDownClosedRefusesAndOpenFallsBackOnOwnLimits) {
