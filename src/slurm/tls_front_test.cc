@@ -5,6 +5,7 @@
 
 #include "slurm/tls_front.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/ssl.hpp>
 
 #include "cluster/cluster_ca.h"
 #include "common/asio.h"
@@ -251,6 +254,55 @@ TEST_F(TlsFrontTest, ConnectionsOverTheCapAreClosedAndTheFrontServesOn) {
   }
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_GE(front_->refused(), 1u);
+}
+
+TEST_F(TlsFrontTest, AClientThatNeverFinishesItsRequestIsClosedAtTheDeadline) {
+  FakeSlurmrestd backend(kPing);
+  TlsFrontOptions o;
+  o.client_timeout = std::chrono::milliseconds(200);
+  StartFront(ca_, {"mgs1", "127.0.0.1"}, backend.port(), o);
+  // Connects and sends nothing: the front's deadline, not the client, ends the connection.
+  net::io_context io;
+  tcp::socket silent(io);
+  silent.connect(tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), front_->port()));
+  char byte;
+  beast::error_code ec;
+  silent.read_some(net::buffer(&byte, 1), ec);
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+  EXPECT_TRUE(backend.requests().empty());
+}
+
+// `raw` sent as-is over TLS to the front at `port`; what comes back until it closes.
+std::string RawTlsExchange(uint16_t port, const std::string& raw) {
+  net::io_context io;
+  net::ssl::context ctx(net::ssl::context::tls_client);
+  net::ssl::stream<tcp::socket> stream(io, ctx);
+  stream.next_layer().connect(tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), port));
+  stream.handshake(net::ssl::stream_base::client);
+  net::write(stream, net::buffer(raw));
+  std::string out;
+  char buf[4096];
+  beast::error_code ec;
+  for (size_t n; (n = stream.read_some(net::buffer(buf), ec)) > 0 || !ec;) out.append(buf, n);
+  return out;
+}
+
+TEST_F(TlsFrontTest, ATokenOrUserGivenTwiceIsRefused) {
+  FakeSlurmrestd backend(kPing);
+  StartFront(ca_, {"mgs1", "127.0.0.1"}, backend.port());
+  for (const char* header : {"X-SLURM-USER-TOKEN", "X-SLURM-USER-NAME"}) {
+    const std::string answer = RawTlsExchange(
+        front_->port(), fmt::format("GET /slurm/v0.0.38/ping HTTP/1.1\r\nHost: mgs1\r\n"
+                                    "{0}: a\r\n{0}: b\r\n\r\n",
+                                    header));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+    EXPECT_NE(answer.find("more than once"), std::string::npos) << answer;
+  }
+  EXPECT_TRUE(backend.requests().empty());
+  // Garbage is a 400 too, and the backend never sees it.
+  EXPECT_EQ(RawTlsExchange(front_->port(), "\x01\x02 not http\r\n\r\n").rfind("HTTP/1.1 400", 0),
+            0u);
+  EXPECT_TRUE(backend.requests().empty());
 }
 
 TEST(TlsFrontListenTest, ABackendOffLoopbackIsRefused) {
