@@ -118,6 +118,10 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
                     "A PEM certificate to serve instead of one issued from the cluster CA under "
                     "<state-dir>/cluster/ at start (which needs root)");
   front->add_option("--key", front_key_, "The private key of --cert (PEM)");
+  front->add_option("--user", front_user_,
+                    "The account it serves as once its key is loaded and its port bound, when "
+                    "started as root")
+      ->default_str("nobody");
   front->callback([this, &global] { global.exit_code = RunTlsFront(global); });
   CLI::App* relayout = slurm_->add_subcommand(
       "relayout", "Give a GPU whose MIG layout follows demand (the inventory's "

@@ -50,7 +50,7 @@ class SlurmCommands {
   std::string relayout_node_, relayout_layout_, relayout_nvml_;
   bool relayout_auto_ = false;
   std::string front_listen_, front_backend_ = "127.0.0.1:6820", front_name_, front_cert_,
-      front_key_;
+      front_key_, front_user_ = "nobody";
   int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300, relayout_every_s_ = 0;
 };
 

@@ -1,10 +1,14 @@
 // `bmas slurm tls-front`: serves slurm/tls_front.h with the controller's certificate, issued
 // from the cluster CA at start (kept in memory only) or read from --cert/--key.
 
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -31,6 +35,20 @@ Result<std::string> ReadPem(const std::string& path, const char* what) {
     return InvalidArgument(fmt::format("cannot read the {} {}", what, path));
   }
   return text.str();
+}
+
+// Root is needed only to read the CA key and to bind: the front serves the network as
+// `user` (setgroups, setgid, setuid, checked), with no way back.
+Result<void> DropTo(const std::string& user) {
+  const passwd* pw = getpwnam(user.c_str());
+  if (pw == nullptr) return InvalidArgument(fmt::format("there is no user {} to serve as", user));
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = pw->pw_gid;
+  if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0 || setuid(0) == 0 ||
+      geteuid() != uid) {
+    return Internal(fmt::format("cannot become {}: {}", user, std::strerror(errno)));
+  }
+  return {};
 }
 
 bool IsWildcard(const std::string& host) {
@@ -95,9 +113,13 @@ int SlurmCommands::RunTlsFront(GlobalOptions& global) {
 
   auto front = TlsFront::Listen(std::move(o));
   if (!front) return fail(front.error());
-  fmt::print("bmas slurm tls-front: https://{} -> http://{} (certificate for {})\n",
+  // Before any thread starts: setuid applies to the whole process then.
+  if (geteuid() == 0) {
+    if (auto dropped = DropTo(front_user_); !dropped) return fail(dropped.error());
+  }
+  fmt::print("bmas slurm tls-front: https://{} -> http://{} (certificate for {}), as uid {}\n",
              JoinHostPort(listen->first, (*front)->port()), front_backend_,
-             front_cert_.empty() ? front_name_ : front_cert_);
+             front_cert_.empty() ? front_name_ : front_cert_, geteuid());
   std::fflush(stdout);
   TlsFront* serving = front->get();
   std::thread waiter([serving, stop_signals] {

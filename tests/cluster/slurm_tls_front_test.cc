@@ -7,6 +7,7 @@
 // plain http slurmrestd off loopback is refused before anything is dialled.
 
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,6 +192,10 @@ TEST_F(SlurmTlsFrontTest, ANodeReachesSlurmrestdOnTheControllerThroughTheTlsFron
   EXPECT_NE(show.out.find("UserId=" + user + "("), std::string::npos) << show.out;
   const CommandOutput after = Bmas("oss01", config, {"jobs", "--all", "--json"});
   EXPECT_NE(after.out.find(id), std::string::npos) << after.out;
+  // It serves as nobody, not root.
+  EXPECT_NE(bed_.LogTail("tls-front").find(fmt::format("as uid {}", getpwnam("nobody")->pw_uid)),
+            std::string::npos)
+      << bed_.LogTail("tls-front");
   // The front logged the requests, never a token.
   const std::string log = bed_.LogTail("tls-front", 200);
   EXPECT_NE(log.find("POST /slurm/v0.0.38/job/submit 200"), std::string::npos) << log;
