@@ -123,6 +123,8 @@ class TlsFrontTest : public ::testing::Test {
     serving_ = std::thread([this] { front_->Run(); });
   }
 
+  void ExpectTwoIdleConnectionsFillTheCap(const TlsFrontOptions& o);
+
   SlurmRestClient Client(const std::string& host = "127.0.0.1") {
     RestEndpoint e;
     e.host = host;
@@ -223,10 +225,10 @@ TEST_F(TlsFrontTest, OversizedRequestsAreAnsweredWithoutReachingSlurmrestd) {
   EXPECT_EQ(ok->status, 200);
 }
 
-TEST_F(TlsFrontTest, ConnectionsOverTheCapAreClosedAndTheFrontServesOn) {
+// With a front whose cap `o` is two connections: two idle ones fill it, a third is closed,
+// and once they leave a real client is served.
+void TlsFrontTest::ExpectTwoIdleConnectionsFillTheCap(const TlsFrontOptions& o) {
   FakeSlurmrestd backend(kPing);
-  TlsFrontOptions o;
-  o.max_connections = 2;
   StartFront(ca_, {"mgs1", "127.0.0.1"}, backend.port(), o);
   // Two idle TCP connections that never handshake hold both slots.
   net::io_context io;
@@ -254,6 +256,18 @@ TEST_F(TlsFrontTest, ConnectionsOverTheCapAreClosedAndTheFrontServesOn) {
   }
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_GE(front_->refused(), 1u);
+}
+
+TEST_F(TlsFrontTest, ConnectionsOverTheCapAreClosedAndTheFrontServesOn) {
+  TlsFrontOptions o;
+  o.max_connections = 2;
+  ExpectTwoIdleConnectionsFillTheCap(o);
+}
+
+TEST_F(TlsFrontTest, OneAddressGetsNoMoreThanItsShareOfConnections) {
+  TlsFrontOptions o;
+  o.max_connections_per_address = 2;
+  ExpectTwoIdleConnectionsFillTheCap(o);
 }
 
 TEST_F(TlsFrontTest, AClientThatNeverFinishesItsRequestIsClosedAtTheDeadline) {
