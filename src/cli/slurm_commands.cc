@@ -103,6 +103,26 @@ void SlurmCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0.1, 3600.0))
       ->default_str("2");
   monitor->callback([this, &global] { global.exit_code = RunMonitor(global); });
+  CLI::App* front = slurm_->add_subcommand(
+      "tls-front",
+      "TLS in front of this machine's loopback slurmrestd, for nodes: they give [cluster.slurm] "
+      "slurmrestd = \"https://HOST:PORT\" and check the certificate against the cluster CA");
+  front->add_option("--listen", front_listen_, "ADDR:PORT to serve TLS on (e.g. 10.0.0.1:6821)")
+      ->required();
+  front->add_option("--backend", front_backend_, "slurmrestd's loopback ADDR:PORT")
+      ->default_str("127.0.0.1:6820");
+  front->add_option("--name", front_name_,
+                    "The host name nodes dial, put in the certificate (default: this host's "
+                    "name); the --listen address goes in too");
+  front->add_option("--cert", front_cert_,
+                    "A PEM certificate to serve instead of one issued from the cluster CA under "
+                    "<state-dir>/cluster/ at start (which needs root)");
+  front->add_option("--key", front_key_, "The private key of --cert (PEM)");
+  front->add_option("--user", front_user_,
+                    "The account it serves as once its key is loaded and its port bound, when "
+                    "started as root")
+      ->default_str("nobody");
+  front->callback([this, &global] { global.exit_code = RunTlsFront(global); });
   CLI::App* relayout = slurm_->add_subcommand(
       "relayout", "Give a GPU whose MIG layout follows demand (the inventory's "
                   "[[cluster.nodes.gpus.flexible]]) another layout, on the local cluster: by hand, "

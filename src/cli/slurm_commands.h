@@ -33,6 +33,7 @@ class SlurmCommands {
   int RunStatus(GlobalOptions& global);
   int RunMonitor(GlobalOptions& global);
   int RunRelayout(GlobalOptions& global);  // slurm_relayout.cc
+  int RunTlsFront(GlobalOptions& global);  // slurm_tls_front.cc
   int RelayoutPass(GlobalOptions& global, const std::string& state_dir,
                    std::chrono::seconds timeout);
 
@@ -48,6 +49,8 @@ class SlurmCommands {
   double monitor_interval_s_ = 2;
   std::string relayout_node_, relayout_layout_, relayout_nvml_;
   bool relayout_auto_ = false;
+  std::string front_listen_, front_backend_ = "127.0.0.1:6820", front_name_, front_cert_,
+      front_key_, front_user_ = "nobody";
   int64_t relayout_min_wait_s_ = 30, relayout_hold_s_ = 300, relayout_every_s_ = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cluster/cluster_files.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/process.h"
@@ -29,11 +30,16 @@ Result<SlurmTarget> ResolveSlurm(GlobalOptions& global, const std::string& user)
       t.inventory = LoadCluster(global.config_file);
       if (t.inventory.slurm.slurmrestd.empty()) {
         return InvalidArgument(fmt::format(
-            "{} gives no [cluster.slurm] slurmrestd = \"host:port\", and no local cluster runs "
+            "{} gives no [cluster.slurm] slurmrestd (\"https://HOST:PORT\" or a loopback "
+            "\"host:port\"), and no local cluster runs "
             "in {} (`bmas slurm up` starts one)",
             global.config_file, state_dir));
       }
-      auto address = ParseRestAddress(t.inventory.slurm.slurmrestd);
+      // An https slurmrestd is checked against the cluster's CA unless the config names one.
+      const std::string ca = t.inventory.slurm.slurmrestd_ca.empty()
+                                 ? cluster::ClusterDir(state_dir) + "/ca.crt"
+                                 : t.inventory.slurm.slurmrestd_ca;
+      auto address = ParseSlurmRestd(t.inventory.slurm.slurmrestd, ca);
       if (!address) return address.error();
       t.endpoint = *address;
       t.jwt_key = t.inventory.slurm.jwt_key;

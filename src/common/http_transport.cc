@@ -6,18 +6,12 @@
 #include <optional>
 
 #include "common/asio.h"
+#include "common/http_exchange.h"
 
 namespace bmas {
 namespace {
 
-constexpr size_t kMaxResponseBytes = 256u << 20;  // a /jobs listing of a busy cluster
-
-// The outcome of one exchange; default-constructible so that it can leave a coroutine.
-struct Exchanged {
-  beast::error_code ec;
-  const char* step = "";
-  ClientResponse response;
-};
+using internal::Exchanged;
 
 class TcpHttpTransport final : public HttpTransport {
  public:
@@ -81,38 +75,9 @@ class TcpHttpTransport final : public HttpTransport {
       co_return out;
     }
 
-    const http::verb verb = http::string_to_verb(request.method);
-    http::request<http::string_body> req{verb, request.target, 11};
-    req.set(http::field::host, fmt::format("{}:{}", host_, port_));
-    req.set(http::field::user_agent, "bmas");
-    req.set(http::field::accept, "application/json");
-    for (const auto& [name, value] : request.headers) req.set(name, value);
-    if (!request.body.empty()) {
-      // Without it slurmrestd reads the body as a URL query: "Unable to parse query."
-      req.set(http::field::content_type, request.content_type);
-      req.body() = std::move(request.body);
-    }
-    req.keep_alive(false);
-    req.prepare_payload();
-    co_await http::async_write(stream, req, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "write";
-      co_return out;
-    }
-
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxResponseBytes);
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, out.ec));
-    if (out.ec) {
-      out.step = "read";
-      co_return out;
-    }
-    out.response.status = static_cast<int>(parser.get().result_int());
-    if (auto etag = parser.get().find(http::field::etag); etag != parser.get().end()) {
-      out.response.etag = std::string(etag->value());
-    }
-    out.response.body = std::move(parser.get().body());
+    co_await internal::WriteAndRead(stream, std::move(request),
+                                    fmt::format("{}:{}", host_, port_), out);
+    if (out.ec) co_return out;
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     co_return out;

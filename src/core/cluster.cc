@@ -377,6 +377,7 @@ void ReadSlurm(ConfigTable& t, SlurmSettings& s) {
   s.cred_expire_s = Int32(t, "cred_expire_s", s.cred_expire_s, 0, 86400);
   s.jwt_key = AbsolutePath(t, "jwt_key", s.jwt_key, true);
   s.slurmrestd = t.String("slurmrestd", s.slurmrestd);
+  s.slurmrestd_ca = AbsolutePath(t, "slurmrestd_ca", s.slurmrestd_ca, true);
   s.prolog = AbsolutePath(t, "prolog", s.prolog, true);
   s.epilog = AbsolutePath(t, "epilog", s.epilog, true);
   s.task_prolog = AbsolutePath(t, "task_prolog", s.task_prolog, true);

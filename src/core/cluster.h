@@ -196,7 +196,9 @@ struct SlurmSettings {
   std::string munge_socket;             // "" = munge's default
   int cred_expire_s = 0;                // munge credential lifetime; 0 = Slurm's (120 s)
   std::string jwt_key;                  // HS256 key for slurmrestd; "" = no JWT
-  std::string slurmrestd;               // "host:port" of a running slurmrestd; "" = none
+  std::string slurmrestd;  // "host:port" of a loopback slurmrestd, "https://HOST:PORT" of a
+                           // `bmas slurm tls-front`; "" = none
+  std::string slurmrestd_ca;  // PEM CA for https; "" = <state dir>/cluster/ca.crt
   std::string prolog = "/usr/local/sbin/bmas-slurm-prolog";  // "" = none
   std::string epilog = "/usr/local/sbin/bmas-slurm-epilog";  // "" = none
   // As the job's user before each task, on a cluster with MIG layouts only: names the job's

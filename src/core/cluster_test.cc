@@ -35,6 +35,21 @@ std::string ErrorOf(const std::string& text) {
   return "";
 }
 
+// Issue 25: nodes reach slurmrestd through the controller's TLS front, checked against a CA.
+TEST(ClusterTest, SlurmrestdOverTlsNamesItsCa) {
+  Cluster c = ParseCluster(kBase +
+                               "[cluster.slurm]\nslurmrestd = \"https://c:6821\"\n"
+                               "slurmrestd_ca = \"/etc/bmas/cluster-ca.crt\"\n",
+                           "test.toml");
+  EXPECT_EQ(c.slurm.slurmrestd, "https://c:6821");
+  EXPECT_EQ(c.slurm.slurmrestd_ca, "/etc/bmas/cluster-ca.crt");
+  EXPECT_EQ(ParseCluster(kBase, "test.toml").slurm.slurmrestd_ca, "");  // the cluster CA's
+  EXPECT_THAT(ErrorOf(kBase + "[cluster.slurm]\nslurmrestd_ca = \"ca.crt\"\n"),
+              HasSubstr("slurmrestd_ca"));
+  Cluster reference = LoadCluster(kExamples + "cluster-12x4.toml");
+  EXPECT_EQ(reference.slurm.slurmrestd, "https://mgs1:6821");
+}
+
 TEST(ClusterTest, ReferenceExampleLoads) {
   Cluster c = LoadCluster(kExamples + "cluster-12x4.toml");
   EXPECT_EQ(c.controller.name, "mgs1");

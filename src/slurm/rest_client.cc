@@ -6,6 +6,7 @@
 
 #include <csignal>
 
+#include "common/https_transport.h"
 #include "common/listen_socket.h"
 #include "slurm/jwt.h"
 
@@ -34,14 +35,51 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
                  fmt::format("slurmrestd address \"{}\" is not on this machine: bmas reaches "
                              "slurmrestd over plain HTTP, so the Slurm token in each request "
                              "would cross the network in clear text. Run slurmrestd on this "
-                             "node's loopback, or forward a loopback port to it through TLS "
-                             "(e.g. stunnel or ssh -L) and give that port",
+                             "node's loopback, or run `bmas slurm tls-front` beside it on its "
+                             "machine and give slurmrestd = \"https://HOST:PORT\" (checked "
+                             "against the cluster CA, slurmrestd_ca)",
                              address),
                  "address"};
   }
   RestEndpoint e;
   e.host = host;
   e.port = port;
+  return e;
+}
+
+Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string& ca_file) {
+  constexpr std::string_view kHttps = "https://";
+  const size_t scheme = address.find("://");
+  if (scheme == std::string_view::npos) return ParseRestAddress(address);
+  if (!address.starts_with(kHttps)) {
+    return InvalidArgument(
+        fmt::format("slurmrestd \"{}\": give \"https://HOST:PORT\" (through `bmas slurm "
+                    "tls-front`) or a loopback \"host:port\"",
+                    address),
+        "address");
+  }
+  std::string_view rest = address.substr(kHttps.size());
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  auto split = SplitHostPort(rest);
+  if (rest.find('/') != std::string_view::npos || !split || split->first.empty() ||
+      split->second == 0) {
+    return InvalidArgument(
+        fmt::format("slurmrestd \"{}\" is not https://HOST:PORT (e.g. https://mgs1:6821)",
+                    address),
+        "address");
+  }
+  if (ca_file.empty()) {
+    return InvalidArgument(
+        fmt::format("slurmrestd \"{}\" needs a CA to check its certificate with: set "
+                    "[cluster.slurm] slurmrestd_ca",
+                    address),
+        "slurmrestd_ca");
+  }
+  RestEndpoint e;
+  e.host = split->first;
+  e.port = split->second;
+  e.tls = true;
+  e.ca_file = ca_file;
   return e;
 }
 
@@ -60,7 +98,10 @@ Result<std::string> SlurmSignalName(int signal) {
 
 SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, std::chrono::milliseconds timeout, Env& env)
     : endpoint_(std::move(endpoint)),
-      transport_(NewTcpHttpTransport(endpoint_.host, endpoint_.port, timeout, "slurmrestd")),
+      transport_(endpoint_.tls ? NewHttpsTransport(endpoint_.host, endpoint_.port,
+                                                   endpoint_.ca_file, timeout, "slurmrestd")
+                               : NewTcpHttpTransport(endpoint_.host, endpoint_.port, timeout,
+                                                     "slurmrestd")),
       env_(env) {}
 
 SlurmRestClient::SlurmRestClient(RestEndpoint endpoint, HttpTransportPtr transport, Env& env)

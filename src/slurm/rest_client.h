@@ -4,7 +4,8 @@
 // with a JWT (X-SLURM-USER-NAME / X-SLURM-USER-TOKEN). Jobs run as the user the token names.
 //
 // Below it sits a transport seam (HttpTransport): the real one speaks HTTP/1.1 over TCP with
-// Beast; tests pass canned responses instead.
+// Beast to a loopback slurmrestd, or over TLS to another machine's (common/https_transport.h);
+// tests pass canned responses instead.
 
 #include <chrono>
 #include <cstdint>
@@ -25,12 +26,23 @@ namespace bmas {
 struct RestEndpoint {
   std::string host = "127.0.0.1";
   uint16_t port = 6820;
+  // https: through `bmas slurm tls-front` (slurm/tls_front.h), whose certificate must chain to
+  // the CA in `ca_file` and name `host`. Plain HTTP only to this machine's loopback.
+  bool tls = false;
+  std::string ca_file;
   std::string user;   // X-SLURM-USER-NAME: the Unix user the requests act as
   std::string token;  // X-SLURM-USER-TOKEN: a JWT for `user` (see slurm/jwt.h)
 };
 
-// "host:port" (or "[v6]:port") as an endpoint with no user. InvalidArgument otherwise.
+// "host:port" (or "[v6]:port") as an endpoint with no user. InvalidArgument otherwise;
+// PermissionDenied for a host that is not this machine's loopback (plain HTTP would carry the
+// token across the network), with the fix.
 Result<RestEndpoint> ParseRestAddress(std::string_view address);
+
+// The cluster config's `slurmrestd`: "https://HOST:PORT" (any host; TLS checked against
+// `ca_file`, which must then be given) or ParseRestAddress's plain loopback "host:port".
+// InvalidArgument for another scheme, a URL with a path, or https without a CA file.
+Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string& ca_file);
 
 // GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener),
 // sending `authorization` (e.g. "Bearer <operator secret>") when not empty; the body of a 200.

@@ -236,6 +236,57 @@ TEST(ParseRestAddressTest, ARemoteSlurmrestdIsRefusedWithTheReason) {
   }
 }
 
+// Issue 25: a slurmrestd on another machine is reached through `bmas slurm tls-front`, and the
+// refusal of a plain remote address says so.
+TEST(ParseRestAddressTest, TheRefusalNamesTheTlsFront) {
+  auto r = ParseSlurmRestd("mgs1:6820", "/etc/bmas/ca.crt");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(r.error().message.find("in clear text"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("bmas slurm tls-front"), std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("https://HOST:PORT"), std::string::npos) << r.error().message;
+}
+
+TEST(ParseSlurmRestdTest, HttpsTakesAnyHostWithItsCa) {
+  auto a = ParseSlurmRestd("https://mgs1:6821", "/var/lib/bmas/cluster/ca.crt");
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_TRUE(a->tls);
+  EXPECT_EQ(a->host, "mgs1");
+  EXPECT_EQ(a->port, 6821);
+  EXPECT_EQ(a->ca_file, "/var/lib/bmas/cluster/ca.crt");
+  auto b = ParseSlurmRestd("https://10.200.0.1:6821/", "/ca.crt");
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(b->host, "10.200.0.1");
+  auto c = ParseSlurmRestd("https://[fd00::1]:6821", "/ca.crt");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->host, "fd00::1");
+  // The plain form is as before: loopback, no TLS.
+  auto d = ParseSlurmRestd("127.0.0.1:6820", "/ca.crt");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_FALSE(d->tls);
+}
+
+TEST(ParseSlurmRestdTest, OtherFormsAreRefusedWithTheExpectedOne) {
+  for (const char* bad : {"https://", "https://mgs1", "https://mgs1:0", "https://mgs1:6821/slurm",
+                          "https://:6821", "https://mgs1:x"}) {
+    auto r = ParseSlurmRestd(bad, "/ca.crt");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.error().message.find("https://HOST:PORT"), std::string::npos) << r.error().message;
+  }
+  // Plain http to another machine by URL is the same clear-text token: refused, never dialled.
+  for (const char* scheme : {"http://mgs1:6820", "http://127.0.0.1:6820", "ftp://mgs1:6820"}) {
+    auto r = ParseSlurmRestd(scheme, "/ca.crt");
+    ASSERT_FALSE(r) << scheme;
+    EXPECT_NE(r.error().message.find("https://HOST:PORT"), std::string::npos) << r.error().message;
+  }
+  auto no_ca = ParseSlurmRestd("https://mgs1:6821", "");
+  ASSERT_FALSE(no_ca);
+  EXPECT_NE(no_ca.error().message.find("slurmrestd_ca"), std::string::npos)
+      << no_ca.error().message;
+}
+
 // ---- The real TCP transport, against a one-shot server on loopback ----
 
 // Accepts one connection, keeps the request, answers `response` verbatim.
