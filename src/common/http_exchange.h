@@ -6,10 +6,14 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <exception>
+#include <optional>
 #include <string>
 
 #include "common/asio.h"
 #include "common/http_transport.h"
+#include "common/result.h"
 
 namespace bmas::internal {
 
@@ -60,6 +64,42 @@ awaitable<void> WriteAndRead(Stream& stream, ClientRequest request, std::string 
     out.response.etag = std::string(etag->value());
   }
   out.response.body = std::move(parser.get().body());
+}
+
+// Runs one exchange to its end on `io`. An exception it threw is kUnavailable naming `peer`
+// and `where` (the transport's URL); a write or read that failed is left in the outcome's ec.
+inline Result<Exchanged> RunExchange(net::io_context& io, awaitable<Exchanged> exchange,
+                                     const std::string& peer, const std::string& where) {
+  std::optional<Exchanged> result;
+  std::exception_ptr failure;
+  net::co_spawn(io, std::move(exchange), [&result, &failure](std::exception_ptr e, Exchanged x) {
+    failure = e;
+    if (!e) result = std::move(x);
+  });
+  io.run();
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      return Error{ErrorCode::kUnavailable,
+                   fmt::format("request to {} at {} failed: {}", peer, where, e.what()),
+                   {}};
+    }
+  }
+  if (!result.has_value()) return Internal(peer + " exchange ended without a result");
+  return std::move(*result);
+}
+
+// The error for an exchange whose write or read failed (`x.ec` set): the step, the peer, and
+// the cause, a timeout as "no answer within N ms".
+inline Error ExchangeFailure(const Exchanged& x, const std::string& peer, const std::string& where,
+                             std::chrono::milliseconds timeout) {
+  const bool timed_out = x.ec == beast::error::timeout;
+  return Error{ErrorCode::kUnavailable,
+               fmt::format("{} to {} at {} failed: {}", x.step, peer, where,
+                           timed_out ? fmt::format("no answer within {} ms", timeout.count())
+                                     : x.ec.message()),
+               {}};
 }
 
 }  // namespace bmas::internal

@@ -21,31 +21,9 @@ class TcpHttpTransport final : public HttpTransport {
 
   Result<ClientResponse> RoundTrip(const ClientRequest& request) override {
     net::io_context io;
-    std::optional<Exchanged> result;
-    std::exception_ptr failure;
-    net::co_spawn(io, Exchange(request), [&result, &failure](std::exception_ptr e, Exchanged x) {
-      failure = e;
-      if (!e) result = std::move(x);
-    });
-    io.run();
-    if (failure) {
-      try {
-        std::rethrow_exception(failure);
-      } catch (const std::exception& e) {
-        return Error{ErrorCode::kUnavailable,
-                     fmt::format("request to {} at {} failed: {}", peer_, Where(), e.what()),
-                     {}};
-      }
-    }
-    if (!result.has_value()) return Internal(peer_ + " exchange ended without a result");
-    if (result->ec) {
-      const bool timed_out = result->ec == beast::error::timeout;
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} to {} at {} failed: {}", result->step, peer_, Where(),
-                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
-                                         : result->ec.message()),
-                   {}};
-    }
+    auto result = internal::RunExchange(io, Exchange(request), peer_, Where());
+    if (!result) return result.error();
+    if (result->ec) return internal::ExchangeFailure(*result, peer_, Where(), timeout_);
     return std::move(result->response);
   }
 

@@ -86,24 +86,8 @@ class HttpsTransport final : public HttpTransport {
     ctx.set_verify_mode(ssl::verify_peer);
 
     net::io_context io;
-    std::optional<Exchanged> result;
-    std::exception_ptr failure;
-    net::co_spawn(io, Exchange(ctx, request),
-                  [&result, &failure](std::exception_ptr e, Exchanged x) {
-                    failure = e;
-                    if (!e) result = std::move(x);
-                  });
-    io.run();
-    if (failure) {
-      try {
-        std::rethrow_exception(failure);
-      } catch (const std::exception& e) {
-        return Error{ErrorCode::kUnavailable,
-                     fmt::format("request to {} at {} failed: {}", peer_, Where(), e.what()),
-                     {}};
-      }
-    }
-    if (!result.has_value()) return Internal(peer_ + " exchange ended without a result");
+    auto result = internal::RunExchange(io, Exchange(ctx, request), peer_, Where());
+    if (!result) return result.error();
     if (result->verify_result != X509_V_OK) {
       // The handshake stopped at the server's certificate: no request was written.
       return Error{ErrorCode::kPermissionDenied,
@@ -113,14 +97,7 @@ class HttpsTransport final : public HttpTransport {
                                X509_verify_cert_error_string(result->verify_result)),
                    {}};
     }
-    if (result->ec) {
-      const bool timed_out = result->ec == beast::error::timeout;
-      return Error{ErrorCode::kUnavailable,
-                   fmt::format("{} to {} at {} failed: {}", result->step, peer_, Where(),
-                               timed_out ? fmt::format("no answer within {} ms", timeout_.count())
-                                         : result->ec.message()),
-                   {}};
-    }
+    if (result->ec) return internal::ExchangeFailure(*result, peer_, Where(), timeout_);
     return std::move(result->response);
   }
 
