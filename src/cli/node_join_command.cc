@@ -11,6 +11,8 @@
 
 #include "cluster/join_token.h"
 #include "cluster/node_join.h"
+#include "cluster/node_leave.h"
+#include "common/config.h"
 #include "common/process.h"
 #include "daemon/services.h"
 #include "doctor/checks.h"
@@ -48,6 +50,20 @@ std::vector<doctor::Check> JoinChecks() {
   return checks;
 }
 
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Refused for anyone but root, with why.
+int RequireRoot(const char* command, const char* why) {
+  return ReportFailure(command, Error{ErrorCode::kPermissionDenied,
+                                      fmt::format("only root {}: run it as root, e.g. with sudo",
+                                                  why),
+                                      {}});
+}
+
 }  // namespace
 
 void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
@@ -60,8 +76,8 @@ void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* join = node->add_subcommand(
       "join",
       "Join the cluster whose controller printed TOKEN (`bmas cluster init` or `bmas cluster "
-      "token`): fetch its keys and files over TLS, start munged and a configless slurmd. Root "
-      "only; running it again is harmless");
+      "token`): fetch its keys and files over TLS, start munged, a configless slurmd and the "
+      "agent. Root only; running it again is harmless");
   join->add_option("TOKEN", token_, "The join token, bmas1.<...>")->required();
   join->add_option("--host", host_, "This node's name in the inventory (default: its host name)");
   join->add_option("--address", address_,
@@ -75,15 +91,27 @@ void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
       ->check(kPositive)
       ->capture_default_str();
   join->callback([this, &global] { global.exit_code = Join(global); });
+
+  CLI::App* leave = node->add_subcommand(
+      "leave",
+      "Take this node out of its cluster (root): refused while it runs jobs it was not drained "
+      "of (`bmas node drain NODE` on the controller first); stops the agent, slurmd and munged "
+      "that `node join` started, deletes a dynamic node from Slurm and removes the join's files. "
+      "Workspaces and LXD stay. Running it again is harmless");
+  leave->add_option("--host", host_, "This node's name in Slurm (default: its host name)");
+  leave->add_option("--config-dir", config_dir_, "Where `node join` put bmas.toml")
+      ->capture_default_str();
+  leave->add_option("--munge-key", munge_key_, "Where `node join` put the munge key")
+      ->capture_default_str();
+  leave->add_flag("--force", force_,
+                  "Leave even though jobs run there or Slurm cannot be asked (they end)");
+  leave->callback([this, &global] { global.exit_code = Leave(global); });
 }
 
 int NodeJoinCommand::Join(GlobalOptions& global) {
   if (geteuid() != 0) {
-    return ReportFailure("node join",
-                         Error{ErrorCode::kPermissionDenied,
-                               "only root joins a node (it installs the munge key and starts "
-                               "slurmd): run it as root, e.g. with sudo",
-                               {}});
+    return RequireRoot("node join",
+                       "joins a node (it installs the munge key and starts slurmd)");
   }
   Env& env = global.services->env();
   const auto now = static_cast<int64_t>(env.UnixNow());
@@ -98,18 +126,15 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   }
   if (!checks_pass) return 1;
   cluster::NodeJoinOptions options;
-  if (host_.empty()) {
-    char name[256] = {};
-    gethostname(name, sizeof name - 1);
-    host_ = name;
-  }
+  if (host_.empty()) host_ = HostName();
   options.host = host_;
   options.address = address_;
   options.dynamic = dynamic_;
   options.paths.config_dir = config_dir_;
   options.paths.munge_key = munge_key_;
+  options.paths.state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
   options.timeout = std::chrono::seconds(timeout_s_);
-  auto daemons = cluster::NewProcessNodeDaemons();
+  auto daemons = global.services->NodeDaemons();
   auto report = cluster::JoinNode(*token, options, *daemons, now);
   if (!report) return ReportFailure("node join", report.error());
   if (report->already_joined) {
@@ -120,6 +145,33 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   for (const auto& f : report->written) fmt::print("  wrote {}\n", f);
   for (const auto& d : report->started) fmt::print("  started {}\n", d);
   if (report->written.empty() && report->started.empty()) fmt::print("  nothing to do\n");
+  return 0;
+}
+
+int NodeJoinCommand::Leave(GlobalOptions& global) {
+  if (geteuid() != 0) {
+    return RequireRoot("node leave", "takes a node out (it stops slurmd and removes its keys)");
+  }
+  cluster::NodeLeaveOptions options;
+  options.host = host_.empty() ? HostName() : host_;
+  options.force = force_;
+  options.paths.config_dir = config_dir_;
+  options.paths.munge_key = munge_key_;
+  auto daemons = global.services->NodeDaemons();
+  auto slurm = global.services->NodeSlurm();
+  auto report = cluster::LeaveNode(options, *daemons, *slurm);
+  if (!report) return ReportFailure("node leave", report.error());
+  if (!report->was_joined && report->stopped.empty() && report->removed.empty()) {
+    fmt::print("{} is not in a cluster ({}/bmas.toml is absent): nothing to do\n", options.host,
+               config_dir_);
+    return 0;
+  }
+  fmt::print("{} left its cluster\n", options.host);
+  for (const auto& d : report->stopped) fmt::print("  stopped {}\n", d);
+  if (report->deleted_from_slurm) fmt::print("  deleted {} from Slurm\n", options.host);
+  for (const auto& f : report->removed) fmt::print("  removed {}\n", f);
+  fmt::print("  workspaces and LXD stay; `bmas node join TOKEN` joins again\n");
+  if (!report->admin_step.empty()) fmt::print("  left to do: {}\n", report->admin_step);
   return 0;
 }
 

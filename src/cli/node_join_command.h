@@ -1,7 +1,8 @@
 #pragma once
 
-// `bmas node join TOKEN` (root, on a node): the node joins the cluster whose controller printed
-// the token (cluster/node_join.h).
+// `bmas node join TOKEN` and `bmas node leave [--force]` (root, on a node): the node joins the
+// cluster whose controller printed the token (cluster/node_join.h), and leaves it
+// (cluster/node_leave.h).
 
 #include <CLI/CLI.hpp>
 #include <string>
@@ -12,11 +13,12 @@ namespace bmas {
 
 class NodeJoinCommand {
  public:
-  // Adds `join` under `bmas node` (made here unless another command made it).
+  // Adds `join` and `leave` under `bmas node` (made here unless another command made it).
   void Register(CLI::App& app, GlobalOptions& global);
 
  private:
   int Join(GlobalOptions& global);
+  int Leave(GlobalOptions& global);
 
   std::string token_;
   std::string host_;
@@ -24,6 +26,7 @@ class NodeJoinCommand {
   std::string config_dir_ = "/etc/bmas";
   std::string munge_key_ = "/etc/munge/munge.key";
   bool dynamic_ = false;
+  bool force_ = false;
   int timeout_s_ = 20;
 };
 

@@ -5,14 +5,15 @@
 #include <netdb.h>
 #include <pwd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
 
 #include "cluster/cluster_ca.h"
 #include "cluster/join_tls.h"
@@ -20,7 +21,6 @@
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/listen_socket.h"
-#include "common/process.h"
 #include "core/cluster.h"
 
 namespace bmas::cluster {
@@ -64,80 +64,34 @@ std::vector<std::string> SlurmdArgs(const JoinToken& token, const Cluster& inven
   return args;
 }
 
-// munged and slurmd as child processes, recorded under paths.run_dir.
-class ProcessNodeDaemons final : public NodeDaemons {
- public:
-  bool MungeRunning() override {
-    auto r = RunCommand({"munge", "-n"}, {}, std::chrono::seconds(5));
-    return r && r->exit_code == 0;
-  }
-
-  Result<void> StartMunge(const NodePaths& p) override {
-    const passwd* pw = getpwnam("munge");
-    if (pw == nullptr) return NotFound("there is no `munge` account: install munge");
-    std::error_code ec;
-    fs::create_directories(p.munge_run_dir, ec);
-    if (ec || chown(p.munge_run_dir.c_str(), pw->pw_uid, pw->pw_gid) != 0 ||
-        chmod(p.munge_run_dir.c_str(), 0755) != 0) {
-      return Internal(fmt::format("cannot make {} munge's", p.munge_run_dir));
-    }
-    auto child = SpawnDetached(
-        {"setpriv", fmt::format("--reuid={}", pw->pw_uid), fmt::format("--regid={}", pw->pw_gid),
-         "--clear-groups", "/usr/sbin/munged", "--foreground", "--key-file=" + p.munge_key,
-         "--pid-file=" + In(p.munge_run_dir, "munged.pid"),
-         "--log-file=" + In(p.munge_run_dir, "munged.log"),
-         "--seed-file=" + In(p.munge_run_dir, "munged.seed")},
-        {}, In(p.run_dir, "munged.out"));
-    if (!child) return child.error();
-    if (!WaitFor([&] { return MungeRunning(); }, child->pid, std::chrono::seconds(10))) {
-      StopProcess(child->pid, "", std::chrono::seconds(2), child->start_ticks);
-      return Internal(fmt::format("munged did not start: see {}", In(p.run_dir, "munged.out")));
-    }
-    started_.push_back(*child);
-    return {};
-  }
-
-  bool SlurmdRunning(const NodePaths& p) override {
-    std::ifstream in(In(p.run_dir, "slurmd.pid"));
-    long pid = 0;
-    unsigned long long ticks = 0;
-    return static_cast<bool>(in >> pid >> ticks) && pid > 0 &&
-           ProcessRunning(static_cast<pid_t>(pid), "slurmd", ticks);
-  }
-
-  Result<void> StartSlurmd(const NodePaths& p, const std::vector<std::string>& args,
-                           const std::string& conf_cache) override {
-    std::vector<std::string> argv = {"/usr/sbin/slurmd"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto child = SpawnDetached(argv, {}, In(p.run_dir, "slurmd.out"));
-    if (!child) return child.error();
-    started_.push_back(*child);
-    if (!WaitFor([&] { return fs::exists(conf_cache); }, child->pid, std::chrono::seconds(20))) {
-      return Internal(
-          fmt::format("slurmd did not get its configuration from the controller "
-                      "({} is missing): see {}",
-                      conf_cache, In(p.run_dir, "slurmd.out")));
-    }
-    std::ofstream out(In(p.run_dir, "slurmd.pid"), std::ios::trunc);
-    out << child->pid << ' ' << child->start_ticks << '\n';
-    return {};
-  }
-
-  void StopStarted() override {
-    for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
-      StopProcess(it->pid, "", std::chrono::seconds(5), it->start_ticks);
-    }
-    started_.clear();
-  }
-
- private:
-  std::vector<DetachedChild> started_;
-};
-
 }  // namespace
 
-std::unique_ptr<NodeDaemons> NewProcessNodeDaemons() {
-  return std::make_unique<ProcessNodeDaemons>();
+std::string FetchedSlurmConf(const std::string& spool_dir) {
+  return (fs::path(spool_dir) / "conf-cache" / "slurm.conf").string();
+}
+
+Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::string& ca_path) {
+  toml::table root;
+  try {
+    root = toml::parse(controller_toml, std::string_view("the controller's bmas.toml"));
+  } catch (const toml::parse_error& e) {
+    return InvalidArgument(fmt::format("the controller's bmas.toml is not TOML (line {}: {}): fix "
+                                       "the inventory that `bmas cluster serve` was given",
+                                       e.source().begin.line, e.description()));
+  }
+  toml::table* cluster = root["cluster"].as_table();
+  if (cluster == nullptr) {
+    return InvalidArgument(
+        "the controller's bmas.toml has no [cluster] table: give `bmas cluster serve` the "
+        "cluster's inventory");
+  }
+  if (!(*cluster)["slurm"].is_table()) cluster->insert_or_assign("slurm", toml::table{});
+  cluster->get_as<toml::table>("slurm")->insert_or_assign("slurmrestd_ca", ca_path);
+  std::ostringstream out;
+  out << "# Written by `bmas node join` from the controller's bmas.toml; slurmrestd_ca is this\n"
+         "# node's copy of the cluster CA, which every user may read.\n"
+      << root << '\n';
+  return out.str();
 }
 
 Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) {
@@ -211,6 +165,8 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     } catch (const ConfigError& e) {
       return Step("reading the controller's bmas.toml", Internal(e.what()));
     }
+    auto node_toml = NodeBmasToml(reply->bmas_toml, In(o.paths.config_dir, "ca.crt"));
+    if (!node_toml) return Step("reading the controller's bmas.toml", node_toml.error());
     const passwd* munge = getpwnam("munge");
     if (munge == nullptr) {
       return Step("installing the munge key",
@@ -221,7 +177,7 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
         {In(o.paths.config_dir, "ca.crt"), reply->ca_cert_pem, 0644, 0, 0},
         {In(o.paths.config_dir, "node.key"), csr->key_pem, 0600, 0, 0},
         {In(o.paths.config_dir, "node.crt"), reply->node_cert_pem, 0644, 0, 0},
-        {In(o.paths.config_dir, "bmas.toml"), reply->bmas_toml, 0644, 0, 0},
+        {In(o.paths.config_dir, "bmas.toml"), *node_toml, 0644, 0, 0},
     };
     if (!inventory.slurm.prolog.empty()) {
       wanted.push_back({inventory.slurm.prolog, reply->prolog, 0755, 0, 0});
@@ -259,12 +215,17 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     report.started.push_back("munged");
   }
   if (!daemons.SlurmdRunning(o.paths)) {
-    const std::string cache =
-        (fs::path(inventory.slurm.spool_dir) / "conf-cache" / "slurm.conf").string();
+    const std::string cache = FetchedSlurmConf(inventory.slurm.spool_dir);
     if (auto ok = daemons.StartSlurmd(o.paths, SlurmdArgs(token, inventory, o), cache); !ok) {
       return fail("starting slurmd", ok.error());
     }
     report.started.push_back("slurmd");
+  }
+  if (!daemons.AgentRunning(o.paths)) {
+    if (auto ok = daemons.StartAgent(o.paths, In(o.paths.config_dir, "bmas.toml")); !ok) {
+      return fail("starting the agent", ok.error());
+    }
+    report.started.push_back("agent");
   }
   return report;
 }

@@ -2,8 +2,9 @@
 
 // `bmas node join TOKEN` on a node (docs/cluster-join.md): the node's own key and CSR, the
 // checked TLS exchange with the controller's join service, the files it answers with, and
-// munged and a configless slurmd. Each step is undone when a later one fails, and the error
-// names the step. The daemons are behind NodeDaemons, so the steps are tested without them.
+// munged, a configless slurmd and the agent. Each step is undone when a later one fails, and the
+// error names the step. The daemons are behind NodeDaemons (daemon/node_daemons.h has the real
+// ones), so the steps are tested without them.
 
 #include <chrono>
 #include <cstdint>
@@ -22,7 +23,11 @@ struct NodePaths {
   std::string munge_key = "/etc/munge/munge.key";
   std::string munge_run_dir = "/run/munge";  // munged's socket, pid, log and seed
   std::string run_dir = "/run/bmas";         // what the join started, and its daemons' output
+  std::string state_dir = "/var/lib/bmas";   // the agent's state dir (its socket is in it)
 };
+
+// The daemons a join starts, by the names NodeDaemons::StopJoined takes, in start order.
+inline constexpr const char* kJoinDaemons[] = {"munged", "slurmd", "agent"};
 
 // The node's daemons, started by a join.
 class NodeDaemons {
@@ -36,12 +41,16 @@ class NodeDaemons {
   // Starts slurmd with `args` (after the program) and waits until it has its configuration.
   virtual Result<void> StartSlurmd(const NodePaths& paths, const std::vector<std::string>& args,
                                    const std::string& conf_cache) = 0;
+  // Whether the agent a join started still runs.
+  virtual bool AgentRunning(const NodePaths& paths) = 0;
+  // Starts `bmas agent` with `config` (the node's bmas.toml) and waits until its socket answers.
+  virtual Result<void> StartAgent(const NodePaths& paths, const std::string& config) = 0;
   // Stops what this object started (a failed join's undo).
   virtual void StopStarted() = 0;
+  // Stops `daemon` (one of kJoinDaemons) if a join, this one or an earlier, started it and it
+  // still runs; true when it stopped one. Daemons the join did not start are left alone.
+  virtual Result<bool> StopJoined(const NodePaths& paths, const std::string& daemon) = 0;
 };
-
-// munged and slurmd as processes of this host (setpriv to munge's account for munged).
-std::unique_ptr<NodeDaemons> NewProcessNodeDaemons();
 
 struct NodeJoinOptions {
   std::string host;      // this node's host name
@@ -57,9 +66,17 @@ struct NodeJoinReport {
   std::vector<std::string> started;  // daemons started
 };
 
+// What the node's bmas.toml is made of: the controller's, with [cluster.slurm] slurmrestd_ca set
+// to `ca_path` (the node's 0644 copy of the cluster CA), so that users' commands on the node
+// check an https slurmrestd against a file they can read. Errors name what cannot be read.
+Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::string& ca_path);
+
 // Joins this node. REQUIRES: root. The error's message starts with the step that failed.
 Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& options,
                                 NodeDaemons& daemons, int64_t unix_now);
+
+// The slurm.conf that a configless slurmd keeps in its spool dir once it has fetched it.
+std::string FetchedSlurmConf(const std::string& spool_dir);
 
 // The local address this host uses to reach `address` (no packet is sent).
 Result<std::string> SourceAddressFor(const std::string& address, uint16_t port);

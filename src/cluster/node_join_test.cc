@@ -9,42 +9,20 @@
 #include <filesystem>
 #include <thread>
 
+#include <toml++/toml.h>
+
+#include "cluster/fake_node_daemons.h"
 #include "cluster/join_service.h"
 #include "cluster/join_tls.h"
 #include "cluster/node_files.h"
+#include "core/cluster.h"
 
 namespace bmas::cluster {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Daemons that start (or fail to) without running anything.
-class FakeDaemons final : public NodeDaemons {
- public:
-  bool MungeRunning() override { return munge_; }
-  Result<void> StartMunge(const NodePaths&) override {
-    munge_ = true;
-    ++starts_;
-    return {};
-  }
-  bool SlurmdRunning(const NodePaths&) override { return slurmd_; }
-  Result<void> StartSlurmd(const NodePaths&, const std::vector<std::string>& args,
-                           const std::string&) override {
-    args_ = args;
-    if (fail_slurmd_) return Internal("slurmd exited at once");
-    slurmd_ = true;
-    ++starts_;
-    return {};
-  }
-  void StopStarted() override {
-    munge_ = false;
-    slurmd_ = false;
-    ++stops_;
-  }
-  bool munge_ = false, slurmd_ = false, fail_slurmd_ = false;
-  int starts_ = 0, stops_ = 0;
-  std::vector<std::string> args_;
-};
+using FakeDaemons = FakeNodeDaemons;
 
 class NodeJoinTest : public ::testing::Test {
  protected:
@@ -117,7 +95,8 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_FALSE(report->already_joined);
   EXPECT_EQ(report->written.size(), 7u);
-  EXPECT_EQ(report->started, (std::vector<std::string>{"munged", "slurmd"}));
+  EXPECT_EQ(report->started, (std::vector<std::string>{"munged", "slurmd", "agent"}));
+  EXPECT_EQ(daemons_.agent_config_, dir_ + "/etc-bmas/bmas.toml");
   auto key = ReadNodeFile(dir_ + "/etc-bmas/node.key");
   ASSERT_TRUE(key && *key);
   EXPECT_EQ((*key)->mode, 0600u);
@@ -161,6 +140,57 @@ TEST_F(NodeJoinTest, AFailedStepUndoesTheFilesAndDaemonsAndNamesTheStep) {
   auto prolog = ReadNodeFile(dir_ + "/hooks/prolog");
   ASSERT_TRUE(prolog && *prolog);
   EXPECT_EQ((*prolog)->contents, "#!/bin/sh\necho mine\n");
+}
+
+TEST_F(NodeJoinTest, AnAgentThatDoesNotStartUndoesTheWholeJoin) {
+  daemons_.fail_agent_ = true;
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_EQ(report.error().message.rfind("starting the agent: ", 0), 0u) << report.error().message;
+  EXPECT_EQ(daemons_.stops_, 1);
+  EXPECT_FALSE(daemons_.slurmd_);
+  EXPECT_FALSE(daemons_.munge_);
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas"));
+  EXPECT_FALSE(fs::exists(dir_ + "/munge"));
+}
+
+TEST_F(NodeJoinTest, TheNodesBmasTomlPointsUsersAtACaTheyCanRead) {
+  ASSERT_TRUE(JoinNode(token_, options_, daemons_, now_));
+  auto toml = ReadNodeFile(dir_ + "/etc-bmas/bmas.toml");
+  ASSERT_TRUE(toml && *toml);
+  EXPECT_EQ((*toml)->mode, 0644u);
+  const Cluster node = ParseCluster((*toml)->contents, "bmas.toml");
+  EXPECT_EQ(node.slurm.slurmrestd_ca, dir_ + "/etc-bmas/ca.crt");
+  EXPECT_EQ(node.slurm.prolog, dir_ + "/hooks/prolog");  // the rest as the controller sent it
+  EXPECT_EQ(node.nodes.size(), 1u);
+  auto ca = ReadNodeFile(node.slurm.slurmrestd_ca);
+  ASSERT_TRUE(ca && *ca);
+  EXPECT_EQ((*ca)->mode, 0644u);
+  EXPECT_EQ((*ca)->contents, material_.ca.cert_pem);
+  auto key = ReadNodeFile(dir_ + "/etc-bmas/node.key");
+  ASSERT_TRUE(key && *key);
+  EXPECT_EQ((*key)->mode, 0600u);
+}
+
+TEST(NodeBmasTomlTest, ReplacesACaPathTheControllerGaveAndAddsTheTableWhenAbsent) {
+  auto replaced = NodeBmasToml(
+      "[cluster]\ncontroller = { name = \"mgs1\", address = \"10.0.0.1\" }\n"
+      "[cluster.slurm]\nslurmrestd = \"https://mgs1:6821\"\n"
+      "slurmrestd_ca = \"/var/lib/bmas/cluster/ca.crt\"\n",
+      "/etc/bmas/ca.crt");
+  ASSERT_TRUE(replaced) << replaced.error().message;
+  EXPECT_EQ(replaced->find("/var/lib/bmas"), std::string::npos) << *replaced;
+  const toml::table back = toml::parse(*replaced);
+  EXPECT_EQ(back["cluster"]["slurm"]["slurmrestd_ca"].value_or(std::string()), "/etc/bmas/ca.crt");
+  EXPECT_EQ(back["cluster"]["slurm"]["slurmrestd"].value_or(std::string()), "https://mgs1:6821");
+  EXPECT_EQ(back["cluster"]["controller"]["address"].value_or(std::string()), "10.0.0.1");
+  auto added = NodeBmasToml("[cluster]\ncontroller = { name = \"mgs1\", address = \"10.0.0.1\" }\n",
+                            "/etc/bmas/ca.crt");
+  ASSERT_TRUE(added) << added.error().message;
+  EXPECT_EQ(toml::parse(*added)["cluster"]["slurm"]["slurmrestd_ca"].value_or(std::string()),
+            "/etc/bmas/ca.crt");
+  EXPECT_FALSE(NodeBmasToml("[cluster", "/etc/bmas/ca.crt"));
+  EXPECT_FALSE(NodeBmasToml("[gateway]\nport = 1\n", "/etc/bmas/ca.crt"));
 }
 
 TEST_F(NodeJoinTest, AMungedThatRunsWithAnotherKeyStopsTheJoin) {

@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
 #include "common/config.h"
 #include "common/config_table.h"
+#include "daemon/node_daemons.h"
 #include "gpu/nvml.h"
 #include "lxd/lxd_client.h"
 #include "store/postgres_store.h"
@@ -38,6 +40,11 @@ class RealServicesImpl final : public Services {
                         const std::string& peer) override {
     return NewTcpHttpTransport(host, port, timeout, peer);
   }
+  std::unique_ptr<cluster::NodeDaemons> NodeDaemons() override {
+    std::error_code ec;
+    return NewProcessNodeDaemons(std::filesystem::read_symlink("/proc/self/exe", ec).string());
+  }
+  std::unique_ptr<cluster::NodeSlurm> NodeSlurm() override { return NewCommandNodeSlurm(); }
 };
 
 std::mutex config_mu;

@@ -20,6 +20,11 @@
 
 namespace bmas {
 
+namespace cluster {
+class NodeDaemons;
+class NodeSlurm;
+}  // namespace cluster
+
 class Services {
  public:
   virtual ~Services() = default;
@@ -46,6 +51,13 @@ class Services {
   // it in errors.
   virtual HttpTransportPtr Http(const std::string& host, uint16_t port,
                                 std::chrono::milliseconds timeout, const std::string& peer) = 0;
+
+  // The daemons `bmas node join` starts on this node and `bmas node leave` stops: munged,
+  // slurmd and this binary's `bmas agent` as processes (daemon/node_daemons.h).
+  virtual std::unique_ptr<cluster::NodeDaemons> NodeDaemons() = 0;
+
+  // The cluster's Slurm as this node's commands see it (scontrol and squeue).
+  virtual std::unique_ptr<cluster::NodeSlurm> NodeSlurm() = 0;
 };
 
 // The store's PostgreSQL URL: $BMAS_STORE_URL when set (it wins), else [store] url of the

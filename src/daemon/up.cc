@@ -231,6 +231,16 @@ UpFacts GatherUpFacts(const UpOptions& options, const ServiceAccount& service,
   std::error_code ec;
   facts.system_config_exists = fs::exists(kSystemConfigPath, ec);
   facts.default_state_dir = fs::weakly_canonical(dir, ec) == fs::path(kDefaultStateDir);
+  for (const std::string& file : {options.config.up.cluster, options.config.source}) {
+    if (file.empty()) continue;
+    try {
+      const std::string rest = LoadCluster(file).slurm.slurmrestd;
+      if (rest.starts_with("https://")) facts.slurmrestd_https = rest;
+      break;
+    } catch (const ConfigError&) {
+      // No inventory there (a config without [cluster]); StartSlurm names a bad [up] cluster.
+    }
+  }
   return facts;
 }
 
@@ -430,6 +440,11 @@ class UpRun {
           values.push_back(HostPort(c.metrics_url));
         } else if (link.to == UpLinkTo::kAgent && kind == UpPartKind::kAgent) {
           values.push_back(HostPort(c.url));
+        }
+      }
+      if (link.to == UpLinkTo::kSlurmRest) {
+        if (auto local = slurm::RunningLocalCluster(dir_)) {
+          values.push_back(HostPort(local->rest_url()));
         }
       }
       if (values.empty() && link.required) return std::nullopt;

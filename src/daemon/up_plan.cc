@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <initializer_list>
+#include <string_view>
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 #include "common/listen_socket.h"
@@ -180,6 +182,43 @@ UpPartPlan Helper(const UpOptions& options, UpPartKind kind, const std::string& 
   return p;
 }
 
+// `bmas slurm tls-front` in front of the local slurmrestd, serving `url` ("https://HOST:PORT")
+// with a certificate from the cluster CA for HOST: on HOST when it is an address, else on every
+// address. Root's, as up is (it reads the CA key, then serves as nobody).
+UpPartPlan TlsFront(const UpOptions& options, const std::string& url) {
+  UpPartPlan p;
+  p.kind = UpPartKind::kTlsFront;
+  p.name = "tls-front";
+  p.log = LogPath(options, "tls-front.log");
+  p.args = SelfArgs(options);
+  p.args.insert(p.args.end(), {"slurm", "tls-front"});
+  std::string host_port = url.substr(std::string_view("https://").size());
+  if (!host_port.empty() && host_port.back() == '/') host_port.pop_back();
+  std::string host = host_port;
+  std::string port = "6821";
+  if (const size_t colon = host_port.rfind(':');
+      colon != std::string::npos && host_port.find(']', colon) == std::string::npos) {
+    host = host_port.substr(0, colon);
+    port = host_port.substr(colon + 1);
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  in6_addr any{};
+  const bool literal = inet_pton(AF_INET, host.c_str(), &any) == 1 ||
+                       inet_pton(AF_INET6, host.c_str(), &any) == 1;
+  if (literal) {
+    const bool v6 = host.find(':') != std::string::npos;
+    p.args.insert(p.args.end(), {"--listen", v6 ? "[" + host + "]:" + port : host + ":" + port});
+  } else {
+    p.args.insert(p.args.end(), {"--listen", "0.0.0.0:" + port, "--name", host});
+  }
+  p.links = {{UpLinkTo::kSlurmRest, "--backend", true}};
+  p.shown = url;
+  p.what = "TLS in front of slurmrestd for the other nodes (certificate from the cluster CA)";
+  return p;
+}
+
 // The web dashboard, as the service account (it faces the network): it reads Slurm, the
 // store, the gateway's /load and the agent's /gpus.
 UpPartPlan Dashboard(const UpOptions& options, const UpFacts& facts, const UpPlan& plan) {
@@ -250,6 +289,10 @@ UpPlan PlanUp(const UpOptions& options, const UpFacts& facts) {
                                 "slurm-monitor.log", {"slurm", "monitor"}, "--port",
                                 config.up.slurm_monitor_port,
                                 "Slurm jobs and GPUs per user and partition, mode"));
+    // Other nodes call this Slurm over https ([cluster.slurm] slurmrestd): a TLS front.
+    if (!facts.slurmrestd_https.empty()) {
+      plan.parts.push_back(TlsFront(options, facts.slurmrestd_https));
+    }
   }
   // LXD for workspaces, when this machine can run it; otherwise why not.
   plan.lxd_at = plan.parts.size();

@@ -47,6 +47,9 @@ struct UpFacts {
   // is kDefaultStateDir.
   bool system_config_exists = false;
   bool default_state_dir = false;
+  // [cluster.slurm] slurmrestd of up's inventory ([up] cluster, else the config's [cluster])
+  // when it is "https://HOST:PORT": other nodes reach this Slurm through a TLS front there.
+  std::string slurmrestd_https;
 };
 
 enum class UpSlurm {
@@ -63,7 +66,15 @@ enum class UpLxd {
   kStart,   // up starts it (or prepares the one that runs)
 };
 
-enum class UpPartKind { kEngine, kGateway, kController, kSlurmMonitor, kAgent, kDashboard };
+enum class UpPartKind {
+  kEngine,
+  kGateway,
+  kController,
+  kSlurmMonitor,
+  kTlsFront,
+  kAgent,
+  kDashboard
+};
 
 // A socket up holds for a part (HoldListener) and passes on its command line.
 struct UpListenerPlan {
@@ -82,6 +93,7 @@ enum class UpLinkTo {
   kEngines,         // each engine's URL
   kGatewayMetrics,  // host:port of the gateway's operator listener
   kAgent,           // host:port of the agent's listener
+  kSlurmRest,       // host:port of the local Slurm's (loopback) slurmrestd
 };
 struct UpLink {
   UpLinkTo to;
@@ -93,7 +105,8 @@ enum class UpScrape { kNo, kUrl, kMetricsUrl };  // what prometheus.yml scrapes 
 
 struct UpPartPlan {
   UpPartKind kind = UpPartKind::kEngine;
-  std::string name;  // "engine-0", "gateway", "controller", "slurm-mon", "agent", "dashboard"
+  std::string name;  // "engine-0", "gateway", "controller", "slurm-mon", "tls-front", "agent",
+                     // "dashboard"
   std::string log;   // its log's path
   // Its command line: args, then each listener's flag and value, each link's, then trailing_args.
   std::vector<std::string> args;

@@ -10,9 +10,11 @@
 namespace bmas {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 using Args = std::vector<std::string>;
 
@@ -274,6 +276,42 @@ TEST(UpPlanTest, HelpersRunAsUpOnLoopbackAndArePrometheusTargets) {
   EXPECT_EQ(a.listeners[0].port, 0);
   EXPECT_EQ(a.port_flag, "--metrics-port");
   EXPECT_EQ(a.scrape, UpScrape::kUrl);
+}
+
+TEST(UpPlanTest, AnHttpsSlurmrestdGetsATlsFrontBeforeTheNodesAgent) {
+  UpOptions options = Options();
+  UpFacts facts = Equipped();
+  EXPECT_THAT(Names(PlanUp(options, facts)), Not(Contains("tls-front")));
+
+  facts.slurmrestd_https = "https://10.0.0.1:6821";
+  UpPlan plan = PlanUp(options, facts);
+  EXPECT_THAT(Names(plan), ElementsAre("gateway", "controller", "slurm-mon", "tls-front", "agent",
+                                       "dashboard"));
+  const UpPartPlan& front = Part(plan, "tls-front");
+  EXPECT_EQ(front.args, (Args{"/bin/bmas", "--state-dir", "/s", "slurm", "tls-front",
+                              "--listen", "10.0.0.1:6821"}));
+  ASSERT_EQ(front.links.size(), 1u);
+  EXPECT_EQ(front.links[0].to, UpLinkTo::kSlurmRest);
+  EXPECT_EQ(front.links[0].flag, "--backend");
+  EXPECT_TRUE(front.links[0].required);
+  EXPECT_TRUE(front.listeners.empty());  // it binds its own port, then drops to nobody
+  EXPECT_EQ(front.shown, "https://10.0.0.1:6821");
+  EXPECT_EQ(front.log, "/s/logs/tls-front.log");
+  EXPECT_FALSE(front.essential);
+  EXPECT_EQ(plan.lxd_at, 4u);
+
+  // A name: every address, the certificate for the name.
+  facts.slurmrestd_https = "https://mgs1:7000/";
+  EXPECT_EQ(Part(PlanUp(options, facts), "tls-front").args,
+            (Args{"/bin/bmas", "--state-dir", "/s", "slurm", "tls-front", "--listen",
+                  "0.0.0.0:7000", "--name", "mgs1"}));
+  facts.slurmrestd_https = "https://[fd00::1]:6821";
+  EXPECT_EQ(Part(PlanUp(options, facts), "tls-front").args.back(), "[fd00::1]:6821");
+
+  // No Slurm here: nothing to front.
+  UpFacts bare = Bare();
+  bare.slurmrestd_https = "https://10.0.0.1:6821";
+  EXPECT_THAT(Names(PlanUp(options, bare)), Not(Contains("tls-front")));
 }
 
 TEST(UpPlanTest, TheDashboardTakesAnyPortOnItsListenHostAndLinksWhatStarted) {

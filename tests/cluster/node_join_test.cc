@@ -1,7 +1,9 @@
 // `bmas node join` across the test bed (docs/cluster-join.md): `bmas cluster init` and the join
 // service in mgs1; a node that runs the printed line ends up in Slurm with its files in place,
 // and a second run changes nothing. A wrong secret, an expired token and an impostor on the
-// join port are each refused with a clear error and leave nothing on the node.
+// join port are each refused with a clear error and leave nothing on the node. `bmas node
+// leave` refuses while jobs run there, then takes the node out (a dynamic one out of Slurm too),
+// and the node joins again.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -169,6 +171,36 @@ class NodeJoinTest : public ::testing::Test {
     EXPECT_FALSE(fs::exists(dir + "/hooks")) << host;
   }
 
+  CommandOutput Leave(const std::string& host, bool force = false) {
+    std::vector<std::string> args = {"node", "leave", "--config-dir", node_ + "/etc-bmas",
+                                     "--munge-key", node_ + "/munge.key"};
+    if (force) args.push_back("--force");
+    return Bmas(host, args);
+  }
+
+  // What a leave removes of a join's; what it keeps.
+  void ExpectLeft(const std::string& host) {
+    const std::string dir = bed_.dir() + "/nodes/" + host;
+    for (const char* f : {"/etc-bmas/node.crt", "/etc-bmas/node.key", "/etc-bmas/ca.crt",
+                          "/etc-bmas/bmas.toml", "/munge.key", "/hooks/prolog", "/hooks/epilog",
+                          "/spool/conf-cache"}) {
+      EXPECT_FALSE(fs::exists(dir + f)) << host << f;
+    }
+  }
+
+  // Waits until squeue in mgs1 shows no job; its last output when one stays.
+  std::string WaitNoJobs() {
+    std::string last;
+    const bool empty = WaitFor(
+        [&] {
+          auto r = bed_.Run("mgs1", {"squeue", "-h", "-o", "%i %T %N"});
+          last = r ? r->out : "squeue failed";
+          return r && r->exit_code == 0 && r->out.empty();
+        },
+        0, std::chrono::seconds(60));
+    return empty ? "" : last;
+  }
+
   // A token like `token` with another secret or expiry.
   std::string Altered(const std::string& token, bool wrong_secret, bool expired) {
     auto t = cluster::ParseJoinToken(token, static_cast<int64_t>(std::time(nullptr)));
@@ -258,10 +290,43 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
             fs::perms::owner_read | fs::perms::owner_write);
   EXPECT_EQ(WaitIdle("oss01"), "");
 
+  EXPECT_NE(joined.out.find("started agent"), std::string::npos) << joined.out;
+
   CommandOutput again = Join("oss01", token);
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("already joined"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+
+  // A user on the node reads the CA that the node's bmas.toml names; not the node's key.
+  auto ca = bed_.Run("oss01", {"cat", node_ + "/etc-bmas/ca.crt"}, "nobody");
+  ASSERT_TRUE(ca);
+  EXPECT_EQ(ca->exit_code, 0) << ca->err;
+  EXPECT_NE(ca->out.find("BEGIN CERTIFICATE"), std::string::npos);
+  auto key = bed_.Run("oss01", {"cat", node_ + "/etc-bmas/node.key"}, "nobody");
+  ASSERT_TRUE(key);
+  EXPECT_NE(key->exit_code, 0);
+  std::ifstream toml(oss01 + "/etc-bmas/bmas.toml");
+  const std::string toml_text((std::istreambuf_iterator<char>(toml)), {});
+  EXPECT_NE(toml_text.find(node_ + "/etc-bmas/ca.crt"), std::string::npos) << toml_text;
+
+  // oss01 runs nothing: it leaves (a node in slurm.conf: the admin is told what stays), a
+  // second leave finds nothing, and the token joins it again.
+  CommandOutput left = Leave("oss01");
+  ASSERT_EQ(left.exit_code, 0) << left.err << left.out;
+  EXPECT_NE(left.out.find("oss01 left its cluster"), std::string::npos) << left.out;
+  for (const char* d : {"stopped agent", "stopped slurmd", "stopped munged"}) {
+    EXPECT_NE(left.out.find(d), std::string::npos) << left.out;
+  }
+  EXPECT_NE(left.out.find("stays in the controller's slurm.conf"), std::string::npos) << left.out;
+  ExpectLeft("oss01");
+  CommandOutput left_again = Leave("oss01");
+  EXPECT_EQ(left_again.exit_code, 0) << left_again.err;
+  EXPECT_NE(left_again.out.find("nothing to do"), std::string::npos) << left_again.out;
+  CommandOutput rejoined = Join("oss01", token);
+  ASSERT_EQ(rejoined.exit_code, 0) << rejoined.err << rejoined.out;
+  EXPECT_NE(rejoined.out.find("oss01 joined"), std::string::npos) << rejoined.out;
+  EXPECT_NE(rejoined.out.find("started slurmd"), std::string::npos) << rejoined.out;
+  EXPECT_EQ(WaitIdle("oss01"), "");
 }
 
 TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
@@ -275,6 +340,48 @@ TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
   ASSERT_TRUE(show);
   EXPECT_NE(show->out.find("DYNAMIC"), std::string::npos) << show->out;
   EXPECT_NE(show->out.find("NodeAddr=10.200.0.12"), std::string::npos) << show->out;
+
+  // A job there: leave refuses, drained or not, until it is gone.
+  auto job = bed_.Run("mgs1", {"sbatch", "-w", "oss02", "--chdir=/tmp", "-o", "/dev/null",
+                               "--wrap", "sleep 600"});
+  ASSERT_TRUE(job && job->exit_code == 0) << (job ? job->err : job.error().message);
+  const std::string id = job->out.substr(job->out.rfind(' ') + 1, std::string::npos);
+  std::string queue;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto r = bed_.Run("mgs1", {"squeue", "-h", "-t", "R", "-w", "oss02", "-o", "%i"});
+        queue = r ? r->out : "";
+        return !queue.empty();
+      },
+      0, std::chrono::seconds(30)))
+      << bed_.LogTail("slurmctld");
+  CommandOutput busy = Leave("oss02");
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_NE(busy.err.find("run `bmas node drain oss02` on the controller"), std::string::npos)
+      << busy.err;
+  auto drain = bed_.Run("mgs1", {"scontrol", "update", "nodename=oss02", "state=drain",
+                                 "reason=leaving"});
+  ASSERT_TRUE(drain && drain->exit_code == 0);
+  CommandOutput draining = Leave("oss02");
+  EXPECT_NE(draining.exit_code, 0);
+  EXPECT_NE(draining.err.find("is drained but still runs 1 job(s)"), std::string::npos)
+      << draining.err;
+  EXPECT_TRUE(fs::exists(bed_.dir() + "/nodes/oss02/etc-bmas/node.key"));  // refused: kept
+  auto cancel = bed_.Run("mgs1", {"scancel", id.substr(0, id.find('\n'))});
+  ASSERT_TRUE(cancel && cancel->exit_code == 0);
+  ASSERT_EQ(WaitNoJobs(), "");
+
+  CommandOutput left = Leave("oss02");
+  ASSERT_EQ(left.exit_code, 0) << left.err << left.out;
+  EXPECT_NE(left.out.find("deleted oss02 from Slurm"), std::string::npos) << left.out;
+  ExpectLeft("oss02");
+  auto gone = bed_.Run("mgs1", {"scontrol", "show", "node", "oss02"});
+  ASSERT_TRUE(gone);
+  EXPECT_NE(gone->exit_code, 0) << gone->out;
+
+  CommandOutput rejoined = Join("oss02", token, true);
+  ASSERT_EQ(rejoined.exit_code, 0) << rejoined.err << rejoined.out;
+  EXPECT_EQ(WaitIdle("oss02"), "");
 }
 
 }  // namespace
