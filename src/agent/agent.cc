@@ -34,12 +34,14 @@
 #include "agent/gpu_sampler.h"
 #include "common/http_server.h"
 #include "common/json_object.h"
+#include "common/listen_socket.h"
 #include "common/metrics.h"
 #include "common/operator_auth.h"
 #include "common/serve.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/lxd_client.h"
 #include "lxd/workspace.h"
+#include "slurm/tls_front.h"
 
 namespace bmas {
 namespace {
@@ -628,9 +630,10 @@ int RunAgent(const AgentOptions& options) {
     return 1;
   }
   net::io_context io(1);
+  const bool tls = !options.metrics_cert_pem.empty();
   HttpServerOptions http;
-  http.host = options.metrics_host;
-  http.port = options.metrics_port;
+  http.host = tls ? "127.0.0.1" : options.metrics_host;
+  http.port = tls ? 0 : options.metrics_port;
   http.server_name = "bmas-agent";
   HttpServer server(io, http, [&](HttpRequest& req, ResponseWriter& w) -> awaitable<void> {
     if (req.target() != "/health") {
@@ -651,12 +654,40 @@ int RunAgent(const AgentOptions& options) {
     fmt::print(stderr, "bmas agent: {}\n", port.error().message);
     return 1;
   }
+  std::unique_ptr<TlsFront> front;
+  if (tls) {
+    TlsFrontOptions f;
+    f.listen_host = options.metrics_host;
+    f.listen_port = options.metrics_port;
+    f.backend_port = *port;
+    f.cert_pem = options.metrics_cert_pem;
+    f.key_pem = options.metrics_key_pem;
+    f.name = "bmas agent tls";
+    f.backend_name = "the agent's metrics listener";
+    f.client_timeout = options.io_timeout;
+    f.backend_timeout = std::chrono::seconds(10);
+    auto listening = TlsFront::Listen(std::move(f));
+    if (!listening) {
+      fmt::print(stderr, "bmas agent: metrics over TLS on {}: {}\n",
+                 JoinHostPort(options.metrics_host, options.metrics_port),
+                 listening.error().message);
+      return 1;
+    }
+    front = std::move(*listening);
+  }
   agent.Start();
   server.Start();
-  fmt::print("bmas agent: socket {}; metrics listening on http://{}:{}\n", options.socket,
-             options.metrics_host, *port);
+  std::thread front_thread;
+  if (front) front_thread = std::thread([&front] { front->Run(); });
+  fmt::print("bmas agent: socket {}; metrics listening on {}://{}\n", options.socket,
+             front ? "https" : "http",
+             JoinHostPort(options.metrics_host, front ? front->port() : *port));
   std::fflush(stdout);
   ServeUntilSignalled(io, server, std::chrono::seconds(2), "bmas agent");
+  if (front) {
+    front->Stop();
+    front_thread.join();
+  }
   agent.Stop();
   return 0;
 }

@@ -43,6 +43,11 @@ struct AgentOptions {
   std::chrono::milliseconds reconcile_interval{60'000};
   std::string metrics_host = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // With a certificate (PEM, and its key), the metrics listener serves TLS only: a TLS front
+  // (slurm/tls_front.h) on metrics_host:metrics_port relays to the plain listener, which then
+  // sits on 127.0.0.1 (agent/agent_listen.h decides; off loopback it must).
+  std::string metrics_cert_pem;
+  std::string metrics_key_pem;
   // What the metrics listener's /metrics and /gpus ask for: "Bearer <operator_secret>"
   // (common/operator_auth.h); "" refuses everyone. /health stays open.
   std::string operator_secret;

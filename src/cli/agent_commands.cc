@@ -5,6 +5,9 @@
 #include "agent/agent.h"
 #include "cli/slurm_target.h"
 #include "common/config.h"
+#include "common/operator_auth.h"
+#include "daemon/secret.h"
+#include "slurm/rest_client.h"
 #include "daemon/agent_main.h"
 
 namespace bmas {
@@ -48,6 +51,42 @@ void AgentCommands::Register(CLI::App& app, GlobalOptions& global) {
     global.exit_code =
         RunAgentExec(flags_.socket.empty() ? AgentSocketPath(state_dir) : flags_.socket, command_);
   });
+  CLI::App* get = agent_->add_subcommand(
+      "get", "Print an agent's /gpus (or /metrics, /health) as the dashboard reads it: over TLS "
+             "checked against [agent] ca for https://NODE:PORT, with the operator secret");
+  get->add_option("address", get_address_,
+                  "The agent's metrics listener: https://NODE:PORT, or a loopback host:port")
+      ->required();
+  get->add_option("path", get_path_, "/gpus (default), /metrics or /health")
+      ->check(CLI::IsMember({"/gpus", "/metrics", "/health"}));
+  get->callback([this, &global] { global.exit_code = Get(global); });
+}
+
+int AgentCommands::Get(GlobalOptions& global) {
+  const Config config = global.LoadConfigOrDefaults();
+  const std::string state_dir = ResolveStateDir(global.state_dir, config);
+  if (auto parsed = ParseOperatorAddress(get_address_, config.agent.ca); !parsed) {
+    fmt::print(stderr, "bmas agent get: {}\n", parsed.error().message);
+    return 2;
+  }
+  auto secret = ReadSecret(OperatorSecretPath(state_dir), kOperatorSecretEnv);
+  if (!secret || secret->empty()) {
+    fmt::print(stderr,
+               "bmas agent get: no operator secret to send ({}): run it as the account that "
+               "runs bmas's daemons, with their state dir (--state-dir), or set {}\n",
+               secret ? OperatorSecretPath(state_dir) + " is missing" : secret.error().message,
+               kOperatorSecretEnv);
+    return 1;
+  }
+  auto body = HttpGet(get_address_, get_path_, "the agent", OperatorBearer(*secret),
+                      std::chrono::seconds(10), config.agent.ca);
+  if (!body) {
+    fmt::print(stderr, "bmas agent get: {}\n", body.error().message);
+    return 1;
+  }
+  fmt::print("{}", *body);
+  if (!body->empty() && body->back() != '\n') fmt::print("\n");
+  return 0;
 }
 
 int AgentCommands::Serve(GlobalOptions& global) {

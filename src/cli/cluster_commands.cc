@@ -13,9 +13,11 @@
 #include "cluster/join_service.h"
 #include "cluster/join_tls.h"
 #include "cluster/node_files.h"
+#include "cluster/prometheus_config.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "core/cluster.h"
+#include "daemon/secret.h"
 #include "daemon/services.h"
 
 namespace bmas {
@@ -88,6 +90,49 @@ void ClusterCommands::Register(CLI::App& app, GlobalOptions& global) {
                                cluster::kDefaultJoinTokenTtlSeconds))
       ->check(kPositive);
   token->callback([this, &global] { global.exit_code = Token(global); });
+
+  CLI::App* prometheus = cluster->add_subcommand(
+      "prometheus-config",
+      "Print a Prometheus scrape config for every node's agent: https, checked against the "
+      "cluster CA, with the operator secret as the bearer token");
+  prometheus->add_option("--cluster", cluster_file_, "The cluster inventory (TOML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  prometheus
+      ->add_option("--agent-port", agent_port_,
+                   fmt::format("The port of the agents' [agent] listen (default {})",
+                               cluster::kDefaultAgentMetricsPort))
+      ->check(CLI::Range(1, 65535));
+  prometheus->add_option("--ca-file", prometheus_ca_,
+                         "Where Prometheus reads the cluster CA's certificate (default "
+                         "/etc/prometheus/bmas-ca.crt)");
+  prometheus->add_option("--secret-file", prometheus_secret_,
+                         "Where Prometheus reads the operator secret (default "
+                         "/etc/prometheus/bmas-operator.secret)");
+  prometheus->callback([this, &global] { global.exit_code = PrometheusConfig(global); });
+}
+
+int ClusterCommands::PrometheusConfig(GlobalOptions& global) {
+  Cluster inventory;
+  try {
+    inventory = LoadCluster(cluster_file_);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "bmas cluster prometheus-config: {}\n", e.what());
+    return 2;
+  }
+  cluster::AgentScrape scrape;
+  if (agent_port_ != 0) scrape.port = static_cast<uint16_t>(agent_port_);
+  if (!prometheus_ca_.empty()) scrape.ca_file = prometheus_ca_;
+  if (!prometheus_secret_.empty()) scrape.bearer_file = prometheus_secret_;
+  fmt::print("{}", cluster::AgentScrapeConfig(inventory, scrape));
+  const std::string state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
+  fmt::print(stderr,
+             "Prometheus reads two files this config names: copy {}/ca.crt to {} and {} to {} "
+             "(mode 0640, group prometheus); each agent listens on its address:{} ([agent] "
+             "listen)\n",
+             cluster::ClusterDir(state_dir), scrape.ca_file, OperatorSecretPath(state_dir),
+             scrape.bearer_file, scrape.port);
+  return 0;
 }
 
 int ClusterCommands::Init(GlobalOptions& global) {

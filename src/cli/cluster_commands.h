@@ -1,7 +1,7 @@
 #pragma once
 
 // `bmas cluster init --cluster INVENTORY`, `bmas cluster token` and `bmas cluster serve` (root,
-// on the controller): the cluster's CA under <state_dir>/cluster/, Slurm's configless config and
+// on the controller), and `bmas cluster prometheus-config` (the agents' scrape config): the cluster's CA under <state_dir>/cluster/, Slurm's configless config and
 // the munge and JWT keys (cluster/controller_files.h), join tokens, printed as the one line a
 // node runs, `bmas node join TOKEN` (cluster/cluster_files.h), and the join service that
 // answers it (cluster/join_tls.h).
@@ -22,6 +22,7 @@ class ClusterCommands {
   int Init(GlobalOptions& global);
   int Token(GlobalOptions& global);
   int Serve(GlobalOptions& global);
+  int PrometheusConfig(GlobalOptions& global);
   int PrintNewToken(GlobalOptions& global, const std::string& command,
                     const std::string& state_dir);
 
@@ -34,6 +35,9 @@ class ClusterCommands {
   std::string jwt_key_;
   std::string listen_;
   bool dynamic_nodes_ = false;
+  int agent_port_ = 0;
+  std::string prometheus_ca_;
+  std::string prometheus_secret_;
 };
 
 }  // namespace bmas

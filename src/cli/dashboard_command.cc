@@ -25,7 +25,10 @@ void DashboardCommand::Register(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--refresh", refresh_s_, "Seconds between reads of the cluster's state")
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--gateway", gateway_, "host:port of the gateway's operator listener (/load)");
-  cmd->add_option("--agent", agents_, "host:port of an agent's metrics listener (/gpus); repeat");
+  cmd->add_option("--agent", agents_,
+                  "An agent's metrics listener (/gpus): a loopback host:port, or "
+                  "https://NODE:PORT checked against [agent] ca; repeat (adds to [dashboard] "
+                  "agents)");
   cmd->add_flag("--slurm,!--no-slurm", slurm_, "Watch the Slurm this bmas finds (default on)");
   cmd->callback([this, &global] { global.exit_code = Run(global); });
 }
@@ -50,10 +53,12 @@ int DashboardCommand::Run(GlobalOptions& global) {
   o.session_s = int64_t{config.dashboard.session_hours} * 3600;
   o.store_path = StorePath(state_dir);
   o.gateway = gateway_;
-  o.agents = agents_;
+  o.agents = config.dashboard.agents;
+  o.agents.insert(o.agents.end(), agents_.begin(), agents_.end());
+  o.ca_file = config.agent.ca;
   for (const std::string& a : o.agents) {
-    if (auto parsed = ParseRestAddress(a); !parsed) {
-      fmt::print(stderr, "bmas dashboard: --agent {}: {}\n", a, parsed.error().message);
+    if (auto parsed = ParseOperatorAddress(a, o.ca_file); !parsed) {
+      fmt::print(stderr, "bmas dashboard: agent {}: {}\n", a, parsed.error().message);
       return 2;
     }
   }

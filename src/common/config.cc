@@ -197,6 +197,22 @@ Config LoadConfig(const std::string& path) {
     }
     d.refresh_s = t->Double("refresh_s", d.refresh_s, 0.1, 3600);
     d.session_hours = static_cast<int>(t->Int("session_hours", d.session_hours, 1, 24 * 30));
+    d.agents = t->StringArray("agents");
+    t->RejectUnknownKeys();
+  }
+  if (auto t = top.Table("agent")) {
+    AgentSettings& a = config.agent;
+    a.listen = t->String("listen", a.listen);
+    if (a.listen.find(':') == std::string::npos) {
+      t->Invalid("listen", "needs a port: \"10.0.0.11:9400\" (0 = any free port)");
+    }
+    a.tls_cert = t->String("tls_cert", a.tls_cert);
+    a.tls_key = t->String("tls_key", a.tls_key);
+    if (a.tls_cert.empty() != a.tls_key.empty()) {
+      t->Invalid(a.tls_cert.empty() ? "tls_cert" : "tls_key",
+                 "give tls_cert and tls_key together (the certificate and its key)");
+    }
+    a.ca = t->String("ca", a.ca);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("idle")) {

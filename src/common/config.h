@@ -102,6 +102,23 @@ struct DashboardSettings {
   std::string listen = "127.0.0.1:0";  // "host:port"; 0 = any free port
   double refresh_s = 2;                 // how often it reads Slurm, the store, gateway, agents
   int session_hours = 8;                // a sign-in lasts this long
+  // Each agent's metrics listener it reads /gpus from: a loopback "host:port", or
+  // "https://NODE:PORT" checked against [agent] ca (`--agent` adds more).
+  std::vector<std::string> agents;
+};
+
+// Each node's agent: its metrics listener (/metrics, /gpus, /health, behind the operator
+// secret), and how bmas's clients of agents check them.
+struct AgentSettings {
+  // "host:port" (0 = any free port). Off loopback it serves TLS only (agent/agent_listen.h).
+  std::string listen = "127.0.0.1:0";
+  // The listener's certificate and key (PEM files); "" = none on loopback, and off it the
+  // node's own, /etc/bmas/node.crt and node.key (`bmas node join` writes them).
+  std::string tls_cert;
+  std::string tls_key;
+  // The CA an https:// agent's certificate must chain to, for the dashboard and `bmas agent
+  // get` (the cluster CA, which `bmas node join` writes).
+  std::string ca = "/etc/bmas/ca.crt";
 };
 
 // LXD as `bmas lxd up` runs it, and the defaults of `bmas workspace create`.
@@ -180,6 +197,7 @@ struct Config {
   GpuSettings gpu;
   IdleGpuSettings idle;
   DashboardSettings dashboard;
+  AgentSettings agent;
   StoreSettings store;
 };
 

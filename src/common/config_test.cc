@@ -73,6 +73,11 @@ TEST_F(ConfigFileTest, DocumentedExampleLoadsAndMatchesDefaults) {
   EXPECT_EQ(c.lxd.cert, d.lxd.cert);
   EXPECT_EQ(c.lxd.key, d.lxd.key);
   EXPECT_EQ(c.gpu.driver_root, d.gpu.driver_root);
+  EXPECT_EQ(c.dashboard.agents, d.dashboard.agents);
+  EXPECT_EQ(c.agent.listen, d.agent.listen);
+  EXPECT_EQ(c.agent.tls_cert, d.agent.tls_cert);
+  EXPECT_EQ(c.agent.tls_key, d.agent.tls_key);
+  EXPECT_EQ(c.agent.ca, d.agent.ca);
   EXPECT_EQ(d.gpu.driver_root, "/");
   EXPECT_EQ(LoadConfig(Write("[gpu]\ndriver_root = \"\"\n")).gpu.driver_root, "");
 }
@@ -134,6 +139,10 @@ INSTANTIATE_TEST_SUITE_P(
                                     "holds a password"},
                       BadConfigCase{"[gpu]\ndriver_root = \"usr\"\n",
                                     "gpu.driver_root = \"usr\" must be an absolute path"},
+                      BadConfigCase{"[agent]\nlisten = \"10.0.0.11\"\n",
+                                    ":2: agent.listen: needs a port"},
+                      BadConfigCase{"[agent]\ntls_cert = \"/etc/bmas/node.crt\"\n",
+                                    "agent.tls_key: give tls_cert and tls_key together"},
                       BadConfigCase{"[engine\n", ":1:"}));
 
 TEST_F(ConfigFileTest, TheStoreIsSqliteUnlessAPostgresUrlIsGiven) {
@@ -142,6 +151,22 @@ TEST_F(ConfigFileTest, TheStoreIsSqliteUnlessAPostgresUrlIsGiven) {
   EXPECT_EQ(c.store.url, "postgresql://bmas@db1:5432/bmas");
   c = LoadConfig(Write("[store]\nurl = \"postgresql:///bmas?host=/run/postgresql&passfile=/x\"\n"));
   EXPECT_EQ(c.store.url, "postgresql:///bmas?host=/run/postgresql&passfile=/x");
+}
+
+TEST_F(ConfigFileTest, TheAgentsListenerAndItsClientsAreRead) {
+  const Config d = LoadConfig("");
+  EXPECT_EQ(d.agent.listen, "127.0.0.1:0");
+  EXPECT_EQ(d.agent.tls_cert, "");
+  EXPECT_EQ(d.agent.ca, "/etc/bmas/ca.crt");
+  const Config c = LoadConfig(Write(
+      "[agent]\nlisten = \"10.0.0.11:9400\"\ntls_cert = \"/a.crt\"\ntls_key = \"/a.key\"\n"
+      "ca = \"/ca.crt\"\n[dashboard]\nagents = [\"https://oss01:9400\", \"127.0.0.1:9400\"]\n"));
+  EXPECT_EQ(c.agent.listen, "10.0.0.11:9400");
+  EXPECT_EQ(c.agent.tls_cert, "/a.crt");
+  EXPECT_EQ(c.agent.tls_key, "/a.key");
+  EXPECT_EQ(c.agent.ca, "/ca.crt");
+  EXPECT_EQ(c.dashboard.agents,
+            (std::vector<std::string>{"https://oss01:9400", "127.0.0.1:9400"}));
 }
 
 TEST_F(ConfigFileTest, PeersCarryTheirCertificatesFingerprint) {

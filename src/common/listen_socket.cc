@@ -119,6 +119,14 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text) {
   return std::make_pair(std::move(host), static_cast<uint16_t>(port));
 }
 
+bool IsLoopbackHost(const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  return host == "localhost" ||
+         (inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127) ||
+         (inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6));
+}
+
 std::string JoinHostPort(const std::string& host, uint16_t port) {
   return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
                                              : fmt::format("{}:{}", host, port);

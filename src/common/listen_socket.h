@@ -24,6 +24,9 @@ namespace bmas {
 // wrong with `text`.
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view text);
 
+// Whether `host` is this machine's loopback: "localhost", 127.0.0.0/8 or ::1.
+bool IsLoopbackHost(const std::string& host);
+
 // "host:port", the host bracketed when it is an IPv6 address.
 std::string JoinHostPort(const std::string& host, uint16_t port);
 

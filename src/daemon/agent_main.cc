@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <ctime>
 #include <memory>
 
@@ -13,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/agent_listen.h"
 #include "cli/idle_view.h"
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
@@ -26,6 +31,18 @@
 #include "slurm/slurm_json.h"
 
 namespace bmas {
+namespace {
+
+// A certificate or key file for the metrics listener (root reads it; the key is 0600).
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{ErrorCode::kNotFound, fmt::format("{}: {}", path, std::strerror(errno))};
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Error{ErrorCode::kUnavailable, path + ": read error"};
+  return text;
+}
+
+}  // namespace
 
 int RunAgentMain(const AgentFlags& flags, const Config& config, const std::string& state_dir,
                  std::function<Result<RestEndpoint>()> root_slurm, Services& services) {
@@ -40,7 +57,16 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
   auto local = lxd::ReadLocalLxd(state_dir);
   o.lxd_socket = local ? local->socket : lxd::SocketPath(config.lxd);
   o.reconcile_interval = std::chrono::milliseconds(static_cast<int64_t>(flags.reconcile_s * 1000));
-  o.metrics_port = static_cast<uint16_t>(flags.metrics_port);
+  // Plain HTTP on loopback, TLS with the node's certificate off it ([agent] listen).
+  auto listener = ResolveAgentListener(config.agent, flags.metrics_port, ReadWholeFile);
+  if (!listener) {
+    fmt::print(stderr, "bmas agent: {}\n", listener.error().message);
+    return 1;
+  }
+  o.metrics_host = listener->host;
+  o.metrics_port = listener->port;
+  o.metrics_cert_pem = std::move(listener->cert_pem);
+  o.metrics_key_pem = std::move(listener->key_pem);
   o.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.io_timeout_s * 1000));
   o.max_connections_per_uid = flags.max_per_uid;
   o.gpus = services.Gpus(flags.nvml_library.empty() ? config.telemetry.nvml_library

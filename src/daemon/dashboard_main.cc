@@ -130,7 +130,8 @@ class Refresher {
       s.gateway.error = "no gateway: bmas up starts one with its engines";
     }
     for (const std::string& agent : o_.agents) {
-      auto body = HttpGet(agent, "/gpus", "the agent", OperatorBearer(o_.operator_secret));
+      auto body = HttpGet(agent, "/gpus", "the agent", OperatorBearer(o_.operator_secret),
+                          std::chrono::seconds(2), o_.ca_file);
       auto t = body ? dashboard::ParseAgentGpus(*body, agent)
                     : Result<dashboard::NodeTelemetry>(body.error());
       if (t) {

@@ -25,7 +25,10 @@ struct DashboardOptions {
   // Polls Slurm; empty when there is none to watch.
   std::function<Result<SlurmSnapshot>()> poll_slurm;
   std::string gateway;              // "host:port" of the gateway's operator listener; "" = none
-  std::vector<std::string> agents;  // "host:port" of each agent's metrics listener
+  // Each agent's metrics listener: a loopback "host:port", or "https://NODE:PORT", whose
+  // certificate must chain to `ca_file` and name NODE (slurm/rest_client.h, HttpGet).
+  std::vector<std::string> agents;
+  std::string ca_file;
   // Sent to the gateway's and the agents' operator listeners (daemon/secret.h). A secret.
   std::string operator_secret;
   int64_t session_s = 8 * 3600;

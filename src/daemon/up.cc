@@ -439,7 +439,8 @@ class UpRun {
                    !c.metrics_url.empty()) {
           values.push_back(HostPort(c.metrics_url));
         } else if (link.to == UpLinkTo::kAgent && kind == UpPartKind::kAgent) {
-          values.push_back(HostPort(c.url));
+          // An agent off loopback serves TLS: the dashboard needs its https:// URL.
+          values.push_back(c.url.starts_with("https://") ? c.url : HostPort(c.url));
         }
       }
       if (link.to == UpLinkTo::kSlurmRest) {

@@ -1,10 +1,9 @@
 #include "slurm/rest_client.h"
 
-#include <arpa/inet.h>
-
 #include <fmt/format.h>
 
 #include <csignal>
+#include <optional>
 
 #include "common/https_transport.h"
 #include "common/listen_socket.h"
@@ -23,14 +22,7 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   const uint16_t port = split->second;
   // bmas speaks plain HTTP to slurmrestd, and every request carries a Slurm JWT (root's mints
   // tokens for any user): it must not cross a network in clear text.
-  const std::string& literal = host;
-  in_addr v4{};
-  in6_addr v6{};
-  const bool loopback =
-      host == "localhost" ||
-      (inet_pton(AF_INET, literal.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127) ||
-      (inet_pton(AF_INET6, literal.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6));
-  if (!loopback) {
+  if (!IsLoopbackHost(host)) {
     return Error{ErrorCode::kPermissionDenied,
                  fmt::format("slurmrestd address \"{}\" is not on this machine: bmas reaches "
                              "slurmrestd over plain HTTP, so the Slurm token in each request "
@@ -47,22 +39,45 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address) {
   return e;
 }
 
-Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string& ca_file) {
+namespace {
+
+// "https://HOST:PORT" (a trailing "/" allowed) as HOST and PORT; nullopt when it is not one.
+std::optional<std::pair<std::string, uint16_t>> HttpsHostPort(std::string_view address) {
   constexpr std::string_view kHttps = "https://";
+  if (!address.starts_with(kHttps)) return std::nullopt;
+  std::string_view rest = address.substr(kHttps.size());
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  auto split = SplitHostPort(rest);
+  if (rest.find('/') != std::string_view::npos || !split || split->first.empty() ||
+      split->second == 0) {
+    return std::nullopt;
+  }
+  return *split;
+}
+
+RestEndpoint TlsEndpoint(std::pair<std::string, uint16_t> host_port, const std::string& ca_file) {
+  RestEndpoint e;
+  e.host = std::move(host_port.first);
+  e.port = host_port.second;
+  e.tls = true;
+  e.ca_file = ca_file;
+  return e;
+}
+
+}  // namespace
+
+Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string& ca_file) {
   const size_t scheme = address.find("://");
   if (scheme == std::string_view::npos) return ParseRestAddress(address);
-  if (!address.starts_with(kHttps)) {
+  if (!address.starts_with("https://")) {
     return InvalidArgument(
         fmt::format("slurmrestd \"{}\": give \"https://HOST:PORT\" (through `bmas slurm "
                     "tls-front`) or a loopback \"host:port\"",
                     address),
         "address");
   }
-  std::string_view rest = address.substr(kHttps.size());
-  if (rest.ends_with('/')) rest.remove_suffix(1);
-  auto split = SplitHostPort(rest);
-  if (rest.find('/') != std::string_view::npos || !split || split->first.empty() ||
-      split->second == 0) {
+  auto split = HttpsHostPort(address);
+  if (!split) {
     return InvalidArgument(
         fmt::format("slurmrestd \"{}\" is not https://HOST:PORT (e.g. https://mgs1:6821)",
                     address),
@@ -75,11 +90,47 @@ Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string
                     address),
         "slurmrestd_ca");
   }
+  return TlsEndpoint(std::move(*split), ca_file);
+}
+
+Result<RestEndpoint> ParseOperatorAddress(std::string_view address, const std::string& ca_file) {
+  if (address.find("://") != std::string_view::npos) {
+    auto split = HttpsHostPort(address);
+    if (!split) {
+      return InvalidArgument(
+          fmt::format("\"{}\" is not https://HOST:PORT (e.g. https://oss01:9400) or a loopback "
+                      "host:port",
+                      address),
+          "address");
+    }
+    if (ca_file.empty()) {
+      return InvalidArgument(
+          fmt::format("\"{}\" needs a CA to check its certificate with: set [agent] ca (the "
+                      "cluster CA, /etc/bmas/ca.crt on a joined node)",
+                      address),
+          "ca");
+    }
+    return TlsEndpoint(std::move(*split), ca_file);
+  }
+  auto split = SplitHostPort(address);
+  if (!split || split->second == 0) {
+    return InvalidArgument(
+        fmt::format("\"{}\" is not host:port (e.g. 127.0.0.1:9400) or https://HOST:PORT",
+                    address),
+        "address");
+  }
+  if (!IsLoopbackHost(split->first)) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("\"{}\" is not on this machine, and plain HTTP would carry the "
+                             "operator secret across the network in clear text: give "
+                             "\"https://{}\" (the listener's certificate is checked against "
+                             "[agent] ca, the cluster CA)",
+                             address, JoinHostPort(split->first, split->second)),
+                 "address"};
+  }
   RestEndpoint e;
   e.host = split->first;
   e.port = split->second;
-  e.tls = true;
-  e.ca_file = ca_file;
   return e;
 }
 
@@ -226,10 +277,13 @@ Result<std::vector<NodeInfo>> SlurmRestClient::Nodes() {
 
 Result<std::string> HttpGet(const std::string& address, const std::string& target,
                             const std::string& peer, const std::string& authorization,
-                            std::chrono::milliseconds timeout) {
-  auto endpoint = ParseRestAddress(address);
+                            std::chrono::milliseconds timeout, const std::string& ca_file) {
+  auto endpoint = ParseOperatorAddress(address, ca_file);
   if (!endpoint) return endpoint.error();
-  auto transport = NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, peer);
+  auto transport =
+      endpoint->tls
+          ? NewHttpsTransport(endpoint->host, endpoint->port, ca_file, timeout, peer)
+          : NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, peer);
   ClientRequest request{"GET", target, {}, {}};
   if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
   auto r = transport->RoundTrip(request);

@@ -44,12 +44,21 @@ Result<RestEndpoint> ParseRestAddress(std::string_view address);
 // InvalidArgument for another scheme, a URL with a path, or https without a CA file.
 Result<RestEndpoint> ParseSlurmRestd(std::string_view address, const std::string& ca_file);
 
-// GET `target` from a plain HTTP server at "host:port" (a bmas daemon's operator listener),
-// sending `authorization` (e.g. "Bearer <operator secret>") when not empty; the body of a 200.
+// An operator listener's address (an agent's, the gateway's): "https://HOST:PORT", whose
+// certificate must chain to the CA in `ca_file` and name HOST, or a plain "host:port" on this
+// machine's loopback. PermissionDenied for plain HTTP off loopback (the operator secret would
+// cross the network in clear text); InvalidArgument for a malformed address, or https without a
+// CA file. Each names the fix.
+Result<RestEndpoint> ParseOperatorAddress(std::string_view address, const std::string& ca_file);
+
+// GET `target` from an operator listener at `address` (ParseOperatorAddress's forms), sending
+// `authorization` (e.g. "Bearer <operator secret>") when not empty; the body of a 200.
+// Over https the server's certificate is checked before anything is sent (kPermissionDenied).
 // kUnavailable naming `peer` otherwise.
 Result<std::string> HttpGet(const std::string& address, const std::string& target,
                             const std::string& peer, const std::string& authorization = {},
-                            std::chrono::milliseconds timeout = std::chrono::seconds(2));
+                            std::chrono::milliseconds timeout = std::chrono::seconds(2),
+                            const std::string& ca_file = {});
 
 // Slurm as bmas drives it: the seam between bmas's commands and services and slurmrestd, so
 // that they can be run against a fake (slurm/fake_slurm_api.h). SlurmRestClient is the real

@@ -287,6 +287,50 @@ TEST(ParseSlurmRestdTest, OtherFormsAreRefusedWithTheExpectedOne) {
       << no_ca.error().message;
 }
 
+// Issue 25: the dashboard reads agents on other nodes over TLS only; the operator secret never
+// crosses the network in clear text.
+TEST(ParseOperatorAddressTest, HttpsAnywhereWithTheCaPlainOnlyOnLoopback) {
+  auto a = ParseOperatorAddress("https://oss01:9400", "/etc/bmas/ca.crt");
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_TRUE(a->tls);
+  EXPECT_EQ(a->host, "oss01");
+  EXPECT_EQ(a->port, 9400);
+  EXPECT_EQ(a->ca_file, "/etc/bmas/ca.crt");
+  for (const char* plain : {"127.0.0.1:9400", "localhost:9400", "[::1]:9400"}) {
+    auto p = ParseOperatorAddress(plain, "/etc/bmas/ca.crt");
+    ASSERT_TRUE(p) << plain << ": " << p.error().message;
+    EXPECT_FALSE(p->tls) << plain;
+  }
+  for (const char* remote : {"oss01:9400", "10.0.0.11:9400", "http://oss01:9400"}) {
+    auto r = ParseOperatorAddress(remote, "/etc/bmas/ca.crt");
+    ASSERT_FALSE(r) << remote;
+    EXPECT_NE(r.error().message.find("https://"), std::string::npos) << r.error().message;
+  }
+  auto r = ParseOperatorAddress("oss01:9400", "/etc/bmas/ca.crt");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(r.error().message.find("operator secret across the network in clear text"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("\"https://oss01:9400\""), std::string::npos)
+      << r.error().message;
+  auto no_ca = ParseOperatorAddress("https://oss01:9400", "");
+  ASSERT_FALSE(no_ca);
+  EXPECT_NE(no_ca.error().message.find("[agent] ca"), std::string::npos) << no_ca.error().message;
+  for (const char* bad : {"https://oss01", "https://oss01:9400/gpus", "oss01", "h:0"}) {
+    auto b = ParseOperatorAddress(bad, "/ca.crt");
+    ASSERT_FALSE(b) << bad;
+    EXPECT_EQ(b.error().code, ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+// HttpGet refuses a plain remote address before it dials anything.
+TEST(ParseOperatorAddressTest, HttpGetRefusesPlainHttpOffLoopback) {
+  auto r = HttpGet("10.0.0.11:9400", "/gpus", "the agent", "Bearer x");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+}
+
 // ---- The real TCP transport, against a one-shot server on loopback ----
 
 // Accepts one connection, keeps the request, answers `response` verbatim.

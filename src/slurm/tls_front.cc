@@ -68,7 +68,7 @@ struct TlsFront::Impl {
       if (stopping || ec == net::error::operation_aborted) co_return;
       if (ec) {
         // EMFILE, ENFILE, ECONNABORTED...: wait a little and go on serving.
-        spdlog::warn("bmas slurm tls-front: accept: {}", ec.message());
+        spdlog::warn("{}: accept: {}", o.name, ec.message());
         net::steady_timer pause(io, std::chrono::milliseconds(100));
         co_await pause.async_wait(net::redirect_error(use_awaitable, ec));
         continue;
@@ -83,7 +83,7 @@ struct TlsFront::Impl {
       ++open;
       ++per_peer[peer];
       net::co_spawn(io, Serve(std::move(socket), peer), [this, peer](std::exception_ptr e) {
-        LogIfFailed("bmas slurm tls-front: a connection", e);
+        LogIfFailed((o.name + ": a connection").c_str(), e);
         --open;
         if (--per_peer[peer] == 0) per_peer.erase(peer);
       });
@@ -131,14 +131,14 @@ struct TlsFront::Impl {
 
     auto relayed = co_await Relay(std::move(in));
     if (!relayed.second.empty()) {
-      spdlog::warn("bmas slurm tls-front: {} {} {} from {}: {}", method, path, 502, peer,
-                   relayed.second);
+      spdlog::warn("{}: {} {} {} from {}: {}", o.name, method, path, 502, peer, relayed.second);
       co_await Answer(stream, http::status::bad_gateway,
-                      "slurmrestd behind bmas's TLS front did not answer: " + relayed.second);
+                      fmt::format("{} behind bmas's TLS front did not answer: {}",
+                                  o.backend_name, relayed.second));
       co_return;
     }
     http::response<http::string_body>& res = relayed.first;
-    spdlog::info("bmas slurm tls-front: {} {} {} {} B from {}", method, path, res.result_int(),
+    spdlog::info("{}: {} {} {} {} B from {}", o.name, method, path, res.result_int(),
                  res.body().size(), peer);
     beast::get_lowest_layer(stream).expires_after(o.backend_timeout);
     co_await http::async_write(stream, res, net::redirect_error(use_awaitable, ec));
@@ -266,7 +266,9 @@ size_t TlsFront::refused() const { return impl_->refused.load(); }
 
 void TlsFront::Run() {
   net::co_spawn(impl_->io, impl_->Accept(),
-                [](std::exception_ptr e) { LogIfFailed("bmas slurm tls-front: accept", e); });
+                [impl = impl_.get()](std::exception_ptr e) {
+                  LogIfFailed((impl->o.name + ": accept").c_str(), e);
+                });
   impl_->io.run();
 }
 

@@ -28,6 +28,10 @@ struct TlsFrontOptions {
   uint16_t backend_port = 6820;
   std::string cert_pem;  // the certificate clients check (the controller's, from the cluster CA)
   std::string key_pem;   // its key
+  // Who logs ("bmas slurm tls-front: GET /x 200 ...") and who the backend is, in the log and a
+  // 502's message: the same front serves an agent's metrics listener (agent/agent.h).
+  std::string name = "bmas slurm tls-front";
+  std::string backend_name = "slurmrestd";
   size_t max_connections = 256;
   size_t max_connections_per_address = 32;
   size_t max_header_bytes = 16 << 10;
