@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <regex>
 
 #include <fmt/format.h>
@@ -20,6 +22,7 @@
 #include <rapidjson/writer.h>
 
 #include "agent/agent.h"
+#include "cluster/cluster_ca.h"
 #include "common/json_object.h"
 #include "common/process.h"
 #include "daemon/services.h"
@@ -28,6 +31,7 @@
 #include "lxd/interactive_exec.h"
 #include "lxd/local_lxd.h"
 #include "lxd/lxd_tls.h"
+#include "lxd/peer_trust.h"
 #include "lxd/workspace.h"
 #include "store/store.h"
 
@@ -53,6 +57,47 @@ LxdContext Context(GlobalOptions& global) {
 }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Makes this joined node's LXD trust exactly the peer node certificates in <node_dir>/lxd-peers/
+// that the cluster CA (<node_dir>/ca.crt) issued for the host each file is named after. Returns
+// what it did, for the admin.
+Result<std::string> SyncPeerTrust(GlobalOptions& global, const LxdContext& c) {
+  const LxdSettings& s = c.config.lxd;
+  if (!lxd::HasJoined(s)) {
+    return Error{ErrorCode::kNotFound,
+                 fmt::format("this node has not joined a cluster: there is no {} ([lxd] "
+                             "node_dir); run `bmas node join TOKEN` first",
+                             lxd::NodeCertPath(s)),
+                 {}};
+  }
+  const std::string ca_pem = ReadWhole(lxd::NodeCaPath(s));
+  if (ca_pem.empty()) {
+    return Error{ErrorCode::kNotFound,
+                 fmt::format("cannot read the cluster CA {}: `bmas node join` leaves it there; "
+                             "join again",
+                             lxd::NodeCaPath(s)),
+                 {}};
+  }
+  auto peers = lxd::ReadNodeCertificates(lxd::PeerCertsDir(s));
+  if (!peers) return peers.error();
+  auto client = global.services->Lxd(c.socket, std::chrono::seconds(30));
+  auto trusted = client->TrustedCertificates();
+  if (!trusted) return trusted.error();
+  const auto now = static_cast<int64_t>(global.services->env().UnixNow());
+  const lxd::PeerTrustPlan plan = lxd::PlanPeerTrust(
+      *trusted, *peers, ReadWhole(lxd::NodeCertPath(s)), [&](const lxd::NodeCertificate& p) {
+        return cluster::VerifyPeerCertificate(ca_pem, p.pem, now, p.host);
+      });
+  if (auto applied = lxd::ApplyPeerTrust(*client, plan); !applied) return applied.error();
+  return lxd::DescribePeerTrust(plan);
+}
 
 // `defaults` (the config's [workspace]), overridden by what the store holds for the user.
 WorkspaceSettings Merge(WorkspaceSettings defaults, const WorkspaceLimits& stored) {
@@ -157,6 +202,11 @@ void LxdCommands::Register(CLI::App& app, GlobalOptions& global) {
             "/etc/subuid and /etc/subgid, create the storage pool and the bmas profile "
             "(idempotent; needs root)");
   up->callback([this, &global] { global.exit_code = RunUp(global); });
+  CLI::App* trust = lxd->add_subcommand(
+      "trust", "Make this node's LXD trust exactly its peers' node certificates, those in "
+               "<node_dir>/lxd-peers/HOST.crt that the cluster CA issued for HOST: adds new "
+               "ones, removes those of nodes that left (needs root; `bmas lxd up` does it too)");
+  trust->callback([this, &global] { global.exit_code = RunTrust(global); });
   CLI::App* down = lxd->add_subcommand(
       "down", "Stop what `bmas lxd up` started (its LXD's running containers first)");
   down->callback([this, &global] { global.exit_code = RunDown(global); });
@@ -240,12 +290,26 @@ int LxdCommands::RunUp(GlobalOptions& global) {
                                        : ", disk limits NOT enforced");
   if (!l->pool_note.empty()) fmt::print("  {}\n", l->pool_note);
   if (!l->peer_note.empty()) fmt::print("  {}\n", l->peer_note);
+  if (!c.config.lxd.listen.empty() && lxd::HasJoined(c.config.lxd)) {
+    auto synced = SyncPeerTrust(global, c);
+    if (!synced) return ReportFailure("lxd up", synced.error());
+    fmt::print("  peer trust: {}\n", *synced);
+  }
   fmt::print("  profile {}\n", lxd::kProfileName);
   for (const auto& d : l->started) {
     fmt::print("  started {} (pid {}), log {}\n", d.name, d.pid, d.log);
   }
   if (l->started.empty()) fmt::print("  started nothing: lxcfs and lxd were already running\n");
   fmt::print("  stop what it started with: bmas lxd down\n");
+  return 0;
+}
+
+int LxdCommands::RunTrust(GlobalOptions& global) {
+  global.SetUpLogging();
+  LxdContext c = Context(global);
+  auto synced = SyncPeerTrust(global, c);
+  if (!synced) return ReportFailure("lxd trust", synced.error());
+  fmt::print("bmas lxd: this node's LXD {}\n", *synced);
   return 0;
 }
 

@@ -32,6 +32,7 @@ class LxdCommands {
  private:
   int RunUp(GlobalOptions& global);
   int RunDown(GlobalOptions& global);
+  int RunTrust(GlobalOptions& global);
   int RunStatus(GlobalOptions& global);
   int RunImageBuild(GlobalOptions& global);
   int RunImageList(GlobalOptions& global);

@@ -19,6 +19,7 @@
 #include "lxd/gpu_binding.h"
 #include "lxd/job_cgroup.h"
 #include "lxd/job_copy.h"
+#include "lxd/peer_trust.h"
 #include "lxd/local_lxd.h"
 #include "lxd/workspace.h"
 #include "slurm/gres_slots.h"
@@ -149,8 +150,9 @@ int RunSlurmHook(GlobalOptions& global, const std::string& phase) {
         *account, "", *limits, local_lxd ? local_lxd->pool_driver : "");
     auto container = lxd::EnsureJobContainer(
         client, spec, job, config.lxd.peers,
-        [&](const LxdPeer& peer) {
-          return lxd::OpenPeer(peer.url, config.lxd.cert, config.lxd.key, peer.fingerprint);
+        [&, id = lxd::ChoosePeerIdentity(config.lxd, lxd::HasJoined(config.lxd))](
+            const LxdPeer& peer) {
+          return lxd::OpenPeer(peer.url, id.cert, id.key, peer.fingerprint);
         },
         [&]() -> Result<void> { return lxd::MapUserIds(*account); });
     if (!container) {

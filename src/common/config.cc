@@ -160,6 +160,12 @@ Config LoadConfig(const std::string& path) {
     l.peers = ReadPeers(*t);
     l.cert = t->String("cert", l.cert);
     l.key = t->String("key", l.key);
+    if (l.cert.empty() != l.key.empty()) {
+      throw ConfigError(fmt::format("{}: lxd.cert and lxd.key go together: set both (a shared "
+                                    "client certificate) or neither (each node's own)",
+                                    path));
+    }
+    l.node_dir = t->String("node_dir", l.node_dir);
     t->RejectUnknownKeys();
   }
   if (auto t = top.Table("workspace")) {

@@ -137,13 +137,16 @@ struct LxdSettings {
   int users = 300;  // id ranges in /etc/subuid and /etc/subgid are sized for this many
   // Across nodes (a real cluster): `listen` is this LXD's core.https_address ("" = none); the
   // peers are the other nodes' LXDs ("https://node02:8443"), where a job's prolog looks for a
-  // workspace this node lacks and copies it from. `cert`/`key`: the client certificate bmas
-  // uses with them, the same file on every node, which `bmas lxd up` makes when absent and
-  // has its LXD trust.
+  // workspace this node lacks and copies it from. The client certificate bmas shows them
+  // (lxd/peer_trust.h, ChoosePeerIdentity): `cert`/`key` when set (the old way: one file shared
+  // by every node, which `bmas lxd up` makes when absent and has its LXD trust); else, on a node
+  // that joined, its own <node_dir>/node.crt and node.key; else /etc/bmas/lxd-peer.crt/.key.
+  // A joined node's LXD trusts exactly the node certificates in <node_dir>/lxd-peers/.
   std::string listen;
   std::vector<LxdPeer> peers;
-  std::string cert = "/etc/bmas/lxd-peer.crt";
-  std::string key = "/etc/bmas/lxd-peer.key";
+  std::string cert;
+  std::string key;
+  std::string node_dir = "/etc/bmas";  // what `bmas node join` left: ca.crt, node.crt, node.key
 };
 
 // Limits of a new workspace; 0 or "" = none.

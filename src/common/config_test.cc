@@ -131,6 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
                                     "fingerprint = \"ab\" }]\n",
                                     "lxd.peers[0].fingerprint: \"ab\" is not a SHA-256"},
                       BadConfigCase{"[lxd]\nlisten = \"10.0.0.1\"\n", "needs a port"},
+                      BadConfigCase{"[lxd]\ncert = \"/etc/bmas/lxd-peer.crt\"\n",
+                                    "lxd.cert and lxd.key go together"},
                       BadConfigCase{"[store]\nurl = \"/var/lib/bmas/x.db\"\n",
                                     ":2: store.url: give a PostgreSQL URL"},
                       BadConfigCase{"[store]\nurl = \"postgresql://bmas:pw@db1/bmas\"\n",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lxd/lxd_api.h"
+#include "lxd/lxd_tls.h"
 
 namespace bmas::lxd {
 
@@ -136,6 +137,30 @@ class FakeLxdApi final : public LxdApi {
     if (down) return Down();
     return pools;
   }
+  Result<std::vector<TrustedCertificate>> TrustedCertificates() override {
+    if (down) return Down();
+    return trust;
+  }
+  Result<void> TrustCertificate(const std::string& name, const std::string& pem,
+                                const std::vector<std::string>& projects = {}) override {
+    if (down) return Down();
+    auto fingerprint = CertificateFingerprint(pem);
+    if (!fingerprint) return fingerprint.error();
+    for (const TrustedCertificate& t : trust) {
+      if (t.fingerprint == *fingerprint) {
+        return Error{ErrorCode::kAlreadyExists, "fake: certificate already in trust store"};
+      }
+    }
+    trust.push_back(TrustedCertificate{name, *fingerprint, !projects.empty(), projects});
+    return {};
+  }
+  Result<void> RemoveTrustedCertificate(const std::string& fingerprint) override {
+    if (down) return Down();
+    const auto n = std::erase_if(
+        trust, [&](const TrustedCertificate& t) { return t.fingerprint == fingerprint; });
+    if (n == 0) return Error{ErrorCode::kNotFound, "fake: no certificate " + fingerprint};
+    return {};
+  }
   // Websocket commands need LXD's sockets: the fake has none.
   Result<WebsocketExec> StartInteractiveExec(const std::string&, const ExecSpec&, int,
                                              int) override {
@@ -150,6 +175,7 @@ class FakeLxdApi final : public LxdApi {
   std::vector<Image> images;
   ServerInfo server;
   std::vector<StoragePool> pools;
+  std::vector<TrustedCertificate> trust;
   int64_t init_pid = 1;
   ExecResult exec_result{0, "", ""};
   std::vector<ExecSpec> execs;

@@ -73,7 +73,20 @@ Result<Peer> OpenPeer(const std::string& url, const std::string& cert, const std
   peer.certificate = *presented;
   peer.client = std::make_unique<LxdClient>(
       NewHttpsLxdTransport(HttpsEndpoint{url, cert, key, peer.certificate}, timeout), timeout);
-  if (auto server = peer.client->Server(); !server) return server.error();
+  auto server = peer.client->Server();
+  if (!server) return server.error();
+  if (server->auth != "trusted") {
+    auto mine = CertificateFingerprint(internal::ReadText(cert));
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("the LXD at {} does not trust this node's client certificate {} "
+                             "(fingerprint {}): on that node, put this node's certificate in "
+                             "<node_dir>/lxd-peers/HOST.crt and run `bmas lxd trust` (a node "
+                             "that left, or a certificate the cluster CA did not issue, stays "
+                             "out; a certificate shared by every node is trusted by `bmas lxd "
+                             "up` there with the same [lxd] cert)",
+                             url, cert, mine ? *mine : std::string("unreadable")),
+                 {}};
+  }
   return peer;
 }
 

@@ -24,6 +24,7 @@
 #include "lxd/lxd_client.h"
 #include "lxd/lxd_internal.h"
 #include "lxd/lxd_tls.h"
+#include "lxd/peer_trust.h"
 
 namespace bmas::lxd {
 namespace {
@@ -271,31 +272,42 @@ bool LxcfsServes() {
 
 namespace {
 
-// With `listen` set: LXD answers other nodes there (core.https_address) and trusts bmas's client
-// certificate, which is made when absent. `note` says what was done.
+// With `listen` set: LXD answers other nodes there (core.https_address). A node that shows its
+// peers a certificate shared by every node also trusts that one certificate, made when absent;
+// a node with its own certificate trusts its peers' (SyncPeerTrust, after the start). `note`
+// says what was done.
 Result<void> PreparePeers(LxdClient& client, const LxdSettings& settings, std::string* note) {
   if (settings.listen.empty()) return {};
-  auto made = EnsureClientCertificate(settings.cert, settings.key, "bmas");
-  if (!made) return made.error();
-  const std::string pem = ReadText(settings.cert);
-  auto fingerprint = CertificateFingerprint(pem);
-  if (!fingerprint) return fingerprint.error();
   auto server = client.Server();
   if (!server) return server.error();
   if (server->config["core.https_address"] != settings.listen) {
     if (auto r = client.SetServerConfig({{"core.https_address", settings.listen}}); !r) return r;
   }
+  const PeerIdentity id = ChoosePeerIdentity(settings, HasJoined(settings));
+  if (id.own) {
+    *note = fmt::format("peers: LXD listens on {}; peers reach it with their own node "
+                        "certificates, those in {}",
+                        settings.listen, PeerCertsDir(settings));
+    return {};
+  }
+  auto made = EnsureClientCertificate(id.cert, id.key, "bmas");
+  if (!made) return made.error();
+  const std::string pem = ReadText(id.cert);
+  auto fingerprint = CertificateFingerprint(pem);
+  if (!fingerprint) return fingerprint.error();
   auto trusted = client.TrustedCertificates();
   if (!trusted) return trusted.error();
-  if (std::find(trusted->begin(), trusted->end(), *fingerprint) == trusted->end()) {
-    if (auto r = client.TrustCertificate("bmas-peers", pem); !r) return r;
+  if (std::none_of(trusted->begin(), trusted->end(),
+                   [&](const TrustedCertificate& t) { return t.fingerprint == *fingerprint; })) {
+    if (auto r = client.TrustCertificate(kSharedTrustName, pem); !r) return r;
   }
-  *note = fmt::format("peers: LXD listens on {} and trusts {} ({})", settings.listen,
-                      settings.cert, fingerprint->substr(0, 12));
+  *note = fmt::format("peers: LXD listens on {} and trusts {} ({})", settings.listen, id.cert,
+                      fingerprint->substr(0, 12));
   if (*made) {
     *note += fmt::format("; made it now: copy it and {} to every node before their `bmas lxd up`",
-                         settings.key);
+                         id.key);
   }
+  *note += ". Note: " + id.note;
   return {};
 }
 

@@ -49,6 +49,14 @@ class LxdApi {
   virtual Result<std::string> ImportImage(std::string tarball, const std::string& alias) = 0;
   virtual Result<ServerInfo> Server() = 0;
   virtual Result<std::vector<StoragePool>> StoragePools() = 0;
+  // The client certificates LXD trusts over HTTPS.
+  virtual Result<std::vector<TrustedCertificate>> TrustedCertificates() = 0;
+  // Trusts a client certificate (PEM) under `name`; with `projects`, restricted to them (such a
+  // client cannot change the server's config or its trust store, nor see other projects).
+  virtual Result<void> TrustCertificate(const std::string& name, const std::string& pem,
+                                        const std::vector<std::string>& projects = {}) = 0;
+  // Stops trusting the certificate with that SHA-256 `fingerprint` (kNotFound when absent).
+  virtual Result<void> RemoveTrustedCertificate(const std::string& fingerprint) = 0;
   // Commands wired to websockets (lxd/interactive_exec.h): on a pty, or on pipes.
   virtual Result<WebsocketExec> StartInteractiveExec(const std::string& name, const ExecSpec& spec,
                                                      int width, int height) = 0;

@@ -46,10 +46,10 @@ class LxdClient final : public LxdApi {
   Result<ServerInfo> Server() override;
   // Sets server config keys (PATCH /1.0), "core.https_address" for one.
   Result<void> SetServerConfig(const StringMap& config);
-  // The SHA-256 fingerprints of the client certificates LXD trusts.
-  Result<std::vector<std::string>> TrustedCertificates();
-  // Trusts a client certificate (PEM) under `name`.
-  Result<void> TrustCertificate(const std::string& name, const std::string& pem);
+  Result<std::vector<TrustedCertificate>> TrustedCertificates() override;
+  Result<void> TrustCertificate(const std::string& name, const std::string& pem,
+                                const std::vector<std::string>& projects = {}) override;
+  Result<void> RemoveTrustedCertificate(const std::string& fingerprint) override;
 
   Result<std::vector<Instance>> Instances() override;
   Result<Instance> GetInstance(const std::string& name) override;

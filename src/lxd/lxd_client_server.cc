@@ -60,6 +60,7 @@ Result<ServerInfo> LxdClient::Server() {
   ServerInfo info;
   if (const Value* m = JsonMember(*doc, "metadata")) {
     info.config = Strings(*m, "config");
+    info.auth = JsonString(*m, "auth");
     if (const Value* env = JsonMember(*m, "environment")) {
       info.certificate = JsonString(*env, "certificate");
       info.version = JsonString(*env, "server_version");
@@ -87,21 +88,33 @@ Result<void> LxdClient::SetServerConfig(const StringMap& config) {
   return {};
 }
 
-Result<std::vector<std::string>> LxdClient::TrustedCertificates() {
+Result<std::vector<TrustedCertificate>> LxdClient::TrustedCertificates() {
   const std::string what = "list the certificates LXD trusts";
   auto r = Call(ClientRequest{"GET", "/1.0/certificates?recursion=1", {}, {}}, what);
   if (!r) return r.error();
   auto doc = Parse(r->body, what);
   if (!doc) return doc.error();
-  std::vector<std::string> out;
+  std::vector<TrustedCertificate> out;
   const Value* m = JsonMember(*doc, "metadata");
   if (m != nullptr && m->IsArray()) {
-    for (const Value& c : m->GetArray()) out.push_back(JsonString(c, "fingerprint"));
+    for (const Value& c : m->GetArray()) {
+      TrustedCertificate t{JsonString(c, "name"), JsonString(c, "fingerprint"), false, {}};
+      if (const Value* r = JsonMember(c, "restricted"); r != nullptr && r->IsBool()) {
+        t.restricted = r->GetBool();
+      }
+      if (const Value* p = JsonMember(c, "projects"); p != nullptr && p->IsArray()) {
+        for (const Value& project : p->GetArray()) {
+          if (project.IsString()) t.projects.emplace_back(project.GetString());
+        }
+      }
+      out.push_back(std::move(t));
+    }
   }
   return out;
 }
 
-Result<void> LxdClient::TrustCertificate(const std::string& name, const std::string& pem) {
+Result<void> LxdClient::TrustCertificate(const std::string& name, const std::string& pem,
+                                         const std::vector<std::string>& projects) {
   // LXD takes the certificate as base64 DER: the PEM's body without its armour lines.
   std::string der64;
   std::istringstream lines(pem);
@@ -116,9 +129,23 @@ Result<void> LxdClient::TrustCertificate(const std::string& name, const std::str
   WriteString(w, name);
   w.Key("certificate");
   WriteString(w, der64);
+  if (!projects.empty()) {
+    Member(w, "restricted", true);
+    w.Key("projects");
+    w.StartArray();
+    for (const std::string& p : projects) WriteString(w, p);
+    w.EndArray();
+  }
   w.EndObject();
   auto r = CallAndWait(ClientRequest{"POST", "/1.0/certificates", {}, buf.GetString()},
                        fmt::format("trust certificate {}", name));
+  if (!r) return r.error();
+  return {};
+}
+
+Result<void> LxdClient::RemoveTrustedCertificate(const std::string& fingerprint) {
+  auto r = Call(ClientRequest{"DELETE", "/1.0/certificates/" + Segment(fingerprint), {}, {}},
+                fmt::format("stop trusting certificate {}", fingerprint.substr(0, 12)));
   if (!r) return r.error();
   return {};
 }

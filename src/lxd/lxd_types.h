@@ -22,6 +22,15 @@ struct ServerInfo {
   std::vector<std::string> storage_drivers;  // supported here, "btrfs", "dir", ...
   std::string certificate;  // the server's own TLS certificate (PEM)
   StringMap config;         // server config, "core.https_address", ...
+  std::string auth;         // "trusted", or "untrusted" for a client it does not trust
+};
+
+// A client certificate in LXD's trust store.
+struct TrustedCertificate {
+  std::string name;
+  std::string fingerprint;            // SHA-256 of its DER, lowercase hex
+  bool restricted = false;            // limited to `projects`
+  std::vector<std::string> projects;
 };
 
 // An instance's status as LXD names it ("Running", "Stopped", "Frozen", "Error"), typed; read

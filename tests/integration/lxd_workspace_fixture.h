@@ -88,6 +88,36 @@ class LxdWorkspaceTest : public ::testing::Test {
     return r ? *r : CommandOutput{};
   }
 
+  // Root's `bmas --config CONFIG --state-dir STATE ARGS...` with `env`: a second node's bmas.
+  static CommandOutput BmasAt(const std::string& config, const std::string& state,
+                              std::vector<std::string> args, std::vector<std::string> env = {}) {
+    args.insert(args.begin(),
+                {std::getenv("BMAS_BINARY"), "--config", config, "--state-dir", state});
+    auto r = RunCommand(args, env, std::chrono::seconds(120));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
+  }
+
+  // A second node on this host: its own config and state dir (its own LXD); `Up` runs `bmas lxd
+  // up` there, and the LXD it started is stopped when this goes out of scope.
+  struct SecondNode {
+    std::string config, state;
+    bool up = false;
+    CommandOutput Run(std::vector<std::string> args, std::vector<std::string> env = {}) const {
+      return BmasAt(config, state, std::move(args), std::move(env));
+    }
+    CommandOutput Up() {
+      CommandOutput r = Run({"lxd", "up"});
+      up = r.exit_code == 0;
+      return r;
+    }
+    ~SecondNode() {
+      if (up) {
+        EXPECT_EQ(Run({"lxd", "down"}).exit_code, 0);
+      }
+    }
+  };
+
   // Root's bmas with `input` piped to its stdin (sh's pipeline ends with bmas's exit code).
   CommandOutput BmasWithInput(const std::string& input, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {"sh", "-c", R"(printf %s "$0" | "$@")", input,

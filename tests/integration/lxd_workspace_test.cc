@@ -429,19 +429,12 @@ TEST_F(LxdWorkspaceTest, AJobOnAnotherNodeRunsInACopyPulledFromThePeerThatHoldsT
         dir_, port, fingerprint, peer_keys);
   };
   write_config_b(fingerprint_a);
+  SecondNode node_b{config_b, state_b};
   auto on_b = [&](std::vector<std::string> args, std::vector<std::string> env = {}) {
-    args.insert(args.begin(), {std::getenv("BMAS_BINARY"), "--config", config_b, "--state-dir",
-                               state_b});
-    auto r = RunCommand(args, env, std::chrono::seconds(120));
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? *r : CommandOutput{};
+    return node_b.Run(std::move(args), std::move(env));
   };
-  CommandOutput up_b = on_b({"lxd", "up"});
+  CommandOutput up_b = node_b.Up();
   ASSERT_EQ(up_b.exit_code, 0) << up_b.out << up_b.err;
-  struct DownB {
-    std::function<void()> down;
-    ~DownB() { down(); }
-  } down_b{[&] { EXPECT_EQ(on_b({"lxd", "down"}).exit_code, 0); }};
   auto hook = [&](const std::string& phase, int job) {
     return on_b({"slurm", "hook", phase},
                 {fmt::format("SLURM_JOB_ID={}", job), "SLURM_JOB_USER=bmastest1",
