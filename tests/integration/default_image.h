@@ -2,7 +2,7 @@
 
 // Whether a test may take the default workspace image (`bmas image build` with no base): from
 // the cache, or, with BMAS_BUILD_IMAGE=1, by running debootstrap from apt's mirror, which takes
-// minutes (5 min 20 s on a 2-core machine) and fills the cache for every later run.
+// minutes (4 to 9 on a busy 2-core machine) and fills the cache for every later run.
 
 #include <cstdlib>
 #include <filesystem>
