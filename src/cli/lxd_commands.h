@@ -40,9 +40,11 @@ class LxdCommands {
 
   bool json_ = false;
   bool allow_system_account_ = false;
-  std::string base_ = "busybox";
+  std::string base_ = "debian";
   std::string init_ = "minimal";
   std::string alias_;
+  std::string cache_dir_ = "/var/cache/bmas/images";  // lxd::kImageCacheDir
+  bool rebuild_ = false;
   std::string user_;
   std::string image_;
   std::vector<std::string> command_;

@@ -128,6 +128,7 @@ Config LoadConfig(const std::string& path) {
     config.up.gateway = t->Bool("gateway", config.up.gateway);
     config.up.slurm = t->Bool("slurm", config.up.slurm);
     config.up.lxd = t->Bool("lxd", config.up.lxd);
+    config.up.image = t->Bool("image", config.up.image);
     config.up.slurm_monitor_port =
         static_cast<int>(t->Int("slurm_monitor_port", 0, 0, 65535));
     config.up.dashboard = t->Bool("dashboard", config.up.dashboard);

@@ -79,6 +79,9 @@ struct UpSettings {
   bool slurm = true;         // start a local Slurm (root, Slurm installed)
   int slurm_monitor_port = 0;  // `bmas slurm monitor`'s /metrics; 0 = any free port
   bool lxd = true;             // start and prepare LXD for workspaces (root, LXD installed)
+  // With lxd: put the default workspace image (bmas-debian) in an LXD that has none, from
+  // /var/cache/bmas/images when it is there, else built (debootstrap: minutes, once).
+  bool image = true;
   bool dashboard = true;       // start the web dashboard (bmas dashboard)
   // How the engines run: "slurm" (an inference deployment of [engine] model, its replicas
   // Slurm jobs sized to load by `bmas inference controller`, when a Slurm runs) or

@@ -33,6 +33,8 @@
 #include "daemon/service_account.h"
 #include "store/store.h"
 #include "common/result.h"
+#include "daemon/services.h"
+#include "lxd/image_build.h"
 #include "lxd/local_lxd.h"
 #include "slurm/local_cluster.h"
 
@@ -423,6 +425,36 @@ class UpRun {
     machine_lines_ += fmt::format(
         "  {:<10} {:<28} LXD for workspaces (pool {}); `bmas workspace create USER`\n", "lxd",
         ready->socket, ready->pool_driver);
+    if (plan_.default_image) DefaultImage(ready->socket);
+  }
+
+  // The image `workspace create` uses when none is named, so that a student's first workspace
+  // works on a fresh machine: imported from the cache, else built, which takes minutes once.
+  void DefaultImage(const std::string& socket) {
+    auto client = RealServices().Lxd(socket, std::chrono::seconds(600));
+    auto held = lxd::ImageByAlias(*client, lxd::kDefaultImageAlias);
+    if (held && !*held) {
+      fmt::print("bmas up: LXD has no workspace image {}: importing it from {}, or building it "
+                 "when it is not there (debootstrap from apt's mirror: minutes, once)...\n",
+                 lxd::kDefaultImageAlias, lxd::kImageCacheDir);
+      std::fflush(stdout);
+    }
+    auto built = lxd::EnsureDefaultImage(*client, (fs::path(dir_) / "run").string(),
+                                         lxd::kImageCacheDir, RealServices().env());
+    if (!built) {
+      machine_lines_ += fmt::format(
+          "  {:<10} not ready: {} (then `bmas image build`; `workspace create` needs an image)\n",
+          "image", built.error().message);
+      return;
+    }
+    const std::string how = built->existed      ? "in LXD already"
+                            : built->from_cache ? fmt::format("imported from the cache in {:.1f} s",
+                                                              built->seconds)
+                                                : fmt::format("built in {:.0f} s, and cached",
+                                                              built->seconds);
+    machine_lines_ += fmt::format("  {:<10} {:<28} default workspace image ({}); Debian 12, "
+                                  "python3, git, build-essential\n",
+                                  "image", lxd::kDefaultImageAlias, how);
   }
 
   // The flags and values of `p`'s links; nullopt when a link it needs has no value.

@@ -302,6 +302,7 @@ UpPlan PlanUp(const UpOptions& options, const UpFacts& facts) {
     if (plan.lxd == UpLxd::kCannot) {
       plan.lxd_line = fmt::format("  {:<10} not started: {}\n", "lxd", facts.lxd_why_not);
     }
+    plan.default_image = plan.lxd == UpLxd::kStart && config.up.image;
   }
   // With both: `bmas agent` runs jobs in their users' workspaces and unplugs stray GPUs.
   if (plan.lxd == UpLxd::kStart && plan.slurm_runs) {

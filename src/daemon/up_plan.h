@@ -145,6 +145,8 @@ struct UpPlan {
   UpLxd lxd = UpLxd::kNone;
   std::string lxd_line;  // kCannot's summary line
   size_t lxd_at = 0;     // LXD is brought up before parts[lxd_at]
+  // Once LXD is up, the default workspace image goes in when LXD has none ([up] image).
+  bool default_image = false;
   bool previous_owns_lxd = false;  // the dead up's LXD, if it still runs, is this one's
   std::vector<UpPartPlan> parts;   // in start order
   std::string notes;  // the summary's lines on how the engines run, after the parts'

@@ -95,6 +95,8 @@ TEST(UpPlanTest, WithSlurmTheEnginesAreOneDeploymentThatTheControllerRuns) {
   EXPECT_EQ(plan.lxd, UpLxd::kStart);
   EXPECT_EQ(plan.lxd_at, 3u);
   EXPECT_TRUE(Part(plan, "agent").needs_lxd);
+  // A fresh LXD gets the default workspace image before up says it is ready.
+  EXPECT_TRUE(plan.default_image);
   EXPECT_THAT(Part(plan, "dashboard").trailing_args, IsEmpty());
   EXPECT_EQ(plan.notes, "  engines and gateway run as the bmas account\n");
 }
@@ -346,7 +348,17 @@ TEST(UpPlanTest, LxdNotAskedForMeansNoAgent) {
   const UpPlan plan = PlanUp(options, Equipped());
   EXPECT_EQ(plan.lxd, UpLxd::kNone);
   EXPECT_EQ(plan.lxd_line, "");
+  EXPECT_FALSE(plan.default_image);
   EXPECT_THAT(Names(plan), ElementsAre("gateway", "controller", "slurm-mon", "dashboard"));
+}
+
+TEST(UpPlanTest, TheDefaultImageComesOnlyWithAnLxdUpStartsAndWhenAskedFor) {
+  UpOptions options = Options();
+  options.config.up.image = false;
+  EXPECT_FALSE(PlanUp(options, Equipped()).default_image);
+  UpFacts facts = Equipped();
+  facts.lxd_why_not = "needs root";
+  EXPECT_FALSE(PlanUp(Options(), facts).default_image);
 }
 
 TEST(UpPlanTest, ADeadUpsLxdIsThisOnesOnlyWhenItOwnedIt) {

@@ -11,8 +11,10 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/process.h"
+#include "lxd/lxd_internal.h"
 #include "lxd/workspace.h"
 
 namespace bmas::lxd {
@@ -137,6 +139,48 @@ Result<void> BusyboxRootfs(const fs::path& rootfs) {
   return {};
 }
 
+// The units the systemd image masks (DebianRootfs).
+constexpr const char* kMaskedUnits[] = {
+    "systemd-journald.service", "systemd-journald.socket", "systemd-journald-dev-log.socket",
+    "systemd-journald-audit.socket", "systemd-logind.service", "console-getty.service",
+    "getty@.service", "dbus.service", "dbus.socket"};
+
+std::string DebianDescription(const std::string& init) {
+  return fmt::format("bmas Debian 12 (python3, git, build-essential; {})",
+                     init == "systemd" ? "systemd" : "tini, no systemd");
+}
+
+Result<std::string> ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return Internal(fmt::format("cannot read {}", path.string()));
+  if (bytes.empty()) return Internal(fmt::format("cannot read {}: it is empty", path.string()));
+  return bytes;
+}
+
+// Keeps the tarball in the cache: written beside its name, then renamed, so that a build cut
+// short never leaves half a tarball to be imported later.
+Result<void> KeepInCache(const fs::path& tarball, const fs::path& cached) {
+  std::error_code ec;
+  fs::create_directories(cached.parent_path(), ec);
+  if (ec) {
+    return Internal(fmt::format("cannot create the image cache {}: {} (choose another with "
+                                "--cache-dir)",
+                                cached.parent_path().string(), ec.message()));
+  }
+  const fs::path part = cached.string() + fmt::format(".part-{}", getpid());
+  fs::copy_file(tarball, part, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(part, cached, ec);
+  if (ec) {
+    fs::remove(part, ec);
+    return Internal(fmt::format("cannot keep the image in {}: {} (free space there, or choose "
+                                "another cache with --cache-dir)",
+                                cached.string(), ec.message()));
+  }
+  fs::permissions(cached, fs::perms(0644), ec);
+  return {};
+}
+
 Result<void> DebianRootfs(const fs::path& rootfs, const std::string& init) {
   if (geteuid() != 0) {
     return Error{ErrorCode::kPermissionDenied, "building a Debian image needs root (debootstrap)",
@@ -148,13 +192,18 @@ Result<void> DebianRootfs(const fs::path& rootfs, const std::string& init) {
   }
   auto mirror = AptMirror();
   if (!mirror) return mirror.error();
-  const std::string include = init == "systemd" ? "--include=systemd-sysv,dbus,iproute2,procps"
-                                                : "--include=tini,iproute2,procps";
+  const std::string include = fmt::format("--include={}", fmt::join(DebianPackages(init), ","));
   if (auto r = Run({"debootstrap", "--variant=minbase", include, kDebianSuite, rootfs.string(),
                     *mirror},
                    std::chrono::seconds(1800));
       !r) {
     return r;
+  }
+  // debootstrap leaves the packages it installed in apt's cache (~130 MB): not in the image.
+  std::error_code listed;
+  for (const auto& e : fs::directory_iterator(rootfs / "var/cache/apt/archives", listed)) {
+    std::error_code ignored;
+    if (e.path().extension() == ".deb") fs::remove(e.path(), ignored);
   }
   if (init == "minimal") {
     std::error_code ec;
@@ -165,16 +214,42 @@ Result<void> DebianRootfs(const fs::path& rootfs, const std::string& init) {
   // what serves logins and their logs stays off, which takes an idle workspace's memory cgroup
   // from ~33 MiB to ~22 MiB. `systemctl unmask UNIT` in the workspace brings one back.
   std::error_code ec;
-  for (const char* unit :
-       {"systemd-journald.service", "systemd-journald.socket", "systemd-journald-dev-log.socket",
-        "systemd-journald-audit.socket", "systemd-logind.service", "console-getty.service",
-        "getty@.service", "dbus.service", "dbus.socket"}) {
+  for (const char* unit : kMaskedUnits) {
     const fs::path link = rootfs / "etc/systemd/system" / unit;
     fs::remove(link, ec);
     fs::create_symlink("/dev/null", link, ec);
     if (ec) return Internal(fmt::format("cannot mask {}: {}", unit, ec.message()));
   }
   return {};
+}
+
+// Builds the root file system of `base` in `dir` and packs it with its metadata; returns the
+// tarball's path.
+Result<fs::path> PackImage(const fs::path& dir, const std::string& base, const std::string& init,
+                           Env& env) {
+  auto rootfs =
+      base == "busybox" ? BusyboxRootfs(dir / "rootfs") : DebianRootfs(dir / "rootfs", init);
+  if (!rootfs) return rootfs.error();
+  const std::string description =
+      base == "busybox" ? "bmas busybox (tests)" : DebianDescription(init);
+  const int64_t created = static_cast<int64_t>(env.UnixNow());
+  if (auto w =
+          Write(dir / "metadata.yaml", Metadata(base, init, description, created), fs::perms(0644));
+      !w) {
+    return w.error();
+  }
+  if (auto w = Write(dir / "templates/hostname.tpl", "{{ container.name }}\n", fs::perms(0644)); !w) {
+    return w.error();
+  }
+  const fs::path tarball = dir / "image.tar.gz";
+  std::vector<std::string> tar = {"tar", "-C", dir.string(), "--numeric-owner", "-czf",
+                                  tarball.string()};
+  if (base == "busybox") {
+    tar.insert(tar.begin() + 3, {"--owner=0", "--group=0"});
+  }
+  for (const char* part : {"metadata.yaml", "templates", "rootfs"}) tar.emplace_back(part);
+  if (auto r = Run(tar, std::chrono::seconds(900)); !r) return r.error();
+  return tarball;
 }
 
 }  // namespace
@@ -263,9 +338,34 @@ Result<std::string> AptMirror() {
   return DebianMirrorIn(files, kDebianSuite);
 }
 
-Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std::string& init,
-                              const std::string& alias, const std::string& work_dir, Env& env) {
+std::vector<std::string> DebianPackages(const std::string& init) {
+  std::vector<std::string> packages =
+      init == "systemd" ? std::vector<std::string>{"systemd-sysv", "dbus"}
+                        : std::vector<std::string>{"tini"};
+  for (const char* p : {"iproute2", "procps", "ca-certificates", "less", "nano", "git",
+                        "python3", "python3-venv", "python3-pip", "build-essential"}) {
+    packages.emplace_back(p);
+  }
+  return packages;
+}
+
+std::string CachedImageName(const std::string& init) {
+  std::string recipe = fmt::format("suite {}\npackages {}\nmetadata {}\n", kDebianSuite,
+                                   fmt::join(DebianPackages(init), ","),
+                                   Metadata("debian", init, DebianDescription(init), 0));
+  if (init == "systemd") {
+    recipe += fmt::format("masked {}\n", fmt::join(kMaskedUnits, ","));
+  } else {
+    recipe += "init " + MinimalInit();
+  }
+  return fmt::format("debian-{}-{}-{}.tar.gz", kDebianSuite, init,
+                     internal::Sha256Hex(recipe).substr(0, 16));
+}
+
+Result<BuiltImage> BuildImage(LxdApi& client, const ImageBuildRequest& request, Env& env) {
   const TimePoint started = env.Now();
+  const std::string& base = request.base;
+  const std::string& init = request.init;
   if (base != "busybox" && base != "debian") {
     return InvalidArgument(fmt::format("unknown image base \"{}\": busybox or debian", base),
                            "base");
@@ -276,55 +376,97 @@ Result<BuiltImage> BuildImage(LxdApi& client, const std::string& base, const std
   if (base == "busybox" && init != "minimal") {
     return InvalidArgument("the busybox image has no systemd: --init minimal", "init");
   }
-  const fs::path dir = fs::path(work_dir) / fmt::format("image-{}-{}", base, getpid());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::create_directories(dir / "templates", ec);
-  if (ec) return Internal(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      fs::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
-
-  auto rootfs =
-      base == "busybox" ? BusyboxRootfs(dir / "rootfs") : DebianRootfs(dir / "rootfs", init);
-  if (!rootfs) return rootfs.error();
-  const std::string description =
-      base == "busybox" ? "bmas busybox (tests)"
-                        : fmt::format("bmas Debian 12 minbase ({})",
-                                      init == "systemd" ? "systemd" : "tini, no systemd");
-  const int64_t created = static_cast<int64_t>(env.UnixNow());
-  if (auto w =
-          Write(dir / "metadata.yaml", Metadata(base, init, description, created), fs::perms(0644));
-      !w) {
-    return w.error();
-  }
-  if (auto w = Write(dir / "templates/hostname.tpl", "{{ container.name }}\n", fs::perms(0644)); !w) {
-    return w.error();
-  }
-  const fs::path tarball = dir / "image.tar.gz";
-  std::vector<std::string> tar = {"tar", "-C", dir.string(), "--numeric-owner", "-czf",
-                                  tarball.string()};
-  if (base == "busybox") {
-    tar.insert(tar.begin() + 3, {"--owner=0", "--group=0"});
-  }
-  for (const char* part : {"metadata.yaml", "templates", "rootfs"}) tar.emplace_back(part);
-  if (auto r = Run(tar, std::chrono::seconds(900)); !r) return r.error();
-
-  std::ifstream in(tarball, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.empty()) return Internal(fmt::format("cannot read {}", tarball.string()));
   BuiltImage out;
+  out.alias = request.alias.empty() ? "bmas-" + base : request.alias;
+  std::string bytes;
+  const bool cached = base == "debian" && !request.cache_dir.empty();
+  if (cached) {
+    out.cache_file = (fs::path(request.cache_dir) / CachedImageName(init)).string();
+    std::error_code ec;
+    if (!request.rebuild && fs::is_regular_file(out.cache_file, ec)) {
+      auto read = ReadAll(out.cache_file);
+      if (!read) return read.error();
+      bytes = std::move(*read);
+      out.from_cache = true;
+    }
+  }
+  if (!out.from_cache) {
+    const fs::path dir = fs::path(request.work_dir) / fmt::format("image-{}-{}", base, getpid());
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir / "templates", ec);
+    if (ec) return Internal(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+    struct Cleanup {
+      fs::path dir;
+      ~Cleanup() {
+        std::error_code ignored;
+        fs::remove_all(dir, ignored);
+      }
+    } cleanup{dir};
+    auto tarball = PackImage(dir, base, init, env);
+    if (!tarball) return tarball.error();
+    if (cached) {
+      if (auto kept = KeepInCache(*tarball, out.cache_file); !kept) return kept.error();
+    }
+    auto read = ReadAll(*tarball);
+    if (!read) return read.error();
+    bytes = std::move(*read);
+  }
   out.size = static_cast<int64_t>(bytes.size());
-  out.alias = alias.empty() ? "bmas-" + base : alias;
+  // The same tarball imported again (a second `image build` from the cache) has the same
+  // fingerprint, which LXD refuses to import twice.
+  const std::string fingerprint = internal::Sha256Hex(bytes);
+  auto images = client.Images();
+  if (!images) return images.error();
+  for (const Image& i : *images) {
+    if (i.fingerprint != fingerprint) continue;
+    if (std::find(i.aliases.begin(), i.aliases.end(), out.alias) == i.aliases.end()) {
+      return Error{ErrorCode::kAlreadyExists,
+                   fmt::format("LXD holds this image ({}) already, without the alias {}: `lxc "
+                               "image alias create {} {}`, or `bmas image build --rebuild`",
+                               fingerprint.substr(0, 12), out.alias, out.alias,
+                               fingerprint.substr(0, 12)),
+                   "alias"};
+    }
+    out.fingerprint = fingerprint;
+    out.existed = true;
+    out.seconds = (env.Now() - started).count();
+    return out;
+  }
   auto fp = client.ImportImage(std::move(bytes), out.alias);
   if (!fp) return fp.error();
   out.fingerprint = *fp;
   out.seconds = (env.Now() - started).count();
   return out;
+}
+
+Result<std::optional<Image>> ImageByAlias(LxdApi& client, const std::string& alias) {
+  auto images = client.Images();
+  if (!images) return images.error();
+  for (const Image& i : *images) {
+    if (std::find(i.aliases.begin(), i.aliases.end(), alias) != i.aliases.end()) {
+      return std::optional<Image>(i);
+    }
+  }
+  return std::optional<Image>();
+}
+
+Result<BuiltImage> EnsureDefaultImage(LxdApi& client, const std::string& work_dir,
+                                      const std::string& cache_dir, Env& env) {
+  auto held = ImageByAlias(client, kDefaultImageAlias);
+  if (!held) return held.error();
+  if (*held) {
+    BuiltImage out;
+    out.fingerprint = (*held)->fingerprint;
+    out.alias = kDefaultImageAlias;
+    out.size = (*held)->size;
+    out.existed = true;
+    return out;
+  }
+  ImageBuildRequest request;
+  request.work_dir = work_dir;
+  request.cache_dir = cache_dir;
+  return BuildImage(client, request, env);
 }
 
 Result<Image> NewestBuiltImage(LxdApi& client) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -54,6 +55,15 @@ ClientResponse TakeResponse(http::response<http::string_body>& response) {
   }
   out.body = std::move(response.body());
   return out;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
 }
 
 std::string ReadText(const std::string& path) {

@@ -21,6 +21,9 @@ namespace bmas::lxd::internal {
 // The whole file; "" when it cannot be read.
 std::string ReadText(const std::string& path);
 
+// Lowercase hex SHA-256 of `data` (a certificate's fingerprint, an image tarball's).
+std::string Sha256Hex(std::string_view data);
+
 // Writes `text` to `path` through a temporary file and rename, with mode `mode`.
 Result<void> WriteAtomically(const std::string& path, const std::string& text, mode_t mode);
 

@@ -57,15 +57,7 @@ std::string Der(X509* cert) {
   return out;
 }
 
-std::string Fingerprint(X509* cert) {
-  const std::string der = Der(cert);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(der.data(), der.size(), md, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
-}
+std::string Fingerprint(X509* cert) { return internal::Sha256Hex(Der(cert)); }
 
 Result<std::string> ToPem(X509* cert) {
   BioPtr bio(BIO_new(BIO_s_mem()));

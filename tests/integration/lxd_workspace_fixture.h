@@ -48,8 +48,11 @@ class LxdWorkspaceTest : public ::testing::Test {
     CommandOutput up = Bmas({"lxd", "up"}, "", std::chrono::seconds(120));
     ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
     up_ = true;
-    CommandOutput image = Bmas({"image", "build", "--base", "busybox"});
+    std::vector<std::string> build = {"image", "build"};
+    build.insert(build.end(), image_args_.begin(), image_args_.end());
+    CommandOutput image = Bmas(build, "", image_timeout_);
     ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
+    image_out_ = image.out;
     for (const char* user : {"bmastest1", "bmastest2"}) {
       if (getpwnam(user) == nullptr) {
         auto added = RunCommand({"useradd", "--create-home", user});
@@ -165,6 +168,11 @@ class LxdWorkspaceTest : public ::testing::Test {
 
   std::string dir_, state_, config_;
   std::string config_extra_;  // more of the config file (TOML tables), set before SetUp
+  // `bmas image build`'s flags and time, set before SetUp (the default: the 1 MB busybox image),
+  // and what it printed.
+  std::vector<std::string> image_args_ = {"--base", "busybox"};
+  std::chrono::seconds image_timeout_{60};
+  std::string image_out_;
   bool up_ = false;
 };
 
