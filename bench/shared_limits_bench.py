@@ -2,7 +2,10 @@
 """Two gateways with limits shared through PostgreSQL, against one gateway on SQLite; writes
 "# Shared limits benchmarks" in bench/RESULTS.md (only that section).
 
-Usage: bench/shared_limits_bench.py [BUILD_DIR] [--quick]
+Usage: bench/shared_limits_bench.py [BUILD_DIR] [--quick] [--only 3]
+
+--only N[,N...] runs those sections (1 = L1, 2 = L2, 3 = L3) and prints them without writing
+bench/RESULTS.md.
 
 L1: requests/s (wrk, 16 connections per gateway) and p50 added over the engine at one
 connection, for one gateway on SQLite (limits in its memory) and for two gateways on one
@@ -245,8 +248,9 @@ def main():
     busy0, own0 = gb.busy_cpu_seconds(), gb.own_cpu_seconds()
     sections = []
     try:
-        for bench in (throughput, overshoot, fairness):
-            sections.append(bench())
+        for number, bench in enumerate((throughput, overshoot, fairness), 1):
+            if gb.ONLY is None or number in gb.ONLY:
+                sections.append(bench())
     finally:
         for proc in gb.started_processes:
             gb.stop(proc)
@@ -259,7 +263,7 @@ def main():
             "script created.\n\n")
     for title, command, body, table in sections:
         text += f"## {title}\n\n```\n{command}\n```\n\n{body}\n\n" + "\n".join(table) + "\n\n"
-    if QUICK:
+    if QUICK or gb.ONLY is not None:
         print(text)
         return
     run.write_section(HEADING, text)
