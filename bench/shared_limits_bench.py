@@ -233,7 +233,13 @@ def fairness():
         f"`bmas_gateway_tokens_total{{kind=\"completion\"}}` over {window_s} s after {warm_s} s of warm-up; "
         f"shared limits on (PostgreSQL), no limits set. w2/w1: one gateway **{ratios[0]:.2f}**; two gateways, each "
         f"user through both **{ratios[1]:.2f}**; each user on a gateway of their own **{ratios[2]:.2f}**."
-        " Each gateway's VTC queue orders only the requests it sees, and each admits up to the engine's 32 slots: a user alone on a gateway is never held back for the other, the engine gets 64 requests for 32 slots and serves them in arrival order, so the shares follow the streams, not the weights. Spreading each user over both gateways restores most of it (each queue sees both users). A fix is not small: the gateways would share their virtual token counters through the store (settled tokens per user, read with each refresh) and split each backend's slots between them.")
+        " The gateways share what their fair queues know through the store (src/gateway/fair_share.h): every 200 ms"
+        " each writes the tokens its queue charged each user, who waits on it, and its requests in flight, and reads"
+        " the others'. Each queue is charged what the other gateways served a user, so it orders by global counters;"
+        " and each gateway fills only its share of the engine's 32 slots, by the weights backlogged on it. Pinned"
+        " users get 11 and 21 slots (32 split 1:2, rounded), hence about 1.91 rather than 2. Before this (each"
+        " gateway's queue saw only its own requests, and each filled all 32 slots) the rows read 2.00, 1.84 and 1.00:"
+        " the engine got 64 requests for 32 slots and served them in arrival order.")
     command = (f"build/bmas engine --port 0 --profile {gb.LLAMA} --max-num-seqs 32\n"
                "BMAS_STATE_DIR=STATE BMAS_STORE_URL=PG build/bmas gateway --port 0 --backend URL   # once or twice\n"
                f"{shown}   # twice per user, through the gateways the row names")

@@ -104,6 +104,7 @@ TEST(FairGatewaysTest, UsersPinnedToTwoGatewaysShareOneEngineByTheirWeights) {
                               << gateways[0]->process().StderrText();
   ASSERT_GT(served[0], 0);
   const double ratio = static_cast<double>(served[1]) / static_cast<double>(served[0]);
+  fmt::print("w1 {} tokens, w2 {} tokens: w2/w1 {:.2f}\n", served[0], served[1], ratio);
   // The weights' ratio is 2 (each gateway alone would give 1); slots split 2 + 4 give 2.
   EXPECT_GE(ratio, 1.5) << "w1 " << served[0] << " tokens, w2 " << served[1];
   EXPECT_LE(ratio, 2.6) << "w1 " << served[0] << " tokens, w2 " << served[1];
