@@ -82,12 +82,23 @@ int Admission::Capacity(const AdmissionBackend& b) const {
   return b.state.capacity > 0 ? b.state.capacity : options_.default_capacity;
 }
 
+int Admission::Limit(const AdmissionBackend& b) const {
+  const int cap = Capacity(b);
+  return b.slot_limit > 0 ? std::min(cap, b.slot_limit) : cap;
+}
+
+void Admission::SetSlotLimit(const std::string& id, int slots) {
+  AdmissionBackend* b = Find(id);
+  if (b != nullptr) b->slot_limit = std::max(slots, 0);
+}
+
 Ticket Admission::Enqueue(AdmissionRequest request, double now) {
   const Ticket ticket = next_ticket_++;
   auto [it, added] = queues_.try_emplace(request.model, options_.fair);
   ModelQueue& mq = it->second;
   mq.queue.Push(ticket, request.user, request.weight);
   mq.last_request[request.user] = now;
+  mq.charged[request.user].weight = request.weight;
   ticket_model_.emplace(ticket, request.model);
   request.enqueued_at = now;
   if (request.resumed) mq.resumed.push_back(ticket);
@@ -146,7 +157,7 @@ void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double no
   while (mq.queue.size() > 0) {
     open_.clear();
     for (const auto& b : backends_) {
-      if (b->Serves(model) && b->Open() && b->state.in_flight < Capacity(*b)) {
+      if (b->Serves(model) && b->Open() && b->state.in_flight < Limit(*b)) {
         open_.push_back(b.get());
       }
     }
@@ -192,6 +203,7 @@ void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double no
     ++b.user_in_flight[r.user];
     b.state.outstanding_tokens += r.prompt_estimate;
     mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
+    mq.CountCharge(r.user, r.weight, r.prompt_estimate);
     admitted.push_back(Admit{*ticket, b.state.id});
   }
 }
@@ -213,7 +225,29 @@ std::vector<Admit> Admission::Release(const std::string& backend, const std::str
 void Admission::Charge(const std::string& model, const std::string& user, double weight,
                        int64_t tokens) {
   auto it = queues_.find(model);
-  if (it != queues_.end()) it->second.queue.Charge(user, weight, tokens);
+  if (it == queues_.end()) return;
+  it->second.queue.Charge(user, weight, tokens);
+  it->second.CountCharge(user, weight, tokens);
+}
+
+void Admission::ChargeRemote(const RemoteCharge& charge) {
+  auto it = queues_.find(charge.model);
+  if (it != queues_.end()) it->second.queue.Charge(charge.user, charge.weight, charge.tokens);
+}
+
+FairReport Admission::Report() const {
+  FairReport report;
+  for (const auto& [model, mq] : queues_) {
+    for (const auto& [user, c] : mq.charged) {
+      report.users.push_back(FairReport::User{model, user, c.weight,
+                                              static_cast<int64_t>(mq.queue.queued(user)),
+                                              c.tokens});
+    }
+  }
+  for (const auto& b : backends_) {
+    report.backends.push_back(FairReport::Backend{b->state.id, b->state.in_flight});
+  }
+  return report;
 }
 
 size_t Admission::queued(const std::string& model) const {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gateway/fair_queue.h"
+#include "gateway/fair_share.h"
 #include "gateway/router.h"
 
 namespace bmas::gateway {
@@ -68,6 +69,9 @@ struct AdmissionBackend {
   BackendState state;  // state.healthy starts false: nothing is sent before a check passes
   std::vector<std::string> models;
   std::unordered_map<std::string, int> user_in_flight;
+  // This gateway's share of the backend's slots when gateways share it (fair_share.h); 0:
+  // none, the capacity alone limits.
+  int slot_limit = 0;
 
   bool Serves(const std::string& model) const;
   bool Open() const { return state.healthy && !state.draining; }
@@ -105,8 +109,13 @@ class Admission {
   const std::vector<std::unique_ptr<AdmissionBackend>>& backends() const { return backends_; }
   // Whether a backend that serves `model` could take a request now or when one finishes.
   bool AnyOpen(const std::string& model) const;
-  // A backend's admission limit.
+  // A backend's capacity, and its admission limit: the capacity, or this gateway's share of
+  // it when one is set (SetSlotLimit).
   int Capacity(const AdmissionBackend& b) const;
+  int Limit(const AdmissionBackend& b) const;
+  // This gateway's share of a backend's slots (FairShare::Slots); 0 lifts it. Call Dispatch
+  // or DispatchAll next: a larger share may admit waiting requests.
+  void SetSlotLimit(const std::string& id, int slots);
 
   // ---- Requests.
 
@@ -126,6 +135,12 @@ class Admission {
                              const std::string& model, double now);
   // Charges `user`'s fair-queue counter for `model` (tokens served beyond the estimate).
   void Charge(const std::string& model, const std::string& user, double weight, int64_t tokens);
+  // Charges the counter for tokens another gateway served (FairShare::Update); they are not
+  // counted in Report()'s `charged`, so that gateways do not echo each other's charges.
+  void ChargeRemote(const RemoteCharge& charge);
+  // What this gateway publishes for fairness across gateways: per model and user, their
+  // weight, waiting requests and the tokens charged here; per backend, its requests in flight.
+  FairReport Report() const;
 
   // Waiting requests of one model, and in all.
   size_t queued(const std::string& model) const;
@@ -145,6 +160,18 @@ class Admission {
     // When each user last sent a request for this model.
     std::unordered_map<std::string, double> last_request;
     std::deque<Ticket> resumed;  // waiting resumed streams first; stale tickets skipped
+    // Per user who ever queued or was charged: their weight, and the tokens charged here.
+    struct Charged {
+      double weight = 1;
+      int64_t tokens = 0;
+    };
+    std::unordered_map<std::string, Charged> charged;
+    void CountCharge(const std::string& user, double weight, int64_t tokens) {
+      if (tokens <= 0) return;
+      Charged& c = charged[user];
+      c.weight = weight;
+      c.tokens += tokens;
+    }
   };
 
   AdmissionBackend* Find(const std::string& id);

@@ -52,6 +52,8 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
                                   .default_capacity = options_.default_capacity,
                                   .reserve_window_s = kReserveWindowS},
                  options_.routing),
+      fair_share_(instance_id_,
+                  std::max(1.0, 5 * std::chrono::duration<double>(options_.fair_interval).count())),
       keys_(options_.key_cache_size),
       failed_keys_(options_.max_failed_keys, options_.failed_keys_window_s, kMaxFailedKeyAddresses),
       resumed_streams_(metrics_.AddCounter(
@@ -145,6 +147,9 @@ void Gateway::Start() {
   net::co_spawn(io_, HealthLoop(), LogFailure("gateway health checks"));
   net::co_spawn(io_, RefreshLoop(), LogFailure("gateway store refresh"));
   net::co_spawn(io_, FlushLoop(), LogFailure("gateway usage flush"));
+  if (options_.shared_limits) {
+    net::co_spawn(io_, FairnessLoop(), LogFailure("gateway fairness across gateways"));
+  }
 }
 
 awaitable<void> Gateway::Stop(Clock::duration deadline) {

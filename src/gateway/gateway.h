@@ -116,6 +116,10 @@ struct GatewayOptions {
   std::function<Result<StorePtr>()> open_store;
   // Prefix of this gateway's reservation ids; random when empty. Unique per gateway.
   std::string instance_id;
+  // With shared_limits: how often the gateway publishes its fairness report through the store
+  // and reads the others' (fair_share.h). A report unchanged for 5 of these (at least 1 s)
+  // drops out.
+  std::chrono::milliseconds fair_interval{200};
   // Where the gateway's time comes from (queue waits, latencies, rate limits, usage minutes).
   // Not owned; outlives the Gateway.
   Env* env = &Env::Default();
@@ -212,6 +216,8 @@ class Gateway {
   awaitable<void> HealthLoop();
   awaitable<void> RefreshLoop();
   awaitable<void> FlushLoop();
+  // With shared_limits: token fairness across the gateways sharing the store (fair_share.h).
+  awaitable<void> FairnessLoop();
   awaitable<void> CheckBackend(std::shared_ptr<Backend> backend);
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
@@ -259,6 +265,8 @@ class Gateway {
   RateLimiter limiter_;
   // Fair queues, the reserve, backends' counts and health, routing: every admission decision.
   Admission admission_;
+  // Counters and slot shares across gateways (shared_limits only).
+  FairShare fair_share_;
   // The same backends as admission_'s, in the same order; shared with health checks in flight.
   std::vector<std::shared_ptr<Backend>> backends_;
   std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters_;  // queued requests

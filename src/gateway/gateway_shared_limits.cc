@@ -1,5 +1,7 @@
 // Limits shared through the store (GatewayOptions::shared_limits): a request reserves its worst
-// case with Store::Reserve before it queues, and settles to what was metered when it ends.
+// case with Store::Reserve before it queues, and settles to what was metered when it ends. And
+// token fairness across the gateways sharing the store: FairnessLoop publishes this gateway's
+// report and applies FairShare's decisions from everyone's (fair_share.h).
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -74,6 +76,57 @@ awaitable<std::optional<Gateway::Refusal>> Gateway::ReserveShared(Request& r, in
   }
   r.reservation = std::move(id);
   co_return std::nullopt;
+}
+
+awaitable<void> Gateway::FairnessLoop() {
+  net::steady_timer timer(io_);
+  int64_t last_at_ms = 0;
+  bool failing = false;
+  while (!stopping_) {
+    GatewayReport mine;
+    mine.gateway = instance_id_;
+    {
+      std::lock_guard lock(mu_);
+      mine.body = EncodeFairReport(admission_.Report());
+    }
+    // A new at_ms on every put: readers judge a gateway live by its report changing.
+    last_at_ms = std::max(last_at_ms + 1, static_cast<int64_t>(UnixNow() * 1000));
+    mine.at_ms = last_at_ms;
+    auto exchange = [mine = std::move(mine)](Store& store) {
+      std::optional<Result<std::vector<GatewayReport>>> out;
+      if (auto put = store.PutGatewayReport(mine); !put) {
+        out.emplace(put.error());
+      } else {
+        out.emplace(store.ListGatewayReports());
+      }
+      return out;
+    };
+    Result<std::vector<GatewayReport>> reports = std::move(*co_await store_.Run(std::move(exchange)));
+    {
+      std::lock_guard lock(mu_);
+      // Unreadable: everyone's reports are forgotten, and each gateway fills every slot again
+      // (as without shared limits) until the store answers.
+      const std::vector<GatewayReport> none;
+      for (const RemoteCharge& c : fair_share_.Update(reports ? *reports : none, Now())) {
+        admission_.ChargeRemote(c);
+      }
+      for (const auto& b : admission_.backends()) {
+        admission_.SetSlotLimit(b->state.id,
+                                fair_share_.Slots(b->state.id, admission_.Capacity(*b), b->models));
+      }
+      DispatchAllLocked();
+    }
+    if (!reports && !failing) {
+      spdlog::warn(
+          "gateway: fairness across gateways: cannot exchange reports through the store ({}); "
+          "this gateway fills every backend slot until the store answers",
+          reports.error().message);
+    }
+    failing = !reports;
+    timer.expires_after(options_.fair_interval);
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+  }
 }
 
 void Gateway::SettleShared(Store& store, const std::string& id, int64_t used, int attempt) {

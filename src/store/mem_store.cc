@@ -268,6 +268,22 @@ class MemStore final : public Store {
     return {};
   }
 
+  Result<void> PutGatewayReport(const GatewayReport& report) override {
+    std::lock_guard lock(reservations_mu_);
+    std::erase_if(gateway_reports_, [&](const auto& r) {
+      return r.second.at_ms < report.at_ms - store_rules::kKeptGatewayReportMs;
+    });
+    gateway_reports_[report.gateway] = report;
+    return {};
+  }
+
+  Result<std::vector<GatewayReport>> ListGatewayReports() override {
+    std::lock_guard lock(reservations_mu_);
+    std::vector<GatewayReport> out;
+    for (const auto& [gateway, r] : gateway_reports_) out.push_back(r);
+    return out;
+  }
+
   int schema_version() const override { return 0; }
 
  private:
@@ -289,6 +305,7 @@ class MemStore final : public Store {
   };
   std::mutex reservations_mu_;
   std::map<std::string, Held> reservations_;  // guarded by reservations_mu_
+  std::map<std::string, GatewayReport> gateway_reports_;  // guarded by reservations_mu_
 };
 
 }  // namespace

@@ -224,6 +224,16 @@ constexpr const char* kMigrations[] = {
       RETURN true;
     END $$;
     )sql",
+    // Token fairness across gateways (Store::PutGatewayReport): each gateway replaces its row
+    // every ~200 ms. Unlogged: the reports are worth nothing after a crash, and writing them
+    // costs no WAL.
+    R"sql(
+    CREATE UNLOGGED TABLE gateway_reports (
+      gateway TEXT PRIMARY KEY,
+      at_ms BIGINT NOT NULL,
+      body TEXT NOT NULL
+    );
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -515,6 +525,29 @@ class PgStore final : public Store {
   }
   Result<void> Settle(const std::string& request_id, int64_t used_tokens) override {
     return pg_internal::Settle(*c_, request_id, used_tokens);
+  }
+
+  Result<void> PutGatewayReport(const GatewayReport& report) override {
+    auto r = c_->Exec(
+        "saving a gateway's report",
+        "WITH pruned AS (DELETE FROM gateway_reports WHERE at_ms < $2::bigint - $4::bigint) "
+        "INSERT INTO gateway_reports (gateway, at_ms, body) VALUES ($1, $2, $3) "
+        "ON CONFLICT (gateway) DO UPDATE SET at_ms = excluded.at_ms, body = excluded.body",
+        {P(report.gateway), P(report.at_ms), P(report.body),
+         P(store_rules::kKeptGatewayReportMs)});
+    if (!r) return r.error();
+    return {};
+  }
+
+  Result<std::vector<GatewayReport>> ListGatewayReports() override {
+    auto rows = c_->Exec("listing gateways' reports",
+                         "SELECT gateway, at_ms, body FROM gateway_reports ORDER BY gateway");
+    if (!rows) return rows.error();
+    std::vector<GatewayReport> out;
+    for (int i = 0; i < rows->size(); ++i) {
+      out.push_back(GatewayReport{rows->Text(i, 0), rows->Int(i, 1), rows->Text(i, 2)});
+    }
+    return out;
   }
 
   int schema_version() const override { return version_; }

@@ -149,6 +149,15 @@ constexpr const char* kMigrations[] = {
     R"sql(
     CREATE INDEX reservations_by_time ON reservations(at);
     )sql",
+    // Token fairness across gateways (Store::PutGatewayReport): two gateways may share one
+    // SQLite file on one machine, so this store keeps reports too.
+    R"sql(
+    CREATE TABLE gateway_reports (
+      gateway TEXT PRIMARY KEY,
+      at_ms INTEGER NOT NULL,
+      body TEXT NOT NULL
+    );
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -448,6 +457,27 @@ class SqliteStore final : public Store {
   }
 
   int schema_version() const override { return version_; }
+
+  Result<void> PutGatewayReport(const GatewayReport& report) override {
+    Statement prune(db_, "DELETE FROM gateway_reports WHERE at_ms < ?");
+    prune.Bind(1, report.at_ms - store_rules::kKeptGatewayReportMs);
+    if (prune.Step() != SQLITE_DONE) return Fail("pruning stopped gateways' reports");
+    Statement s(db_,
+                "INSERT INTO gateway_reports (gateway, at_ms, body) VALUES (?, ?, ?) "
+                "ON CONFLICT (gateway) DO UPDATE SET at_ms = excluded.at_ms, body = excluded.body");
+    s.Bind(1, report.gateway).Bind(2, report.at_ms).Bind(3, report.body);
+    if (s.Step() != SQLITE_DONE) return Fail("saving a gateway's report");
+    return {};
+  }
+
+  Result<std::vector<GatewayReport>> ListGatewayReports() override {
+    Statement s(db_, "SELECT gateway, at_ms, body FROM gateway_reports ORDER BY gateway");
+    auto reports = Rows(s, [](const Statement& row) {
+      return GatewayReport{row.Text(0), row.Int(1), row.Text(2)};
+    });
+    if (!reports) return Fail("listing gateways' reports");
+    return std::move(*reports);
+  }
 
   Result<Reservation> Reserve(const std::string& request_id, const std::string& user,
                               int64_t tokens, int64_t now) override {

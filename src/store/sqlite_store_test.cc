@@ -42,7 +42,7 @@ class SqliteStoreTest : public ::testing::Test {
 };
 
 TEST_F(SqliteStoreTest, NewStoreIsAtTheCurrentSchemaInWalMode) {
-  EXPECT_EQ(store_->schema_version(), 11);
+  EXPECT_EQ(store_->schema_version(), 12);
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(StorePath(dir_.string()).c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st;
@@ -112,7 +112,7 @@ TEST_F(SqliteStoreTest, MigratingFromVersionOneKeepsUsersAndKeys) {
   sqlite3_close(db);
   store_ = Open();
   ASSERT_NE(store_, nullptr);
-  EXPECT_EQ(store_->schema_version(), 11);
+  EXPECT_EQ(store_->schema_version(), 12);
   auto old = store_->FindUser("old");
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->limits.rpm, 5);

@@ -158,6 +158,15 @@ struct JobUsageRow {
   int64_t gpu_seconds = 0;  // sum of gpus x (end - start)
 };
 
+// One gateway's report for token fairness across gateways (gateway/fair_share.h): what it has
+// served each user and who waits on it, as a body the store keeps but does not read.
+struct GatewayReport {
+  std::string gateway;  // the gateway's instance id
+  int64_t at_ms = 0;    // the writer's unix time in ms; a new value on each put
+  std::string body;
+  bool operator==(const GatewayReport&) const = default;
+};
+
 // The answer to Store::Reserve.
 struct Reservation {
   bool admitted = false;
@@ -234,6 +243,12 @@ class Store {
   // Settles request `request_id` to the tokens it used. Idempotent: settling again changes
   // nothing. kNotFound for an id that holds no reservation.
   virtual Result<void> Settle(const std::string& request_id, int64_t used_tokens) = 0;
+
+  // Token fairness across gateways. PutGatewayReport replaces the report of its gateway and
+  // deletes every report whose at_ms is older than report.at_ms - kKeptGatewayReportMs (its
+  // gateway stopped). ListGatewayReports returns every report, by gateway.
+  virtual Result<void> PutGatewayReport(const GatewayReport& report) = 0;
+  virtual Result<std::vector<GatewayReport>> ListGatewayReports() = 0;
 
   virtual int schema_version() const = 0;
 };

@@ -363,6 +363,25 @@ TEST_P(StoreConformanceTest, DeploymentsAreCreatedUpdatedListedAndRemovedWithThe
   EXPECT_NE(missing.error().message.find("bmas inference list"), std::string::npos);
 }
 
+TEST_P(StoreConformanceTest, GatewayReportsAreReplacedSharedAndPrunedWhenOld) {
+  const int64_t t = 1'800'000'000'000;
+  EXPECT_TRUE(store_->ListGatewayReports()->empty());
+  ASSERT_TRUE(store_->PutGatewayReport({"gw-a", t, "first\tline\n"}));
+  ASSERT_TRUE(store_->PutGatewayReport({"gw-b", t + 5, ""}));
+  ASSERT_TRUE(store_->PutGatewayReport({"gw-a", t + 200, "second"}));
+  // Another handle (a second gateway) reads what both wrote; each gateway's latest only.
+  StorePtr again = OpenAgain();
+  Store& other = again ? *again : *store_;
+  auto reports = other.ListGatewayReports();
+  ASSERT_TRUE(reports) << reports.error().message;
+  EXPECT_EQ(*reports, (std::vector<GatewayReport>{{"gw-a", t + 200, "second"}, {"gw-b", t + 5, ""}}));
+  // A put long after gw-b's last one drops gw-b's report (its gateway stopped).
+  ASSERT_TRUE(other.PutGatewayReport({"gw-a", t + 6 + store_rules::kKeptGatewayReportMs, "third"}));
+  EXPECT_EQ(*store_->ListGatewayReports(),
+            (std::vector<GatewayReport>{
+                {"gw-a", t + 6 + store_rules::kKeptGatewayReportMs, "third"}}));
+}
+
 TEST_P(StoreConformanceTest, ReservationsHoldEachLimitAndSettleOnce) {
   const int64_t now = 1'800'000'000;
   UserLimits rpm;

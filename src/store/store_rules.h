@@ -41,6 +41,9 @@ struct ReservationTotals {
 inline constexpr int64_t kStaleReservationSeconds = 3600;
 // Reservations older than this are deleted (they count towards no window).
 inline constexpr int64_t kKeptReservationSeconds = 2 * 86400;
+// Gateway reports (Store::PutGatewayReport) older than this, by their writers' clocks, are
+// deleted: their gateways stopped (readers drop a report that stops changing much sooner).
+inline constexpr int64_t kKeptGatewayReportMs = 600 * 1000;
 
 // Whether one more request of `tokens` fits `limits` on top of `totals`.
 Reservation Admit(const UserLimits& limits, const ReservationTotals& totals, int64_t tokens);
