@@ -11,6 +11,8 @@
 
 #include "common/json_object.h"
 #include "common/listen_socket.h"
+#include "common/read_buffer.h"
+#include "common/write_now.h"
 
 namespace bmas {
 
@@ -124,10 +126,8 @@ awaitable<bool> ResponseWriter::Send(http::status status, std::string_view conte
   }
   out += "\r\n";
   if (has_body) out += body;
-  beast::error_code ec;
-  stream_.expires_after(write_timeout_);
-  co_await net::async_write(stream_, net::buffer(out), net::redirect_error(use_awaitable, ec));
-  if (ec) ok_ = false;
+  const net::const_buffer bytes = net::buffer(out);
+  if (co_await WriteAll(stream_, bytes, write_timeout_)) ok_ = false;
   co_return ok_;
 }
 
@@ -159,21 +159,17 @@ awaitable<bool> ResponseWriter::StartStream(http::status status, std::string_vie
   AppendField(out, "Cache-Control", "no-cache");
   AppendField(out, "Transfer-Encoding", "chunked");
   out += "\r\n";
-  beast::error_code ec;
-  stream_.expires_after(write_timeout_);
-  co_await net::async_write(stream_, net::buffer(out), net::redirect_error(use_awaitable, ec));
-  if (ec) ok_ = false;
+  const net::const_buffer bytes = net::buffer(out);
+  if (co_await WriteAll(stream_, bytes, write_timeout_)) ok_ = false;
   co_return ok_;
 }
 
 awaitable<bool> ResponseWriter::SendChunk(std::string_view data) {
   if (!ok_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
-  beast::error_code ec;
-  stream_.expires_after(write_timeout_);
-  co_await net::async_write(stream_, http::make_chunk(net::buffer(data.data(), data.size())),
-                            net::redirect_error(use_awaitable, ec));
-  if (ec) ok_ = false;
+  // A local, not a temporary in the co_await: GCC 12 destroys those twice.
+  const auto chunk = http::make_chunk(net::buffer(data.data(), data.size()));
+  if (co_await WriteAll(stream_, chunk, write_timeout_)) ok_ = false;
   co_return ok_;
 }
 
@@ -207,11 +203,8 @@ void ResponseWriter::StopWatching() {
 
 awaitable<bool> ResponseWriter::EndStream() {
   if (!ok_) co_return false;
-  beast::error_code ec;
-  stream_.expires_after(write_timeout_);
-  co_await net::async_write(stream_, http::make_chunk_last(),
-                            net::redirect_error(use_awaitable, ec));
-  if (ec) ok_ = false;
+  const auto last = http::make_chunk_last();
+  if (co_await WriteAll(stream_, last, write_timeout_)) ok_ = false;
   co_return ok_;
 }
 
@@ -307,7 +300,7 @@ awaitable<void> HttpServer::LingeringClose(TcpStream& stream) {
 
 awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker) {
   TcpStream stream(std::move(socket));
-  beast::flat_buffer buffer;
+  ReadBuffer buffer;  // a request's head: no read that finds nothing on a kept-alive connection
   Connection conn{&stream, true};
   connections_[worker].insert(&conn);
   while (!stopping_) {
@@ -358,7 +351,8 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
     }
     if (!ec && !parser.is_done()) {
       stream.expires_after(options_.read_timeout);
-      co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+      co_await http::async_read(stream, buffer.plain(), parser,
+                                net::redirect_error(use_awaitable, ec));
     }
     if (ec == http::error::body_limit) {
       co_await too_large();

@@ -30,6 +30,7 @@
 #include "common/env.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/read_buffer.h"
 #include "gateway/admission.h"
 #include "gateway/fair_queue.h"
 #include "gateway/key_cache.h"
@@ -208,7 +209,7 @@ class Gateway {
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
   void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`; returns the bytes read.
-  static awaitable<size_t> ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
+  static awaitable<size_t> ReadSome(TcpStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
                                     beast::error_code& ec);
 

@@ -14,6 +14,7 @@
 
 #include "common/backend_identity.h"
 #include "common/operator_auth.h"
+#include "common/write_now.h"
 #include "gateway/backend_source.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_internal.h"
@@ -26,7 +27,7 @@ namespace {
 
 // Parses the body bytes already in `buffer` into `chunk`, reading nothing; returns how many it
 // put there. Stops when `chunk` is full, the message is done or more bytes must be read.
-size_t ParseBuffered(beast::flat_buffer& buffer, UpstreamParser& parser,
+size_t ParseBuffered(ReadBuffer& buffer, UpstreamParser& parser,
                      std::array<char, 16384>& chunk, beast::error_code& ec) {
   parser.get().body().data = chunk.data();
   parser.get().body().size = chunk.size();
@@ -71,19 +72,22 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   // stream's backend answers at once and then sends a token at a time.
   const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
       options_.upstream_idle_timeout);
-  beast::error_code ec;
-  up->expires_after(idle);
-  co_await net::async_write(*up, request_buffers, net::redirect_error(use_awaitable, ec));
-  beast::flat_buffer buffer;
+  beast::error_code ec = co_await WriteAll(*up, request_buffers, idle);
+  // The backend's answer is not there yet: a whole answer's head is read without trying first.
+  ReadBuffer buffer;
   // Room for a usual response's fields (a few hundred bytes); more spills to the heap.
   std::array<std::byte, 1024> fields_arena;
   std::pmr::monotonic_buffer_resource fields_memory(fields_arena.data(), fields_arena.size());
   UpstreamParser parser(std::piecewise_construct, std::make_tuple(),
                         std::make_tuple(std::pmr::polymorphic_allocator<char>(&fields_memory)));
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (!ec) {
+  if (!ec && !r.stream) {
     up->expires_after(idle);
     co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
+  } else if (!ec) {  // a stream's backend may die after its head: the plain read sees that
+    up->expires_after(idle);
+    co_await http::async_read_header(*up, buffer.plain(), parser,
+                                     net::redirect_error(use_awaitable, ec));
   }
   if (ec) {
     const bool hung = ec == beast::error::timeout;
@@ -296,12 +300,13 @@ void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter&
                    ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()));
 }
 
-awaitable<size_t> Gateway::ReadSome(TcpStream& stream, beast::flat_buffer& buffer,
+awaitable<size_t> Gateway::ReadSome(TcpStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
                                     beast::error_code& ec) {
   parser.get().body().data = chunk.data();
   parser.get().body().size = chunk.size();
-  co_await http::async_read_some(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+  co_await http::async_read_some(stream, buffer.plain(), parser,
+                                 net::redirect_error(use_awaitable, ec));
   if (ec == http::error::need_buffer) ec = {};
   co_return chunk.size() - parser.get().body().size;
 }

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "common/backend_identity.h"
+#include "common/read_buffer.h"
 
 namespace bmas::gateway {
 
@@ -48,7 +49,7 @@ awaitable<Result<void>> ConnectionPool::Verify(TcpStream& stream,
   beast::error_code ec;
   stream.expires_after(timeout);
   co_await http::async_write(stream, req, net::redirect_error(use_awaitable, ec));
-  beast::flat_buffer buffer;
+  ReadBuffer buffer;
   http::response_parser<http::string_body> parser;
   parser.header_limit(8192);
   parser.body_limit(1024);
