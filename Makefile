@@ -24,7 +24,7 @@ CMAKE_FLAGS ?=
 export CCACHE_SLOPPINESS = pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_MAXSIZE = 2G
 
-.PHONY: all deps build install run test unit asan asan-build asan-test fuzz fuzz-regression bench clean
+.PHONY: all deps build deb install run test unit asan asan-build asan-test fuzz fuzz-regression bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
+
+# A Debian package of the build (bmas, its systemd units, an example /etc/bmas/bmas.toml):
+# $(BUILD)/bmas_VERSION_ARCH.deb, to install on the controller and each node.
+deb: build
+	bash scripts/make-deb.sh $(BUILD)
 
 # Puts bmas where every user finds it: $(PREFIX)/bin/bmas (as root: /usr/local/bin).
 PREFIX ?= /usr/local

@@ -35,6 +35,8 @@ packages=(
   lxd lxcfs uidmap btrfs-progs squashfs-tools xz-utils busybox-static debootstrap
   # The login test: a student's `ssh -tt` into their workspace (sshd's ForceCommand).
   openssh-server openssh-client
+  # The Debian package (make deb: dpkg-shlibdeps) and its units' check (systemd-analyze).
+  dpkg-dev systemd
   # The multi-host test bed (tests/cluster): network namespaces, a bridge and veth pairs.
   iproute2 util-linux
   # The dashboard's browser test: headless Chromium, driven by puppeteer-core from npm.
