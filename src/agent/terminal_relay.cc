@@ -111,8 +111,11 @@ int RelayTerminal(int master, int done_fd) {
     }
     if (p[2].revents) over = true;  // the exit code came, or the agent went away
   }
-  // What the shell wrote just before it ended may still be in the terminal.
-  for (pollfd p{master, POLLIN, 0}; master_open && poll(&p, 1, 100) > 0;) {
+  // What the shell wrote just before it ended may still be in the terminal: the kernel moves a
+  // pty's output to the master side in a worker of its own, which a loaded machine may run late,
+  // after the exit code came. Read until the terminal's other side is closed and empty (EIO, at
+  // once when nothing holds it) or a second passes without output.
+  for (pollfd p{master, POLLIN, 0}; master_open && poll(&p, 1, 1000) > 0;) {
     const ssize_t n = read(master, buf, sizeof buf);
     if (n <= 0) break;
     WriteAll(STDOUT_FILENO, buf, n);
