@@ -5,21 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/tcp_pair_testing.h"
+
 namespace bmas {
 namespace {
 
-// A connected pair of TcpStreams on loopback.
-struct Pair {
-  net::io_context io;
-  TcpStream server{io};
-  TcpStream client{io};
-
-  Pair() {
-    tcp::acceptor acceptor(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    client.socket().connect(acceptor.local_endpoint());
-    acceptor.accept(server.socket());
-  }
-};
+using Pair = TcpPair;
 
 std::string Request(const std::string& path, size_t body_bytes = 0) {
   std::string r = "POST " + path +

@@ -4,20 +4,12 @@
 
 #include <string>
 
+#include "common/tcp_pair_testing.h"
+
 namespace bmas {
 namespace {
 
-struct Pair {
-  net::io_context io;
-  TcpStream server{io};
-  TcpStream client{io};
-
-  Pair() {
-    tcp::acceptor acceptor(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    client.socket().connect(acceptor.local_endpoint());
-    acceptor.accept(server.socket());
-  }
-};
+using Pair = TcpPair;
 
 // A small write goes out whole at once; one far larger than the socket's send buffer goes out
 // in part at once and the rest as the reader takes it, every byte in order.
