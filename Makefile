@@ -6,8 +6,11 @@ ASAN_BUILD ?= build-asan
 # integration-security); the other integration tests run in `make test` only, against the plain
 # build.
 # Left out of it for now: two workspace shell tests whose shell's last output line did not reach
-# the terminal in two fresh-clone ASan passes on 2 loaded cores (the exit code did; under
-# investigation, issue 25's note); `make test` runs them against the plain build.
+# the terminal in two fresh-clone ASan passes on 2 loaded cores (the exit code did). A likely
+# cause, the agent's relay ending 100 ms after the exit code even with the shell's last bytes
+# unread on LXD's socket, is fixed (src/lxd/interactive_exec.cc), but the failure has not been
+# reproduced here, so the fix is unproven under ASan; `make test` runs both against the plain
+# build.
 # Left out of it as well: one security test whose time is spent waiting rather than in bmas's
 # code, the hung agent's epilog test, which waits out the epilog's 30 s deadline; and the five
 # longest simulations of the planner and the inference controller (pure policy code over

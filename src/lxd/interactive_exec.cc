@@ -116,8 +116,9 @@ class Relay {
   }
 
   // The command has ended (its operation says so). LXD does not always close the data socket
-  // then; what it still sends arrives within moments, so the relay ends once the data socket
-  // has been quiet for a little while.
+  // then (a background process may still hold the terminal), and what it still sends may be on
+  // its way, so the relay ends once the data socket has been quiet for a second with nothing
+  // unread on it.
   void CommandEnded() {
     ended_ = true;
     Drain();
@@ -144,10 +145,15 @@ class Relay {
     });
   }
 
+  // A loaded machine may run this thread late, when both the timer and the shell's last output
+  // are ready: the timer's handler may come first, and must not end the relay over unread bytes.
   void Drain() {
-    drain_.expires_after(std::chrono::milliseconds(100));
+    drain_.expires_after(std::chrono::seconds(1));
     drain_.async_wait([this](beast::error_code ec) {
-      if (!ec) Finish();
+      if (ec) return;
+      beast::error_code ignored;
+      if (data_.next_layer().available(ignored) > 0) return Drain();
+      Finish();
     });
   }
 
