@@ -243,6 +243,14 @@ UpFacts GatherUpFacts(const UpOptions& options, const ServiceAccount& service,
       // No inventory there (a config without [cluster]); StartSlurm names a bad [up] cluster.
     }
   }
+  if (!options.config.up.slurm && options.config.up.cluster.empty() &&
+      !options.config.source.empty()) {
+    try {
+      facts.cluster_slurm = LoadCluster(options.config.source).slurm.slurmrestd;
+    } catch (const ConfigError&) {
+      // No [cluster] in the config: up runs without Slurm, and says so.
+    }
+  }
   return facts;
 }
 

@@ -35,7 +35,16 @@ std::vector<std::string> ServiceArgs(const UpOptions& options, const UpFacts& fa
 void PlanSlurm(const UpOptions& options, const UpFacts& facts, UpPlan& plan) {
   const bool running = !facts.slurm_running_url.empty();
   plan.slurm_runs = running;
-  if (!options.config.up.slurm) return;
+  if (!options.config.up.slurm) {
+    if (running || facts.cluster_slurm.empty()) return;
+    plan.slurm = UpSlurm::kCluster;
+    plan.slurm_runs = true;
+    plan.slurm_line = fmt::format(
+        "  {:<10} {:<28} the cluster's Slurm ([cluster.slurm] slurmrestd of {}); up neither "
+        "starts nor stops it\n",
+        "slurm", facts.cluster_slurm, options.config.source);
+    return;
+  }
   if (running && facts.previous_pid != 0 && facts.previous_owns_slurm) {
     plan.slurm = UpSlurm::kAdopt;
     plan.owns_slurm = true;
@@ -289,8 +298,9 @@ UpPlan PlanUp(const UpOptions& options, const UpFacts& facts) {
                                 "slurm-monitor.log", {"slurm", "monitor"}, "--port",
                                 config.up.slurm_monitor_port,
                                 "Slurm jobs and GPUs per user and partition, mode"));
-    // Other nodes call this Slurm over https ([cluster.slurm] slurmrestd): a TLS front.
-    if (!facts.slurmrestd_https.empty()) {
+    // Other nodes call this Slurm over https ([cluster.slurm] slurmrestd): a TLS front. The
+    // cluster's own Slurm has the admin's (bmas-slurm-tls-front).
+    if (!facts.slurmrestd_https.empty() && plan.slurm != UpSlurm::kCluster) {
       plan.parts.push_back(TlsFront(options, facts.slurmrestd_https));
     }
   }

@@ -50,6 +50,10 @@ struct UpFacts {
   // [cluster.slurm] slurmrestd of up's inventory ([up] cluster, else the config's [cluster])
   // when it is "https://HOST:PORT": other nodes reach this Slurm through a TLS front there.
   std::string slurmrestd_https;
+  // [cluster.slurm] slurmrestd of up's config (not [up] cluster's) when [up] slurm = false: the
+  // cluster's own Slurm, run as the system's services (a real controller), which up uses and
+  // neither starts nor stops ("" when none).
+  std::string cluster_slurm;
 };
 
 enum class UpSlurm {
@@ -58,6 +62,7 @@ enum class UpSlurm {
   kLeaveRunning,  // `bmas slurm up`'s runs: left alone
   kCannot,        // not started, and slurm_line says why
   kStart,         // up starts one
+  kCluster,       // [up] slurm = false and the config names the cluster's slurmrestd: used
 };
 
 enum class UpLxd {

@@ -280,6 +280,39 @@ TEST(UpPlanTest, HelpersRunAsUpOnLoopbackAndArePrometheusTargets) {
   EXPECT_EQ(a.scrape, UpScrape::kUrl);
 }
 
+// A real cluster's controller: slurmctld and slurmrestd are the system's (bmas cluster init, the
+// Debian package's units), so up starts no Slurm of its own and drives that one.
+TEST(UpPlanTest, WithSlurmOffUpDrivesTheClustersOwnSlurmAndStartsNoFrontForIt) {
+  UpOptions options = Options();
+  options.config.up.slurm = false;
+  options.config.source = "/etc/bmas/bmas.toml";
+  UpFacts facts = Equipped();
+  facts.cluster_slurm = "https://mgs1:6821";
+  facts.slurmrestd_https = "https://mgs1:6821";
+  const UpPlan plan = PlanUp(options, facts);
+  EXPECT_EQ(plan.slurm, UpSlurm::kCluster);
+  EXPECT_TRUE(plan.slurm_runs);
+  EXPECT_FALSE(plan.owns_slurm);
+  EXPECT_TRUE(plan.elastic);
+  EXPECT_EQ(plan.slurm_line,
+            "  slurm      https://mgs1:6821            the cluster's Slurm ([cluster.slurm] "
+            "slurmrestd of /etc/bmas/bmas.toml); up neither starts nor stops it\n");
+  EXPECT_THAT(Names(plan),
+              ElementsAre("gateway", "controller", "slurm-mon", "agent", "dashboard"));
+  EXPECT_THAT(Part(plan, "dashboard").trailing_args, IsEmpty());
+  EXPECT_THAT(plan.deploy, Contains("deploy"));
+  // Every part reads the cluster from the same config.
+  EXPECT_THAT(Part(plan, "controller").args, Contains("/etc/bmas/bmas.toml"));
+
+  // A local Slurm that runs in the state dir still comes first.
+  facts.slurm_running_url = "http://127.0.0.1:6820";
+  EXPECT_EQ(PlanUp(options, facts).slurm, UpSlurm::kNone);
+  // [up] slurm = true: up starts its own, as before.
+  facts.slurm_running_url.clear();
+  options.config.up.slurm = true;
+  EXPECT_EQ(PlanUp(options, facts).slurm, UpSlurm::kStart);
+}
+
 TEST(UpPlanTest, AnHttpsSlurmrestdGetsATlsFrontBeforeTheNodesAgent) {
   UpOptions options = Options();
   UpFacts facts = Equipped();
