@@ -5,7 +5,8 @@
 // the operator secret. Impostors in oss02 (another CA's certificate for oss02; the cluster CA's
 // certificate for another host) are refused before any request, and so before the secret, is
 // sent; plain http off loopback is refused before anything is dialled; an agent told to listen
-// off loopback with no certificate to serve refuses to start.
+// off loopback with no certificate to serve refuses to start. A non-root student on a node gets
+// 401 from the agent's port and can read neither the operator secret nor the node's key.
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -171,6 +172,34 @@ TEST_F(AgentTlsTest, TheControllerReadsANodesGpusOverTls) {
   const CommandOutput plain =
       In("mgs1", {"curl", "-s", "-m", "5", "http://10.200.0.11:9400/health"});
   EXPECT_EQ(plain.out.find("\"ok\""), std::string::npos) << plain.out;
+}
+
+// A student with a shell on a node (oss01, the agent's own, and oss02) is not root: the agent's
+// port on the bridge serves them nothing without the operator secret, and neither the secret nor
+// the node's key can be read to get one.
+TEST_F(AgentTlsTest, AStudentOnANodeGetsNothingFromTheAgentsPort) {
+  const auto cert = Issue(ca_, {"oss01", "10.200.0.11"}, "oss01");
+  StartAgent("oss01", "oss01", "10.200.0.11:9400", cert);
+  const std::string student = bmas::testing::EnsureUnixUser("bmastest1");
+  for (const char* host : {"oss01", "oss02"}) {
+    SCOPED_TRACE(host);
+    for (const std::string& bearer : {std::string(), std::string("Authorization: Bearer guess")}) {
+      std::vector<std::string> curl = {"curl", "-sk", "-m", "5", "-o", "/dev/null", "-w",
+                                       "%{http_code}", "https://10.200.0.11:9400/gpus"};
+      if (!bearer.empty()) curl.insert(curl.begin() + 1, {"-H", bearer});
+      auto r = bed_.Run(host, curl, student);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->out, "401") << bearer << r->err;
+    }
+    for (const std::string& secret : {State("oss01") + "/run/operator.secret", cert.second}) {
+      auto r = bed_.Run(host, {"cat", secret}, student);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_NE(r->exit_code, 0) << secret << " is readable by " << student;
+      EXPECT_EQ(r->out, "") << secret;
+    }
+  }
+  const std::string log = bed_.LogTail("oss01", 200);
+  EXPECT_EQ(log.find("/gpus 200"), std::string::npos) << log;
 }
 
 TEST_F(AgentTlsTest, ImpostorAgentsAreRefusedBeforeTheSecretIsSent) {
