@@ -222,6 +222,11 @@ int ClusterCommands::Serve(GlobalOptions& global) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   material.prolog = cluster::HookScript(self, "prolog");
   material.epilog = cluster::HookScript(self, "epilog");
+  // The nodes' agents ask for this controller's operator secret, which its dashboard and
+  // Prometheus send them.
+  auto secret = EnsureOperatorSecret(state_dir);
+  if (!secret) return ReportFailure("cluster serve", secret.error());
+  material.operator_secret = *secret;
 
   cluster::JoinServerOptions options;
   options.host = listen_.empty() ? endpoint->address : listen_;

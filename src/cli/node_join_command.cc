@@ -157,6 +157,7 @@ int NodeJoinCommand::Leave(GlobalOptions& global) {
   options.force = force_;
   options.paths.config_dir = config_dir_;
   options.paths.munge_key = munge_key_;
+  options.paths.state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
   auto daemons = global.services->NodeDaemons();
   auto slurm = global.services->NodeSlurm();
   auto report = cluster::LeaveNode(options, *daemons, *slurm);

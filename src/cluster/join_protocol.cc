@@ -104,13 +104,16 @@ std::string FormatJoinReply(const JoinReply& reply) {
     Member(w, "bmas_toml", reply.bmas_toml);
     Member(w, "prolog", reply.prolog);
     Member(w, "epilog", reply.epilog);
+    Member(w, "operator_secret", reply.operator_secret);
   });
 }
 
 Result<JoinReply> ParseJoinReply(std::string_view body) {
   auto m =
       ReadStrings(body, kMaxJoinReplyBytes,
-                  {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog"}, "reply");
+                  {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog",
+                   "operator_secret"},
+                  "reply");
   if (!m) return m.error();
   JoinReply r;
   auto key = FromHex((*m)["munge_key"]);
@@ -121,6 +124,10 @@ Result<JoinReply> ParseJoinReply(std::string_view body) {
   r.bmas_toml = std::move((*m)["bmas_toml"]);
   r.prolog = std::move((*m)["prolog"]);
   r.epilog = std::move((*m)["epilog"]);
+  r.operator_secret = std::move((*m)["operator_secret"]);
+  if (r.operator_secret.empty() || !FromHex(r.operator_secret)) {
+    return InvalidArgument("the operator secret of a join reply is not hex");
+  }
   return r;
 }
 

@@ -37,6 +37,9 @@ struct JoinReply {
   std::string bmas_toml;  // the node's /etc/bmas/bmas.toml
   std::string prolog;     // Slurm's Prolog= and Epilog= scripts
   std::string epilog;
+  // The controller's operator secret (hex): the node's agent asks it of the dashboard and
+  // Prometheus on the controller, which send it.
+  std::string operator_secret;
 };
 
 std::string FormatJoinRequest(const JoinRequest& request);

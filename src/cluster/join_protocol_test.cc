@@ -33,12 +33,19 @@ TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   r.bmas_toml = "[cluster]\n";
   r.prolog = "#!/bin/sh\n";
   r.epilog = "#!/bin/sh\nexit 0\n";
+  r.operator_secret = "0123456789abcdef";
   auto back = ParseJoinReply(FormatJoinReply(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->munge_key, r.munge_key);
   EXPECT_EQ(back->bmas_toml, r.bmas_toml);
   EXPECT_EQ(back->epilog, r.epilog);
   EXPECT_EQ(back->node_cert_pem, "cert");
+  EXPECT_EQ(back->operator_secret, r.operator_secret);
+  // A reply without an operator secret, or with one that is not hex, is refused.
+  r.operator_secret = "";
+  EXPECT_FALSE(ParseJoinReply(FormatJoinReply(r)));
+  r.operator_secret = "not hex";
+  EXPECT_FALSE(ParseJoinReply(FormatJoinReply(r)));
 }
 
 TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {

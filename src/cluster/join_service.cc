@@ -35,6 +35,7 @@ Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<Tok
   reply.bmas_toml = material.bmas_toml;
   reply.prolog = material.prolog;
   reply.epilog = material.epilog;
+  reply.operator_secret = material.operator_secret;
   return reply;
 }
 

@@ -24,6 +24,7 @@ struct JoinMaterial {
   std::string bmas_toml;
   std::string prolog;
   std::string epilog;
+  std::string operator_secret;  // the controller's (hex), which its dashboard sends the agents
 };
 
 // kPermissionDenied for a secret that is not one of `records` or expired, or a host/address that

@@ -29,6 +29,7 @@ class JoinTlsTest : public ::testing::Test {
     material_.nodes = {{"oss01", "10.0.0.11"}};
     material_.munge_key = std::string(1024, 'k');
     material_.bmas_toml = "[cluster]\n";
+    material_.operator_secret = "abcdef0123456789";
     token_.address = "127.0.0.1";
     token_.secret = std::string(kJoinSecretBytes, 's');
     token_.expires_at = now_ + 3600;

@@ -94,6 +94,32 @@ Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::
   return out.str();
 }
 
+Result<std::string> WithAgentListener(const std::string& node_toml, const std::string& address,
+                                      const std::string& config_dir) {
+  toml::table root;
+  try {
+    root = toml::parse(node_toml, std::string_view("the node's bmas.toml"));
+  } catch (const toml::parse_error& e) {
+    return InvalidArgument(fmt::format("the node's bmas.toml is not TOML (line {}: {})",
+                                       e.source().begin.line, e.description()));
+  }
+  if (!root["agent"].is_table()) root.insert_or_assign("agent", toml::table{});
+  toml::table& agent = *root.get_as<toml::table>("agent");
+  uint16_t port = kAgentPort;
+  if (auto given = agent["listen"].value<std::string>()) {
+    if (auto hp = SplitHostPort(*given); hp && hp->second != 0) port = hp->second;
+  }
+  const bool v6 = address.find(':') != std::string::npos;
+  agent.insert_or_assign("listen", v6 ? fmt::format("[{}]:{}", address, port)
+                                      : fmt::format("{}:{}", address, port));
+  agent.insert_or_assign("tls_cert", In(config_dir, "node.crt"));
+  agent.insert_or_assign("tls_key", In(config_dir, "node.key"));
+  agent.insert_or_assign("ca", In(config_dir, "ca.crt"));
+  std::ostringstream out;
+  out << root << '\n';
+  return out.str();
+}
+
 Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
@@ -166,6 +192,7 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
       return Step("reading the controller's bmas.toml", Internal(e.what()));
     }
     auto node_toml = NodeBmasToml(reply->bmas_toml, In(o.paths.config_dir, "ca.crt"));
+    if (node_toml) node_toml = WithAgentListener(*node_toml, address, o.paths.config_dir);
     if (!node_toml) return Step("reading the controller's bmas.toml", node_toml.error());
     const passwd* munge = getpwnam("munge");
     if (munge == nullptr) {
@@ -178,6 +205,7 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
         {In(o.paths.config_dir, "node.key"), csr->key_pem, 0600, 0, 0},
         {In(o.paths.config_dir, "node.crt"), reply->node_cert_pem, 0644, 0, 0},
         {In(o.paths.config_dir, "bmas.toml"), *node_toml, 0644, 0, 0},
+        {o.paths.OperatorSecret(), reply->operator_secret + "\n", 0600, 0, 0},
     };
     if (!inventory.slurm.prolog.empty()) {
       wanted.push_back({inventory.slurm.prolog, reply->prolog, 0755, 0, 0});

@@ -24,6 +24,8 @@ struct NodePaths {
   std::string munge_run_dir = "/run/munge";  // munged's socket, pid, log and seed
   std::string run_dir = "/run/bmas";         // what the join started, and its daemons' output
   std::string state_dir = "/var/lib/bmas";   // the agent's state dir (its socket is in it)
+  // The agent's operator secret: the controller's (daemon/secret.h's path in state_dir).
+  std::string OperatorSecret() const { return state_dir + "/run/operator.secret"; }
 };
 
 // The daemons a join starts, by the names NodeDaemons::StopJoined takes, in start order.
@@ -70,6 +72,17 @@ struct NodeJoinReport {
 // to `ca_path` (the node's 0644 copy of the cluster CA), so that users' commands on the node
 // check an https slurmrestd against a file they can read. Errors name what cannot be read.
 Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::string& ca_path);
+
+// The port a node's agent serves its metrics on, off loopback over TLS with the node's certificate
+// (`[agent] listen` of a joined node), unless the controller's bmas.toml gives another.
+inline constexpr uint16_t kAgentPort = 9400;
+
+// `node_toml` (NodeBmasToml's) with the node's agent listening on `address` (the node's address on
+// the controller's network) at kAgentPort, or the port of the controller's `[agent] listen` when
+// it names one, with the node's certificate, key and CA in `config_dir`: so that the dashboard
+// and Prometheus on the controller reach it over TLS.
+Result<std::string> WithAgentListener(const std::string& node_toml, const std::string& address,
+                                      const std::string& config_dir);
 
 // Joins this node. REQUIRES: root. The error's message starts with the step that failed.
 Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& options,

@@ -47,6 +47,7 @@ class NodeJoinTest : public ::testing::Test {
         dir_);
     material_.prolog = "#!/bin/sh\nexit 0\n";
     material_.epilog = "#!/bin/sh\nexit 0\n";
+    material_.operator_secret = "00112233445566778899aabbccddeeff";
     token_.address = "127.0.0.1";
     token_.secret = std::string(kJoinSecretBytes, 's');
     token_.expires_at = now_ + 3600;
@@ -71,6 +72,7 @@ class NodeJoinTest : public ::testing::Test {
     options_.paths.config_dir = dir_ + "/etc-bmas";
     options_.paths.munge_key = dir_ + "/munge/munge.key";
     options_.paths.run_dir = dir_ + "/run";
+    options_.paths.state_dir = dir_ + "/state";
   }
   void TearDown() override {
     if (server_) server_->Stop();
@@ -94,7 +96,7 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   auto report = JoinNode(token_, options_, daemons_, now_);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_FALSE(report->already_joined);
-  EXPECT_EQ(report->written.size(), 7u);
+  EXPECT_EQ(report->written.size(), 8u);
   EXPECT_EQ(report->started, (std::vector<std::string>{"munged", "slurmd", "agent"}));
   EXPECT_EQ(daemons_.agent_config_, dir_ + "/etc-bmas/bmas.toml");
   auto key = ReadNodeFile(dir_ + "/etc-bmas/node.key");
@@ -107,6 +109,20 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   EXPECT_NE((*munge)->uid, 0u);  // munge's
   EXPECT_TRUE(fs::exists(dir_ + "/hooks/prolog"));
   EXPECT_EQ(daemons_.args_, (std::vector<std::string>{"-D", "--conf-server", "127.0.0.1:6817"}));
+  // The agent asks for the controller's operator secret, root's alone, and listens on the
+  // node's address over TLS with the node's certificate.
+  auto secret = ReadNodeFile(options_.paths.OperatorSecret());
+  ASSERT_TRUE(secret && *secret);
+  EXPECT_EQ((*secret)->contents, material_.operator_secret + "\n");
+  EXPECT_EQ((*secret)->mode, 0600u);
+  EXPECT_EQ((*secret)->uid, 0u);
+  auto toml = ReadNodeFile(dir_ + "/etc-bmas/bmas.toml");
+  ASSERT_TRUE(toml && *toml);
+  const toml::table node = toml::parse((*toml)->contents);
+  EXPECT_EQ(node["agent"]["listen"].value_or(std::string()), "10.0.0.11:9400");
+  EXPECT_EQ(node["agent"]["tls_cert"].value_or(std::string()), dir_ + "/etc-bmas/node.crt");
+  EXPECT_EQ(node["agent"]["tls_key"].value_or(std::string()), dir_ + "/etc-bmas/node.key");
+  EXPECT_EQ(node["agent"]["ca"].value_or(std::string()), dir_ + "/etc-bmas/ca.crt");
 
   auto again = JoinNode(token_, options_, daemons_, now_);
   ASSERT_TRUE(again) << again.error().message;
@@ -191,6 +207,19 @@ TEST(NodeBmasTomlTest, ReplacesACaPathTheControllerGaveAndAddsTheTableWhenAbsent
             "/etc/bmas/ca.crt");
   EXPECT_FALSE(NodeBmasToml("[cluster", "/etc/bmas/ca.crt"));
   EXPECT_FALSE(NodeBmasToml("[gateway]\nport = 1\n", "/etc/bmas/ca.crt"));
+}
+
+TEST(WithAgentListenerTest, TheNodesAddressWithTheControllersPortOrTheDefault) {
+  auto plain = WithAgentListener("[cluster]\n", "10.0.0.11", "/etc/bmas");
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(toml::parse(*plain)["agent"]["listen"].value_or(std::string()), "10.0.0.11:9400");
+  auto port = WithAgentListener("[agent]\nlisten = \"0.0.0.0:9500\"\nca = \"/x\"\n", "fd00::11",
+                                "/etc/bmas");
+  ASSERT_TRUE(port) << port.error().message;
+  const toml::table back = toml::parse(*port);
+  EXPECT_EQ(back["agent"]["listen"].value_or(std::string()), "[fd00::11]:9500");
+  EXPECT_EQ(back["agent"]["ca"].value_or(std::string()), "/etc/bmas/ca.crt");
+  EXPECT_FALSE(WithAgentListener("[agent", "10.0.0.11", "/etc/bmas"));
 }
 
 TEST_F(NodeJoinTest, AMungedThatRunsWithAnotherKeyStopsTheJoin) {

@@ -59,12 +59,14 @@ class NodeLeaveTest : public ::testing::Test {
     options_.paths.config_dir = dir_ + "/etc-bmas";
     options_.paths.munge_key = dir_ + "/munge/munge.key";
     options_.paths.run_dir = dir_ + "/run";
+    options_.paths.state_dir = dir_ + "/state";
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   // What a join leaves: its files, the configuration slurmd fetched, and its daemons running.
   void Joined() {
-    for (const char* d : {"/etc-bmas", "/munge", "/hooks", "/spool/conf-cache", "/lxd"}) {
+    for (const char* d :
+         {"/etc-bmas", "/munge", "/hooks", "/spool/conf-cache", "/lxd", "/state/run"}) {
       fs::create_directories(dir_ + d);
     }
     std::ofstream(dir_ + "/etc-bmas/bmas.toml") << fmt::format(
@@ -77,7 +79,8 @@ class NodeLeaveTest : public ::testing::Test {
         dir_);
     for (const std::string f : {"/etc-bmas/ca.crt", "/etc-bmas/node.crt", "/etc-bmas/node.key",
                                 "/munge/munge.key", "/hooks/prolog", "/hooks/epilog",
-                                "/spool/conf-cache/slurm.conf", "/lxd/workspace-data"}) {
+                                "/spool/conf-cache/slurm.conf", "/lxd/workspace-data",
+                                "/state/run/operator.secret"}) {
       std::ofstream(dir_ + f) << "x";
     }
     daemons_.munge_ = daemons_.joined_munge_ = daemons_.slurmd_ = daemons_.agent_ = true;
@@ -105,8 +108,9 @@ TEST_F(NodeLeaveTest, ADrainedDynamicNodeStopsItsDaemonsLeavesSlurmAndRemovesThe
   EXPECT_FALSE(fs::exists(dir_ + "/hooks/prolog"));
   EXPECT_FALSE(fs::exists(dir_ + "/hooks/epilog"));
   EXPECT_FALSE(fs::exists(dir_ + "/spool/conf-cache"));
+  EXPECT_FALSE(fs::exists(dir_ + "/state/run/operator.secret"));
   EXPECT_TRUE(fs::exists(dir_ + "/lxd/workspace-data"));  // LXD's are left alone
-  EXPECT_EQ(left->removed.size(), 8u);
+  EXPECT_EQ(left->removed.size(), 9u);
 
   // Again: nothing left to do, and Slurm is not asked.
   slurm_.conf_.clear();

@@ -93,6 +93,22 @@ class WalkthroughTest : public ::testing::Test {
           hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN), kGpusPerNode);
     }
     toml += "[[cluster.partitions]]\nname = \"lab\"\nnodes = \"ALL\"\ndefault = true\n";
+    // The GPUs' telemetry: fake NVML on the bed, the driver's libnvidia-ml on a real node. The
+    // CA the controller's clients check the agents against: cluster init's (a node's join
+    // points its own at its copy).
+    toml += fmt::format(
+        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
+        BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt");
+    nvml_values_ = bed_.dir() + "/shared/nvml.txt";
+    std::ofstream values(nvml_values_);
+    for (int i = 0; i < kGpusPerNode; ++i) {
+      values << fmt::format(
+          "uuid=GPU-walk-{} name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 mem_total_mib=81559 "
+          "power_mw=70000 temp=30 mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
+          i);
+    }
+    values.close();
+    ::chmod(nvml_values_.c_str(), 0644);
     inventory_ = bed_.dir() + "/shared/cluster.toml";
     std::ofstream(inventory_) << toml;
     ::chmod(inventory_.c_str(), 0644);
@@ -180,6 +196,7 @@ class WalkthroughTest : public ::testing::Test {
   std::string student_bmas_;
   std::string node_;
   std::string inventory_;
+  std::string nvml_values_;
 };
 
 TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrainAndResume) {
@@ -201,8 +218,13 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   // oss0N# bmas node join TOKEN
   for (const char* node : {"oss01", "oss02", "oss03"}) {
     const auto t = Clock::now();
-    CommandOutput joined = In(node, {"node", "join", token, "--config-dir", node_ + "/etc-bmas",
-                                     "--munge-key", node_ + "/munge.key"});
+    auto r = bed_.Run(node,
+                      {"env", "BMAS_FAKE_NVML=" + nvml_values_, bmas_, "--state-dir",
+                       node_ + "/bmas-state", "node", "join", token, "--config-dir",
+                       node_ + "/etc-bmas", "--munge-key", node_ + "/munge.key"},
+                      "", std::chrono::seconds(120));
+    ASSERT_TRUE(r) << r.error().message;
+    const CommandOutput& joined = *r;
     ASSERT_EQ(joined.exit_code, 0) << node << ": " << joined.err << joined.out;
     EXPECT_NE(joined.out.find(std::string(node) + " joined"), std::string::npos) << joined.out;
     std::printf("bmas node join in %s: %.0f ms\n", node, MsSince(t));
@@ -237,6 +259,19 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
       "controller up %.0f ms; three nodes joined and idle %.0f ms after init; the 8-GPU job "
       "across two nodes, submit to output: %.0f ms; first GPU job done %.0f ms after init\n",
       controller_ms, joined_ms, job_ms, MsSince(t0));
+
+  // The controller reads every node's GPUs from its agent, over TLS with the node's
+  // certificate, sending the operator secret the join gave the node (the dashboard's client).
+  for (const char* node : {"oss01", "oss02", "oss03"}) {
+    CommandOutput got;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          got = In("mgs1", {"--config", config, "agent", "get", fmt::format("https://{}:9400", node)});
+          return got.exit_code == 0 && got.out.find("GPU-walk-3") != std::string::npos;
+        },
+        0, std::chrono::seconds(30)))
+        << node << ": " << got.exit_code << " " << got.err << got.out;
+  }
 
   // mgs1# bmas node list; drain oss02 for maintenance; resume it.
   CommandOutput list = In("mgs1", {"--config", config, "node", "list"});
