@@ -2,10 +2,11 @@
 // `bmas cluster init` with the cluster's inventory, munged, slurmctld and slurmrestd as the
 // system would run them, and the join service; `bmas node join TOKEN` on oss01..oss03; a
 // student (a non-root account the test makes) on the login node mgs1 runs an 8-GPU job across
-// two nodes with `bmas run` and sees each node's four GPUs and its rank; `bmas node list`; a
-// node drained and resumed. Parts of the README's walk-through still missing here (issue 25):
-// workspace shells on the nodes' LXDs, inference replicas on the nodes, the dashboard reading
-// every node's agent.
+// two nodes with `bmas run` and sees each node's four GPUs and its rank; the controller reads
+// every node's agent over TLS (`bmas agent get`), and the dashboard on mgs1 shows the student
+// all twelve GPUs with their telemetry; `bmas node list`; a node drained and resumed. Parts of
+// the README's walk-through still missing here (issue 25): workspace shells on the nodes' LXDs
+// and inference replicas on the nodes.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -271,6 +272,41 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
         },
         0, std::chrono::seconds(30)))
         << node << ": " << got.exit_code << " " << got.err << got.out;
+  }
+
+  // The dashboard on mgs1 with every node's agent: the student signs in with their key and sees
+  // the map of all twelve GPUs, with each node's telemetry (fake NVML's 81559 MiB).
+  CommandOutput added = In("mgs1", {"--config", config, "user", "add", student});
+  ASSERT_EQ(added.exit_code, 0) << added.err;
+  CommandOutput key = In("mgs1", {"--config", config, "key", "create", student});
+  ASSERT_EQ(key.exit_code, 0) << key.err;
+  const size_t k = key.out.find("sk-bmas-");
+  ASSERT_NE(k, std::string::npos) << key.out;
+  const std::string api_key = key.out.substr(k, key.out.find_first_of(" \n", k) - k);
+  auto dashboard = bed_.StartDaemon(
+      "mgs1", "dashboard", "bmas",
+      {bmas_, "--config", config, "--state-dir", node_ + "/bmas-state", "dashboard", "--listen",
+       "10.200.0.1:8080", "--refresh", "0.5", "--agent", "https://oss01:9400", "--agent",
+       "https://oss02:9400", "--agent", "https://oss03:9400"});
+  ASSERT_TRUE(dashboard) << dashboard.error().message;
+  std::string map;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto r = bed_.Run("mgs1", {"curl", "-s", "-m", "5", "-H", "Authorization: Bearer " + api_key,
+                                   "http://10.200.0.1:8080/api/cluster"},
+                          student);
+        map = r ? r->out : "";
+        size_t telemetry = 0;
+        for (size_t at = map.find("\"mem_total_mb\":81559"); at != std::string::npos;
+             at = map.find("\"mem_total_mb\":81559", at + 1)) {
+          ++telemetry;
+        }
+        return telemetry == 3 * kGpusPerNode;
+      },
+      dashboard->pid, std::chrono::seconds(30)))
+      << map << bed_.LogTail("dashboard");
+  for (const char* node : {"oss01", "oss02", "oss03"}) {
+    EXPECT_NE(map.find(fmt::format("\"name\":\"{}\"", node)), std::string::npos) << map;
   }
 
   // mgs1# bmas node list; drain oss02 for maintenance; resume it.
