@@ -15,18 +15,17 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "cluster/join_token.h"
 #include "common/process.h"
+#include "bed_cluster.h"
 #include "net_bed.h"
-#include "slurm/local_cluster_internal.h"
 
 namespace bmas::testbed {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
 
 class NodeJoinTest : public ::testing::Test {
  protected:
@@ -41,7 +40,10 @@ class NodeJoinTest : public ::testing::Test {
     auto started = bed_.Start(options);
     ASSERT_TRUE(started) << started.error().message;
     node_ = bed_.dir() + "/node";
-    WriteInventory();
+    cluster_ = std::make_unique<BedCluster>(bed_, bmas_);
+    BedClusterOptions o;
+    o.cluster_name = "joinbed";
+    cluster_->WriteInventory(o);  // the bed's hosts without GPUs
   }
 
   void TearDown() override {
@@ -49,49 +51,17 @@ class NodeJoinTest : public ::testing::Test {
     EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
   }
 
-  // The bed's hosts without GPUs; every path of a host under <dir>/node, its own.
-  void WriteInventory() {
-    const auto& hosts = bed_.hosts();
-    std::string toml = fmt::format(
-        "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
-        "[cluster.slurm]\ncluster_name = \"joinbed\"\nslurm_user = \"root\"\n"
-        "state_save_dir = \"{n}/state\"\nspool_dir = \"{n}/spool\"\nlog_dir = \"{n}/log\"\n"
-        "run_dir = \"{n}/run\"\ntmpfs = \"{n}/tmp\"\ncred_expire_s = 10\nkill_wait_s = 5\n"
-        "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
-        hosts.front().name, hosts.front().address, fmt::arg("n", node_));
-    for (size_t i = 1; i < hosts.size(); ++i) {
-      toml += fmt::format(
-          "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\n"
-          "memory_mib = 1024\n",
-          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
-    }
-    toml += "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"ALL\"\ndefault = true\n";
-    inventory_ = bed_.dir() + "/inventory.toml";
-    std::ofstream(inventory_) << toml;
-  }
-
-  CommandOutput Bmas(const std::string& host, std::vector<std::string> args) {
-    args.insert(args.begin(), {bmas_, "--state-dir", node_ + "/bmas-state"});
-    auto r = bed_.Run(host, args, "", std::chrono::seconds(90));
+  CommandOutput Bmas(const std::string& host, const std::vector<std::string>& args) {
+    auto r = cluster_->Bmas(host, args);
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
   }
 
   // `bmas cluster init` in mgs1, then munged and slurmctld there; returns the join token.
   std::string InitController(bool dynamic = false) {
-    std::vector<std::string> args = {
-        "cluster",    "init",        "--cluster",          inventory_,  "--slurm-dir",
-        "/etc/slurm", "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"};
-    if (dynamic) args.push_back("--dynamic-nodes");
-    CommandOutput init = Bmas("mgs1", args);
-    EXPECT_EQ(init.exit_code, 0) << init.err;
-    const std::string prefix = "bmas node join ";
-    const size_t at = init.out.find(prefix);
-    EXPECT_NE(at, std::string::npos) << init.out;
-    if (at == std::string::npos) return "";
-    std::string token = init.out.substr(at + prefix.size());
-    token = token.substr(0, token.find('\n'));
-
+    auto init = cluster_->Init(dynamic);
+    EXPECT_TRUE(init) << init.error().message;
+    if (!init) return "";
     const std::string mgs1 = bed_.dir() + "/nodes/mgs1";
     EXPECT_TRUE(fs::exists(mgs1 + "/etc-slurm/slurm.conf"));
     std::ifstream conf(mgs1 + "/etc-slurm/slurm.conf");
@@ -99,69 +69,28 @@ class NodeJoinTest : public ::testing::Test {
     EXPECT_NE(text.find("SlurmctldParameters=enable_configless"), std::string::npos);
     EXPECT_EQ(fs::status(mgs1 + "/munge.key").permissions(), fs::perms::owner_read);
     EXPECT_EQ(fs::status(mgs1 + "/jwt.key").permissions(), fs::perms::owner_read);
+    return BedCluster::Token(*init);
+  }
 
-    auto munge = slurm::internal::LookUp("munge");
-    EXPECT_TRUE(munge);
-    auto mk = bed_.Run("mgs1",
-                       {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
-    EXPECT_TRUE(mk && mk->exit_code == 0);
-    auto munged = bed_.StartDaemon(
-        "mgs1", "munged mgs1", "munged",
-        slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
-    EXPECT_TRUE(munged) << munged.error().message;
-    auto ctld = bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
-    EXPECT_TRUE(ctld) << ctld.error().message;
-    std::string pinged;
-    EXPECT_TRUE(WaitFor(
-        [&] {
-          auto ping = bed_.Run("mgs1", {"scontrol", "ping"}, "", std::chrono::seconds(5));
-          pinged = ping ? ping->out + ping->err : ping.error().message;
-          return ping && ping->out.find("is UP") != std::string::npos;
-        },
-        ctld ? ctld->pid : 0, std::chrono::seconds(20)))
-        << pinged << "\n"
-        << bed_.LogTail("slurmctld") << bed_.LogTail("munged mgs1");
-    return token;
+  // munged and slurmctld, as the controller's system would run them.
+  void StartSlurmctld() {
+    auto r = cluster_->StartControllerDaemons(/*join_service=*/false);
+    ASSERT_TRUE(r) << r.error().message;
   }
 
   void StartJoinService() {
-    auto serve = bed_.StartDaemon("mgs1", "join service", "bmas",
-                                  {bmas_, "--state-dir", node_ + "/bmas-state", "cluster", "serve",
-                                   "--cluster", inventory_, "--munge-key", node_ + "/munge.key"});
-    ASSERT_TRUE(serve) << serve.error().message;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto ss = bed_.Run("mgs1", {"ss", "-Hltn", "sport = :6830"});
-          return ss && ss->out.find("6830") != std::string::npos;
-        },
-        serve->pid, std::chrono::seconds(10)))
-        << bed_.LogTail("join service");
+    auto r = cluster_->StartJoinService();
+    ASSERT_TRUE(r) << r.error().message;
   }
 
   CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
-    std::vector<std::string> args = {"node",
-                                     "join",
-                                     token,
-                                     "--config-dir",
-                                     node_ + "/etc-bmas",
-                                     "--munge-key",
-                                     node_ + "/munge.key"};
-    if (dynamic) args.push_back("--dynamic");
-    return Bmas(host, args);
+    auto r = cluster_->Join(host, token, dynamic);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
   }
 
-  // Waits until `node` is idle in sinfo (in mgs1); the last sinfo output when it is not.
-  std::string WaitIdle(const std::string& node) {
-    std::string last;
-    const bool idle = WaitFor(
-        [&] {
-          auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-o", "%N %T"});
-          last = r ? r->out : "";
-          return last.find(node + " idle") != std::string::npos;
-        },
-        0, std::chrono::seconds(30));
-    return idle ? "" : last;
-  }
+  // "" once `node` is idle in sinfo (in mgs1), else sinfo's last answer.
+  std::string WaitIdle(const std::string& node) { return cluster_->WaitState(node, "idle"); }
 
   // What a join leaves on `host`: nothing after a refused one.
   void ExpectNothingOn(const std::string& host) {
@@ -211,14 +140,15 @@ class NodeJoinTest : public ::testing::Test {
   }
 
   NetBed bed_;
+  std::unique_ptr<BedCluster> cluster_;
   std::string bmas_;
   std::string node_;
-  std::string inventory_;
 };
 
 TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRefused) {
   const std::string token = InitController();
   ASSERT_FALSE(token.empty());
+  StartSlurmctld();
 
   // An impostor on the join port before the service holds it: an unprivileged account's TLS
   // server with a self-signed certificate for the controller's name and address.
@@ -332,6 +262,7 @@ TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRef
 TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
   const std::string token = InitController(true);
   ASSERT_FALSE(token.empty());
+  StartSlurmctld();
   StartJoinService();
   CommandOutput joined = Join("oss02", token, true);
   ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;

@@ -18,13 +18,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
-#include "common/config.h"
+#include "bed_cluster.h"
 #include "common/process.h"
 #include "net_bed.h"
-#include "slurm/local_cluster_internal.h"
+#include "slurm/local_cluster.h"
 #include "test_helpers.h"
 
 namespace bmas::testbed {
@@ -33,7 +34,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
 constexpr int kGpusPerNode = 4;
 constexpr int kRestPort = 6820;
 
@@ -54,52 +54,20 @@ class WalkthroughTest : public ::testing::Test {
     options.nodes = 3;
     auto started = bed_.Start(options);
     ASSERT_TRUE(started) << started.error().message;
+    cluster_ = std::make_unique<BedCluster>(bed_, bmas_);
     node_ = bed_.dir() + "/node";
-    // The bed's directory is root's; the student runs bmas from a copy every user can run.
-    fs::permissions(bed_.dir(), fs::perms::owner_all | fs::perms::group_exec |
-                                    fs::perms::others_exec);
-    fs::create_directories(bed_.dir() + "/shared");
-    fs::permissions(bed_.dir() + "/shared", fs::perms::owner_all | fs::perms::group_read |
-                                                fs::perms::group_exec | fs::perms::others_read |
-                                                fs::perms::others_exec);
-    student_bmas_ = bmas::testing::SharedBinaryIn(bed_.dir() + "/shared");
-    WriteInventory();
-  }
-
-  void TearDown() override {
-    if (bmas_.empty()) return;
-    bed_.Stop();
-    EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
-  }
-
-  // The cluster's inventory (examples/cluster-12x4.toml's shape): mgs1 and three nodes of four
-  // fake H100s, every path of a host under <dir>/node, its own; slurmrestd on the controller's
-  // loopback for the controller's own users.
-  void WriteInventory() {
-    const auto& hosts = bed_.hosts();
-    std::string toml = fmt::format(
-        "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
-        "[cluster.slurm]\ncluster_name = \"walk\"\nslurm_user = \"root\"\n"
-        "state_save_dir = \"{n}/state\"\nspool_dir = \"{n}/spool\"\nlog_dir = \"{n}/log\"\n"
-        "run_dir = \"{n}/run\"\ntmpfs = \"{n}/tmp\"\ngpu_device_dir = \"{n}\"\n"
-        "cred_expire_s = 10\nkill_wait_s = 5\njwt_key = \"{n}/jwt.key\"\n"
-        "slurmrestd = \"127.0.0.1:{port}\"\n"
-        "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
-        hosts.front().name, hosts.front().address, fmt::arg("n", node_),
-        fmt::arg("port", kRestPort));
-    for (size_t i = 1; i < hosts.size(); ++i) {
-      toml += fmt::format(
-          "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\nmemory_mib = 1024\n"
-          "[cluster.nodes.gpus]\ncount = {}\ntype = \"h100\"\nmemory_gb = 80\n",
-          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN), kGpusPerNode);
-    }
-    toml += "[[cluster.partitions]]\nname = \"lab\"\nnodes = \"ALL\"\ndefault = true\n";
     // The GPUs' telemetry: fake NVML on the bed, the driver's libnvidia-ml on a real node. The
     // CA the controller's clients check the agents against: cluster init's (a node's join
     // points its own at its copy).
-    toml += fmt::format(
+    BedClusterOptions o;
+    o.cluster_name = "walk";
+    o.partition = "lab";
+    o.gpus_per_node = kGpusPerNode;
+    o.slurmrestd_port = kRestPort;
+    o.extra_toml = fmt::format(
         "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
         BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt");
+    inventory_ = cluster_->WriteInventory(o);
     nvml_values_ = bed_.dir() + "/shared/nvml.txt";
     std::ofstream values(nvml_values_);
     for (int i = 0; i < kGpusPerNode; ++i) {
@@ -110,91 +78,25 @@ class WalkthroughTest : public ::testing::Test {
     }
     values.close();
     ::chmod(nvml_values_.c_str(), 0644);
-    inventory_ = bed_.dir() + "/shared/cluster.toml";
-    std::ofstream(inventory_) << toml;
-    ::chmod(inventory_.c_str(), 0644);
   }
 
-  CommandOutput In(const std::string& host, std::vector<std::string> args,
+  void TearDown() override {
+    if (bmas_.empty()) return;
+    bed_.Stop();
+    EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
+  }
+
+  // `bmas ARGS...` in `host`, as root or `user`.
+  CommandOutput In(const std::string& host, const std::vector<std::string>& args,
                    const std::string& user = "") {
-    args.insert(args.begin(), {user.empty() ? bmas_ : student_bmas_, "--state-dir",
-                               node_ + "/bmas-state"});
-    auto r = bed_.Run(host, args, user, std::chrono::seconds(120));
+    auto r = cluster_->Bmas(host, args, user);
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
   }
 
-  // What the controller's systemd would run: munged, slurmctld, slurmrestd (as nobody, JWT).
-  void StartControllerDaemons() {
-    auto munge = slurm::internal::LookUp("munge");
-    ASSERT_TRUE(munge) << munge.error().message;
-    auto mk = bed_.Run("mgs1",
-                       {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
-    ASSERT_TRUE(mk && mk->exit_code == 0);
-    auto munged = bed_.StartDaemon(
-        "mgs1", "munged mgs1", "munged",
-        slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
-    ASSERT_TRUE(munged) << munged.error().message;
-    auto ctld = bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
-    ASSERT_TRUE(ctld) << ctld.error().message;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto ping = bed_.Run("mgs1", {"scontrol", "ping"}, "", std::chrono::seconds(5));
-          return ping && ping->out.find("is UP") != std::string::npos;
-        },
-        ctld->pid, std::chrono::seconds(20)))
-        << bed_.LogTail("slurmctld");
-    auto rest = bed_.StartDaemon(
-        "mgs1", "slurmrestd", "slurmrestd",
-        {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/sbin/slurmrestd",
-         "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", fmt::format("127.0.0.1:{}", kRestPort)},
-        {"SLURM_JWT=daemon"});
-    ASSERT_TRUE(rest) << rest.error().message;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto ss = bed_.Run("mgs1", {"ss", "-Hltn", fmt::format("sport = :{}", kRestPort)});
-          return ss && ss->out.find(std::to_string(kRestPort)) != std::string::npos;
-        },
-        rest->pid, std::chrono::seconds(10)))
-        << bed_.LogTail("slurmrestd");
-    auto serve = bed_.StartDaemon("mgs1", "join service", "bmas",
-                                  {bmas_, "--state-dir", node_ + "/bmas-state", "cluster", "serve",
-                                   "--cluster", inventory_, "--munge-key", node_ + "/munge.key"});
-    ASSERT_TRUE(serve) << serve.error().message;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto ss = bed_.Run("mgs1", {"ss", "-Hltn", "sport = :6830"});
-          return ss && ss->out.find("6830") != std::string::npos;
-        },
-        serve->pid, std::chrono::seconds(10)))
-        << bed_.LogTail("join service");
-  }
-
-  // Fake GPUs for every node, where the inventory's gres.conf points (<dir>/node/nvidiaN in
-  // each node's view): the bed's stand-in for the nodes' real devices.
-  void MakeNodeGpus() {
-    Cluster devices = LoadCluster(inventory_);
-    devices.slurm.local = true;
-    devices.slurm.gpu_device_dir = bed_.dir() + "/nodes";
-    auto made = slurm::internal::MakeFakeGpus(devices, bed_.dir() + "/nodes");
-    ASSERT_TRUE(made) << made.error().message;
-  }
-
-  std::string WaitState(const std::string& node, const std::string& state) {
-    std::string last;
-    const bool ok = WaitFor(
-        [&] {
-          auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-n", node, "-o", "%N %T"});
-          last = r ? r->out : "";
-          return last.find(node + " " + state) != std::string::npos;
-        },
-        0, std::chrono::seconds(30));
-    return ok ? "" : last;
-  }
-
   NetBed bed_;
+  std::unique_ptr<BedCluster> cluster_;
   std::string bmas_;
-  std::string student_bmas_;
   std::string node_;
   std::string inventory_;
   std::string nvml_values_;
@@ -203,34 +105,25 @@ class WalkthroughTest : public ::testing::Test {
 TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrainAndResume) {
   const auto t0 = Clock::now();
   // mgs1# bmas cluster init --cluster cluster.toml
-  CommandOutput init = In("mgs1", {"cluster", "init", "--cluster", inventory_, "--slurm-dir",
-                                   "/etc/slurm", "--munge-key", node_ + "/munge.key",
-                                   "--jwt-key", node_ + "/jwt.key"});
-  ASSERT_EQ(init.exit_code, 0) << init.err;
-  const std::string prefix = "bmas node join ";
-  const size_t at = init.out.find(prefix);
-  ASSERT_NE(at, std::string::npos) << init.out;
-  std::string token = init.out.substr(at + prefix.size());
-  token = token.substr(0, token.find('\n'));
-  StartControllerDaemons();
-  MakeNodeGpus();
+  auto init = cluster_->Init();
+  ASSERT_TRUE(init) << init.error().message;
+  const std::string token = BedCluster::Token(*init);
+  // mgs1# systemctl start munge slurmctld slurmrestd bmas-join
+  auto daemons = cluster_->StartControllerDaemons();
+  ASSERT_TRUE(daemons) << daemons.error().message;
   const double controller_ms = MsSince(t0);
 
   // oss0N# bmas node join TOKEN
   for (const char* node : {"oss01", "oss02", "oss03"}) {
     const auto t = Clock::now();
-    auto r = bed_.Run(node,
-                      {"env", "BMAS_FAKE_NVML=" + nvml_values_, bmas_, "--state-dir",
-                       node_ + "/bmas-state", "node", "join", token, "--config-dir",
-                       node_ + "/etc-bmas", "--munge-key", node_ + "/munge.key"},
-                      "", std::chrono::seconds(120));
+    auto r = cluster_->Join(node, token, false, {"BMAS_FAKE_NVML=" + nvml_values_});
     ASSERT_TRUE(r) << r.error().message;
     const CommandOutput& joined = *r;
     ASSERT_EQ(joined.exit_code, 0) << node << ": " << joined.err << joined.out;
     EXPECT_NE(joined.out.find(std::string(node) + " joined"), std::string::npos) << joined.out;
     std::printf("bmas node join in %s: %.0f ms\n", node, MsSince(t));
   }
-  for (const char* node : {"oss01", "oss02", "oss03"}) EXPECT_EQ(WaitState(node, "idle"), "");
+  for (const char* node : {"oss01", "oss02", "oss03"}) EXPECT_EQ(cluster_->WaitState(node, "idle"), "");
   const double joined_ms = MsSince(t0);
 
   // A student on the login node, with nothing set but the cluster's config.
@@ -318,12 +211,12 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   CommandOutput drain =
       In("mgs1", {"--config", config, "node", "drain", "oss02", "--reason", "maintenance"});
   ASSERT_EQ(drain.exit_code, 0) << drain.err << drain.out;
-  EXPECT_EQ(WaitState("oss02", "drained"), "");
+  EXPECT_EQ(cluster_->WaitState("oss02", "drained"), "");
   CommandOutput refused = In("mgs1", {"--config", config, "node", "drain", "oss03"}, student);
   EXPECT_NE(refused.exit_code, 0) << refused.out;
   CommandOutput resume = In("mgs1", {"--config", config, "node", "resume", "oss02"});
   ASSERT_EQ(resume.exit_code, 0) << resume.err << resume.out;
-  EXPECT_EQ(WaitState("oss02", "idle"), "");
+  EXPECT_EQ(cluster_->WaitState("oss02", "idle"), "");
 }
 
 }  // namespace

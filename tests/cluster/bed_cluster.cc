@@ -1,0 +1,198 @@
+#include "bed_cluster.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "slurm/local_cluster_internal.h"
+#include "test_helpers.h"
+
+namespace bmas::testbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
+constexpr int kJoinPort = 6830;
+
+// Whether something listens on `port` in `host`.
+bool Listening(const NetBed& bed, const std::string& host, int port) {
+  auto ss = bed.Run(host, {"ss", "-Hltn", fmt::format("sport = :{}", port)});
+  return ss && ss->out.find(std::to_string(port)) != std::string::npos;
+}
+
+}  // namespace
+
+std::string BedCluster::WriteInventory(const BedClusterOptions& options) {
+  options_ = options;
+  node_ = bed_.dir() + "/node";
+  const std::string shared = bed_.dir() + "/shared";
+  fs::create_directories(shared);
+  // The bed's directory is root's; users need to pass through it to what is shared.
+  fs::permissions(bed_.dir(), fs::perms::others_exec | fs::perms::group_exec,
+                  fs::perm_options::add);
+  fs::permissions(shared, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  const auto& hosts = bed_.hosts();
+  std::string toml = fmt::format(
+      "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
+      "[cluster.slurm]\ncluster_name = \"{}\"\nslurm_user = \"root\"\n"
+      "state_save_dir = \"{n}/state\"\nspool_dir = \"{n}/spool\"\nlog_dir = \"{n}/log\"\n"
+      "run_dir = \"{n}/run\"\ntmpfs = \"{n}/tmp\"\ncred_expire_s = 10\nkill_wait_s = 5\n"
+      "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
+      hosts.front().name, hosts.front().address, options.cluster_name, fmt::arg("n", node_));
+  if (options.gpus_per_node > 0) toml += fmt::format("gpu_device_dir = \"{}\"\n", node_);
+  if (options.slurmrestd_port > 0) {
+    toml += fmt::format("jwt_key = \"{}/jwt.key\"\nslurmrestd = \"127.0.0.1:{}\"\n", node_,
+                        options.slurmrestd_port);
+  }
+  for (size_t i = 1; i < hosts.size(); ++i) {
+    toml += fmt::format(
+        "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\nmemory_mib = 1024\n",
+        hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
+    if (options.gpus_per_node > 0) {
+      toml += fmt::format("[cluster.nodes.gpus]\ncount = {}\ntype = \"h100\"\nmemory_gb = 80\n",
+                          options.gpus_per_node);
+    }
+  }
+  toml += fmt::format("[[cluster.partitions]]\nname = \"{}\"\nnodes = \"ALL\"\ndefault = true\n",
+                      options.partition);
+  toml += options.extra_toml;
+  inventory_ = shared + "/cluster.toml";
+  std::ofstream(inventory_) << toml;
+  ::chmod(inventory_.c_str(), 0644);
+  student_bmas = bmas::testing::SharedBinaryIn(shared);
+  return inventory_;
+}
+
+Result<CommandOutput> BedCluster::Bmas(const std::string& host,
+                                       const std::vector<std::string>& args,
+                                       const std::string& user,
+                                       const std::vector<std::string>& env) const {
+  std::vector<std::string> argv;
+  if (!env.empty()) {
+    argv.push_back("env");
+    argv.insert(argv.end(), env.begin(), env.end());
+  }
+  argv.insert(argv.end(), {user.empty() ? bmas_ : student_bmas, "--state-dir",
+                           node_ + "/bmas-state"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return bed_.Run(host, argv, user, std::chrono::seconds(120));
+}
+
+Result<CommandOutput> BedCluster::Init(bool dynamic_nodes) {
+  std::vector<std::string> args = {
+      "cluster",    "init",        "--cluster",          inventory_,  "--slurm-dir",
+      "/etc/slurm", "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"};
+  if (dynamic_nodes) args.push_back("--dynamic-nodes");
+  auto init = Bmas(NetBed::kController, args);
+  if (!init) return init.error();
+  if (init->exit_code != 0 || Token(*init).empty()) {
+    return Internal("bmas cluster init failed: " + init->err + init->out);
+  }
+  if (options_.gpus_per_node > 0) {
+    // The nodes' devices, where the inventory's gres.conf points: the bed's stand-in for real
+    // GPUs (<bed>/nodes/<node>/nvidiaN, each node's <node>/nvidiaN).
+    Cluster devices = LoadCluster(inventory_);
+    devices.slurm.local = true;
+    devices.slurm.gpu_device_dir = bed_.dir() + "/nodes";
+    if (auto made = slurm::internal::MakeFakeGpus(devices, bed_.dir() + "/nodes"); !made) {
+      return made.error();
+    }
+  }
+  return init;
+}
+
+std::string BedCluster::Token(const CommandOutput& init) {
+  const std::string prefix = "bmas node join ";
+  const size_t at = init.out.find(prefix);
+  if (at == std::string::npos) return "";
+  std::string token = init.out.substr(at + prefix.size());
+  return token.substr(0, token.find('\n'));
+}
+
+Result<void> BedCluster::StartMungeAndSlurmctld() {
+  auto munge = slurm::internal::LookUp("munge");
+  if (!munge) return munge.error();
+  auto mk = bed_.Run(NetBed::kController,
+                     {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
+  if (!mk || mk->exit_code != 0) return Internal("cannot make /run/munge in mgs1");
+  auto munged = bed_.StartDaemon(
+      NetBed::kController, "munged mgs1", "munged",
+      slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
+  if (!munged) return munged.error();
+  auto ctld = bed_.StartDaemon(NetBed::kController, "slurmctld", "slurmctld",
+                               {"/usr/sbin/slurmctld", "-D"});
+  if (!ctld) return ctld.error();
+  std::string pinged;
+  const bool up = WaitFor(
+      [&] {
+        auto ping = bed_.Run(NetBed::kController, {"scontrol", "ping"}, "", std::chrono::seconds(5));
+        pinged = ping ? ping->out + ping->err : ping.error().message;
+        return ping && ping->out.find("is UP") != std::string::npos;
+      },
+      ctld->pid, std::chrono::seconds(20));
+  if (!up) {
+    return Internal(fmt::format("slurmctld in mgs1 did not answer `scontrol ping` ({}):\n{}{}",
+                                pinged, bed_.LogTail("slurmctld"), bed_.LogTail("munged mgs1")));
+  }
+  return {};
+}
+
+Result<void> BedCluster::StartControllerDaemons(bool join_service) {
+  if (auto r = StartMungeAndSlurmctld(); !r) return r;
+  if (options_.slurmrestd_port > 0) {
+    // As Debian's unit runs it: not root, JWT auth.
+    auto rest = bed_.StartDaemon(
+        NetBed::kController, "slurmrestd", "slurmrestd",
+        {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/sbin/slurmrestd",
+         "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38",
+         fmt::format("127.0.0.1:{}", options_.slurmrestd_port)},
+        {"SLURM_JWT=daemon"});
+    if (!rest) return rest.error();
+    if (!WaitFor([&] { return Listening(bed_, NetBed::kController, options_.slurmrestd_port); },
+                 rest->pid, std::chrono::seconds(10))) {
+      return Internal("slurmrestd in mgs1 did not listen:\n" + bed_.LogTail("slurmrestd"));
+    }
+  }
+  if (!join_service) return {};
+  return StartJoinService();
+}
+
+Result<void> BedCluster::StartJoinService() {
+  auto serve = bed_.StartDaemon(NetBed::kController, "join service", "bmas",
+                                {bmas_, "--state-dir", node_ + "/bmas-state", "cluster", "serve",
+                                 "--cluster", inventory_, "--munge-key", node_ + "/munge.key"});
+  if (!serve) return serve.error();
+  if (!WaitFor([&] { return Listening(bed_, NetBed::kController, kJoinPort); }, serve->pid,
+               std::chrono::seconds(10))) {
+    return Internal("the join service did not listen:\n" + bed_.LogTail("join service"));
+  }
+  return {};
+}
+
+Result<CommandOutput> BedCluster::Join(const std::string& host, const std::string& token,
+                                       bool dynamic, const std::vector<std::string>& env) {
+  std::vector<std::string> args = {"node",         "join", token, "--config-dir",
+                                   node_ + "/etc-bmas", "--munge-key", node_ + "/munge.key"};
+  if (dynamic) args.push_back("--dynamic");
+  return Bmas(host, args, "", env);
+}
+
+std::string BedCluster::WaitState(const std::string& node, const std::string& state,
+                                  std::chrono::seconds timeout) const {
+  std::string last;
+  const bool ok = WaitFor(
+      [&] {
+        auto r = bed_.Run(NetBed::kController, {"sinfo", "-h", "-N", "-n", node, "-o", "%N %T"});
+        last = r ? r->out : "";
+        return last.find(node + " " + state) != std::string::npos;
+      },
+      0, timeout);
+  return ok ? "" : last;
+}
+
+}  // namespace bmas::testbed

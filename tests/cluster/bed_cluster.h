@@ -1,0 +1,76 @@
+#pragma once
+
+// A cluster on the test bed set up as an admin sets up a real one (README "Deploying on a real
+// cluster"): the inventory of the bed's hosts, `bmas cluster init` in mgs1, the daemons the
+// controller's system runs there (munged, slurmctld, and slurmrestd when asked), the join
+// service, and `bmas node join` in a node. Every path of a host is under <dir>/node, which each
+// host sees as its own. Each step returns an error naming what failed, with the daemon's log.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/process.h"
+#include "common/result.h"
+#include "net_bed.h"
+
+namespace bmas::testbed {
+
+struct BedClusterOptions {
+  std::string cluster_name = "bedcluster";
+  std::string partition = "batch";  // the one partition, of every node, the default
+  int gpus_per_node = 0;            // fake H100s per node, in the inventory's gres
+  // slurmrestd on mgs1's loopback at this port (the inventory names it), as nobody with JWT
+  // auth; 0 = none.
+  int slurmrestd_port = 0;
+  std::string extra_toml;  // appended to the inventory ([telemetry], [agent], ...)
+};
+
+class BedCluster {
+ public:
+  BedCluster(NetBed& bed, std::string bmas) : bed_(bed), bmas_(std::move(bmas)) {}
+
+  // Writes the inventory to <bed>/shared/cluster.toml (every user may read it) and returns its
+  // path.
+  std::string WriteInventory(const BedClusterOptions& options);
+
+  // `bmas --state-dir <node>/bmas-state ARGS...` in `host`, as root or `user` (who runs
+  // `student_bmas`, a copy every user can run, when given), with `env` ("NAME=value") first.
+  Result<CommandOutput> Bmas(const std::string& host, const std::vector<std::string>& args,
+                             const std::string& user = "",
+                             const std::vector<std::string>& env = {}) const;
+
+  // `bmas cluster init` in mgs1 with the inventory (munge and JWT keys under <node>); returns
+  // its output, whose last line carries the join token (Token()).
+  Result<CommandOutput> Init(bool dynamic_nodes = false);
+  static std::string Token(const CommandOutput& init);
+
+  // munged, slurmctld (answering `scontrol ping`), slurmrestd when the inventory has one, then
+  // the join service on port 6830 unless told not to.
+  Result<void> StartControllerDaemons(bool join_service = true);
+  Result<void> StartJoinService();
+
+  // `bmas node join TOKEN` in `host` (its files under <node>), with `env` for the daemons it
+  // starts.
+  Result<CommandOutput> Join(const std::string& host, const std::string& token,
+                             bool dynamic = false, const std::vector<std::string>& env = {});
+
+  // "" once `node` is in Slurm state `state` (sinfo in mgs1), else sinfo's last answer.
+  std::string WaitState(const std::string& node, const std::string& state,
+                        std::chrono::seconds timeout = std::chrono::seconds(30)) const;
+
+  const std::string& node_dir() const { return node_; }
+  const std::string& inventory() const { return inventory_; }
+  std::string student_bmas;  // set by WriteInventory: a copy of bmas every user can run
+
+ private:
+  Result<void> StartMungeAndSlurmctld();
+
+  NetBed& bed_;
+  std::string bmas_;
+  std::string node_;
+  std::string inventory_;
+  BedClusterOptions options_;
+};
+
+}  // namespace bmas::testbed
