@@ -35,20 +35,6 @@ std::string CommOf(const std::string& daemon) {
   return daemon;
 }
 
-// Whether something accepts connections on the unix socket at `path` (the agent's protocol is
-// SOCK_SEQPACKET).
-bool SocketAnswers(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) return false;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
 // The last lines of a daemon's output, for an error that says why it did not start.
 std::string OutputTail(const std::string& path) {
   std::ifstream in(path);
@@ -125,7 +111,7 @@ class ProcessNodeDaemons final : public cluster::NodeDaemons {
         In(p.run_dir, "agent.out"));
     if (!child) return child.error();
     Started(p, "agent", *child);
-    if (!WaitFor([&] { return SocketAnswers(socket); }, child->pid, std::chrono::seconds(20))) {
+    if (!WaitFor([&] { return AgentSocketAnswers(socket); }, child->pid, std::chrono::seconds(20))) {
       return Internal(fmt::format("the agent does not answer on {} (its output, {}: {})", socket,
                                   In(p.run_dir, "agent.out"),
                                   OutputTail(In(p.run_dir, "agent.out"))));
@@ -242,6 +228,20 @@ class CommandNodeSlurm final : public cluster::NodeSlurm {
 };
 
 }  // namespace
+
+// Whether something accepts connections on the unix socket at `path` (the agent's protocol is
+// SOCK_SEQPACKET).
+bool AgentSocketAnswers(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
 
 std::unique_ptr<cluster::NodeDaemons> NewProcessNodeDaemons(const std::string& bmas_binary) {
   return std::make_unique<ProcessNodeDaemons>(bmas_binary);

@@ -17,6 +17,9 @@ namespace bmas {
 // `node join` or `node leave` recognises it.
 std::unique_ptr<cluster::NodeDaemons> NewProcessNodeDaemons(const std::string& bmas_binary);
 
+// Whether something accepts connections on the agent's unix socket at `path`.
+bool AgentSocketAnswers(const std::string& path);
+
 // scontrol and squeue, run as this process's user with SLURM_CONF set.
 std::unique_ptr<cluster::NodeSlurm> NewCommandNodeSlurm();
 

@@ -11,7 +11,9 @@
 
 #include "common/config.h"
 #include "common/config_table.h"
+#include "common/process.h"
 #include "daemon/node_daemons.h"
+#include "daemon/node_daemons_systemd.h"
 #include "gpu/nvml.h"
 #include "lxd/lxd_client.h"
 #include "store/postgres_store.h"
@@ -42,7 +44,16 @@ class RealServicesImpl final : public Services {
   }
   std::unique_ptr<cluster::NodeDaemons> NodeDaemons() override {
     std::error_code ec;
-    return NewProcessNodeDaemons(std::filesystem::read_symlink("/proc/self/exe", ec).string());
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    // Under systemd with the package's units, the join enables units that outlive a reboot.
+    if (SystemdRunsBmasUnits()) {
+      return NewSystemdNodeDaemons(
+          [](const std::vector<std::string>& argv) {
+            return RunCommand(argv, {}, std::chrono::seconds(60));
+          },
+          "/etc/systemd/system", self);
+    }
+    return NewProcessNodeDaemons(self);
   }
   std::unique_ptr<cluster::NodeSlurm> NodeSlurm() override { return NewCommandNodeSlurm(); }
 };
