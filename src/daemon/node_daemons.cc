@@ -133,6 +133,19 @@ class ProcessNodeDaemons final : public cluster::NodeDaemons {
     return {};
   }
 
+  Result<std::string> StartLxd(const cluster::NodePaths& p, const std::string& config) override {
+    // `bmas lxd up` itself: it starts what is missing, records it in the state dir, undoes its
+    // own steps on a failure, and applies <node_dir>/lxd-peers/ to LXD's trust store.
+    auto r = RunCommand({bmas_binary_, "--config", config, "--state-dir", p.state_dir, "lxd", "up"},
+                        {}, std::chrono::seconds(180));
+    if (!r) return r.error();
+    if (r->exit_code != 0) {
+      return Internal(fmt::format("`bmas --config {} lxd up` failed (exit {}): {}", config,
+                                  r->exit_code, r->err.empty() ? r->out : r->err));
+    }
+    return r->out;
+  }
+
   void StopStarted() override {
     for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
       StopProcess(it->child.pid, "", std::chrono::seconds(5), it->child.start_ticks);
