@@ -96,6 +96,10 @@ void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
   join->add_option("--config-dir", config_dir_, "Where bmas.toml and the node's certificate go")
       ->capture_default_str();
   join->add_option("--munge-key", munge_key_, "Where the munge key goes")->capture_default_str();
+  join->add_option("--image-cache", image_cache_,
+                   "Where the default workspace image is imported from when LXD has none (copy "
+                   "the controller's cached image here)")
+      ->capture_default_str();
   join->add_option("--timeout-s", timeout_s_, "How long the controller may take to answer")
       ->check(kPositive)
       ->capture_default_str();
@@ -141,6 +145,7 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   options.dynamic = dynamic_;
   options.paths.config_dir = config_dir_;
   options.paths.munge_key = munge_key_;
+  options.paths.image_cache = image_cache_;
   options.paths.state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
   options.timeout = std::chrono::seconds(timeout_s_);
   auto daemons = global.services->NodeDaemons();
@@ -155,6 +160,7 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   for (const auto& f : report->removed) fmt::print("  removed {}\n", f);
   for (const auto& d : report->started) fmt::print("  started {}\n", d);
   PrintLxd(report->lxd);
+  if (!report->image.empty()) fmt::print("  image: {}\n", report->image);
   if (report->written.empty() && report->removed.empty() && report->started.empty()) {
     fmt::print("  nothing to do\n");
   }

@@ -42,6 +42,10 @@ class FakeNodeDaemons final : public NodeDaemons {
     ++lxd_starts_;
     return std::string("lxd: running\n");
   }
+  Result<std::string> ImportDefaultImage(const NodePaths&, const std::string&) override {
+    if (!cached_image_) return NotFound("the cache holds no image");
+    return std::string("imported");
+  }
   void StopStarted() override {
     munge_ = slurmd_ = agent_ = joined_munge_ = false;
     ++stops_;
@@ -61,6 +65,7 @@ class FakeNodeDaemons final : public NodeDaemons {
   bool joined_munge_ = false;  // munged runs because a join started it
   bool fail_slurmd_ = false, fail_agent_ = false, fail_lxd_ = false;
   int lxd_starts_ = 0;
+  bool cached_image_ = true;
   std::string lxd_config_;
   int starts_ = 0, stops_ = 0;
   std::vector<std::string> args_;

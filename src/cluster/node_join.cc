@@ -301,6 +301,13 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     auto lxd = daemons.StartLxd(o.paths, In(o.paths.config_dir, "bmas.toml"));
     if (!lxd) return fail("starting LXD", lxd.error());
     report.lxd = *lxd;
+    // Not fatal: workspaces wait for an image, Slurm and the agent do not.
+    auto image = daemons.ImportDefaultImage(o.paths, In(o.paths.config_dir, "bmas.toml"));
+    if (image) {
+      report.image = *image;
+    } else {
+      report.notes.push_back("no default workspace image: " + image.error().message);
+    }
   }
   if (!daemons.AgentRunning(o.paths)) {
     if (auto ok = daemons.StartAgent(o.paths, In(o.paths.config_dir, "bmas.toml")); !ok) {

@@ -3,8 +3,9 @@
 // `bmas node join TOKEN` on a node (docs/cluster-join.md): the node's own key and CSR, the
 // checked TLS exchange with the controller's join service, the files it answers with, and
 // munged, a configless slurmd, LXD (with its peers' certificates in <config_dir>/lxd-peers/) and
-// the agent. A node that had joined asks again for its LXD peers only. Each step is undone when a later one fails, and the
-// error names the step. The daemons are behind NodeDaemons (daemon/node_daemons.h has the real
+// the agent, and the default workspace image from the node's cache. A node that had joined asks
+// again for its LXD peers only. Each step is undone when a later one fails, and the error names
+// the step. The daemons are behind NodeDaemons (daemon/node_daemons.h has the real
 // ones), so the steps are tested without them.
 
 #include <chrono>
@@ -27,6 +28,9 @@ struct NodePaths {
   std::string munge_run_dir = "/run/munge";  // munged's socket, pid, log and seed
   std::string run_dir = "/run/bmas";         // what the join started, and its daemons' output
   std::string state_dir = "/var/lib/bmas";   // the agent's state dir (its socket is in it)
+  // Where the default workspace image is imported from when LXD has none (`bmas image build`'s
+  // cache: copy the controller's file here).
+  std::string image_cache = "/var/cache/bmas/images";
 };
 
 // The daemons a join starts, by the names NodeDaemons::StopJoined takes, in start order.
@@ -51,6 +55,11 @@ class NodeDaemons {
   // Starts LXD as `bmas --config CONFIG --state-dir STATE lxd up` does (idempotent: what runs
   // is kept) and brings its trust store to <node_dir>/lxd-peers/. Returns what it says it did.
   virtual Result<std::string> StartLxd(const NodePaths& paths, const std::string& config) = 0;
+  // Puts the default workspace image into the LXD that CONFIG names when it has none, from
+  // paths.image_cache only (never a build). What it did; NotFound naming the file and the fix
+  // when the cache does not hold it.
+  virtual Result<std::string> ImportDefaultImage(const NodePaths& paths,
+                                                 const std::string& config) = 0;
   // Stops what this object started (a failed join's undo).
   virtual void StopStarted() = 0;
   // Stops `daemon` (one of kJoinDaemons) if a join, this one or an earlier, started it and it
@@ -71,6 +80,7 @@ struct NodeJoinReport {
   std::vector<std::string> written;  // files written or replaced
   std::vector<std::string> started;  // daemons started
   std::string lxd;  // what `lxd up` said ("" when the cluster's bmas.toml sets no [lxd] listen)
+  std::string image;  // what became of the default workspace image ("" when LXD was not started)
   std::vector<std::string> removed;  // peers' certificates the controller no longer hands out
   std::vector<std::string> notes;    // what did not stop the join but the admin should know
 };

@@ -129,6 +129,7 @@ TEST_F(NodeJoinTest, AJoinedNodeLearnsTheNodesThatJoinedAfterItWhenItJoinsAgain)
   ASSERT_TRUE(first) << first.error().message;
   EXPECT_EQ(daemons_.lxd_starts_, 1);
   EXPECT_EQ(first->lxd, "lxd: running\n");
+  EXPECT_EQ(first->image, "imported");
   EXPECT_FALSE(fs::exists(options_.paths.config_dir + "/lxd-peers"));
   // The node's LXD looks for the join's certificates where the join put them.
   auto toml = toml::parse_file(options_.paths.config_dir + "/bmas.toml");
@@ -164,6 +165,17 @@ TEST_F(NodeJoinTest, AJoinedNodeLearnsTheNodesThatJoinedAfterItWhenItJoinsAgain)
   ASSERT_TRUE(offline) << offline.error().message;
   ASSERT_EQ(offline->notes.size(), 1u);
   EXPECT_NE(offline->notes[0].find("were not refreshed"), std::string::npos) << offline->notes[0];
+}
+
+TEST_F(NodeJoinTest, NoImageInTheCacheIsANoteNotAFailure) {
+  material_.bmas_toml += "[lxd]\nlisten = \":8443\"\n";
+  daemons_.cached_image_ = false;
+  auto r = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->image.empty());
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_EQ(r->notes[0], "no default workspace image: the cache holds no image");
+  EXPECT_TRUE(daemons_.agent_);
 }
 
 TEST_F(NodeJoinTest, AnLxdThatDoesNotStartUndoesTheJoin) {

@@ -145,7 +145,8 @@ class NodeJoinTest : public ::testing::Test {
         << bed_.LogTail("join service");
   }
 
-  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
+  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false,
+                     const std::vector<std::string>& more = {}) {
     std::vector<std::string> args = {"node",
                                      "join",
                                      token,
@@ -154,6 +155,7 @@ class NodeJoinTest : public ::testing::Test {
                                      "--munge-key",
                                      node_ + "/munge.key"};
     if (dynamic) args.push_back("--dynamic");
+    args.insert(args.end(), more.begin(), more.end());
     return Bmas(host, args);
   }
 
@@ -421,23 +423,53 @@ TEST_F(NodeJoinTest, JoinedNodesTrustEachOthersLxdAndCopyAWorkspaceBetweenThem) 
     fs::permissions(d, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
   }
 
+  // Each node's image cache is its own; oss01's is empty.
+  const std::vector<std::string> cache = {"--image-cache", node_ + "/image-cache"};
   const auto t0 = std::chrono::steady_clock::now();
-  CommandOutput one = Join("oss01", token);
+  CommandOutput one = Join("oss01", token, false, cache);
   ASSERT_EQ(one.exit_code, 0) << one.err << one.out;
   EXPECT_NE(one.out.find("lxd up: "), std::string::npos) << one.out;
-  CommandOutput two = Join("oss02", token);
+  // No image in LXD nor in the cache: the join says so, and which file would do.
+  std::smatch wanted_image;
+  ASSERT_TRUE(std::regex_search(one.out, wanted_image,
+                                std::regex("no default workspace image: (/[^ ]+) is not here")))
+      << one.out;
+  const std::string image_name = fs::path(wanted_image[1].str()).filename().string();
+  std::printf("first join of oss01 took %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+
+  // oss01 builds the 1 MB busybox image; exported into oss02's cache under the default image's
+  // name, it stands in for the Debian image a controller would hand over (228 MB).
+  CommandOutput image = NodeBmas("oss01", {"image", "build", "--base", "busybox"});
+  ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
+  const std::string export_dir = bed_.dir() + "/nodes/oss02/image-cache";
+  fs::create_directories(export_dir);
+  auto exported = bed_.Run("oss01", {"env", "LXD_DIR=" + bed_.LxdDir(), "lxc", "image", "export",
+                                     "bmas-busybox", export_dir + "/"});
+  ASSERT_TRUE(exported && exported->exit_code == 0) << (exported ? exported->err : "");
+  for (const auto& e : fs::directory_iterator(export_dir)) {
+    fs::rename(e.path(), export_dir + "/" + image_name);
+  }
+
+  const auto t1 = std::chrono::steady_clock::now();
+  CommandOutput two = Join("oss02", token, false, cache);
   ASSERT_EQ(two.exit_code, 0) << two.err << two.out;
   const std::string peers = node_ + "/etc-bmas/lxd-peers/";
   EXPECT_NE(two.out.find("wrote " + peers + "oss01.crt"), std::string::npos) << two.out;
   EXPECT_NE(two.out.find("trusts 1 peer node (added oss01)"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("image: imported bmas-debian from " + node_ + "/image-cache/" +
+                         image_name),
+            std::string::npos)
+      << two.out;
   // oss01 joined first: it learns oss02 when it joins again (with its certificate, no secret).
-  CommandOutput again = Join("oss01", token);
+  CommandOutput again = Join("oss01", token, false, cache);
   ASSERT_EQ(again.exit_code, 0) << again.err << again.out;
   EXPECT_NE(again.out.find("already joined"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("wrote " + peers + "oss02.crt"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("trusts 1 peer node (added oss02)"), std::string::npos) << again.out;
-  std::printf("two joins with LXD and a re-join took %.0f ms\n",
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+  std::printf("oss02's join (its image imported) and oss01's second join took %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
                   .count());
   // Each node's LXD client certificate is its own.
   const std::string nodes = bed_.dir() + "/nodes/";
@@ -447,13 +479,11 @@ TEST_F(NodeJoinTest, JoinedNodesTrustEachOthersLxdAndCopyAWorkspaceBetweenThem) 
   EXPECT_NE(cert1, cert2);
   EXPECT_FALSE(cert1.empty());
 
-  // A workspace on oss01 (the 1 MB busybox image; oss02 needs none: it gets the copy).
+  // A workspace on oss01, of the busybox image (oss02 needs none: it gets the copy).
   if (getpwnam("bmastest1") == nullptr) {
     auto added = RunCommand({"useradd", "--create-home", "bmastest1"});
     ASSERT_TRUE(added && added->exit_code == 0);
   }
-  CommandOutput image = NodeBmas("oss01", {"image", "build", "--base", "busybox"});
-  ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
   CommandOutput created = NodeBmas("oss01", {"workspace", "create", "bmastest1"});
   ASSERT_EQ(created.exit_code, 0) << created.out << created.err;
   CommandOutput status = NodeBmas("oss01", {"lxd", "status", "--json"});
@@ -487,7 +517,8 @@ TEST_F(NodeJoinTest, JoinedNodesTrustEachOthersLxdAndCopyAWorkspaceBetweenThem) 
                                    "--format", "csv"});
   ASSERT_TRUE(on_one);
   EXPECT_NE(on_one->out.find("ws-bmastest1,RUNNING"), std::string::npos) << on_one->out;
-  auto cgroups = RunCommand({"sh", "-c", "ls -d /sys/fs/cgroup/*/lxc.payload.ws-bmastest1* | sort -u"});
+  auto cgroups =
+      RunCommand({"sh", "-c", "ls -d /sys/fs/cgroup/pids/lxc.payload.ws-bmastest1*"});
   if (cgroups) std::printf("cgroups of the two ws-bmastest1: %s\n", cgroups->out.c_str());
   CommandOutput released = hook("epilog", 7201);
   EXPECT_NE(released.out.find("deleted ws-bmastest1"), std::string::npos) << released.out;
@@ -497,11 +528,11 @@ TEST_F(NodeJoinTest, JoinedNodesTrustEachOthersLxdAndCopyAWorkspaceBetweenThem) 
   const std::string etc2 = nodes + "oss02/etc-bmas/";
   fs::copy_file(etc2 + "node.crt", etc2 + "node.crt.real");
   fs::copy_file(etc2 + "node.key", etc2 + "node.key.real");
-  auto forged = bed_.Run("oss02", {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                                   "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj",
-                                   "/CN=oss02", "-addext", "subjectAltName=DNS:oss02,IP:10.200.0.12",
-                                   "-keyout", node_ + "/etc-bmas/node.key", "-out",
-                                   node_ + "/etc-bmas/node.crt"});
+  auto forged = bed_.Run(
+      "oss02", {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-days", "1", "-subj", "/CN=oss02", "-addext",
+                "subjectAltName=DNS:oss02,IP:10.200.0.12", "-keyout",
+                node_ + "/etc-bmas/node.key", "-out", node_ + "/etc-bmas/node.crt"});
   ASSERT_TRUE(forged && forged->exit_code == 0) << (forged ? forged->err : "");
   CommandOutput refused = hook("prolog", 7202);
   EXPECT_NE(refused.out.find("does not trust this node's client certificate"), std::string::npos)
