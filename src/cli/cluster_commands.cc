@@ -238,7 +238,11 @@ int ClusterCommands::Serve(GlobalOptions& global) {
     // Read for each request: `bmas cluster token` adds records while this serves.
     auto records = cluster::LoadTokenRecords(state_dir);
     if (!records) return Result<cluster::JoinReply>(records.error());
-    return cluster::DecideJoin(material, *records, request, static_cast<int64_t>(env.UnixNow()));
+    return cluster::DecideJoinAndKeep(state_dir, material, *records, request,
+                                      static_cast<int64_t>(env.UnixNow()));
+  }, [&](const std::string& host, const std::string& cert_pem, const std::string&) {
+    return cluster::DecideLxdPeersFromKept(state_dir, material, host, cert_pem,
+                                           static_cast<int64_t>(env.UnixNow()));
   });
   if (!server) return ReportFailure("cluster serve", server.error());
   fmt::print(stderr, "Serving node joins at {}:{} (TLS, certificate sha256 of the CA {})\n",

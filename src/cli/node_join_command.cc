@@ -64,6 +64,14 @@ int RequireRoot(const char* command, const char* why) {
                                       {}});
 }
 
+// What `lxd up` said during the join, indented under it.
+void PrintLxd(const std::string& said) {
+  std::istringstream lines(said);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) fmt::print("  lxd up: {}\n", line);
+  }
+}
+
 }  // namespace
 
 void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
@@ -76,8 +84,9 @@ void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
   CLI::App* join = node->add_subcommand(
       "join",
       "Join the cluster whose controller printed TOKEN (`bmas cluster init` or `bmas cluster "
-      "token`): fetch its keys and files over TLS, start munged, a configless slurmd and the "
-      "agent. Root only; running it again is harmless");
+      "token`): fetch its keys and files over TLS, start munged, a configless slurmd, LXD "
+      "(when the cluster's bmas.toml sets [lxd] listen; it trusts the nodes that joined before) "
+      "and the agent. Root only; running it again is harmless");
   join->add_option("TOKEN", token_, "The join token, bmas1.<...>")->required();
   join->add_option("--host", host_, "This node's name in the inventory (default: its host name)");
   join->add_option("--address", address_,
@@ -87,6 +96,10 @@ void NodeJoinCommand::Register(CLI::App& app, GlobalOptions& global) {
   join->add_option("--config-dir", config_dir_, "Where bmas.toml and the node's certificate go")
       ->capture_default_str();
   join->add_option("--munge-key", munge_key_, "Where the munge key goes")->capture_default_str();
+  join->add_option("--image-cache", image_cache_,
+                   "Where the default workspace image is imported from when LXD has none (copy "
+                   "the controller's cached image here)")
+      ->capture_default_str();
   join->add_option("--timeout-s", timeout_s_, "How long the controller may take to answer")
       ->check(kPositive)
       ->capture_default_str();
@@ -132,6 +145,7 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   options.dynamic = dynamic_;
   options.paths.config_dir = config_dir_;
   options.paths.munge_key = munge_key_;
+  options.paths.image_cache = image_cache_;
   options.paths.state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
   options.timeout = std::chrono::seconds(timeout_s_);
   auto daemons = global.services->NodeDaemons();
@@ -143,8 +157,14 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
     fmt::print("{} joined the cluster at {}\n", host_, token->address);
   }
   for (const auto& f : report->written) fmt::print("  wrote {}\n", f);
+  for (const auto& f : report->removed) fmt::print("  removed {}\n", f);
   for (const auto& d : report->started) fmt::print("  started {}\n", d);
-  if (report->written.empty() && report->started.empty()) fmt::print("  nothing to do\n");
+  PrintLxd(report->lxd);
+  if (!report->image.empty()) fmt::print("  image: {}\n", report->image);
+  if (report->written.empty() && report->removed.empty() && report->started.empty()) {
+    fmt::print("  nothing to do\n");
+  }
+  for (const auto& n : report->notes) fmt::print("  note: {}\n", n);
   return 0;
 }
 

@@ -25,6 +25,7 @@ class NodeJoinCommand {
   std::string address_;
   std::string config_dir_ = "/etc/bmas";
   std::string munge_key_ = "/etc/munge/munge.key";
+  std::string image_cache_ = "/var/cache/bmas/images";
   bool dynamic_ = false;
   bool force_ = false;
   int timeout_s_ = 20;

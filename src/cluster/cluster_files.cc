@@ -10,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include <rapidjson/document.h>
+
+#include "common/json_object.h"
 #include "common/private_files.h"
 
 namespace bmas::cluster {
@@ -22,6 +25,7 @@ constexpr const char* kEndpoint = "join-endpoint";
 constexpr const char* kLock = "lock";
 constexpr const char* kControllerCert = "controller.crt";
 constexpr const char* kControllerKey = "controller.key";
+constexpr const char* kNodeCerts = "node-certs";
 constexpr size_t kMaxFileBytes = 1 << 20;
 
 // The cluster directory, open and locked for the life of this object.
@@ -195,7 +199,70 @@ Result<JoinEndpoint> ReadEndpoint(const LockedClusterDir& dir) {
   return endpoint;
 }
 
+Result<std::map<std::string, std::string>> ReadNodeCerts(const LockedClusterDir& dir) {
+  std::map<std::string, std::string> certs;
+  auto text = dir.Read(kNodeCerts);
+  if (!text) return text.error();
+  if (!*text) return certs;
+  rapidjson::Document d;
+  d.Parse((*text)->data(), (*text)->size());
+  if (d.HasParseError() || !d.IsObject()) {
+    return Internal(fmt::format("{}/{} is not a JSON object: remove it (each node's next join "
+                                "writes its certificate there again)",
+                                dir.path(), kNodeCerts));
+  }
+  for (const auto& m : d.GetObject()) {
+    if (!m.value.IsString()) continue;
+    certs[m.name.GetString()] = std::string(m.value.GetString(), m.value.GetStringLength());
+  }
+  return certs;
+}
+
 }  // namespace
+
+Result<std::map<std::string, std::string>> LoadNodeCertificates(const std::string& state_dir) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  return ReadNodeCerts(dir);
+}
+
+Result<void> KeepNodeCertificate(const std::string& state_dir, const std::string& host,
+                                 const std::string& cert_pem) {
+  LockedClusterDir dir;
+  if (auto opened = dir.Open(state_dir, false); !opened) return opened.error();
+  auto certs = ReadNodeCerts(dir);
+  if (!certs) return certs.error();
+  (*certs)[host] = cert_pem;
+  return dir.Write(kNodeCerts, JsonObject([&](JsonWriter& w) {
+                     for (const auto& [name, pem] : *certs) Member(w, name, pem);
+                   }));
+}
+
+Result<JoinReply> DecideJoinAndKeep(const std::string& state_dir, JoinMaterial& material,
+                                    const std::vector<TokenRecord>& records,
+                                    const JoinRequest& request, int64_t unix_now) {
+  auto kept = LoadNodeCertificates(state_dir);
+  if (!kept) return kept.error();
+  material.node_certs = std::move(*kept);
+  auto reply = DecideJoin(material, records, request, unix_now);
+  if (!reply) return reply;
+  if (auto ok = KeepNodeCertificate(state_dir, request.host, reply->node_cert_pem); !ok) {
+    return Internal(fmt::format("the controller could not keep {}'s certificate: {}",
+                                request.host, ok.error().message));
+  }
+  return reply;
+}
+
+Result<std::map<std::string, std::string>> DecideLxdPeersFromKept(const std::string& state_dir,
+                                                                  JoinMaterial& material,
+                                                                  const std::string& host,
+                                                                  const std::string& cert_pem,
+                                                                  int64_t unix_now) {
+  auto kept = LoadNodeCertificates(state_dir);
+  if (!kept) return kept.error();
+  material.node_certs = std::move(*kept);
+  return DecideLxdPeers(material, host, cert_pem, unix_now);
+}
 
 std::string ClusterDir(const std::string& state_dir) {
   return (std::filesystem::path(state_dir) / "cluster").string();

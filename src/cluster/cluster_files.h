@@ -6,14 +6,18 @@
 //   ca.crt       the CA's certificate (0600; nodes get it through the join, pinned by the token)
 //   join-endpoint  where nodes reach the controller to join: "ADDRESS PORT" (0600)
 //   join-tokens  what the controller keeps of each unexpired join token (0600, TokenRecord lines)
+//   node-certs   the node certificate it last signed for each host (0600, a JSON object
+//                {"oss01": PEM, ...}): what the join hands out as LXD peer trust
 //   lock         held while any of them changes
 // Files are written to a temporary name and renamed, opened without following links, in a
 // directory refused when another account owns it or may write it (common/private_files.h).
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "cluster/cluster_ca.h"
+#include "cluster/join_service.h"
 #include "cluster/join_token.h"
 #include "common/env.h"
 #include "common/result.h"
@@ -67,5 +71,26 @@ Result<CertAndKey> EnsureControllerCertificate(const std::string& state_dir,
 
 // The join token records kept under `state_dir` (none when there is no file).
 Result<std::vector<TokenRecord>> LoadTokenRecords(const std::string& state_dir);
+
+// The node certificates the controller signed, by host (none when there is no file).
+Result<std::map<std::string, std::string>> LoadNodeCertificates(const std::string& state_dir);
+
+// Keeps `cert_pem` as `host`'s node certificate, replacing the one signed before.
+Result<void> KeepNodeCertificate(const std::string& state_dir, const std::string& host,
+                                 const std::string& cert_pem);
+
+// The join service's answer to `request`: DecideJoin with the node certificates kept under
+// `state_dir` as material.node_certs, and the certificate it signs kept there for the next
+// nodes' LXD peer trust.
+Result<JoinReply> DecideJoinAndKeep(const std::string& state_dir, JoinMaterial& material,
+                                    const std::vector<TokenRecord>& records,
+                                    const JoinRequest& request, int64_t unix_now);
+
+// DecideLxdPeers with the node certificates kept under `state_dir`.
+Result<std::map<std::string, std::string>> DecideLxdPeersFromKept(const std::string& state_dir,
+                                                                  JoinMaterial& material,
+                                                                  const std::string& host,
+                                                                  const std::string& cert_pem,
+                                                                  int64_t unix_now);
 
 }  // namespace bmas::cluster

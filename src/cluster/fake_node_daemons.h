@@ -36,6 +36,16 @@ class FakeNodeDaemons final : public NodeDaemons {
     ++starts_;
     return {};
   }
+  Result<std::string> StartLxd(const NodePaths&, const std::string& config) override {
+    lxd_config_ = config;
+    if (fail_lxd_) return Internal("lxd did not start");
+    ++lxd_starts_;
+    return std::string("lxd: running\n");
+  }
+  Result<std::string> ImportDefaultImage(const NodePaths&, const std::string&) override {
+    if (!cached_image_) return NotFound("the cache holds no image");
+    return std::string("imported");
+  }
   void StopStarted() override {
     munge_ = slurmd_ = agent_ = joined_munge_ = false;
     ++stops_;
@@ -53,7 +63,10 @@ class FakeNodeDaemons final : public NodeDaemons {
 
   bool munge_ = false, slurmd_ = false, agent_ = false;
   bool joined_munge_ = false;  // munged runs because a join started it
-  bool fail_slurmd_ = false, fail_agent_ = false;
+  bool fail_slurmd_ = false, fail_agent_ = false, fail_lxd_ = false;
+  int lxd_starts_ = 0;
+  bool cached_image_ = true;
+  std::string lxd_config_;
   int starts_ = 0, stops_ = 0;
   std::vector<std::string> args_;
   std::string agent_config_;

@@ -12,11 +12,39 @@
 namespace bmas::cluster {
 namespace {
 
-// The string members of a JSON object, each of `names` exactly once and nothing else.
+using Strings = std::map<std::string, std::string>;
+
+// The members of a JSON object of strings, keyed by names that IsPeerHostName accepts.
+Result<Strings> ReadHostStrings(const rapidjson::Value& v, std::string_view key,
+                                std::string_view what) {
+  if (!v.IsObject()) {
+    return InvalidArgument(fmt::format("{} of a join {} is not an object", key, what),
+                           std::string(key));
+  }
+  Strings out;
+  for (const auto& m : v.GetObject()) {
+    std::string host(m.name.GetString(), m.name.GetStringLength());
+    if (!IsPeerHostName(host) || !m.value.IsString()) {
+      return InvalidArgument(
+          fmt::format("{} of a join {} holds an entry that is not a host name and a string", key,
+                      what),
+          std::string(key));
+    }
+    if (!out.emplace(host, std::string(m.value.GetString(), m.value.GetStringLength())).second) {
+      return InvalidArgument(fmt::format("{} of a join {} repeats '{}'", key, what, host),
+                             std::string(key));
+    }
+  }
+  return out;
+}
+
+// The string members of a JSON object, each of `names` exactly once and nothing else; those of
+// `object_names` are objects of strings keyed by host names, and come back in `*objects`.
 // `what` names the message in errors. Values are never quoted in a message: one is a secret.
-Result<std::map<std::string, std::string>> ReadStrings(std::string_view body, size_t limit,
-                                                       const std::set<std::string>& names,
-                                                       std::string_view what) {
+Result<Strings> ReadStrings(std::string_view body, size_t limit,
+                            const std::set<std::string>& names, std::string_view what,
+                            const std::set<std::string>& object_names = {},
+                            std::map<std::string, Strings>* objects = nullptr) {
   if (body.size() > limit) {
     return Error{
         ErrorCode::kTooLarge, fmt::format("a join {} is at most {} bytes", what, limit), {}};
@@ -30,6 +58,14 @@ Result<std::map<std::string, std::string>> ReadStrings(std::string_view body, si
   std::map<std::string, std::string> out;
   for (const auto& m : d.GetObject()) {
     std::string key(m.name.GetString(), m.name.GetStringLength());
+    if (object_names.count(key) != 0 && objects != nullptr) {
+      auto inner = ReadHostStrings(m.value, key, what);
+      if (!inner) return inner.error();
+      if (!objects->emplace(key, std::move(*inner)).second) {
+        return InvalidArgument(fmt::format("a join {} repeats '{}'", what, key), key);
+      }
+      continue;
+    }
     if (names.count(key) == 0) {
       return InvalidArgument(fmt::format("a join {} has no member '{}'", what, key), key);
     }
@@ -46,6 +82,11 @@ Result<std::map<std::string, std::string>> ReadStrings(std::string_view body, si
       return InvalidArgument(fmt::format("a join {} lacks '{}'", what, name), name);
     }
   }
+  for (const std::string& name : object_names) {
+    if (objects == nullptr || objects->count(name) == 0) {
+      return InvalidArgument(fmt::format("a join {} lacks '{}'", what, name), name);
+    }
+  }
   return out;
 }
 
@@ -56,7 +97,48 @@ int HexDigit(char c) {
   return -1;
 }
 
+void WritePeers(JsonWriter& w, const Strings& peers) {
+  w.Key("lxd_peers");
+  w.StartObject();
+  for (const auto& [host, pem] : peers) Member(w, host, pem);
+  w.EndObject();
+}
+
 }  // namespace
+
+std::string FormatLxdPeersRequest(const std::string& host) {
+  return JsonObject([&](JsonWriter& w) { Member(w, "host", host); });
+}
+
+Result<std::string> ParseLxdPeersRequest(std::string_view body) {
+  auto m = ReadStrings(body, kMaxJoinRequestBytes, {"host"}, "peers request");
+  if (!m) return m.error();
+  if (!IsPeerHostName((*m)["host"])) {
+    return InvalidArgument("a peers request names no host", "host");
+  }
+  return std::move((*m)["host"]);
+}
+
+std::string FormatLxdPeersReply(const Strings& peers) {
+  return JsonObject([&](JsonWriter& w) { WritePeers(w, peers); });
+}
+
+Result<Strings> ParseLxdPeersReply(std::string_view body) {
+  std::map<std::string, Strings> objects;
+  auto m = ReadStrings(body, kMaxJoinReplyBytes, {}, "peers reply", {"lxd_peers"}, &objects);
+  if (!m) return m.error();
+  return std::move(objects["lxd_peers"]);
+}
+
+bool IsPeerHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253 || host.front() == '.') return false;
+  for (char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 Result<std::string> FromHex(std::string_view hex) {
   if (hex.size() % 2 != 0) return InvalidArgument("an odd number of hex digits");
@@ -105,17 +187,19 @@ std::string FormatJoinReply(const JoinReply& reply) {
     Member(w, "prolog", reply.prolog);
     Member(w, "epilog", reply.epilog);
     Member(w, "operator_secret", reply.operator_secret);
+    WritePeers(w, reply.lxd_peers);
   });
 }
 
 Result<JoinReply> ParseJoinReply(std::string_view body) {
-  auto m =
-      ReadStrings(body, kMaxJoinReplyBytes,
-                  {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog",
-                   "operator_secret"},
-                  "reply");
+  std::map<std::string, Strings> objects;
+  auto m = ReadStrings(body, kMaxJoinReplyBytes,
+                       {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog",
+                        "operator_secret"},
+                       "reply", {"lxd_peers"}, &objects);
   if (!m) return m.error();
   JoinReply r;
+  r.lxd_peers = std::move(objects["lxd_peers"]);
   auto key = FromHex((*m)["munge_key"]);
   if (!key || key->empty()) return InvalidArgument("the munge key of a join reply is not hex");
   r.munge_key = std::move(*key);

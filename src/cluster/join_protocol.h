@@ -6,12 +6,14 @@
 //
 //   request  {"secret": hex, "host": "oss01", "address": "10.0.0.11", "csr": PEM}
 //   reply    {"node_cert": PEM, "ca_cert": PEM, "munge_key": hex, "bmas_toml": text,
-//             "prolog": text, "epilog": text}
+//             "prolog": text, "epilog": text, "lxd_peers": {"oss02": PEM, ...}}
 //
 // Both sides refuse a message over its size bound, one that is not an object of exactly these
-// string members, a repeated key and an unknown one. Pure.
+// members (strings; lxd_peers an object of strings keyed by host names), a repeated key and an
+// unknown one. Pure.
 
 #include <cstddef>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -40,7 +42,25 @@ struct JoinReply {
   // The controller's operator secret (hex): the node's agent asks it of the dashboard and
   // Prometheus on the controller, which send it.
   std::string operator_secret;
+  // The node certificates of the nodes that joined before, by host: the certificates this
+  // node's LXD is to trust (<node_dir>/lxd-peers/HOST.crt, docs/cluster-join.md).
+  std::map<std::string, std::string> lxd_peers;
 };
+
+// A node that joined asks again for the certificates its LXD is to trust (the nodes that joined
+// after it, less those that were replaced), over TLS with its node certificate as the client
+// certificate; no secret is sent:
+//   request  {"host": "oss01"}
+//   reply    {"lxd_peers": {"oss02": PEM, ...}}
+inline constexpr std::string_view kLxdPeersPath = "/v1/lxd-peers";
+
+std::string FormatLxdPeersRequest(const std::string& host);
+Result<std::string> ParseLxdPeersRequest(std::string_view body);
+std::string FormatLxdPeersReply(const std::map<std::string, std::string>& peers);
+Result<std::map<std::string, std::string>> ParseLxdPeersReply(std::string_view body);
+
+// Whether `host` may name a file: letters, digits, '-' and '.', not starting with '.'.
+bool IsPeerHostName(std::string_view host);
 
 std::string FormatJoinRequest(const JoinRequest& request);
 // InvalidArgument naming the problem; the message never quotes the secret.

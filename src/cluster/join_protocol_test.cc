@@ -46,6 +46,27 @@ TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   EXPECT_FALSE(ParseJoinReply(FormatJoinReply(r)));
   r.operator_secret = "not hex";
   EXPECT_FALSE(ParseJoinReply(FormatJoinReply(r)));
+  r.operator_secret = "0123456789abcdef";
+  EXPECT_TRUE(back->lxd_peers.empty());
+  r.lxd_peers = {{"oss02", "pem 2"}, {"oss03", "pem 3"}};
+  auto peers = ParseJoinReply(FormatJoinReply(r));
+  ASSERT_TRUE(peers) << peers.error().message;
+  EXPECT_EQ(peers->lxd_peers, r.lxd_peers);
+  auto again = ParseLxdPeersReply(FormatLxdPeersReply(r.lxd_peers));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(*again, r.lxd_peers);
+  EXPECT_EQ(*ParseLxdPeersRequest(FormatLxdPeersRequest("oss01")), "oss01");
+}
+
+TEST(JoinProtocolTest, PeersThatCannotNameAFileAreRefused) {
+  for (const char* body : {R"({"lxd_peers":{"../etc/x":"pem"}})", R"({"lxd_peers":{"a/b":"pem"}})",
+                           R"({"lxd_peers":{".hidden":"pem"}})", R"({"lxd_peers":{"oss02":5}})",
+                           R"({"lxd_peers":"oss02"})", R"({})"}) {
+    EXPECT_FALSE(ParseLxdPeersReply(body)) << body;
+  }
+  EXPECT_FALSE(ParseLxdPeersRequest(R"({"host":"../x"})"));
+  EXPECT_TRUE(IsPeerHostName("oss01.lab-2"));
+  EXPECT_FALSE(IsPeerHostName(""));
 }
 
 TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {

@@ -2,7 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace bmas::cluster {
+namespace {
+
+// The kept certificates of the inventory's nodes other than `host`: the peers it is to trust.
+std::map<std::string, std::string> LxdPeersOf(const JoinMaterial& material,
+                                              const std::string& host) {
+  std::map<std::string, std::string> peers;
+  for (const NodeIdentity& n : material.nodes) {
+    auto kept = material.node_certs.find(n.host);
+    if (n.host != host && kept != material.node_certs.end()) peers[n.host] = kept->second;
+  }
+  return peers;
+}
+
+}  // namespace
 
 Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<TokenRecord>& records,
                              const JoinRequest& request, int64_t unix_now) {
@@ -36,7 +52,44 @@ Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<Tok
   reply.prolog = material.prolog;
   reply.epilog = material.epilog;
   reply.operator_secret = material.operator_secret;
+  reply.lxd_peers = LxdPeersOf(material, node->host);
   return reply;
+}
+
+Result<std::map<std::string, std::string>> DecideLxdPeers(const JoinMaterial& material,
+                                                          const std::string& host,
+                                                          const std::string& client_cert_pem,
+                                                          int64_t unix_now) {
+  const bool listed = std::any_of(material.nodes.begin(), material.nodes.end(),
+                                  [&](const NodeIdentity& n) { return n.host == host; });
+  if (!listed) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("'{}' is not a node of the cluster's inventory", host), "host"};
+  }
+  if (client_cert_pem.empty()) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("{} showed no client certificate: a node asks with its node.crt", host),
+                 {}};
+  }
+  if (auto ok = VerifyPeerCertificate(material.ca.cert_pem, client_cert_pem, unix_now, host); !ok) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("the client certificate is not {}'s from this cluster's CA: {}", host,
+                             ok.error().message),
+                 {}};
+  }
+  auto kept = material.node_certs.find(host);
+  auto kept_sha = kept == material.node_certs.end() ? Result<std::string>(NotFound("none"))
+                                                    : CertificateSha256(kept->second);
+  auto shown_sha = CertificateSha256(client_cert_pem);
+  if (!kept_sha || !shown_sha || *kept_sha != *shown_sha) {
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("the client certificate is not the one the controller last signed for "
+                             "{}: it was replaced by a later join; run `bmas node join TOKEN` there "
+                             "with a new token",
+                             host),
+                 {}};
+  }
+  return LxdPeersOf(material, host);
 }
 
 }  // namespace bmas::cluster

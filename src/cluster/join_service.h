@@ -6,6 +6,7 @@
 // random serial: the time and the token records are arguments.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct JoinMaterial {
   std::string prolog;
   std::string epilog;
   std::string operator_secret;  // the controller's (hex), which its dashboard sends the agents
+  // The node certificates the controller signed before, by host (LoadNodeCertificates): the
+  // joining node's LXD is to trust those of the inventory's other nodes.
+  std::map<std::string, std::string> node_certs;
 };
 
 // kPermissionDenied for a secret that is not one of `records` or expired, or a host/address that
@@ -32,5 +36,14 @@ struct JoinMaterial {
 // node's. Messages never quote the secret.
 Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<TokenRecord>& records,
                              const JoinRequest& request, int64_t unix_now);
+
+// What the service answers a node that asks for its LXD peers again (kLxdPeersPath) with
+// `client_cert_pem`, the certificate it showed in the TLS handshake: kPermissionDenied unless it
+// is the certificate the controller last signed for `host` (material.node_certs), from its CA
+// and valid now, and `host` is a node of the inventory; else the other nodes' certificates.
+Result<std::map<std::string, std::string>> DecideLxdPeers(const JoinMaterial& material,
+                                                          const std::string& host,
+                                                          const std::string& client_cert_pem,
+                                                          int64_t unix_now);
 
 }  // namespace bmas::cluster

@@ -78,5 +78,52 @@ TEST_F(JoinServiceTest, ACsrForAnotherNodeIsRefused) {
   EXPECT_EQ(r.error().param, "csr");
 }
 
+TEST_F(JoinServiceTest, AJoiningNodeGetsTheCertificatesOfTheOtherNodesThatJoined) {
+  material_.nodes.push_back({"oss03", "10.0.0.13"});
+  material_.node_certs = {{"oss01", "old oss01"}, {"oss02", "oss02 pem"}, {"gone", "gone pem"}};
+  auto reply = DecideJoin(material_, records_, request_, kNow);
+  ASSERT_TRUE(reply) << reply.error().message;
+  // Not its own (an earlier join's), not a host the inventory no longer has.
+  const std::map<std::string, std::string> want = {{"oss02", "oss02 pem"}};
+  EXPECT_EQ(reply->lxd_peers, want);
+}
+
+TEST_F(JoinServiceTest, AJoinedNodeGetsItsPeersAgainOnlyWithTheCertificateLastSignedForIt) {
+  auto first = DecideJoin(material_, records_, request_, kNow);
+  ASSERT_TRUE(first) << first.error().message;
+  auto csr2 = MakeNodeCsr({"oss02", "10.0.0.12"});
+  ASSERT_TRUE(csr2);
+  auto second = DecideJoin(material_, records_,
+                           {token_.secret, "oss02", "10.0.0.12", csr2->csr_pem}, kNow);
+  ASSERT_TRUE(second);
+  material_.node_certs = {{"oss01", first->node_cert_pem}, {"oss02", second->node_cert_pem}};
+
+  auto peers = DecideLxdPeers(material_, "oss01", first->node_cert_pem, kNow);
+  ASSERT_TRUE(peers) << peers.error().message;
+  EXPECT_EQ(peers->size(), 1u);
+  EXPECT_EQ(peers->at("oss02"), second->node_cert_pem);
+
+  // oss02's certificate asking as oss01; no certificate; another CA's for oss01's name; a
+  // certificate of oss01 that a later join replaced; a host not in the inventory.
+  auto as_other = DecideLxdPeers(material_, "oss01", second->node_cert_pem, kNow);
+  auto none = DecideLxdPeers(material_, "oss01", "", kNow);
+  auto other_ca = MakeClusterCa("elsewhere", kNow);
+  ASSERT_TRUE(other_ca);
+  auto forged = IssueNodeCertificate(*other_ca, {"oss01", "10.0.0.11"}, kNow);
+  ASSERT_TRUE(forged);
+  auto foreign = DecideLxdPeers(material_, "oss01", forged->cert_pem, kNow);
+  auto replaced_by = IssueNodeCertificate(material_.ca, {"oss01", "10.0.0.11"}, kNow);
+  ASSERT_TRUE(replaced_by);
+  material_.node_certs["oss01"] = replaced_by->cert_pem;
+  auto replaced = DecideLxdPeers(material_, "oss01", first->node_cert_pem, kNow);
+  auto stranger = DecideLxdPeers(material_, "evil01", first->node_cert_pem, kNow);
+  for (const auto* r : {&as_other, &none, &foreign, &replaced, &stranger}) {
+    ASSERT_FALSE(*r);
+    EXPECT_EQ(r->error().code, ErrorCode::kPermissionDenied);
+  }
+  EXPECT_NE(replaced.error().message.find("replaced by a later join"), std::string::npos)
+      << replaced.error().message;
+}
+
 }  // namespace
 }  // namespace bmas::cluster

@@ -65,17 +65,35 @@ ErrorCode CodeOf(unsigned status) {
   }
 }
 
+std::string PemOf(X509* cert) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  std::string out;
+  if (bio != nullptr && PEM_write_bio_X509(bio, cert) == 1) {
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(bio, &data);
+    out.assign(data, static_cast<size_t>(n));
+  }
+  BIO_free(bio);
+  return out;
+}
+
 class Server final : public JoinServer {
  public:
-  Server(JoinServerOptions options, JoinHandler handler)
+  Server(JoinServerOptions options, JoinHandler handler, LxdPeersHandler peers_handler)
       : options_(std::move(options)),
         handler_(std::move(handler)),
+        peers_handler_(std::move(peers_handler)),
         ctx_(ssl::context::tls_server),
         acceptor_(io_),
         signals_(io_) {}
 
   Result<void> Open() {
     SSL_CTX_set_min_proto_version(ctx_.native_handle(), TLS1_2_VERSION);
+    // A client certificate is asked for, not required (a joining node has none yet), and
+    // checked by the handler of the path that needs one, against the CA and the node's name.
+    SSL_CTX_set_verify(ctx_.native_handle(), SSL_VERIFY_PEER, [](int, X509_STORE_CTX*) {
+      return 1;
+    });
     const std::string chain = options_.server.cert_pem + options_.ca_cert_pem;
     beast::error_code ec;
     ctx_.use_certificate_chain(net::buffer(chain), ec);
@@ -172,7 +190,7 @@ class Server final : public JoinServer {
     parser.header_limit(kMaxHeaderBytes);
     parser.body_limit(kMaxJoinRequestBytes);
     co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
-    Result<JoinReply> reply = Error{};
+    Result<std::string> reply = Error{};
     const bool too_large = ec == http::error::body_limit || ec == http::error::header_limit;
     if (too_large) {
       reply = Error{ErrorCode::kTooLarge,
@@ -183,19 +201,23 @@ class Server final : public JoinServer {
       co_return;
     } else {
       const auto& req = parser.get();
-      if (req.method() != http::verb::post || req.target() != kJoinPath) {
+      if (req.method() == http::verb::post && req.target() == kLxdPeersPath && peers_handler_) {
+        reply = AnswerPeers(stream.native_handle(), req.body(), peer);
+      } else if (req.method() != http::verb::post || req.target() != kJoinPath) {
         reply = NotFound(fmt::format("the join service answers POST {} only", kJoinPath));
       } else {
         auto request = ParseJoinRequest(req.body());
-        reply = request ? handler_(*request, peer) : Result<JoinReply>(request.error());
+        auto joined = request ? handler_(*request, peer) : Result<JoinReply>(request.error());
         // The outcome, never the secret.
         if (request) {
           spdlog::info("join service: {} from {} ({}): {}", request->host, peer, request->address,
-                       reply ? "joined" : reply.error().message);
+                       joined ? "joined" : joined.error().message);
         } else {
           spdlog::info("join service: a malformed request from {}: {}", peer,
                        request.error().message);
         }
+        reply = joined ? Result<std::string>(FormatJoinReply(*joined))
+                       : Result<std::string>(joined.error());
       }
     }
     http::response<http::string_body> res;
@@ -204,7 +226,7 @@ class Server final : public JoinServer {
     res.set(http::field::content_type, "application/json");
     if (reply) {
       res.result(http::status::ok);
-      res.body() = FormatJoinReply(*reply);
+      res.body() = std::move(*reply);
     } else {
       res.result(StatusOf(reply.error().code));
       res.body() = JsonObject([&](JsonWriter& w) { Member(w, "error", reply.error().message); });
@@ -229,8 +251,21 @@ class Server final : public JoinServer {
     co_await stream.async_shutdown(net::redirect_error(use_awaitable, ec));
   }
 
+  // A joined node's request for its LXD peers, with the certificate it showed.
+  Result<std::string> AnswerPeers(SSL* ssl, const std::string& body, const std::string& peer) {
+    auto host = ParseLxdPeersRequest(body);
+    if (!host) return host.error();
+    X509* shown = SSL_get0_peer_certificate(ssl);
+    auto peers = peers_handler_(*host, shown == nullptr ? std::string() : PemOf(shown), peer);
+    spdlog::info("join service: LXD peers for {} from {}: {}", *host, peer,
+                 peers ? fmt::format("{} sent", peers->size()) : peers.error().message);
+    if (!peers) return peers.error();
+    return FormatLxdPeersReply(*peers);
+  }
+
   JoinServerOptions options_;
   JoinHandler handler_;
+  LxdPeersHandler peers_handler_;
   net::io_context io_;
   ssl::context ctx_;
   tcp::acceptor acceptor_;
@@ -240,18 +275,6 @@ class Server final : public JoinServer {
   size_t active_ = 0;                       // on io_'s thread
   std::map<std::string, size_t> per_peer_;  // open connections by address, on io_'s thread
 };
-
-std::string PemOf(X509* cert) {
-  BIO* bio = BIO_new(BIO_s_mem());
-  std::string out;
-  if (bio != nullptr && PEM_write_bio_X509(bio, cert) == 1) {
-    char* data = nullptr;
-    const long n = BIO_get_mem_data(bio, &data);
-    out.assign(data, static_cast<size_t>(n));
-  }
-  BIO_free(bio);
-  return out;
-}
 
 // What the node checks before it sends the secret: that the chain the server presented holds
 // the token's CA, and that the server's certificate chains to it and names the token's address.
@@ -293,9 +316,13 @@ Result<void> CheckController(SSL* ssl, const JoinToken& token, int64_t unix_now,
   return {};
 }
 
-awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& token,
-                                      JoinRequest request, int64_t unix_now,
-                                      std::chrono::milliseconds timeout) {
+// One POST of `body` to `path` at the token's address, once the server passed CheckController;
+// `client` (when given) is shown as the client certificate. The reply's body, or the
+// controller's refusal (`refused` names what it refused).
+awaitable<Result<std::string>> Exchange(net::io_context& io, const JoinToken& token,
+                                        std::string_view path, std::string body,
+                                        const CertAndKey* client, const char* refused,
+                                        int64_t unix_now, std::chrono::milliseconds timeout) {
   const std::string where = JoinHostPort(token.address, token.port);
   auto unavailable = [&](const char* step, const beast::error_code& ec) {
     return Error{ErrorCode::kUnavailable,
@@ -308,6 +335,15 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
   ssl::context ctx(ssl::context::tls_client);
   SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);
   beast::error_code ec;
+  if (client != nullptr) {
+    ctx.use_certificate_chain(net::buffer(client->cert_pem), ec);
+    if (!ec) ctx.use_private_key(net::buffer(client->key_pem), ssl::context::pem, ec);
+    if (ec) {
+      co_return InvalidArgument(fmt::format("this node's certificate or key is refused by TLS: {}: "
+                                            "check node.crt and node.key",
+                                            ec.message()));
+    }
+  }
   const auto address = net::ip::make_address(token.address, ec);
   tcp::endpoint endpoint;
   if (!ec) {
@@ -332,11 +368,10 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
   if (auto ok = CheckController(stream.native_handle(), token, unix_now, where); !ok) {
     co_return ok.error();
   }
-  request.secret = token.secret;
-  http::request<http::string_body> req(http::verb::post, std::string(kJoinPath), 11);
+  http::request<http::string_body> req(http::verb::post, std::string(path), 11);
   req.set(http::field::host, where);
   req.set(http::field::content_type, "application/json");
-  req.body() = FormatJoinRequest(request);
+  req.body() = std::move(body);
   req.prepare_payload();
   co_await http::async_write(stream, req, net::redirect_error(use_awaitable, ec));
   if (ec) co_return unavailable("cannot send to", ec);
@@ -352,44 +387,82 @@ awaitable<Result<JoinReply>> Exchange(net::io_context& io, const JoinToken& toke
     std::string message = d.HasParseError() ? std::string() : JsonString(d, "error");
     if (message.empty()) message = fmt::format("HTTP {}", res.result_int());
     co_return Error{CodeOf(res.result_int()),
-                    fmt::format("the controller at {} refused the join: {}", where, message),
+                    fmt::format("the controller at {} refused {}: {}", where, refused, message),
                     {}};
   }
-  auto reply = ParseJoinReply(res.body());
-  if (!reply) {
-    co_return Internal(fmt::format("the controller at {} sent a reply that is not a join reply: {}",
-                                   where, reply.error().message));
-  }
+  std::string answer = res.body();
   co_await stream.async_shutdown(net::redirect_error(use_awaitable, ec));
-  co_return reply;
+  co_return answer;
 }
 
-}  // namespace
-
-Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler) {
-  auto server = std::make_unique<Server>(std::move(options), std::move(handler));
-  if (auto ok = server->Open(); !ok) return ok.error();
-  return std::unique_ptr<JoinServer>(std::move(server));
-}
-
-Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
-                              std::chrono::milliseconds timeout) {
+// Runs Exchange to its end on an io_context of its own.
+Result<std::string> RunExchange(const JoinToken& token, std::string_view path, std::string body,
+                                const CertAndKey* client, const char* refused, int64_t unix_now,
+                                std::chrono::milliseconds timeout) {
   net::io_context io;
-  std::optional<Result<JoinReply>> out;
+  std::optional<Result<std::string>> out;
   auto run = [&]() -> awaitable<void> {
-    out = co_await Exchange(io, token, std::move(request), unix_now, timeout);
+    out = co_await Exchange(io, token, path, std::move(body), client, refused, unix_now, timeout);
   };
   net::co_spawn(io, run(), [&](std::exception_ptr e) {
     if (!e) return;
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      out = Internal(fmt::format("joining failed: {}", ex.what()));
+      out = Internal(fmt::format("asking the join service failed: {}", ex.what()));
     }
   });
   io.run();
-  if (!out) return Internal("joining ended without an outcome");
+  if (!out) return Internal("asking the join service ended without an outcome");
   return std::move(*out);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler,
+                                                   LxdPeersHandler peers_handler) {
+  auto server =
+      std::make_unique<Server>(std::move(options), std::move(handler), std::move(peers_handler));
+  if (auto ok = server->Open(); !ok) return ok.error();
+  return std::unique_ptr<JoinServer>(std::move(server));
+}
+
+Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
+                              std::chrono::milliseconds timeout) {
+  request.secret = token.secret;
+  auto body = RunExchange(token, kJoinPath, FormatJoinRequest(request), nullptr, "the join",
+                          unix_now, timeout);
+  if (!body) return body.error();
+  auto reply = ParseJoinReply(*body);
+  if (!reply) {
+    return Internal(fmt::format("the controller at {} sent a reply that is not a join reply: {}",
+                                JoinHostPort(token.address, token.port), reply.error().message));
+  }
+  return reply;
+}
+
+Result<std::map<std::string, std::string>> RequestLxdPeers(const std::string& address,
+                                                           uint16_t port, const std::string& ca_pem,
+                                                           const CertAndKey& node,
+                                                           const std::string& host,
+                                                           int64_t unix_now,
+                                                           std::chrono::milliseconds timeout) {
+  // The controller is checked as a join checks it, with the node's CA in the token's place.
+  JoinToken pin;
+  pin.address = address;
+  pin.port = port;
+  auto sha = CertificateSha256(ca_pem);
+  if (!sha) return sha.error();
+  pin.ca_sha256 = *sha;
+  auto body = RunExchange(pin, kLxdPeersPath, FormatLxdPeersRequest(host), &node,
+                          "to send this node's LXD peers", unix_now, timeout);
+  if (!body) return body.error();
+  auto peers = ParseLxdPeersReply(*body);
+  if (!peers) {
+    return Internal(fmt::format("the controller at {} sent a reply that is not a peers reply: {}",
+                                JoinHostPort(address, port), peers.error().message));
+  }
+  return peers;
 }
 
 }  // namespace bmas::cluster

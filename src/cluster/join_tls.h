@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,11 @@ struct JoinServerOptions {
 using JoinHandler =
     std::function<Result<JoinReply>(const JoinRequest& request, const std::string& peer)>;
 
+// Decides a joined node's request for its LXD peers (kLxdPeersPath): `host` as the request names
+// it, `client_cert_pem` the certificate it showed in the handshake ("" when none).
+using LxdPeersHandler = std::function<Result<std::map<std::string, std::string>>(
+    const std::string& host, const std::string& client_cert_pem, const std::string& peer)>;
+
 // The join service's listener. Connections run concurrently as coroutines on one thread (the
 // one in Run); the handler is called there, one request at a time.
 class JoinServer {
@@ -51,7 +57,10 @@ class JoinServer {
 
 // Binds and listens. Errors name the address and the fix (a port in use, no such address), or
 // the certificate that TLS refuses.
-Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler);
+// It asks clients for a certificate (optional: a joining node has none yet) and, with
+// `peers_handler`, answers kLxdPeersPath too.
+Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, JoinHandler handler,
+                                                   LxdPeersHandler peers_handler = nullptr);
 
 // What the node does: TLS 1.2+ to the token's address and port; refuses, before it sends
 // anything, a server whose chain holds no certificate with the token's CA fingerprint or whose
@@ -61,5 +70,15 @@ Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, Jo
 // comes back with its code and message.
 Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
                               std::chrono::milliseconds timeout);
+
+// A joined node asks the join service at `address`:`port` again for its LXD peers, showing
+// `node` (its node.crt and node.key) as its client certificate. The server is checked as in
+// RequestJoin against `ca_pem` (the node's ca.crt) before anything is sent.
+Result<std::map<std::string, std::string>> RequestLxdPeers(const std::string& address,
+                                                           uint16_t port, const std::string& ca_pem,
+                                                           const CertAndKey& node,
+                                                           const std::string& host,
+                                                           int64_t unix_now,
+                                                           std::chrono::milliseconds timeout);
 
 }  // namespace bmas::cluster

@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "cluster/cluster_ca.h"
+#include "cluster/join_protocol.h"
 #include "cluster/join_tls.h"
 #include "cluster/node_files.h"
 #include "common/config.h"
@@ -64,7 +65,68 @@ std::vector<std::string> SlurmdArgs(const JoinToken& token, const Cluster& inven
   return args;
 }
 
+// The node's LXD looks for its certificate, key and peers' certificates where the join puts
+// them, whatever the controller's [lxd] node_dir says.
+void SetLxdNodeDir(toml::table& root, const std::string& config_dir) {
+  if (!root["lxd"].is_table()) root.insert_or_assign("lxd", toml::table{});
+  root.get_as<toml::table>("lxd")->insert_or_assign("node_dir", config_dir);
+}
+
+// A node that had joined asks the controller again for its LXD peers (with its node.crt, no
+// secret) and brings <config_dir>/lxd-peers/ to that set: the nodes that joined after it are
+// added, and those the controller no longer names are removed.
+Result<void> RefreshLxdPeers(const JoinToken& token, const NodeJoinOptions& o, FileInstall& files,
+                             NodeJoinReport& report, int64_t unix_now) {
+  auto ca = ReadNodeFile(In(o.paths.config_dir, "ca.crt"));
+  auto cert = ReadNodeFile(In(o.paths.config_dir, "node.crt"));
+  auto key = ReadNodeFile(In(o.paths.config_dir, "node.key"));
+  if (!ca || !*ca || !cert || !*cert || !key || !*key) {
+    return NotFound(fmt::format("{} lacks ca.crt, node.crt or node.key", o.paths.config_dir));
+  }
+  auto peers = RequestLxdPeers(token.address, token.port, (*ca)->contents,
+                               {(*cert)->contents, (*key)->contents}, o.host, unix_now, o.timeout);
+  if (!peers) return peers.error();
+  auto wanted = LxdPeerFiles(*peers, o.paths.config_dir);
+  if (!wanted) return wanted.error();
+  for (const NodeFile& f : *wanted) {
+    auto put = files.Put(f);
+    if (!put) return put.error();
+    if (*put) report.written.push_back(f.path);
+  }
+  const fs::path dir = fs::path(o.paths.config_dir) / "lxd-peers";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".crt" || peers->count(e.path().stem().string()) != 0) continue;
+    if (fs::remove(e.path(), ec)) report.removed.push_back(e.path().string());
+  }
+  return {};
+}
+
 }  // namespace
+
+Result<std::vector<NodeFile>> LxdPeerFiles(const std::map<std::string, std::string>& peers,
+                                           const std::string& config_dir) {
+  std::vector<NodeFile> files;
+  for (const auto& [host, pem] : peers) {
+    if (!IsPeerHostName(host)) {
+      return InvalidArgument(fmt::format("the controller named a peer '{}', which is not a host "
+                                         "name: check the inventory's node names",
+                                         host));
+    }
+    files.push_back({(fs::path(config_dir) / "lxd-peers" / (host + ".crt")).string(), pem, 0644,
+                     0, 0});
+  }
+  return files;
+}
+
+bool ServesLxd(const std::string& bmas_toml) {
+  try {
+    toml::table root = toml::parse(bmas_toml);
+    return !root["lxd"]["listen"].value_or(std::string()).empty();
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
 
 std::string FetchedSlurmConf(const std::string& spool_dir) {
   return (fs::path(spool_dir) / "conf-cache" / "slurm.conf").string();
@@ -87,6 +149,7 @@ Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::
   }
   if (!(*cluster)["slurm"].is_table()) cluster->insert_or_assign("slurm", toml::table{});
   cluster->get_as<toml::table>("slurm")->insert_or_assign("slurmrestd_ca", ca_path);
+  SetLxdNodeDir(root, fs::path(ca_path).parent_path().string());
   std::ostringstream out;
   out << "# Written by `bmas node join` from the controller's bmas.toml; slurmrestd_ca is this\n"
          "# node's copy of the cluster CA, which every user may read.\n"
@@ -169,6 +232,16 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     files.Undo();
     return Step(step, e);
   };
+  if (report.already_joined) {
+    // Not fatal: the node works with the peers it has, and a controller that is down must not
+    // make a second join fail.
+    if (auto ok = RefreshLxdPeers(token, o, files, report, unix_now); !ok) {
+      report.notes.push_back(fmt::format(
+          "the LXD peers were not refreshed ({}): run `bmas node join TOKEN` again once the "
+          "join service answers",
+          ok.error().message));
+    }
+  }
   if (!report.already_joined) {
     std::string address = o.address;
     if (address.empty()) {
@@ -213,6 +286,9 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     if (!inventory.slurm.epilog.empty()) {
       wanted.push_back({inventory.slurm.epilog, reply->epilog, 0755, 0, 0});
     }
+    auto peers = LxdPeerFiles(reply->lxd_peers, o.paths.config_dir);
+    if (!peers) return Step("reading the controller's answer", peers.error());
+    wanted.insert(wanted.end(), peers->begin(), peers->end());
     for (const NodeFile& f : wanted) {
       auto put = files.Put(f);
       if (!put) return fail("writing the node's files", put.error());
@@ -248,6 +324,18 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
       return fail("starting slurmd", ok.error());
     }
     report.started.push_back("slurmd");
+  }
+  if (ServesLxd(inventory_text)) {
+    auto lxd = daemons.StartLxd(o.paths, In(o.paths.config_dir, "bmas.toml"));
+    if (!lxd) return fail("starting LXD", lxd.error());
+    report.lxd = *lxd;
+    // Not fatal: workspaces wait for an image, Slurm and the agent do not.
+    auto image = daemons.ImportDefaultImage(o.paths, In(o.paths.config_dir, "bmas.toml"));
+    if (image) {
+      report.image = *image;
+    } else {
+      report.notes.push_back("no default workspace image: " + image.error().message);
+    }
   }
   if (!daemons.AgentRunning(o.paths)) {
     if (auto ok = daemons.StartAgent(o.paths, In(o.paths.config_dir, "bmas.toml")); !ok) {

@@ -2,17 +2,21 @@
 
 // `bmas node join TOKEN` on a node (docs/cluster-join.md): the node's own key and CSR, the
 // checked TLS exchange with the controller's join service, the files it answers with, and
-// munged, a configless slurmd and the agent. Each step is undone when a later one fails, and the
-// error names the step. The daemons are behind NodeDaemons (daemon/node_daemons.h has the real
+// munged, a configless slurmd, LXD (with its peers' certificates in <config_dir>/lxd-peers/) and
+// the agent, and the default workspace image from the node's cache. A node that had joined asks
+// again for its LXD peers only. Each step is undone when a later one fails, and the error names
+// the step. The daemons are behind NodeDaemons (daemon/node_daemons.h has the real
 // ones), so the steps are tested without them.
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cluster/join_token.h"
+#include "cluster/node_files.h"
 #include "common/result.h"
 
 namespace bmas::cluster {
@@ -26,6 +30,9 @@ struct NodePaths {
   std::string state_dir = "/var/lib/bmas";   // the agent's state dir (its socket is in it)
   // The agent's operator secret: the controller's (daemon/secret.h's path in state_dir).
   std::string OperatorSecret() const { return state_dir + "/run/operator.secret"; }
+  // Where the default workspace image is imported from when LXD has none (`bmas image build`'s
+  // cache: copy the controller's file here).
+  std::string image_cache = "/var/cache/bmas/images";
 };
 
 // The daemons a join starts, by the names NodeDaemons::StopJoined takes, in start order.
@@ -47,6 +54,14 @@ class NodeDaemons {
   virtual bool AgentRunning(const NodePaths& paths) = 0;
   // Starts `bmas agent` with `config` (the node's bmas.toml) and waits until its socket answers.
   virtual Result<void> StartAgent(const NodePaths& paths, const std::string& config) = 0;
+  // Starts LXD as `bmas --config CONFIG --state-dir STATE lxd up` does (idempotent: what runs
+  // is kept) and brings its trust store to <node_dir>/lxd-peers/. Returns what it says it did.
+  virtual Result<std::string> StartLxd(const NodePaths& paths, const std::string& config) = 0;
+  // Puts the default workspace image into the LXD that CONFIG names when it has none, from
+  // paths.image_cache only (never a build). What it did; NotFound naming the file and the fix
+  // when the cache does not hold it.
+  virtual Result<std::string> ImportDefaultImage(const NodePaths& paths,
+                                                 const std::string& config) = 0;
   // Stops what this object started (a failed join's undo).
   virtual void StopStarted() = 0;
   // Stops `daemon` (one of kJoinDaemons) if a join, this one or an earlier, started it and it
@@ -66,7 +81,20 @@ struct NodeJoinReport {
   bool already_joined = false;       // nothing fetched: the node had joined this cluster
   std::vector<std::string> written;  // files written or replaced
   std::vector<std::string> started;  // daemons started
+  std::string lxd;  // what `lxd up` said ("" when the cluster's bmas.toml sets no [lxd] listen)
+  std::string image;  // what became of the default workspace image ("" when LXD was not started)
+  std::vector<std::string> removed;  // peers' certificates the controller no longer hands out
+  std::vector<std::string> notes;    // what did not stop the join but the admin should know
 };
+
+// The node's <config_dir>/lxd-peers/HOST.crt for each peer certificate a join reply carries
+// (0644: certificates are public). Hosts that cannot name a file are refused.
+Result<std::vector<NodeFile>> LxdPeerFiles(const std::map<std::string, std::string>& peers,
+                                                  const std::string& config_dir);
+
+// Whether a node with this bmas.toml serves its LXD to peers ([lxd] listen is set): the join
+// starts LXD there.
+bool ServesLxd(const std::string& bmas_toml);
 
 // What the node's bmas.toml is made of: the controller's, with [cluster.slurm] slurmrestd_ca set
 // to `ca_path` (the node's 0644 copy of the cluster CA), so that users' commands on the node

@@ -59,10 +59,17 @@ class NodeJoinTest : public ::testing::Test {
     options.host = "127.0.0.1";
     options.server = *server_cert;
     options.ca_cert_pem = material_.ca.cert_pem;
-    auto server = ListenForJoins(options, [this](const JoinRequest& r, const std::string&) {
-      ++asked_;
-      return DecideJoin(material_, records_, r, now_);
-    });
+    auto server = ListenForJoins(
+        options,
+        [this](const JoinRequest& r, const std::string&) {
+          ++asked_;
+          auto reply = DecideJoin(material_, records_, r, now_);
+          if (reply) material_.node_certs[r.host] = reply->node_cert_pem;
+          return reply;
+        },
+        [this](const std::string& host, const std::string& cert, const std::string&) {
+          return DecideLxdPeers(material_, host, cert, now_);
+        });
     ASSERT_TRUE(server) << server.error().message;
     server_ = std::move(*server);
     token_.port = server_->port();
@@ -130,6 +137,71 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   EXPECT_TRUE(again->written.empty());
   EXPECT_TRUE(again->started.empty());
   EXPECT_EQ(asked_, 1);  // the second never asked the controller
+}
+
+TEST_F(NodeJoinTest, AJoinedNodeLearnsTheNodesThatJoinedAfterItWhenItJoinsAgain) {
+  material_.bmas_toml += "[lxd]\nlisten = \":8443\"\nnode_dir = \"/elsewhere\"\n";
+  auto first = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(daemons_.lxd_starts_, 1);
+  EXPECT_EQ(first->lxd, "lxd: running\n");
+  EXPECT_EQ(first->image, "imported");
+  EXPECT_FALSE(fs::exists(options_.paths.config_dir + "/lxd-peers"));
+  // The node's LXD looks for the join's certificates where the join put them.
+  auto toml = toml::parse_file(options_.paths.config_dir + "/bmas.toml");
+  EXPECT_EQ(toml["lxd"]["node_dir"].value_or(std::string()), options_.paths.config_dir);
+
+  // oss02 joins after; a peer that left still has a file here.
+  material_.nodes.push_back({"oss02", "10.0.0.12"});
+  auto oss02 = IssueNodeCertificate(material_.ca, {"oss02", "10.0.0.12"}, now_);
+  ASSERT_TRUE(oss02);
+  material_.node_certs["oss02"] = oss02->cert_pem;
+  const std::string peers = options_.paths.config_dir + "/lxd-peers";
+  fs::create_directories(peers);
+  FileInstall stale;
+  ASSERT_TRUE(stale.Put({peers + "/oss09.crt", "left", 0644, 0, 0}));
+
+  auto again = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->already_joined);
+  EXPECT_TRUE(again->notes.empty()) << again->notes.front();
+  EXPECT_EQ(again->written, (std::vector<std::string>{peers + "/oss02.crt"}));
+  EXPECT_EQ(again->removed, (std::vector<std::string>{peers + "/oss09.crt"}));
+  auto kept = ReadNodeFile(peers + "/oss02.crt");
+  ASSERT_TRUE(kept && *kept);
+  EXPECT_EQ((*kept)->contents, oss02->cert_pem);
+  EXPECT_EQ((*kept)->mode, 0644u);
+  EXPECT_EQ(daemons_.lxd_starts_, 2);  // `lxd up` again: it applies the new peer
+  EXPECT_EQ(asked_, 1);                // no second join: the node asked with its certificate
+
+  // The controller down: the second join still succeeds, and says what it could not do.
+  server_->Stop();
+  thread_.join();
+  auto offline = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(offline) << offline.error().message;
+  ASSERT_EQ(offline->notes.size(), 1u);
+  EXPECT_NE(offline->notes[0].find("were not refreshed"), std::string::npos) << offline->notes[0];
+}
+
+TEST_F(NodeJoinTest, NoImageInTheCacheIsANoteNotAFailure) {
+  material_.bmas_toml += "[lxd]\nlisten = \":8443\"\n";
+  daemons_.cached_image_ = false;
+  auto r = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->image.empty());
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_EQ(r->notes[0], "no default workspace image: the cache holds no image");
+  EXPECT_TRUE(daemons_.agent_);
+}
+
+TEST_F(NodeJoinTest, AnLxdThatDoesNotStartUndoesTheJoin) {
+  material_.bmas_toml += "[lxd]\nlisten = \":8443\"\n";
+  daemons_.fail_lxd_ = true;
+  auto r = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message.rfind("starting LXD: ", 0), 0u) << r.error().message;
+  EXPECT_FALSE(fs::exists(options_.paths.config_dir + "/node.key"));
+  EXPECT_FALSE(daemons_.slurmd_);
 }
 
 TEST_F(NodeJoinTest, ADynamicNodeTakesItsResourcesFromTheInventory) {

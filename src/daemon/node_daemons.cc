@@ -18,7 +18,12 @@
 #include "agent/agent.h"
 #include "autoscale/controller.h"
 #include "common/process.h"
+#include "common/config.h"
+#include "common/config_table.h"
 #include "daemon/service_account.h"
+#include "lxd/image_build.h"
+#include "lxd/local_lxd.h"
+#include "lxd/lxd_client.h"
 
 namespace bmas {
 namespace {
@@ -117,6 +122,45 @@ class ProcessNodeDaemons final : public cluster::NodeDaemons {
                                   OutputTail(In(p.run_dir, "agent.out"))));
     }
     return {};
+  }
+
+  Result<std::string> StartLxd(const cluster::NodePaths& p, const std::string& config) override {
+    // `bmas lxd up` itself: it starts what is missing, records it in the state dir, undoes its
+    // own steps on a failure, and applies <node_dir>/lxd-peers/ to LXD's trust store.
+    auto r = RunCommand({bmas_binary_, "--config", config, "--state-dir", p.state_dir, "lxd", "up"},
+                        {}, std::chrono::seconds(180));
+    if (!r) return r.error();
+    if (r->exit_code != 0) {
+      return Internal(fmt::format("`bmas --config {} lxd up` failed (exit {}): {}", config,
+                                  r->exit_code, r->err.empty() ? r->out : r->err));
+    }
+    return r->out;
+  }
+
+  Result<std::string> ImportDefaultImage(const cluster::NodePaths& p,
+                                         const std::string& config) override {
+    Config c;
+    try {
+      c = LoadConfig(config);
+    } catch (const ConfigError& e) {
+      return InvalidArgument(e.what());
+    }
+    lxd::LxdClient client(lxd::SocketPath(c.lxd), std::chrono::seconds(600));
+    auto held = lxd::ImageByAlias(client, lxd::kDefaultImageAlias);
+    if (!held) return held.error();
+    if (*held) return fmt::format("{} is in LXD already", lxd::kDefaultImageAlias);
+    const std::string cached = In(p.image_cache, lxd::CachedImageName("minimal"));
+    std::error_code ec;
+    if (!fs::is_regular_file(cached, ec)) {
+      return NotFound(fmt::format(
+          "{} is not here: copy it from the controller's {} (or run `bmas image build`, which "
+          "runs debootstrap for minutes), then `bmas node join TOKEN` again",
+          cached, lxd::kImageCacheDir));
+    }
+    auto built = lxd::EnsureDefaultImage(client, p.run_dir, p.image_cache, Env::Default());
+    if (!built) return built.error();
+    return fmt::format("imported {} from {} in {:.1f} s", lxd::kDefaultImageAlias, cached,
+                       built->seconds);
   }
 
   void StopStarted() override {

@@ -46,7 +46,10 @@ std::string ExecLine(const std::vector<std::string>& argv) {
 class SystemdNodeDaemons final : public cluster::NodeDaemons {
  public:
   SystemdNodeDaemons(SystemctlRunner run, std::string unit_dir, std::string bmas_binary)
-      : run_(std::move(run)), unit_dir_(std::move(unit_dir)), bmas_(std::move(bmas_binary)) {}
+      : run_(std::move(run)),
+        unit_dir_(std::move(unit_dir)),
+        bmas_(std::move(bmas_binary)),
+        processes_(NewProcessNodeDaemons(bmas_)) {}
 
   bool MungeRunning() override {
     auto r = RunCommand({"munge", "-n"}, {}, std::chrono::seconds(5));
@@ -85,9 +88,19 @@ class SystemdNodeDaemons final : public cluster::NodeDaemons {
     return Enable("agent", unit, [&] { return AgentSocketAnswers(socket); });
   }
 
+  // LXD is `bmas lxd up`'s, as without systemd, and so is the image.
+  Result<std::string> StartLxd(const cluster::NodePaths& p, const std::string& config) override {
+    return processes_->StartLxd(p, config);
+  }
+  Result<std::string> ImportDefaultImage(const cluster::NodePaths& p,
+                                         const std::string& config) override {
+    return processes_->ImportDefaultImage(p, config);
+  }
+
   void StopStarted() override {
     for (auto it = started_.rbegin(); it != started_.rend(); ++it) Disable(*it);
     started_.clear();
+    processes_->StopStarted();
   }
 
   Result<bool> StopJoined(const cluster::NodePaths&, const std::string& daemon) override {
@@ -158,6 +171,7 @@ class SystemdNodeDaemons final : public cluster::NodeDaemons {
   SystemctlRunner run_;
   std::string unit_dir_;
   std::string bmas_;
+  std::unique_ptr<cluster::NodeDaemons> processes_;
   std::vector<std::string> started_;
 };
 

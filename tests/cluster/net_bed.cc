@@ -372,10 +372,12 @@ Result<void> NetBed::Save() const {
 
 void NetBed::Stop() {
   if (dir_.empty() || stopped_) return;
+  const std::vector<std::string> lxd_left = StopLxdInstances();
   std::vector<DaemonProcess> all = daemons_;
   if (root_.pid > 0) all.push_back(root_);
   for (const BedHost& h : hosts_) all.push_back(h.holder);
   left_ = EndAll(daemons_, all);
+  left_.insert(left_.end(), lxd_left.begin(), lxd_left.end());
   stopped_ = true;
   if (!left_.empty()) return;
   for (const std::string& m : MountsAt(dir_)) left_.push_back("mount " + m);

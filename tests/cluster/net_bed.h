@@ -62,6 +62,21 @@ class NetBed {
   // `timeout` until every node is idle. Needs Slurm's and munge's packages.
   Result<void> StartSlurm(std::chrono::seconds timeout = std::chrono::seconds(30));
 
+  // LXD in a node (docs/cluster-testbed.md, "LXD in each node"). The [lxd] table of a bmas.toml
+  // that gives each node an LXD of its own: LXD_DIR <dir>/node/lxd (each host sees its own
+  // there), a small btrfs pool in it, its API on port 8443 of the node's address, and
+  // `node_dir` (where `bmas node join` leaves the node's certificates). Every node can share
+  // one such table, as they share one bmas.toml on a real cluster.
+  std::string LxdToml(const std::string& node_dir) const;
+  // LXD_DIR as host sees it.
+  std::string LxdDir() const { return dir_ + "/node/lxd"; }
+  // Runs `bmas --config CONFIG --state-dir <dir>/node/bmas-state lxd up` in `host` (`bmas` is
+  // the binary), for tests that start LXD without `bmas node join`. Stop stops every instance
+  // of each node's LXD before it ends the bed's processes (an instance's processes live in
+  // namespaces of their own, which the bed's kill would not reach).
+  Result<CommandOutput> StartLxd(const std::string& host, const std::string& bmas,
+                                 const std::string& config) const;
+
   // Runs `args` in host `host`'s namespaces (network, mount, UTS), in /tmp, as `user` when
   // given (its groups too) or root.
   Result<CommandOutput> Run(const std::string& host, const std::vector<std::string>& args,
@@ -100,6 +115,8 @@ class NetBed {
   Result<void> InHost(const BedHost& h, const std::string& ns,
                       const std::vector<std::string>& args) const;
   Result<void> WriteSlurmConfig();
+  // Stops every instance of each node's LXD; what it could not stop.
+  std::vector<std::string> StopLxdInstances() const;
   Result<void> Save() const;
 
   BedOptions options_;

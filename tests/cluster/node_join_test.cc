@@ -3,10 +3,12 @@
 // and a second run changes nothing. A wrong secret, an expired token and an impostor on the
 // join port are each refused with a clear error and leave nothing on the node. `bmas node
 // leave` refuses while jobs run there, then takes the node out (a dynamic one out of Slurm too),
-// and the node joins again.
+// and the node joins again. Two nodes that join with LXD trust each other's node certificates,
+// and a workspace is copied between them.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,11 +18,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 
 #include "cluster/join_token.h"
 #include "common/process.h"
 #include "bed_cluster.h"
 #include "net_bed.h"
+
+#include <toml++/toml.h>
 
 namespace bmas::testbed {
 namespace {
@@ -41,14 +46,21 @@ class NodeJoinTest : public ::testing::Test {
     ASSERT_TRUE(started) << started.error().message;
     node_ = bed_.dir() + "/node";
     cluster_ = std::make_unique<BedCluster>(bed_, bmas_);
-    BedClusterOptions o;
-    o.cluster_name = "joinbed";
-    cluster_->WriteInventory(o);  // the bed's hosts without GPUs
+    WriteInventory();
   }
 
   void TearDown() override {
     bed_.Stop();
     EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
+  }
+
+  // The bed's hosts without GPUs. With `lxd`, each node serves an LXD of its own to its peers
+  // (the bed's [lxd] table).
+  void WriteInventory(bool lxd = false) {
+    BedClusterOptions o;
+    o.cluster_name = "joinbed";
+    if (lxd) o.extra_toml = bed_.LxdToml(node_ + "/etc-bmas");
+    cluster_->WriteInventory(o);
   }
 
   CommandOutput Bmas(const std::string& host, const std::vector<std::string>& args) {
@@ -83,11 +95,28 @@ class NodeJoinTest : public ::testing::Test {
     ASSERT_TRUE(r) << r.error().message;
   }
 
-  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
-    auto r = cluster_->Join(host, token, dynamic);
+  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false,
+                     const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args = {"node", "join", token, "--config-dir", node_ + "/etc-bmas",
+                                     "--munge-key", node_ + "/munge.key"};
+    if (dynamic) args.push_back("--dynamic");
+    args.insert(args.end(), more.begin(), more.end());
+    return Bmas(host, args);
+  }
+
+  // `bmas --config <node's bmas.toml> ARGS...` in `host`, with `env` before it.
+  CommandOutput NodeBmas(const std::string& host, std::vector<std::string> args,
+                         const std::vector<std::string>& env = {},
+                         const std::string& config = "") {
+    args.insert(args.begin(), {bmas_, "--config", config.empty() ? NodeToml() : config,
+                               "--state-dir", node_ + "/bmas-state"});
+    args.insert(args.begin(), env.begin(), env.end());
+    args.insert(args.begin(), "env");
+    auto r = bed_.Run(host, args, "", std::chrono::seconds(120));
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
   }
+  std::string NodeToml() const { return node_ + "/etc-bmas/bmas.toml"; }
 
   // "" once `node` is idle in sinfo (in mgs1), else sinfo's last answer.
   std::string WaitIdle(const std::string& node) { return cluster_->WaitState(node, "idle"); }
@@ -313,6 +342,142 @@ TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
   CommandOutput rejoined = Join("oss02", token, true);
   ASSERT_EQ(rejoined.exit_code, 0) << rejoined.err << rejoined.out;
   EXPECT_EQ(WaitIdle("oss02"), "");
+}
+
+// Issue 25's LXD peer trust, delivered by the join: oss01 and oss02 join, each starts an LXD of
+// its own and trusts the other's node certificate (oss02 from its join answer, oss01 when it
+// joins again); a workspace on oss01 is copied to oss02 over the bed's network with oss02's own
+// certificate, and a third party's certificate in oss02's place is refused.
+TEST_F(NodeJoinTest, JoinedNodesTrustEachOthersLxdAndCopyAWorkspaceBetweenThem) {
+  if (access("/usr/bin/lxd", X_OK) != 0) GTEST_SKIP() << "needs LXD (scripts/install-deps.sh)";
+  WriteInventory(/*lxd=*/true);
+  const std::string token = InitController();
+  ASSERT_FALSE(token.empty());
+  StartSlurmctld();
+  StartJoinService();
+  // An unprivileged container's root (a high host uid) must get through to each LXD_DIR.
+  for (const std::string& d : {bed_.dir(), bed_.dir() + "/nodes", bed_.dir() + "/nodes/oss01",
+                               bed_.dir() + "/nodes/oss02"}) {
+    fs::permissions(d, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  }
+
+  // Each node's image cache is its own; oss01's is empty.
+  const std::vector<std::string> cache = {"--image-cache", node_ + "/image-cache"};
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandOutput one = Join("oss01", token, false, cache);
+  ASSERT_EQ(one.exit_code, 0) << one.err << one.out;
+  EXPECT_NE(one.out.find("lxd up: "), std::string::npos) << one.out;
+  // No image in LXD nor in the cache: the join says so, and which file would do.
+  std::smatch wanted_image;
+  ASSERT_TRUE(std::regex_search(one.out, wanted_image,
+                                std::regex("no default workspace image: (/[^ ]+) is not here")))
+      << one.out;
+  const std::string image_name = fs::path(wanted_image[1].str()).filename().string();
+  std::printf("first join of oss01 took %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+
+  // oss01 builds the 1 MB busybox image; exported into oss02's cache under the default image's
+  // name, it stands in for the Debian image a controller would hand over (228 MB).
+  CommandOutput image = NodeBmas("oss01", {"image", "build", "--base", "busybox"});
+  ASSERT_EQ(image.exit_code, 0) << image.out << image.err;
+  const std::string export_dir = bed_.dir() + "/nodes/oss02/image-cache";
+  fs::create_directories(export_dir);
+  auto exported = bed_.Run("oss01", {"env", "LXD_DIR=" + bed_.LxdDir(), "lxc", "image", "export",
+                                     "bmas-busybox", export_dir + "/"});
+  ASSERT_TRUE(exported && exported->exit_code == 0) << (exported ? exported->err : "");
+  for (const auto& e : fs::directory_iterator(export_dir)) {
+    fs::rename(e.path(), export_dir + "/" + image_name);
+  }
+
+  const auto t1 = std::chrono::steady_clock::now();
+  CommandOutput two = Join("oss02", token, false, cache);
+  ASSERT_EQ(two.exit_code, 0) << two.err << two.out;
+  const std::string peers = node_ + "/etc-bmas/lxd-peers/";
+  EXPECT_NE(two.out.find("wrote " + peers + "oss01.crt"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("trusts 1 peer node (added oss01)"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("image: imported bmas-debian from " + node_ + "/image-cache/" +
+                         image_name),
+            std::string::npos)
+      << two.out;
+  // oss01 joined first: it learns oss02 when it joins again (with its certificate, no secret).
+  CommandOutput again = Join("oss01", token, false, cache);
+  ASSERT_EQ(again.exit_code, 0) << again.err << again.out;
+  EXPECT_NE(again.out.find("already joined"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("wrote " + peers + "oss02.crt"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("trusts 1 peer node (added oss02)"), std::string::npos) << again.out;
+  std::printf("oss02's join (its image imported) and oss01's second join took %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
+                  .count());
+  // Each node's LXD client certificate is its own.
+  const std::string nodes = bed_.dir() + "/nodes/";
+  std::ifstream c1(nodes + "oss01/etc-bmas/node.crt"), c2(nodes + "oss02/etc-bmas/node.crt");
+  const std::string cert1((std::istreambuf_iterator<char>(c1)), {});
+  const std::string cert2((std::istreambuf_iterator<char>(c2)), {});
+  EXPECT_NE(cert1, cert2);
+  EXPECT_FALSE(cert1.empty());
+
+  // A workspace on oss01, of the busybox image (oss02 needs none: it gets the copy).
+  if (getpwnam("bmastest1") == nullptr) {
+    auto added = RunCommand({"useradd", "--create-home", "bmastest1"});
+    ASSERT_TRUE(added && added->exit_code == 0);
+  }
+  CommandOutput created = NodeBmas("oss01", {"workspace", "create", "bmastest1"});
+  ASSERT_EQ(created.exit_code, 0) << created.out << created.err;
+  CommandOutput status = NodeBmas("oss01", {"lxd", "status", "--json"});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(status.out, m,
+                                std::regex("\"certificate_fingerprint\":\"([0-9a-f]{64})\"")))
+      << status.out;
+
+  // oss02's prolog pulls it from oss01's LXD over the bed's network: its config names oss01's
+  // LXD and the fingerprint it must show.
+  auto toml = toml::parse_file(nodes + "oss02/etc-bmas/bmas.toml");
+  toml::array list;
+  list.push_back(toml::table{{"url", "https://10.200.0.11:8443"}, {"fingerprint", m[1].str()}});
+  toml["lxd"].as_table()->insert_or_assign("peers", std::move(list));
+  std::ofstream(nodes + "oss02/hook.toml") << toml;
+  auto hook = [&](const std::string& phase, int job) {
+    return NodeBmas("oss02", {"slurm", "hook", phase},
+                    {fmt::format("SLURM_JOB_ID={}", job), "SLURM_JOB_USER=bmastest1",
+                     "SLURMD_NODENAME=oss02", "SLURM_JOB_GPUS="},
+                    node_ + "/hook.toml");
+  };
+  CommandOutput copied = hook("prolog", 7201);
+  EXPECT_NE(copied.out.find("copied ws-bmastest1 from https://10.200.0.11:8443"),
+            std::string::npos)
+      << copied.out << copied.err;
+  auto listed = bed_.Run("oss02", {"env", "LXD_DIR=" + bed_.LxdDir(), "lxc", "list", "-c", "ns",
+                                   "--format", "csv"});
+  ASSERT_TRUE(listed);
+  EXPECT_NE(listed->out.find("ws-bmastest1,RUNNING"), std::string::npos) << listed->out;
+  auto on_one = bed_.Run("oss01", {"env", "LXD_DIR=" + bed_.LxdDir(), "lxc", "list", "-c", "ns",
+                                   "--format", "csv"});
+  ASSERT_TRUE(on_one);
+  EXPECT_NE(on_one->out.find("ws-bmastest1,RUNNING"), std::string::npos) << on_one->out;
+  auto cgroups =
+      RunCommand({"sh", "-c", "ls -d /sys/fs/cgroup/pids/lxc.payload.ws-bmastest1*"});
+  if (cgroups) std::printf("cgroups of the two ws-bmastest1: %s\n", cgroups->out.c_str());
+  CommandOutput released = hook("epilog", 7201);
+  EXPECT_NE(released.out.find("deleted ws-bmastest1"), std::string::npos) << released.out;
+
+  // A third party's certificate for oss02's very name (not from the cluster CA) in oss02's
+  // place: oss01's LXD refuses it.
+  const std::string etc2 = nodes + "oss02/etc-bmas/";
+  fs::copy_file(etc2 + "node.crt", etc2 + "node.crt.real");
+  fs::copy_file(etc2 + "node.key", etc2 + "node.key.real");
+  auto forged = bed_.Run(
+      "oss02", {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-days", "1", "-subj", "/CN=oss02", "-addext",
+                "subjectAltName=DNS:oss02,IP:10.200.0.12", "-keyout",
+                node_ + "/etc-bmas/node.key", "-out", node_ + "/etc-bmas/node.crt"});
+  ASSERT_TRUE(forged && forged->exit_code == 0) << (forged ? forged->err : "");
+  CommandOutput refused = hook("prolog", 7202);
+  EXPECT_NE(refused.out.find("does not trust this node's client certificate"), std::string::npos)
+      << refused.out << refused.err;
+  EXPECT_EQ(refused.out.find("copied"), std::string::npos) << refused.out;
+  fs::rename(etc2 + "node.crt.real", etc2 + "node.crt");
+  fs::rename(etc2 + "node.key.real", etc2 + "node.key");
 }
 
 }  // namespace
