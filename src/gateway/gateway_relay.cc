@@ -155,7 +155,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
                      fmt::format("{}: reading the response: {}", b.id, ec.message())};
     } else {
       std::optional<TokenUsage> usage;
-      if (status == http::status::ok) usage = ReadUsage(Reusable(json_[r.worker]), body);
+      if (status == http::status::ok) usage = ReadUsage(body);
       if (usage) {
         prompt_tokens = usage->prompt_tokens;
         completion_tokens = usage->completion_tokens;
@@ -210,7 +210,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
             break;
           case SseEventKind::kUsage:
           case SseEventKind::kResponseEnd:
-            if (auto usage = ReadUsage(Reusable(json_[r.worker]), SseEventData(e))) {
+            if (auto usage = ReadUsage(SseEventData(e))) {
               usage_seen = true;
               prompt_tokens = usage->prompt_tokens;
               completion_tokens = usage->completion_tokens;

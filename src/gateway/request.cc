@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <string_view>
@@ -45,6 +46,30 @@ void AddMessages(simdjson::dom::array messages, CompletionFields& f) {
   }
 }
 
+// The least key (in byte order) that `obj` gives more than once, or nullopt. A request has a
+// handful of keys: those are compared pairwise on the stack, allocating nothing.
+std::optional<std::string_view> RepeatedKey(simdjson::dom::object obj) {
+  constexpr size_t kFew = 16;
+  std::optional<std::string_view> least;
+  if (obj.size() <= kFew) {
+    std::array<std::string_view, kFew> seen;
+    size_t n = 0;
+    for (auto field : obj) {
+      if (std::find(seen.begin(), seen.begin() + n, field.key) != seen.begin() + n) {
+        if (!least || field.key < *least) least = field.key;
+      }
+      seen[n++] = field.key;
+    }
+    return least;
+  }
+  std::vector<std::string_view> keys;
+  keys.reserve(obj.size());
+  for (auto field : obj) keys.push_back(field.key);
+  std::sort(keys.begin(), keys.end());
+  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end()) least = *dup;
+  return least;
+}
+
 }  // namespace
 
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
@@ -56,11 +81,7 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
   simdjson::dom::object obj;
   if (doc.get_object().get(obj)) return InvalidArgument("the request body must be a JSON object");
   // simdjson keeps every copy of a repeated key; a lookup finds the first.
-  std::vector<std::string_view> keys;
-  keys.reserve(obj.size());
-  for (auto field : obj) keys.push_back(field.key);
-  std::sort(keys.begin(), keys.end());
-  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end()) {
+  if (std::optional<std::string_view> dup = RepeatedKey(obj)) {
     return InvalidArgument(fmt::format("the request body gives the key '{}' more than once", *dup),
                            std::string(*dup));
   }
@@ -101,7 +122,7 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
     }
   }
   bool include_usage = false;
-  if (!obj.at_pointer("/stream_options/include_usage").get_bool().get(include_usage)) {
+  if (!obj["stream_options"]["include_usage"].get_bool().get(include_usage)) {
     f.client_wants_usage = include_usage;
   }
   std::string_view text;

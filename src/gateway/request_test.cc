@@ -55,6 +55,14 @@ TEST(ParseCompletionBodyTest, RejectsWhatProxyAndBackendWouldReadDifferently) {
   } cases[] = {
       {R"({"model":"m","max_tokens":1,"max_tokens":100000})", "max_tokens"},
       {R"({"model":"cheap","model":"dear"})", "model"},
+      // Two keys repeated: the error names the least (in byte order), few keys or many.
+      {R"({"z":1,"model":"m","b":1,"z":2,"b":2})", "b"},
+      {R"({"k01":1,"k02":1,"k03":1,"k04":1,"k05":1,"k06":1,"k07":1,"k08":1,"k09":1,"k10":1,)"
+       R"("k11":1,"k12":1,"k13":1,"k14":1,"z":1,"model":"m","b":1,"z":2,"b":2})",
+       "b"},
+      {R"({"k01":1,"k02":1,"k03":1,"k04":1,"k05":1,"k06":1,"k07":1,"k08":1,"k09":1,"k10":1,)"
+       R"("k11":1,"k12":1,"k13":1,"k14":1,"k15":1,"model":"m","k15":2})",
+       "k15"},
       {R"({"model":"m","stop":["1","2","3","4","5"]})", "stop"},
       {R"({"model":"m","stop":[1]})", "stop"},
       {R"({"model":"m","stop":{"a":1}})", "stop"},

@@ -31,22 +31,43 @@ std::string_view SseSplitter::Next() {
   return event;
 }
 
-std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json) {
-  simdjson::dom::element doc;
-  if (parser.parse(json.data(), json.size()).get(doc)) return std::nullopt;
-  simdjson::dom::object usage;
-  if (doc["usage"].get_object().get(usage) &&
-      doc.at_pointer("/response/usage").get_object().get(usage)) {
+std::optional<TokenUsage> ReadUsage(std::string_view json) {
+  // On demand: only the path to the usage object is parsed, not a whole DOM of the answer (its
+  // choices and their text); stage 1 still checks the whole text's strings and UTF-8. One
+  // parser and padded copy per thread, kept from one answer to the next so that a read
+  // allocates nothing; dropped after a document past 1 MiB, so that it does not stay.
+  constexpr size_t kKeep = size_t{1} << 20;
+  thread_local simdjson::ondemand::parser parser;
+  thread_local std::string padded;
+  if (padded.capacity() < json.size() + simdjson::SIMDJSON_PADDING) {
+    padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
+  }
+  padded.assign(json);
+  struct Shrink {
+    ~Shrink() {
+      if (padded.capacity() > kKeep) std::string().swap(padded);
+      if (parser.capacity() > kKeep) parser = simdjson::ondemand::parser();
+    }
+  } shrink;
+
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object root, usage, response;
+  if (parser.iterate(padded.data(), padded.size(), padded.capacity()).get(doc) ||
+      doc.get_object().get(root)) {
+    return std::nullopt;
+  }
+  if (root.find_field_unordered("usage").get_object().get(usage) &&
+      (root.find_field_unordered("response").get_object().get(response) ||
+       response.find_field_unordered("usage").get_object().get(usage))) {
     return std::nullopt;
   }
   TokenUsage u;
-  if ((usage["prompt_tokens"].get_int64().get(u.prompt_tokens) ||
-       usage["completion_tokens"].get_int64().get(u.completion_tokens)) &&
-      (usage["input_tokens"].get_int64().get(u.prompt_tokens) ||
-       usage["output_tokens"].get_int64().get(u.completion_tokens))) {
-    return std::nullopt;
-  }
-  return u;
+  auto read = [&](std::string_view prompt, std::string_view completion) {
+    return !usage.find_field_unordered(prompt).get_int64().get(u.prompt_tokens) &&
+           !usage.find_field_unordered(completion).get_int64().get(u.completion_tokens);
+  };
+  if (read("prompt_tokens", "completion_tokens") || read("input_tokens", "output_tokens")) return u;
+  return std::nullopt;
 }
 
 std::string_view SseEventData(std::string_view event) {

@@ -53,8 +53,10 @@ struct TokenUsage {
 
 // usage.prompt_tokens and usage.completion_tokens of a JSON response or chunk, or nullopt. A
 // Response object's usage.input_tokens and usage.output_tokens count as those, and so does the
-// Response a Responses stream's last event carries (its "response").
-std::optional<TokenUsage> ReadUsage(simdjson::dom::parser& parser, std::string_view json);
+// Response a Responses stream's last event carries (its "response"). Reads only the path to
+// the usage (simdjson on demand): a text whose structure breaks after its usage still gives it.
+// Thread-safe (its scratch is per thread).
+std::optional<TokenUsage> ReadUsage(std::string_view json);
 
 // The JSON of an event: its "data: " line, after an "event: TYPE" line if it has one.
 std::string_view SseEventData(std::string_view event);

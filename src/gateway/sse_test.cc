@@ -66,7 +66,6 @@ TEST(ClassifySseEventTest, ResponsesEventsAreTypedByTheirType) {
 }
 
 TEST(ReadUsageTest, ReadsChatAndResponsesUsage) {
-  simdjson::dom::parser parser;
   struct Case {
     const char* json;
     std::optional<std::pair<int64_t, int64_t>> usage;
@@ -78,9 +77,19 @@ TEST(ReadUsageTest, ReadsChatAndResponsesUsage) {
       {R"({"type":"response.created","response":{"usage":null}})", std::nullopt},
       {R"({"usage":{"input_tokens":7}})", std::nullopt},
       {R"({"choices":[]})", std::nullopt},
+      {R"({"usage":null,"response":{"usage":{"input_tokens":7,"output_tokens":4}}})", {{7, 4}}},
+      // Only the top level's usage counts, not one inside the choices or their text.
+      {R"({"choices":[{"text":"\"usage\":{\"prompt_tokens\":1}","usage":{"prompt_tokens":9,)"
+       R"("completion_tokens":9}}],"usage":{"prompt_tokens":3,"completion_tokens":2}})",
+       {{3, 2}}},
+      {R"({"choices":[{"usage":{"prompt_tokens":9,"completion_tokens":9}}]})", std::nullopt},
+      {R"({"usage":{"prompt_tokens":3,"completion_tokens":2.5}})", std::nullopt},
+      {R"({"usage":{"prompt_tokens":3,"completion_tokens":2},"id":"unclosed)", std::nullopt},
+      {R"(["usage"])", std::nullopt},
+      {"", std::nullopt},
   };
   for (const Case& c : cases) {
-    auto u = ReadUsage(parser, c.json);
+    auto u = ReadUsage(c.json);
     ASSERT_EQ(u.has_value(), c.usage.has_value()) << c.json;
     if (u) {
       EXPECT_EQ(u->prompt_tokens, c.usage->first) << c.json;

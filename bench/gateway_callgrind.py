@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Instructions per relayed request in the bmas gateway, counted by callgrind: G1's set-up
+(`bmas gateway --threads 1` before `bmas engine --profile instant`, wrk at 32 connections with
+bench/wrk_completion.lua), with the gateway under valgrind. Instruction counts do not depend on
+what else the machine runs, so this is the figure to compare changes by on a shared machine.
+
+Usage: bench/gateway_callgrind.py [BUILD_DIR] [--seconds S] [--top N] [--keep DIR]
+
+Prints instructions per request and the top N functions by inclusive instructions per request
+(callgrind_annotate --inclusive=yes). Counters are zeroed after a warm-up run and dumped after
+the measured one, so start-up is not counted. --keep DIR leaves the callgrind output there.
+Needs valgrind, wrk and a C compiler. Run it in a private network namespace (`unshare -rn`) on a shared machine.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def option(name, default):
+    if name in sys.argv:
+        i = sys.argv.index(name)
+        value = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
+        return value
+    return default
+
+
+SECONDS = int(option("--seconds", "5"))
+TOP = int(option("--top", "25"))
+KEEP = option("--keep", None)
+
+import gateway_bench as gb  # noqa: E402  (reads BUILD_DIR from the remaining arguments)
+import run  # noqa: E402
+
+
+def wrk(url, key, seconds):
+    """Requests wrk completed in `seconds` at 32 connections (a generous timeout: under valgrind
+    the gateway is some 50 times slower)."""
+    cmd = ["wrk", "-t1", "-c32", f"-d{seconds}s", "--timeout", "30s", "-s", gb.WRK_SCRIPT,
+           url + "/v1/completions"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BMAS_BENCH_KEY=key))
+    result = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+    if result["status_errors"] or result["socket_errors"]:
+        raise RuntimeError(f"{' '.join(cmd)}: errors: {result}")
+    return result["requests"]
+
+
+def main():
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate", "wrk"):
+        if not shutil.which(tool):
+            sys.exit(f"needs {tool}: apt-get install valgrind wrk")
+    out_dir = KEEP or tempfile.mkdtemp(prefix="bmas-callgrind-")
+    os.makedirs(out_dir, exist_ok=True)
+    # valgrind 3.19 has no openat2, which bmas opens its state directory with: a preloaded
+    # shared object maps it to openat (bench/valgrind_openat2.c).
+    shim = os.path.join(out_dir, "valgrind_openat2.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", shim,
+                    os.path.join(run.ROOT, "bench", "valgrind_openat2.c"), "-ldl"], check=True)
+    engine = run.Engine("--profile", "instant")
+    state = gb.State()
+    key = state.add_user("bench")
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.out.%p",
+                             gb.BMAS, "gateway", "--port", "0", "--backend", engine.url, "--threads", "1"],
+                            env=dict(state.env, LD_PRELOAD=shim), stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        url = None
+        while url is None:
+            line = proc.stdout.readline()
+            m = re.search(r"(http://\S+)", line)
+            if not m:
+                log.seek(0)
+                raise RuntimeError("gateway did not start: " + log.read().decode()[-2000:])
+            if "listening on" in line:
+                url = m.group(1)
+        deadline = time.time() + 120
+        while gb.http_get(url + "/v1/models", key, timeout=30)[0] != 200:
+            if time.time() > deadline:
+                raise RuntimeError("gateway not ready after 120 s")
+            time.sleep(0.5)
+        wrk(url, key, 3)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        requests = wrk(url, key, SECONDS)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        gb.stop(proc)
+        engine.stop()
+        for d in gb.temporary_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+    dumps = sorted((f for f in os.listdir(out_dir) if re.match(rf"callgrind\.out\.{proc.pid}\.\d+$", f)),
+                   key=lambda f: int(f.rsplit(".", 1)[1]))
+    dump = os.path.join(out_dir, dumps[0])
+    report = subprocess.run(["callgrind_annotate", "--inclusive=yes", f"--threshold=100", dump],
+                            capture_output=True, text=True, check=True).stdout
+    total = int(re.search(r"^([\d,]+) \s*\(?[\d.%]*\)?\s*PROGRAM TOTALS", report, re.M).group(1).replace(",", ""))
+    print(f"requests: {requests}; instructions: {total}; per request: {total / requests / 1000:.1f}k "
+          f"(dump {dump})")
+    shown = 0
+    for line in report.splitlines():
+        m = re.match(r"^\s*([\d,]+) \s*\(\s*[\d.]+%\)\s+(\S.*)$", line)
+        if not m or "PROGRAM TOTALS" in line:
+            continue
+        if shown >= TOP:
+            break
+        print(f"{int(m.group(1).replace(',', '')) / requests:9.0f}  {m.group(2)[:150]}")
+        shown += 1
+    if not KEEP:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
