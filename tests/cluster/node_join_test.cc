@@ -15,18 +15,18 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 #include "cluster/join_token.h"
 #include "common/process.h"
 #include "net_bed.h"
-#include "slurm/local_cluster_internal.h"
+#include "net_bed_join.h"
 
 namespace bmas::testbed {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
 
 class NodeJoinTest : public ::testing::Test {
  protected:
@@ -41,7 +41,6 @@ class NodeJoinTest : public ::testing::Test {
     auto started = bed_.Start(options);
     ASSERT_TRUE(started) << started.error().message;
     node_ = bed_.dir() + "/node";
-    WriteInventory();
   }
 
   void TearDown() override {
@@ -49,48 +48,27 @@ class NodeJoinTest : public ::testing::Test {
     EXPECT_TRUE(bed_.Leftovers().empty()) << ::testing::PrintToString(bed_.Leftovers());
   }
 
-  // The bed's hosts without GPUs; every path of a host under <dir>/node, its own.
-  void WriteInventory() {
-    const auto& hosts = bed_.hosts();
-    std::string toml = fmt::format(
-        "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
-        "[cluster.slurm]\ncluster_name = \"joinbed\"\nslurm_user = \"root\"\n"
-        "state_save_dir = \"{n}/state\"\nspool_dir = \"{n}/spool\"\nlog_dir = \"{n}/log\"\n"
-        "run_dir = \"{n}/run\"\ntmpfs = \"{n}/tmp\"\ncred_expire_s = 10\nkill_wait_s = 5\n"
-        "prolog = \"{n}/hooks/prolog\"\nepilog = \"{n}/hooks/epilog\"\ntask_prolog = \"\"\n",
-        hosts.front().name, hosts.front().address, fmt::arg("n", node_));
-    for (size_t i = 1; i < hosts.size(); ++i) {
-      toml += fmt::format(
-          "[[cluster.nodes]]\nnames = \"{}\"\naddress = \"{}\"\ncpus = {}\n"
-          "memory_mib = 1024\n",
-          hosts[i].name, hosts[i].address, sysconf(_SC_NPROCESSORS_ONLN));
-    }
-    toml += "[[cluster.partitions]]\nname = \"batch\"\nnodes = \"ALL\"\ndefault = true\n";
-    inventory_ = bed_.dir() + "/inventory.toml";
-    std::ofstream(inventory_) << toml;
+  // The bed's hosts without GPUs, in an inventory; with `dynamic`, dynamic nodes.
+  BedJoin& MakeCluster(bool dynamic = false) {
+    join_.emplace(bed_, JoinOptions{bmas_, 0, dynamic});
+    auto written = join_->WriteInventory();
+    EXPECT_TRUE(written) << written.error().message;
+    return *join_;
   }
 
   CommandOutput Bmas(const std::string& host, std::vector<std::string> args) {
-    args.insert(args.begin(), {bmas_, "--state-dir", node_ + "/bmas-state"});
-    auto r = bed_.Run(host, args, "", std::chrono::seconds(90));
+    auto r = join_->Bmas(host, std::move(args));
     EXPECT_TRUE(r) << r.error().message;
     return r ? *r : CommandOutput{};
   }
 
   // `bmas cluster init` in mgs1, then munged and slurmctld there; returns the join token.
   std::string InitController(bool dynamic = false) {
-    std::vector<std::string> args = {
-        "cluster",    "init",        "--cluster",          inventory_,  "--slurm-dir",
-        "/etc/slurm", "--munge-key", node_ + "/munge.key", "--jwt-key", node_ + "/jwt.key"};
-    if (dynamic) args.push_back("--dynamic-nodes");
-    CommandOutput init = Bmas("mgs1", args);
-    EXPECT_EQ(init.exit_code, 0) << init.err;
-    const std::string prefix = "bmas node join ";
-    const size_t at = init.out.find(prefix);
-    EXPECT_NE(at, std::string::npos) << init.out;
-    if (at == std::string::npos) return "";
-    std::string token = init.out.substr(at + prefix.size());
-    token = token.substr(0, token.find('\n'));
+    auto init = MakeCluster(dynamic).InitController();
+    EXPECT_TRUE(init) << init.error().message;
+    if (!init) return "";
+    const std::string token = BedJoin::Token(init->out);
+    EXPECT_FALSE(token.empty()) << init->out;
 
     const std::string mgs1 = bed_.dir() + "/nodes/mgs1";
     EXPECT_TRUE(fs::exists(mgs1 + "/etc-slurm/slurm.conf"));
@@ -99,69 +77,21 @@ class NodeJoinTest : public ::testing::Test {
     EXPECT_NE(text.find("SlurmctldParameters=enable_configless"), std::string::npos);
     EXPECT_EQ(fs::status(mgs1 + "/munge.key").permissions(), fs::perms::owner_read);
     EXPECT_EQ(fs::status(mgs1 + "/jwt.key").permissions(), fs::perms::owner_read);
-
-    auto munge = slurm::internal::LookUp("munge");
-    EXPECT_TRUE(munge);
-    auto mk = bed_.Run("mgs1",
-                       {"install", "-d", "-m", "755", "-o", "munge", "-g", "munge", "/run/munge"});
-    EXPECT_TRUE(mk && mk->exit_code == 0);
-    auto munged = bed_.StartDaemon(
-        "mgs1", "munged mgs1", "munged",
-        slurm::internal::MungedCommand(*munge, kMungeSocket, node_ + "/munge.key", "/run/munge"));
-    EXPECT_TRUE(munged) << munged.error().message;
-    auto ctld = bed_.StartDaemon("mgs1", "slurmctld", "slurmctld", {"/usr/sbin/slurmctld", "-D"});
-    EXPECT_TRUE(ctld) << ctld.error().message;
-    std::string pinged;
-    EXPECT_TRUE(WaitFor(
-        [&] {
-          auto ping = bed_.Run("mgs1", {"scontrol", "ping"}, "", std::chrono::seconds(5));
-          pinged = ping ? ping->out + ping->err : ping.error().message;
-          return ping && ping->out.find("is UP") != std::string::npos;
-        },
-        ctld ? ctld->pid : 0, std::chrono::seconds(20)))
-        << pinged << "\n"
-        << bed_.LogTail("slurmctld") << bed_.LogTail("munged mgs1");
     return token;
   }
 
   void StartJoinService() {
-    auto serve = bed_.StartDaemon("mgs1", "join service", "bmas",
-                                  {bmas_, "--state-dir", node_ + "/bmas-state", "cluster", "serve",
-                                   "--cluster", inventory_, "--munge-key", node_ + "/munge.key"});
+    auto serve = join_->StartJoinService();
     ASSERT_TRUE(serve) << serve.error().message;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          auto ss = bed_.Run("mgs1", {"ss", "-Hltn", "sport = :6830"});
-          return ss && ss->out.find("6830") != std::string::npos;
-        },
-        serve->pid, std::chrono::seconds(10)))
-        << bed_.LogTail("join service");
   }
 
-  CommandOutput Join(const std::string& host, const std::string& token, bool dynamic = false) {
-    std::vector<std::string> args = {"node",
-                                     "join",
-                                     token,
-                                     "--config-dir",
-                                     node_ + "/etc-bmas",
-                                     "--munge-key",
-                                     node_ + "/munge.key"};
-    if (dynamic) args.push_back("--dynamic");
-    return Bmas(host, args);
+  CommandOutput Join(const std::string& host, const std::string& token) {
+    auto r = join_->Join(host, token);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : CommandOutput{};
   }
 
-  // Waits until `node` is idle in sinfo (in mgs1); the last sinfo output when it is not.
-  std::string WaitIdle(const std::string& node) {
-    std::string last;
-    const bool idle = WaitFor(
-        [&] {
-          auto r = bed_.Run("mgs1", {"sinfo", "-h", "-N", "-o", "%N %T"});
-          last = r ? r->out : "";
-          return last.find(node + " idle") != std::string::npos;
-        },
-        0, std::chrono::seconds(30));
-    return idle ? "" : last;
-  }
+  std::string WaitIdle(const std::string& node) { return join_->WaitIdle(node); }
 
   // What a join leaves on `host`: nothing after a refused one.
   void ExpectNothingOn(const std::string& host) {
@@ -211,9 +141,9 @@ class NodeJoinTest : public ::testing::Test {
   }
 
   NetBed bed_;
+  std::optional<BedJoin> join_;
   std::string bmas_;
   std::string node_;
-  std::string inventory_;
 };
 
 TEST_F(NodeJoinTest, ANodeJoinsOverTlsAndImpostorsWrongSecretsAndOldTokensAreRefused) {
@@ -333,7 +263,7 @@ TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
   const std::string token = InitController(true);
   ASSERT_FALSE(token.empty());
   StartJoinService();
-  CommandOutput joined = Join("oss02", token, true);
+  CommandOutput joined = Join("oss02", token);
   ASSERT_EQ(joined.exit_code, 0) << joined.err << joined.out;
   EXPECT_EQ(WaitIdle("oss02"), "");
   auto show = bed_.Run("mgs1", {"scontrol", "show", "node", "oss02"});
@@ -379,7 +309,7 @@ TEST_F(NodeJoinTest, ADynamicNodeRegistersItselfWhenItJoins) {
   ASSERT_TRUE(gone);
   EXPECT_NE(gone->exit_code, 0) << gone->out;
 
-  CommandOutput rejoined = Join("oss02", token, true);
+  CommandOutput rejoined = Join("oss02", token);
   ASSERT_EQ(rejoined.exit_code, 0) << rejoined.err << rejoined.out;
   EXPECT_EQ(WaitIdle("oss02"), "");
 }
