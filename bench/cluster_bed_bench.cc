@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   std::vector<Series> c1 = {{"bed: namespaces, bridge, 4 hosts"},
                             {"cluster init + munged + slurmctld + serve"},
                             {"bmas node join (per node)"},
-                            {"last join to all 3 nodes idle"},
+                            {"3 joins, in turn, to all 3 nodes idle"},
                             {"first GPU job (srun --gres=gpu:1)"},
                             {"bare namespaces to first GPU job's end"}};
   for (int rep = 0; rep < reps; ++rep) BringUp(bmas, rep, c1);
