@@ -76,6 +76,10 @@ void Daemons(Out out, const Cluster& c) {
   }
 }
 
+// Slurm's default: five minutes of silence ride out a switch reboot or a node too busy to
+// answer without ending a day's training (README "When a node drops off the network").
+constexpr int kSlurmdTimeoutS = 300;
+
 void Scheduling(Out out, const Cluster& c) {
   const SlurmSettings& s = c.slurm;
   fmt::format_to(out, "\n# Scheduling: cores and memory are consumable, GPUs are GRES.\n");
@@ -97,7 +101,15 @@ void Scheduling(Out out, const Cluster& c) {
   fmt::format_to(out, "ProctrackType=proctrack/cgroup\n");
   // Local nodes claim CPUs the host lacks, which CPU binding cannot honour.
   fmt::format_to(out, "TaskPlugin={}\n", s.local ? "task/cgroup" : "task/cgroup,task/affinity");
-  fmt::format_to(out, "MpiDefault=none\nReturnToService=2\nKillWait={}\n", s.kill_wait_s);
+  fmt::format_to(out, "MpiDefault=none\n");
+  fmt::format_to(out,
+                 "# A node whose slurmd has not answered for SlurmdTimeout seconds is marked\n"
+                 "# DOWN and its jobs end or requeue (sbatch --requeue/--no-requeue). Any DOWN\n"
+                 "# node returns to service when its slurmd registers again with a valid\n"
+                 "# configuration (a link back, a reboot), with no admin step; a drained node\n"
+                 "# stays drained until `bmas node resume`.\n"
+                 "SlurmdTimeout={}\nReturnToService=2\nKillWait={}\n",
+                 kSlurmdTimeoutS, s.kill_wait_s);
   if (s.first_job_id > 0) fmt::format_to(out, "FirstJobId={}\n", s.first_job_id);
   if (!c.switches.empty()) fmt::format_to(out, "TopologyPlugin=topology/tree\n");
 

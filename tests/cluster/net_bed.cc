@@ -254,14 +254,15 @@ Result<void> NetBed::MakeHost(const std::string& name, const std::string& addres
                           "/bin/sh", "-c", "hostname \"$0\" && exec sleep infinity", name},
                          {}, dir_ + "/log/host-" + name + ".out");
   if (!holder) return holder.error();
-  hosts_.push_back(BedHost{name, address, *holder});
+  hosts_.push_back(BedHost{name, address, fmt::format("vb{}", index), *holder});
   const BedHost& h = hosts_.back();
   if (auto r = Save(); !r) return r;
   if (auto r = AwaitHolder(h.holder); !r) return r;
   for (const char* kind : {"net", "mnt"}) namespaces_.push_back(NamespaceOf(h.holder.pid, kind));
 
   // A veth pair: one end on the bridge, the other the host's eth0.
-  const std::string bridge_end = fmt::format("vb{}", index), host_end = fmt::format("vh{}", index);
+  const std::string& bridge_end = h.bridge_link;
+  const std::string host_end = fmt::format("vh{}", index);
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"ip", "link", "add", bridge_end, "type", "veth", "peer", "name", host_end},
            {"ip", "link", "set", bridge_end, "master", "br0"},
@@ -299,6 +300,23 @@ Result<void> NetBed::InHost(const BedHost& h, const std::string& ns,
   std::vector<std::string> argv = {"nsenter", "-t", std::to_string(h.holder.pid), ns, "--"};
   argv.insert(argv.end(), args.begin(), args.end());
   return Check(RunCommand(argv, {}, std::chrono::seconds(10)), argv);
+}
+
+Result<void> NetBed::SetLink(const std::string& host, LinkEnd end, bool up) {
+  const BedHost* h = Host(host);
+  if (h == nullptr) return InvalidArgument("the test bed has no host " + host);
+  const char* state = up ? "up" : "down";
+  if (end == LinkEnd::kBridge) return InRoot({"ip", "link", "set", h->bridge_link, state});
+  // Up again, eth0 gets back the route of its address's subnet, its only route.
+  return InHost(*h, "--net", {"ip", "link", "set", "eth0", state});
+}
+
+Result<void> NetBed::CutLink(const std::string& host, LinkEnd end) {
+  return SetLink(host, end, false);
+}
+
+Result<void> NetBed::RestoreLink(const std::string& host, LinkEnd end) {
+  return SetLink(host, end, true);
 }
 
 const BedHost* NetBed::Host(const std::string& name) const {

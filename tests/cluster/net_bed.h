@@ -17,12 +17,14 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/daemon_process.h"
 #include "common/process.h"
 #include "common/result.h"
+#include "core/cluster.h"
 
 namespace bmas::testbed {
 
@@ -35,11 +37,23 @@ struct BedOptions {
   // Nodes not in slurm.conf that register themselves: `slurmd -Z --conf ...` (Slurm's dynamic
   // nodes; MaxNodeCount in slurm.conf).
   bool dynamic_nodes = false;
+  // slurm.conf's SlurmdTimeout: how long a node may be silent before slurmctld marks it DOWN.
+  // Short on the bed, so that a test that cuts a node's link sees it go down in seconds.
+  int slurmd_timeout_s = 300;
+  // Slurm's REST API in mgs1: slurmctld takes JWTs signed with <dir>/etc/jwt.key, and
+  // slurmrestd serves as `nobody` on mgs1's loopback, 127.0.0.1:6820, where root's bmas in mgs1
+  // reaches it (`bmas node list`).
+  bool slurmrestd = false;
 };
+
+// Which end of a host's link CutLink takes down: its veth on the bed's bridge (a cable pulled
+// at the switch), or the host's own eth0 (its interface down).
+enum class LinkEnd { kBridge, kHost };
 
 struct BedHost {
   std::string name;      // "mgs1", "oss01", ...
   std::string address;   // on the bed's bridge: 10.200.0.1, 10.200.0.11, ...
+  std::string bridge_link;  // its veth's end on the bridge, in the bed: vb0, vb1, ...
   DaemonProcess holder;  // `sleep infinity` holding the host's namespaces
 };
 
@@ -76,6 +90,32 @@ class NetBed {
   // namespaces of their own, which the bed's kill would not reach).
   Result<CommandOutput> StartLxd(const std::string& host, const std::string& bmas,
                                  const std::string& config) const;
+  // Takes host `host` off the bed's network at `end` (its processes run on, and reach nothing
+  // beyond the host), and puts it back. Cutting a cut link, or restoring a whole one, is a no-op.
+  Result<void> CutLink(const std::string& host, LinkEnd end = LinkEnd::kBridge);
+  Result<void> RestoreLink(const std::string& host, LinkEnd end = LinkEnd::kBridge);
+
+  // The REST address of the bed's slurmrestd in mgs1 and the JWT key it takes (with
+  // BedOptions::slurmrestd).
+  static constexpr const char* kSlurmrestd = "127.0.0.1:6820";
+  std::string JwtKey() const { return dir_ + "/etc/jwt.key"; }
+  // The bed's inventory (StartSlurm writes it), which bmas in mgs1 takes as its --config: with
+  // BedOptions::slurmrestd it names the bed's slurmrestd and JWT key.
+  std::string InventoryPath() const { return dir_ + "/etc/inventory.toml"; }
+
+  // Fake GPUs for the nodes of `inventory` (character devices, major 195): each node sees its
+  // own at <dir>/node/nvidiaN, which an inventory's gpu_device_dir = "<dir>/node" names.
+  Result<void> MakeFakeGpus(const Cluster& inventory);
+
+  // Slurm's view from mgs1, for tests and benchmarks. The node's state as sinfo prints it
+  // ("idle", "down*", "alloc"); "" when sinfo fails or has no such node.
+  std::string NodeState(const std::string& node) const;
+  // `sbatch --parsable ARGS` in mgs1 as `user` (root when ""); the job's id.
+  Result<std::string> Submit(const std::vector<std::string>& args,
+                             const std::string& user = "") const;
+  // `scontrol show job -o ID` in mgs1 as fields: JobState, NodeList, Restarts, ...; empty when
+  // Slurm does not know it.
+  std::map<std::string, std::string> Job(const std::string& id) const;
 
   // Runs `args` in host `host`'s namespaces (network, mount, UTS), in /tmp, as `user` when
   // given (its groups too) or root.
@@ -117,6 +157,7 @@ class NetBed {
   Result<void> WriteSlurmConfig();
   // Stops every instance of each node's LXD; what it could not stop.
   std::vector<std::string> StopLxdInstances() const;
+  Result<void> SetLink(const std::string& host, LinkEnd end, bool up);
   Result<void> Save() const;
 
   BedOptions options_;

@@ -26,15 +26,19 @@ constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";  // munge's de
 
 // The bed's inventory: mgs1 and its nodes, every path of a node under <dir>/node, where each
 // host sees its own directory.
-std::string Inventory(const std::string& dir, const std::vector<BedHost>& hosts, int gpus) {
+std::string Inventory(const std::string& dir, const std::vector<BedHost>& hosts,
+                      const BedOptions& options, const std::string& jwt_key) {
   const std::string node = dir + "/node";
+  const int gpus = options.gpus_per_node;
   std::string toml = fmt::format(
       "[cluster]\ncontroller = {{ name = \"{}\", address = \"{}\" }}\n"
       "[cluster.slurm]\ncluster_name = \"netbed\"\nslurm_user = \"root\"\n"
       "state_save_dir = \"{}/state\"\nspool_dir = \"{}/spool\"\nlog_dir = \"{}/log\"\n"
       "run_dir = \"{}/run\"\ntmpfs = \"{}/tmp\"\ngpu_device_dir = \"{}\"\n"
-      "cred_expire_s = 10\nkill_wait_s = 5\nprolog = \"\"\nepilog = \"\"\ntask_prolog = \"\"\n",
-      hosts.front().name, hosts.front().address, node, node, node, node, node, node);
+      "cred_expire_s = 10\nkill_wait_s = 5\njwt_key = \"{}\"\n"
+      "prolog = \"\"\nepilog = \"\"\ntask_prolog = \"\"\n",
+      hosts.front().name, hosts.front().address, node, node, node, node, node, node, jwt_key);
+  if (!jwt_key.empty()) toml += fmt::format("slurmrestd = \"{}\"\n", NetBed::kSlurmrestd);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   for (size_t i = 1; i < hosts.size(); ++i) {
     toml += fmt::format(
@@ -50,8 +54,11 @@ std::string Inventory(const std::string& dir, const std::vector<BedHost>& hosts,
 
 Result<void> NetBed::WriteSlurmConfig() {
   Cluster cluster;
+  const std::string inventory =
+      Inventory(dir_, hosts_, options_, options_.slurmrestd ? JwtKey() : std::string());
+  if (auto r = slurm::internal::WriteFile(InventoryPath(), inventory, 0644); !r) return r;
   try {
-    cluster = ParseCluster(Inventory(dir_, hosts_, options_.gpus_per_node), "netbed.toml");
+    cluster = ParseCluster(inventory, "netbed.toml");
   } catch (const std::exception& e) {
     return Internal(std::string("the test bed's inventory: ") + e.what());
   }
@@ -66,13 +73,23 @@ Result<void> NetBed::WriteSlurmConfig() {
   // Configless, as `bmas cluster init` writes it; with dynamic nodes, slurm.conf lists none and
   // the partition takes whichever register (slurmd -Z).
   files["slurm.conf"] = cluster::ConfiglessSlurmConf(cluster, options_.dynamic_nodes);
+  // A short SlurmdTimeout, for tests that cut a node's link (bmas writes Slurm's 300 s).
+  std::string& conf = files["slurm.conf"];
+  const size_t at = conf.find("SlurmdTimeout=");
+  if (at == std::string::npos) return Internal("bmas's slurm.conf has no SlurmdTimeout= line");
+  conf.replace(at, conf.find('\n', at) - at,
+               fmt::format("SlurmdTimeout={}", options_.slurmd_timeout_s));
   const std::string etc = dir_ + "/nodes/" + kController + "/etc-slurm";
   for (const auto& [name, text] : files) {
     if (auto r = slurm::internal::WriteFile(etc + "/" + name, text, 0644); !r) return r;
   }
-  // Fake GPUs: the local cluster's, one directory per node (<dir>/nodes/<node>/nvidiaN), which
-  // each node sees at <dir>/node/nvidiaN, where gres.conf points.
-  Cluster devices = cluster;
+  return MakeFakeGpus(cluster);
+}
+
+Result<void> NetBed::MakeFakeGpus(const Cluster& inventory) {
+  // The local cluster's, one directory per node (<dir>/nodes/<node>/nvidiaN), which each node
+  // sees at <dir>/node/nvidiaN.
+  Cluster devices = inventory;
   devices.slurm.local = true;
   devices.slurm.gpu_device_dir = dir_ + "/nodes";
   return slurm::internal::MakeFakeGpus(devices, dir_ + "/nodes");
@@ -86,6 +103,9 @@ Result<void> NetBed::StartSlurm(std::chrono::seconds timeout) {
   if (!munge) return munge.error();
   const std::string key = dir_ + "/etc/munge.key";
   if (auto r = slurm::internal::MakeKey(key, 1024, munge->uid, munge->gid); !r) return r;
+  if (options_.slurmrestd) {
+    if (auto r = slurm::internal::MakeKey(JwtKey(), 32, 0, 0); !r) return r;
+  }
   if (auto r = WriteSlurmConfig(); !r) return r;
 
   // One munged per host, on munge's default socket in the host's own /run: slurmd must reach
@@ -118,6 +138,16 @@ Result<void> NetBed::StartSlurm(std::chrono::seconds timeout) {
           ctld->pid, std::chrono::seconds(15))) {
     return Internal(fmt::format("slurmctld in {} did not answer `scontrol ping`; {} says:\n{}",
                                 kController, ctld_log, LogTail(ctld->name)));
+  }
+
+  if (options_.slurmrestd) {
+    // As in a real controller: slurmrestd as an unprivileged account, on loopback only.
+    auto rest = StartDaemon(
+        kController, "slurmrestd", "slurmrestd",
+        {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/sbin/slurmrestd",
+         "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", kSlurmrestd},
+        {"SLURM_JWT=daemon", "SLURM_CONF=/etc/slurm/slurm.conf"});
+    if (!rest) return rest.error();
   }
 
   for (const std::string& node : NodeNames()) {
@@ -161,6 +191,40 @@ Result<void> NetBed::StartSlurm(std::chrono::seconds timeout) {
                              timeout.count(), last, tails)};
   }
   return {};
+}
+
+std::string NetBed::NodeState(const std::string& node) const {
+  auto r = Run(kController, {"sinfo", "-h", "-N", "-n", node, "-o", "%T"}, "",
+               std::chrono::seconds(10));
+  if (!r || r->exit_code != 0) return "";
+  std::string state = r->out.substr(0, r->out.find('\n'));
+  return state;
+}
+
+Result<std::string> NetBed::Submit(const std::vector<std::string>& args,
+                                   const std::string& user) const {
+  std::vector<std::string> argv = {"sbatch", "--parsable"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = Run(kController, argv, user, std::chrono::seconds(30));
+  if (!r) return r.error();
+  if (r->exit_code != 0) {
+    return Internal(fmt::format("sbatch in {} failed ({}): {}", kController, r->exit_code,
+                                r->err + r->out));
+  }
+  std::string id = r->out.substr(0, r->out.find_first_of(";\n"));
+  return id;
+}
+
+std::map<std::string, std::string> NetBed::Job(const std::string& id) const {
+  std::map<std::string, std::string> fields;
+  auto r = Run(kController, {"scontrol", "show", "job", "-o", id}, "", std::chrono::seconds(10));
+  if (!r || r->exit_code != 0) return fields;
+  std::istringstream words(r->out);
+  for (std::string word; words >> word;) {
+    const size_t eq = word.find('=');
+    if (eq != std::string::npos) fields.emplace(word.substr(0, eq), word.substr(eq + 1));
+  }
+  return fields;
 }
 
 }  // namespace bmas::testbed
