@@ -76,6 +76,12 @@ void AddServerLimitFlags(CLI::App& c, Bytes& max_body_bytes, Seconds& shutdown_t
       ->default_str("30");
 }
 
+// `bmas engine`'s TLS flags (vLLM's): one engine command per process.
+EngineTls& EngineTlsFlags() {
+  static EngineTls flags;
+  return flags;
+}
+
 // Flags given on the command line win over the config file; an option counts as given when
 // CLI11 saw it.
 void EngineCommand::ApplyFlags(EngineSettings& s) const {
@@ -143,6 +149,17 @@ void EngineCommand::Register(CLI::App& app, GlobalOptions& global) {
                "As vLLM's: /v1/* then requires Authorization: Bearer KEY. Visible in ps: prefer "
                "$VLLM_API_KEY or [engine] api_key_file; without one, $BMAS_BACKEND_API_KEY "
                "(bmas up's backend secret) gives the key for this port");
+  c.add_option("--ssl-certfile", EngineTlsFlags().certfile,
+               "As vLLM's: serve TLS with this certificate file (PEM); a replica on a node uses "
+               "/etc/bmas/replica.crt");
+  c.add_option("--ssl-keyfile", EngineTlsFlags().keyfile, "As vLLM's: the certificate's key file (PEM)");
+  c.add_option("--ssl-ca-certs", EngineTlsFlags().ca_certs,
+               "As vLLM's: the CA certificates file that client certificates are checked with");
+  c.add_option("--ssl-cert-reqs", EngineTlsFlags().cert_reqs,
+               "As vLLM's (Python's ssl module): 0 asks no client certificate, 1 checks one when "
+               "given, 2 requires one")
+      ->check(CLI::Range(0, 2))
+      ->default_str("0");
   c.add_option("--startup-s", startup_,
                "Seconds it answers 503 first, as vLLM loading a model (it listens on its port "
                "from the start); 'profile': the profile's startup_s")
@@ -179,7 +196,7 @@ int EngineCommand::RunServer(GlobalOptions& global) {
   Config config = global.LoadConfigOrDefaults();
   EngineSettings s = config.engine;
   ApplyFlags(s);
-  return RunEngine(s);
+  return RunEngine(s, EngineTlsFlags());
 }
 
 int EngineCommand::RunCalibrate(GlobalOptions& global) {

@@ -10,9 +10,11 @@
 #include <spdlog/spdlog.h>
 
 #include "common/config_table.h"
+#include "common/listen_socket.h"
 #include "common/serve.h"
 #include "daemon/secret.h"
 #include "engine/timing.h"
+#include "engine/tls_listener.h"
 
 namespace bmas {
 
@@ -89,7 +91,7 @@ Result<engine::EngineServerOptions> MakeEngineOptions(const EngineSettings& s) {
   return o;
 }
 
-int RunEngine(const EngineSettings& settings) {
+int RunEngine(const EngineSettings& settings, const EngineTls& ssl) {
   auto options = MakeEngineOptions(settings);
   if (!options) {
     fmt::print(stderr, "bmas engine: {}\n", options.error().message);
@@ -97,6 +99,30 @@ int RunEngine(const EngineSettings& settings) {
   }
   std::signal(SIGPIPE, SIG_IGN);
   net::io_context io(1);
+  // With --ssl-certfile, TLS on --host:--port in front of the server on a loopback port.
+  std::unique_ptr<engine::TlsListener> tls;
+  if (!ssl.certfile.empty() || !ssl.keyfile.empty()) {
+    if (ssl.certfile.empty() || ssl.keyfile.empty()) {
+      fmt::print(stderr, "bmas engine: TLS needs both --ssl-certfile and --ssl-keyfile\n");
+      return 2;
+    }
+    engine::TlsListenerOptions t;
+    t.host = settings.host;
+    t.port = static_cast<uint16_t>(settings.port);
+    t.certfile = ssl.certfile;
+    t.keyfile = ssl.keyfile;
+    t.ca_certs = ssl.ca_certs;
+    t.cert_reqs = ssl.cert_reqs;
+    auto listening = engine::TlsListener::Listen(io, std::move(t));
+    if (!listening) {
+      fmt::print(stderr, "bmas engine: {}\n", listening.error().message);
+      return listening.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
+    }
+    tls = std::move(*listening);
+    options->http.host = "127.0.0.1";
+    options->http.port = 0;
+    options->key_port = tls->port();
+  }
   engine::EngineServer server(io, *options);
   // Caught from before the first line is printed: whoever reads it may stop the engine at once.
   net::signal_set signals(io, SIGINT, SIGTERM);
@@ -108,6 +134,11 @@ int RunEngine(const EngineSettings& settings) {
   if (!port) {
     fmt::print(stderr, "bmas engine: {}\n", port.error().message);
     return 1;
+  }
+  const char* scheme = tls ? "https" : "http";
+  if (tls) {
+    tls->Start(*port);
+    port = tls->port();
   }
   const auto& c = options->scheduler;
   spdlog::info(
@@ -123,19 +154,19 @@ int RunEngine(const EngineSettings& settings) {
   server.SetLoading(loading);
   net::steady_timer loaded(io);
   if (loading) {
-    fmt::print("bmas engine: loading on http://{}:{} for {:g} s (simulated start-up); "
+    fmt::print("bmas engine: loading on {}://{} for {:g} s (simulated start-up); "
                "answering 503 until then\n",
-               settings.host, *port, options->startup_s);
+               scheme, JoinHostPort(settings.host, *port), options->startup_s);
     loaded.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(options->startup_s)));
     loaded.async_wait([&](const beast::error_code& ec) {
       if (ec) return;
       server.SetLoading(false);
-      fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
+      fmt::print("bmas engine: listening on {}://{}\n", scheme, JoinHostPort(settings.host, *port));
       std::fflush(stdout);
     });
   } else {
-    fmt::print("bmas engine: listening on http://{}:{}\n", settings.host, *port);
+    fmt::print("bmas engine: listening on {}://{}\n", scheme, JoinHostPort(settings.host, *port));
   }
   std::fflush(stdout);
   server.Start();

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -67,6 +69,21 @@ void RemoveOperatorUrl(const std::string& state_dir, const std::string& url) {
   if (line == url) std::filesystem::remove(path, ec);
 }
 
+// The client TLS context for https:// backends from the CA file `path`.
+Result<std::shared_ptr<net::ssl::context>> BackendTls(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) pem.clear();
+  if (pem.empty()) {
+    return InvalidArgument(
+        fmt::format("https:// backends need the cluster CA, and {} cannot be read: put it there "
+                    "(`bmas node join` and `cluster init` do) or name it in $BMAS_BACKEND_CA_FILE",
+                    path),
+        "backend_ca_file");
+  }
+  return gateway::BackendTlsContext(pem, path);
+}
+
 }  // namespace
 
 std::string GatewayOperatorUrlPath(const std::string& state_dir) {
@@ -87,13 +104,36 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
     return 2;
   }
   o.fair = s.fairness == "vtc";
+  bool any_tls = false;
+  // Not [gateway] keys yet: from the environment (README, "Replicas on other nodes").
+  const char* plain_env = std::getenv("BMAS_PLAIN_REMOTE_BACKENDS");
+  const bool plain_remote = plain_env != nullptr && std::string_view(plain_env) == "1";
+  const char* ca_env = std::getenv("BMAS_BACKEND_CA_FILE");
+  const std::string ca_file = ca_env != nullptr && *ca_env != 0 ? ca_env : "/etc/bmas/ca.crt";
+  o.plain_remote_backends = plain_remote;
   for (const std::string& url : s.backends) {
     auto parsed = gateway::ParseBackendUrl(url);
     if (!parsed) {
       fmt::print(stderr, "bmas gateway: {}\n", parsed.error().message);
       return 2;
     }
+    if (auto ok = gateway::CheckBackendTransport(*parsed, plain_remote); !ok) {
+      fmt::print(stderr, "bmas gateway: {}\n", ok.error().message);
+      return 2;
+    }
+    any_tls = any_tls || parsed->tls;
     o.backends.push_back(parsed->url);
+  }
+  if (plain_remote) {
+    spdlog::warn("bmas gateway: BMAS_PLAIN_REMOTE_BACKENDS=1: http:// backends on other "
+                 "machines get users' prompts and answers in clear text");
+  }
+  // The cluster CA, for https:// backends: given ones need it now; the store may add more.
+  if (auto tls = BackendTls(ca_file); tls) {
+    o.backend_tls = std::move(*tls);
+  } else if (any_tls) {
+    fmt::print(stderr, "bmas gateway: {}\n", tls.error().message);
+    return 2;
   }
   for (const std::string& url : s.unverified_backends) {
     auto parsed = gateway::ParseBackendUrl(url);

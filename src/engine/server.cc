@@ -124,7 +124,8 @@ double EngineServer::Now() const { return ToVirtual(env_.Now()); }
 Result<uint16_t> EngineServer::Listen() {
   auto port = http_.Listen();
   if (port && options_.api_key.empty() && !options_.backend_secret.empty()) {
-    options_.api_key = DeriveBackendKey(options_.backend_secret, *port);
+    options_.api_key = DeriveBackendKey(options_.backend_secret,
+                                        options_.key_port != 0 ? options_.key_port : *port);
   }
   options_.backend_secret.clear();
   return port;

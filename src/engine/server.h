@@ -41,6 +41,9 @@ struct EngineServerOptions {
   // When api_key is empty: the backend secret that `bmas up` shares with the gateway; the key
   // is then DeriveBackendKey(backend_secret, the port listened on). Dropped after Listen().
   std::string backend_secret;
+  // The port clients dial, from which the key is derived, when not the port this server
+  // listens on: the TLS listener's in front of it (engine/tls_listener.h). 0 = the same.
+  uint16_t key_port = 0;
   // Seconds that RunEngine answers 503 after Listen() (the simulated start-up).
   double startup_s = 0;
   // vLLM's sleep mode endpoints (POST /sleep?level=1|2, POST /wake_up, GET /is_sleeping):

@@ -90,6 +90,10 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
   for (const std::string& url : options_.backends) {
     auto parsed = ParseBackendUrl(url);
     if (!parsed || admission_.backend(parsed->url) != nullptr) continue;
+    if (auto ok = CheckBackendTransport(*parsed, options_.plain_remote_backends); !ok) {
+      spdlog::error("gateway: {}", ok.error().message);
+      continue;
+    }
     backends_.push_back(std::make_shared<Backend>(workers_, *parsed, IdentityOf(*parsed), false));
     admission_.AddBackend(parsed->url);
   }
@@ -99,6 +103,7 @@ Gateway::~Gateway() = default;
 
 BackendIdentity Gateway::IdentityOf(const BackendUrl& url) const {
   BackendIdentity who;
+  if (url.tls) who.tls = options_.backend_tls;
   if (options_.backend_api_key.empty()) return who;
   who.key = DeriveBackendKey(options_.backend_api_key, std::atoi(url.port.c_str()));
   who.verify = std::none_of(

@@ -102,6 +102,12 @@ struct GatewayOptions {
   // Backends (URLs as given) that are not challenged: real vLLM servers, which do not answer
   // the challenge. Safe only on a port no user can bind (below 1024, or another host).
   std::vector<std::string> unverified_backends;
+  // What https:// backends (replicas on other nodes) are checked with: a client context that
+  // trusts the cluster CA (BackendTlsContext). Null: https:// backends cannot be reached.
+  std::shared_ptr<net::ssl::context> backend_tls;
+  // Plain http:// backends off loopback are refused (CheckBackendTransport) unless this is set:
+  // only for a network the operator trusts with users' prompts and answers.
+  bool plain_remote_backends = false;
   // Limits shared through the store: each request reserves its worst case (prompt estimate +
   // max_tokens, or default_max_tokens) with Store::Reserve, whose answer admits it, and settles
   // to what was metered when it ends. Exact across gateways sharing the store.
@@ -209,7 +215,7 @@ class Gateway {
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
   void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`; returns the bytes read.
-  static awaitable<size_t> ReadSome(TcpStream& stream, ReadBuffer& buffer,
+  static awaitable<size_t> ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
                                     beast::error_code& ec);
 
@@ -270,6 +276,8 @@ class Gateway {
   FairShare fair_share_;
   // The same backends as admission_'s, in the same order; shared with health checks in flight.
   std::vector<std::shared_ptr<Backend>> backends_;
+  // Store backends refused by CheckBackendTransport, logged once each (io_ only).
+  std::unordered_set<std::string> refused_urls_;
   std::unordered_map<Ticket, std::shared_ptr<Waiter>> waiters_;  // queued requests
 
   // Store snapshots, refreshed every second.

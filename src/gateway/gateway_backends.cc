@@ -74,7 +74,9 @@ awaitable<void> Gateway::CheckBackend(std::shared_ptr<Backend> backend) {
   }
   auto health = co_await get("/health");
   bool healthy = health.has_value();
-  const bool unverified = !health && health.error().param == kIdentityParam;
+  // A wrong identity, or (https://) a certificate the CA did not issue for it: said once.
+  const bool unverified = !health && (health.error().param == kIdentityParam ||
+                                       health.error().param == kTlsParam);
   if (unverified && !b.unverified) spdlog::warn("gateway: {}", health.error().message);
   if (health && b.unverified) spdlog::info("gateway: backend {} proved its identity", b.id);
   b.unverified = unverified;
@@ -138,6 +140,13 @@ void Gateway::SyncBackends(const std::vector<std::string>& stored) {
     if (!parsed) continue;
     const AdmissionBackend* known = admission_.backend(parsed->url);
     if (known == nullptr) {
+      if (auto ok = CheckBackendTransport(*parsed, options_.plain_remote_backends); !ok) {
+        // Logged once per URL: the store's list is read again every refresh.
+        if (refused_urls_.insert(parsed->url).second) {
+          spdlog::error("gateway: {}", ok.error().message);
+        }
+        continue;
+      }
       spdlog::info("gateway: backend {} added", parsed->url);
       backends_.push_back(
           std::make_shared<Backend>(workers_, *parsed, IdentityOf(*parsed), true));

@@ -53,7 +53,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   ConnectionPool& pool = *b.pools[r.worker];
   auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
   if (!acquired) co_return acquired.error();
-  std::unique_ptr<TcpStream> up = std::move(*acquired);
+  std::unique_ptr<UpstreamStream> up = std::move(*acquired);
 
   // The request's head by hand and the body by reference, in one async_write: Beast's
   // serializer would cost several times the syscall, and a copy of the body.
@@ -72,7 +72,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   // stream's backend answers at once and then sends a token at a time.
   const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
       options_.upstream_idle_timeout);
-  beast::error_code ec = co_await WriteAll(*up, request_buffers, idle);
+  beast::error_code ec;
+  if (up->tls()) {
+    ec = co_await WriteTls(*up, request_buffers, idle);
+  } else {
+    ec = co_await WriteAll(up->tcp(), request_buffers, idle);
+  }
   // The backend's answer is not there yet: a whole answer's head is read without trying first.
   ReadBuffer buffer;
   // Room for a usual response's fields (a few hundred bytes); more spills to the heap.
@@ -103,7 +108,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
 
   // While the response is read, a client that goes away cancels the upstream request:
   // closing the connection makes vLLM (and bmas engine) abort it.
-  TcpStream* upstream = up.get();
+  TcpStream* upstream = &up->tcp();
   // Set when the client went away: the upstream was closed for it, which is not a cut to
   // resume.
   auto client_left = std::make_shared<bool>(false);
@@ -300,7 +305,7 @@ void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter&
                    ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()));
 }
 
-awaitable<size_t> Gateway::ReadSome(TcpStream& stream, ReadBuffer& buffer,
+awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
                                     beast::error_code& ec) {
   parser.get().body().data = chunk.data();

@@ -84,9 +84,42 @@ INSTANTIATE_TEST_SUITE_P(
         UrlCase{"http://127.0.0.1:8000", true, "http://127.0.0.1:8000", "127.0.0.1", "8000", ""},
         UrlCase{"http://127.0.0.1:8000/", true, "http://127.0.0.1:8000", "127.0.0.1", "8000", ""},
         UrlCase{"http://node7:8000/vllm/", true, "http://node7:8000/vllm", "node7", "8000", "/vllm"},
-        UrlCase{"https://x:1", false, "", "", "", ""}, UrlCase{"http://x", false, "", "", "", ""},
+        UrlCase{"https://x:1", true, "https://x:1", "x", "1", ""},
+        UrlCase{"https://10.0.0.11:18100/", true, "https://10.0.0.11:18100", "10.0.0.11", "18100",
+                ""},
+        UrlCase{"ftp://x:1", false, "", "", "", ""}, UrlCase{"http://x", false, "", "", "", ""},
         UrlCase{"http://x:", false, "", "", "", ""}, UrlCase{"http://x:80a", false, "", "", "", ""},
         UrlCase{"127.0.0.1:8000", false, "", "", "", ""}));
+
+TEST(CheckBackendTransportTest, PlainHttpOffLoopbackIsRefusedUnlessAllowed) {
+  for (const char* ok : {"http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:8000",
+                         "http://127.9.9.9:8000", "https://10.0.0.11:18100",
+                         "https://oss01:18100/v"}) {
+    auto url = ParseBackendUrl(ok);
+    ASSERT_TRUE(url) << ok;
+    EXPECT_TRUE(CheckBackendTransport(*url, false)) << ok;
+  }
+  for (const char* plain : {"http://10.0.0.11:18100", "http://oss01:8000", "http://[fe80::1]:80"}) {
+    auto url = ParseBackendUrl(plain);
+    ASSERT_TRUE(url) << plain;
+    auto r = CheckBackendTransport(*url, false);
+    ASSERT_FALSE(r) << plain;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find("clear text"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("https://"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("BMAS_PLAIN_REMOTE_BACKENDS"), std::string::npos);
+    EXPECT_TRUE(CheckBackendTransport(*url, true)) << plain;
+  }
+}
+
+TEST(BackendTlsContextTest, NeedsACertificate) {
+  auto none = BackendTlsContext("", "/etc/bmas/ca.crt");
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("BMAS_BACKEND_CA_FILE"), std::string::npos);
+  auto junk = BackendTlsContext("not a certificate", "/x/ca.crt");
+  ASSERT_FALSE(junk);
+  EXPECT_NE(junk.error().message.find("/x/ca.crt"), std::string::npos);
+}
 
 TEST(MetricLabelIntTest, ReadsALabelOfTheFirstSample) {
   // As vLLM and bmas engine write it.
