@@ -68,7 +68,9 @@ struct NodeJoinReport {
 
 // What the node's bmas.toml is made of: the controller's, with [cluster.slurm] slurmrestd_ca set
 // to `ca_path` (the node's 0644 copy of the cluster CA), so that users' commands on the node
-// check an https slurmrestd against a file they can read. Errors name what cannot be read.
+// check an https slurmrestd against a file they can read, and, when the controller's [store] url
+// names PostgreSQL, [store] url set to that server as cluster/node_store.h says. Errors name
+// what cannot be read.
 Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::string& ca_path);
 
 // Joins this node. REQUIRES: root. The error's message starts with the step that failed.
