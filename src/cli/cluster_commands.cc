@@ -110,6 +110,7 @@ void ClusterCommands::Register(CLI::App& app, GlobalOptions& global) {
                          "Where Prometheus reads the operator secret (default "
                          "/etc/prometheus/bmas-operator.secret)");
   prometheus->callback([this, &global] { global.exit_code = PrometheusConfig(global); });
+  store_tls_.Register(*cluster, global);
 }
 
 int ClusterCommands::PrometheusConfig(GlobalOptions& global) {

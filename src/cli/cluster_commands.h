@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/store_tls_command.h"
 
 namespace bmas {
 
@@ -38,6 +39,7 @@ class ClusterCommands {
   int agent_port_ = 0;
   std::string prometheus_ca_;
   std::string prometheus_secret_;
+  StoreTlsCommand store_tls_;
 };
 
 }  // namespace bmas

@@ -19,6 +19,7 @@
 #include "cluster/join_protocol.h"
 #include "cluster/join_tls.h"
 #include "cluster/node_files.h"
+#include "cluster/node_store.h"
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/listen_socket.h"
@@ -102,6 +103,20 @@ Result<void> RefreshLxdPeers(const JoinToken& token, const NodeJoinOptions& o, F
   return {};
 }
 
+// When the controller's [store] url names PostgreSQL, the node's points at that server over
+// TLS with the node's certificate beside `ca_path` (cluster/node_store.h); else it is left as is.
+Result<void> PointStoreAtController(toml::table& root, const std::string& ca_path) {
+  const std::string url = root["store"]["url"].value_or(std::string());
+  const std::string controller = root["cluster"]["controller"]["name"].value_or(std::string());
+  auto server = NodeStoreServerFor(url, controller);
+  if (!server) return server.error();
+  if (!*server) return {};
+  if (!root["store"].is_table()) root.insert_or_assign("store", toml::table{});
+  root.get_as<toml::table>("store")->insert_or_assign(
+      "url", NodeStoreUrl(**server, fs::path(ca_path).parent_path().string()));
+  return {};
+}
+
 }  // namespace
 
 Result<std::vector<NodeFile>> LxdPeerFiles(const std::map<std::string, std::string>& peers,
@@ -150,6 +165,7 @@ Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::
   if (!(*cluster)["slurm"].is_table()) cluster->insert_or_assign("slurm", toml::table{});
   cluster->get_as<toml::table>("slurm")->insert_or_assign("slurmrestd_ca", ca_path);
   SetLxdNodeDir(root, fs::path(ca_path).parent_path().string());
+  if (auto store = PointStoreAtController(root, ca_path); !store) return store.error();
   std::ostringstream out;
   out << "# Written by `bmas node join` from the controller's bmas.toml; slurmrestd_ca is this\n"
          "# node's copy of the cluster CA, which every user may read.\n"

@@ -98,7 +98,9 @@ bool ServesLxd(const std::string& bmas_toml);
 
 // What the node's bmas.toml is made of: the controller's, with [cluster.slurm] slurmrestd_ca set
 // to `ca_path` (the node's 0644 copy of the cluster CA), so that users' commands on the node
-// check an https slurmrestd against a file they can read. Errors name what cannot be read.
+// check an https slurmrestd against a file they can read, and, when the controller's [store] url
+// names PostgreSQL, [store] url set to that server as cluster/node_store.h says. Errors name
+// what cannot be read.
 Result<std::string> NodeBmasToml(const std::string& controller_toml, const std::string& ca_path);
 
 // The port a node's agent serves its metrics on, off loopback over TLS with the node's certificate

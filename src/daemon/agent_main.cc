@@ -22,6 +22,7 @@
 #include "cli/own_keys.h"
 #include "cli/usage_view.h"
 #include "idle/idle_police.h"
+#include "idle/idle_record_queue.h"
 #include "slurm/gres_slots.h"
 #include "daemon/secret.h"
 #include "daemon/service_account.h"
@@ -154,13 +155,38 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
         idle.max_sample_gap_s, static_cast<int64_t>(3 * o.telemetry_interval.count() / 1000));
     // Replicas are the service account's jobs (root's where the daemons run as root).
     idle.replica_owners = {kServiceAccount, "root"};
+    // Records the store does not take at once (the controller's, across the network, may be
+    // down) wait in memory and are written again, oldest first (idle/idle_record_queue.h).
+    auto pending = std::make_shared<IdleRecordQueue>();
+    const auto flush = [state_dir, &services, pending](int64_t now) {
+      StorePtr store;
+      auto written = pending->Flush(now, [&](const IdleRecord& r) -> Result<void> {
+        if (!store) {
+          auto opened = services.OpenStore(state_dir);
+          if (!opened) return opened.error();
+          store = std::move(*opened);
+        }
+        return store->RecordIdle(r);
+      });
+      if (!written) {
+        spdlog::warn("bmas agent: idle GPUs: {} record(s) wait for the store, tried again every "
+                     "{} s{}: {}",
+                     pending->size(), IdleRecordQueue::kRetryAfterSeconds,
+                     pending->dropped() > 0
+                         ? fmt::format(" ({} oldest dropped, the queue being full)",
+                                       pending->dropped())
+                         : "",
+                     written.error().message);
+      }
+    };
     IdlePoliceHooks hooks;
     hooks.jobs = [root_slurm, &services]() -> Result<std::vector<JobInfo>> {
       auto endpoint = root_slurm();
       if (!endpoint) return endpoint.error();
       return services.Slurm(*endpoint, std::chrono::seconds(10))->Jobs();
     };
-    hooks.act = [state_dir, root_slurm, &services](const IdleAction& a, const JobInfo& info) {
+    hooks.act = [root_slurm, &services, pending, flush](const IdleAction& a,
+                                                        const JobInfo& info) {
       const bool cancel = a.kind == IdleAction::Kind::kCancel;
       spdlog::warn("bmas agent: idle GPUs: job {} of {}: {}", a.job_id, a.user, a.reason);
       if (auto w = AppendToJobOutput(info, "bmas: job " + std::to_string(a.job_id) + " " +
@@ -168,12 +194,11 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
           !w) {
         spdlog::warn("bmas agent: idle GPUs: job {}: {}", a.job_id, w.error().message);
       }
-      if (auto store = services.OpenStore(state_dir)) {
-        auto recorded = (*store)->RecordIdle(
-            {a.job_id, a.user, info.partition, cancel ? "cancel" : "warn", std::time(nullptr),
-             a.idle_since, a.gpus, static_cast<int64_t>(a.wasted_gpu_hours * 3600), a.reason});
-        if (!recorded) spdlog::warn("bmas agent: idle GPUs: {}", recorded.error().message);
-      }
+      const int64_t now = std::time(nullptr);
+      pending->Add({a.job_id, a.user, info.partition, cancel ? "cancel" : "warn", now,
+                    a.idle_since, a.gpus, static_cast<int64_t>(a.wasted_gpu_hours * 3600),
+                    a.reason});
+      flush(now);
       if (cancel) {
         auto endpoint = root_slurm();
         auto cancelled = endpoint ? services.Slurm(*endpoint, std::chrono::seconds(10))
@@ -192,10 +217,12 @@ int RunAgentMain(const AgentFlags& flags, const Config& config, const std::strin
       return slurm::ReadNodeGresSlots(slurm_node, local ? local->conf : "");
     };
     auto police = std::make_shared<IdlePolice>(idle, o.node, hooks);
-    o.on_gpu_sample = [police](const std::vector<GpuReading>& gpus,
-                               const std::map<int, GpuHolder>& holders,
-                               const MigHolders& mig_holders) {
-      police->OnSample(gpus, holders, std::time(nullptr), mig_holders);
+    o.on_gpu_sample = [police, pending, flush](const std::vector<GpuReading>& gpus,
+                                               const std::map<int, GpuHolder>& holders,
+                                               const MigHolders& mig_holders) {
+      const int64_t now = std::time(nullptr);
+      if (pending->Due(now)) flush(now);
+      police->OnSample(gpus, holders, now, mig_holders);
     };
   }
   return RunAgent(o);

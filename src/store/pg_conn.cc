@@ -1,4 +1,5 @@
 #include "store/pg_conn.h"
+#include "store/postgres_store.h"
 
 #include <fmt/format.h>
 
@@ -62,6 +63,12 @@ std::string Scrub(std::string text, const std::string& secret) {
   return text;
 }
 
+Error UnparsableUrl(const std::string& url, const Options& o) {
+  return InvalidArgument(fmt::format(
+      "the store URL {} is not one PostgreSQL takes: {}: fix [store] url or BMAS_STORE_URL",
+      RedactUrl(url), Scrub(o.error, o.password)));
+}
+
 }  // namespace
 
 Param P(const std::string& s) { return s; }
@@ -123,14 +130,46 @@ std::string RedactUrl(const std::string& url) {
 
 bool UrlHasPassword(const std::string& url) { return RedactUrl(url) != url; }
 
+Result<UrlOptions> UrlParts(const std::string& url) {
+  const Options o = ParseOptions(url);
+  if (!o.parsed) return UnparsableUrl(url, o);
+  return UrlOptions{o.host, o.port, o.dbname, o.user};
+}
+
+}  // namespace bmas::pg_internal
+
+namespace bmas {
+std::string StoreConnectFailureFix(const std::string& m) {
+  const auto has = [&m](const char* s) { return m.find(s) != std::string::npos; };
+  if (has("server certificate") || has("root certificate") || has("certificate verify failed")) {
+    return "the server's certificate does not chain to the URL's sslrootcert or does not name "
+           "the host dialled: give PostgreSQL the certificate `bmas cluster store-tls` issues";
+  }
+  if (has("certificate authentication failed") || has("valid client certificate") ||
+      has("alert")) {
+    return "the server refused this host's certificate: check that [store] url's sslcert is "
+           "this node's certificate from the cluster CA (/etc/bmas/node.crt) and that the "
+           "server's pg_ident.conf maps this node (`bmas cluster store-tls` on the controller "
+           "writes both lines)";
+  }
+  if (has("no pg_hba.conf entry")) {
+    return "the server takes no connection from this host, role and database this way: on the "
+           "server, add the lines `bmas cluster store-tls` writes (hostssl ... cert), and connect "
+           "with sslmode=verify-full and this node's certificate";
+  }
+  if (has("SSL") || has("certificate")) {
+    return "the TLS handshake failed: check [store] url's sslrootcert, sslcert and sslkey (root "
+           "reads node.key, mode 0600) and the server's ssl settings";
+  }
+  return "start it, or fix [store] url or BMAS_STORE_URL";
+}
+}  // namespace bmas
+
+namespace bmas::pg_internal {
+
 Result<std::unique_ptr<Connection>> Connection::Open(const std::string& url) {
   const Options o = ParseOptions(url);
-  if (!o.parsed) {
-    return InvalidArgument(
-        fmt::format("the store URL {} is not one PostgreSQL takes: {}: fix "
-                    "[store] url or BMAS_STORE_URL",
-                    RedactUrl(url), Scrub(o.error, o.password)));
-  }
+  if (!o.parsed) return UnparsableUrl(url, o);
   // Defaults first: what the URL sets overrides them (libpq keeps the last value of a key).
   const char* keys[] = {"connect_timeout", "application_name", "dbname", nullptr};
   const char* values[] = {"10", "bmas", url.c_str(), nullptr};
@@ -140,9 +179,8 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& url) {
     std::string message = Scrub(PQerrorMessage(conn), o.password);
     PQfinish(conn);
     return Error{ErrorCode::kUnavailable,
-                 fmt::format("cannot reach PostgreSQL at {} ({}): start it, or fix [store] url "
-                             "or BMAS_STORE_URL",
-                             Where(o), message)};
+                 fmt::format("cannot reach PostgreSQL at {} ({}): {}", Where(o), message,
+                             StoreConnectFailureFix(message))};
   }
   auto c = std::unique_ptr<Connection>(new Connection(conn));
   c->where_ = Where(o);

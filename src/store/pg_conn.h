@@ -63,6 +63,13 @@ std::string RedactUrl(const std::string& url);
 // Whether `url` carries a password (user:PASSWORD@ or password=...).
 bool UrlHasPassword(const std::string& url);
 
+// The connection options `url` sets ("" where it does not). InvalidArgument naming the fix when
+// libpq cannot parse it.
+struct UrlOptions {
+  std::string host, port, dbname, user;
+};
+Result<UrlOptions> UrlParts(const std::string& url);
+
 class Connection {
  public:
   // Connects; the error says which server could not be reached and what to do.

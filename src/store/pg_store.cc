@@ -559,12 +559,19 @@ class PgStore final : public Store {
 
   // Under the schema lock: the version table, the version, then each missing migration in a
   // transaction of its own.
+  // A store that is already at this version is only read: a role that may not create tables
+  // (a node's, `bmas cluster store-tls`) opens it too.
   Result<void> Migrate() {
-    if (auto r = c_->Script("creating the schema version table",
-                            "CREATE TABLE IF NOT EXISTS bmas_schema (version INTEGER PRIMARY KEY, "
-                            "applied_at BIGINT NOT NULL)");
-        !r) {
-      return r;
+    auto exists = c_->Exec("looking for the schema version table",
+                           "SELECT to_regclass('bmas_schema') IS NOT NULL");
+    if (!exists) return exists.error();
+    if (exists->Text(0, 0) != "t") {
+      if (auto r = c_->Script("creating the schema version table",
+                              "CREATE TABLE IF NOT EXISTS bmas_schema (version INTEGER PRIMARY "
+                              "KEY, applied_at BIGINT NOT NULL)");
+          !r) {
+        return NeedsOwner(r.error(), 0);
+      }
     }
     auto rows =
         c_->Exec("reading the schema version", "SELECT COALESCE(MAX(version), 0) FROM bmas_schema");
@@ -580,7 +587,9 @@ class PgStore final : public Store {
       Transaction t(*c_);
       if (auto r = t.Begin(); !r) return r;
       if (auto r = c_->Script("migrating the schema", kMigrations[i]); !r) {
-        return Error{r.error().code, fmt::format("{} (to version {})", r.error().message, i + 1)};
+        return NeedsOwner(
+            Error{r.error().code, fmt::format("{} (to version {})", r.error().message, i + 1)},
+            version);
       }
       auto mark = c_->Exec("recording the schema version",
                            "INSERT INTO bmas_schema (version, applied_at) VALUES ($1, $2)",
@@ -590,6 +599,16 @@ class PgStore final : public Store {
     }
     version_ = kSchemaVersion;
     return {};
+  }
+
+  // A migration this role may not make (SQLSTATE 42501): name who can.
+  Error NeedsOwner(Error e, int version) const {
+    if (c_->last_state() != "42501") return e;
+    return Error{ErrorCode::kPermissionDenied,
+                 fmt::format("{}: the store at {} is at schema version {} and this bmas needs "
+                             "{}, which this role may not make: run any bmas command against the "
+                             "store as its owner first (on the controller: `bmas user list`)",
+                             e.message, c_->where(), version, kSchemaVersion)};
   }
 
   static User ReadUser(const Rows& r, int i) {
@@ -627,6 +646,12 @@ bool IsPostgresStoreUrl(const std::string& url) { return pg_internal::IsPostgres
 std::string RedactStoreUrl(const std::string& url) { return pg_internal::RedactUrl(url); }
 
 bool StoreUrlHasPassword(const std::string& url) { return pg_internal::UrlHasPassword(url); }
+
+Result<StoreServer> StoreUrlServer(const std::string& url) {
+  auto parts = pg_internal::UrlParts(url);
+  if (!parts) return parts.error();
+  return StoreServer{parts->host, parts->port, parts->dbname};
+}
 
 Result<StorePtr> OpenPostgresStore(const std::string& url, Env& env) {
   if (!pg_internal::IsPostgresUrl(url)) {

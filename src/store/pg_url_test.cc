@@ -35,5 +35,29 @@ TEST(PgStoreUrlTest, PasswordsAreRedactedWhereverTheUrlPutsThem) {
   }
 }
 
+// Each way a node's connection fails across the network names its own fix (libpq's and the
+// server's words as PostgreSQL 15 and OpenSSL 3 give them).
+TEST(PgStoreUrlTest, AFailedConnectionNamesItsFix) {
+  const struct {
+    const char* message;
+    const char* fix;
+  } cases[] = {
+      {"connection to server at \"10.0.0.1\", port 5432 failed: Connection refused", "start it"},
+      {"FATAL:  certificate authentication failed for user \"bmas_node\"", "pg_ident.conf"},
+      {"FATAL:  connection requires a valid client certificate", "node.crt"},
+      {"SSL error: tlsv1 alert unknown ca", "cluster CA"},
+      {"FATAL:  no pg_hba.conf entry for host \"10.0.0.11\", user \"bmas_node\", database "
+       "\"bmas\", no encryption",
+       "hostssl"},
+      {"server certificate for \"db1\" does not match host name \"mgs1\"", "store-tls"},
+      {"SSL error: certificate verify failed", "sslrootcert"},
+      {"could not open certificate file \"/etc/bmas/node.crt\": Permission denied", "sslkey"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_NE(StoreConnectFailureFix(c.message).find(c.fix), std::string::npos)
+        << c.message << " -> " << StoreConnectFailureFix(c.message);
+  }
+}
+
 }  // namespace
 }  // namespace bmas

@@ -25,4 +25,16 @@ std::string RedactStoreUrl(const std::string& url);
 // Whether `url` holds a password (user:PASSWORD@ or password=).
 bool StoreUrlHasPassword(const std::string& url);
 
+// What to do about libpq's message `m` for a connection that failed: a server that is down,
+// one that refused this host's certificate or connection, or a TLS failure.
+std::string StoreConnectFailureFix(const std::string& m);
+
+// The server a PostgreSQL store URL names, as it sets them ("" where it does not): its host (a
+// name, an address, or a unix socket's directory), port and database.
+struct StoreServer {
+  std::string host, port, database;
+};
+// InvalidArgument naming the fix for a URL that libpq cannot parse.
+Result<StoreServer> StoreUrlServer(const std::string& url);
+
 }  // namespace bmas

@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <utility>
 
 #include "test_helpers.h"
 
@@ -23,16 +25,23 @@ Error Failed(const std::string& what, const Result<CommandOutput>& r) {
 
 }  // namespace
 
+std::string PgServer::ServerAccount() {
+  return getpwnam("postgres") != nullptr ? "postgres" : EnsureUnixUser("bmas-pgtest");
+}
+
 std::vector<std::string> PgServer::AsServerAccount(std::vector<std::string> args) const {
-  if (account_.empty()) return args;
-  std::vector<std::string> argv = {"setpriv", "--reuid=" + account_, "--regid=" + account_,
-                                   "--init-groups", "--"};
+  std::vector<std::string> argv = wrap_;
+  if (!account_.empty()) {
+    argv.insert(argv.end(), {"setpriv", "--reuid=" + account_, "--regid=" + account_,
+                             "--init-groups", "--"});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 
-Result<std::unique_ptr<PgServer>> PgServer::Start() {
+Result<std::unique_ptr<PgServer>> PgServer::Start(const PgServerOptions& options) {
   auto s = std::unique_ptr<PgServer>(new PgServer());
+  s->wrap_ = options.wrap;
   const char* bin = std::getenv("BMAS_PG_BIN");
   s->bin_ = bin != nullptr && *bin != '\0' ? bin : "/usr/lib/postgresql/15/bin";
   if (!fs::exists(s->bin_ + "/initdb") || !fs::exists(s->bin_ + "/pg_ctl")) {
@@ -47,13 +56,14 @@ Result<std::unique_ptr<PgServer>> PgServer::Start() {
   s->dir_ = tmpl;
   s->data_dir_ = s->dir_ + "/data";
   s->socket_dir_ = s->dir_ + "/sock";
-  s->port_ = FreeTcpPort();  // names the socket file only: no TCP listener
+  // Names the socket file only, unless options.conf listens on TCP.
+  s->port_ = options.port != 0 ? options.port : FreeTcpPort();
   fs::create_directories(s->socket_dir_);
   // Clients of any account (a gateway running as bmas up's service account) reach the socket.
   chmod(s->dir_.c_str(), 0755);
   chmod(s->socket_dir_.c_str(), 0755);
   if (geteuid() == 0) {
-    s->account_ = getpwnam("postgres") != nullptr ? "postgres" : EnsureUnixUser("bmas-pgtest");
+    s->account_ = ServerAccount();
     const passwd* pw = getpwnam(s->account_.c_str());
     if (pw == nullptr) return Internal("no account to run PostgreSQL as");
     for (const std::string& d : {s->dir_, s->socket_dir_}) {
@@ -67,13 +77,21 @@ Result<std::unique_ptr<PgServer>> PgServer::Start() {
                                      "postgres", "--no-sync", "-E", "UTF8", "--locale=C"}),
                  {}, std::chrono::seconds(120));
   if (!init || init->exit_code != 0) return Failed("initdb", init);
-  const std::string options = fmt::format(
-      "-k {} -p {} -c listen_addresses= -c fsync=off -c synchronous_commit=off "
+  for (const auto& [file, text] : {std::pair{"postgresql.conf", &options.conf},
+                                   std::pair{"pg_hba.conf", &options.hba},
+                                   std::pair{"pg_ident.conf", &options.ident}}) {
+    if (text->empty()) continue;
+    std::ofstream out(s->data_dir_ + "/" + file, std::ios::app);
+    out << '\n' << *text << '\n';
+    if (!out.flush()) return Internal(fmt::format("cannot add to {}/{}", s->data_dir_, file));
+  }
+  const std::string server_options = fmt::format(
+      "-k {} -p {} {}-c fsync=off -c synchronous_commit=off "
       "-c full_page_writes=off -c max_connections=200",
-      s->socket_dir_, s->port_);
+      s->socket_dir_, s->port_, options.conf.empty() ? "-c listen_addresses= " : "");
   auto start = RunCommand(
       s->AsServerAccount({s->bin_ + "/pg_ctl", "-D", s->data_dir_, "-l", s->dir_ + "/server.log",
-                          "-o", options, "-w", "-t", "60", "start"}),
+                          "-o", server_options, "-w", "-t", "60", "start"}),
       {}, std::chrono::seconds(90));
   s->started_ = true;  // stop it even when pg_ctl gave up waiting
   if (!start || start->exit_code != 0) return Failed("pg_ctl start", start);

@@ -9,17 +9,30 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/process.h"
 #include "common/result.h"
 
 namespace bmas::testing {
 
+// How a server differs from the default one (a unix socket only, trust).
+struct PgServerOptions {
+  // Prefixed to each server command (pg_ctl): e.g. nsenter into a test bed host's namespaces.
+  std::vector<std::string> wrap;
+  // Appended to the new cluster's postgresql.conf, pg_hba.conf and pg_ident.conf. With `conf`
+  // set, listen_addresses is left to it.
+  std::string conf, hba, ident;
+  int port = 0;  // 0 = a free one
+};
+
 class PgServer {
  public:
   // Starts a new cluster; the error says what is missing (a CI machine without the server
   // fails here, naming the package to install).
-  static Result<std::unique_ptr<PgServer>> Start();
+  static Result<std::unique_ptr<PgServer>> Start(const PgServerOptions& options = {});
+  // The account the server runs as when the test runs as root.
+  static std::string ServerAccount();
   ~PgServer();
   PgServer(const PgServer&) = delete;
   PgServer& operator=(const PgServer&) = delete;
@@ -39,6 +52,7 @@ class PgServer {
   std::vector<std::string> AsServerAccount(std::vector<std::string> args) const;
 
   std::string dir_, data_dir_, socket_dir_, bin_, account_;
+  std::vector<std::string> wrap_;
   int port_ = 0;
   bool started_ = false;
 };
