@@ -119,7 +119,7 @@ ControllerPlan PlanPass(const ControllerSettings& settings, const ControllerInpu
       const std::string host = addr != input.node_addr.end() && !addr->second.empty()
                                    ? addr->second
                                    : job.nodes[0];
-      s.url = fmt::format("http://{}:{}", host, name->port);
+      s.url = fmt::format("{}://{}:{}", settings.replica_scheme, host, name->port);
       auto b = input.backends.find(s.url);
       const bool healthy = b != input.backends.end() && b->second.healthy;
       if (b != input.backends.end()) s.in_flight = b->second.in_flight;

@@ -47,6 +47,9 @@ struct ControllerSettings {
   std::string partition = "inference";
   std::string floor_partition = "inference_floor";
   int port_base = 18100;  // replicas listen on the lowest free port from here
+  // How the gateways reach replicas: "http", or "https" where replicas serve TLS with their
+  // node's replica certificate (replicas on other machines).
+  std::string replica_scheme = "http";
   int port_count = 1000;
   Duration drain_timeout{120};
   Duration replace_margin{300};

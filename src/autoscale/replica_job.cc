@@ -97,6 +97,10 @@ Result<JobSpec> ReplicaJobSpec(const Deployment& d, const ReplicaJobContext& c) 
   auto command = ExpandReplicaCommand(d.command.empty() ? kDefaultReplicaCommand : d.command,
                                       values);
   if (!command) return command.error();
+  if (!c.tls_cert.empty()) {
+    *command += fmt::format(" --ssl-certfile {} --ssl-keyfile {}", ShellQuote(c.tls_cert),
+                            ShellQuote(c.tls_key));
+  }
   JobSpec spec;
   spec.name = ReplicaJobName(d.model, c.port);
   spec.partition = c.partition;

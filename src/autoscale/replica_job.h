@@ -30,6 +30,11 @@ struct ReplicaJobContext {
   std::string partition;   // "inference", or the floor's partition
   std::string cwd;         // where the job runs and writes its log
   std::map<std::string, std::string> environment;  // e.g. VLLM_API_KEY (a secret)
+  // The certificate and key the replica serves TLS with, as paths on the node ("" = plain
+  // HTTP): appended to the command as vLLM's --ssl-certfile and --ssl-keyfile, which `bmas
+  // engine` takes too.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 // Checks a deployment as `bmas inference deploy` would store it: a model name of printable
@@ -43,7 +48,8 @@ Result<std::string> ExpandReplicaCommand(std::string_view command_template,
                                          const std::map<std::string, std::string>& values);
 
 // The batch job of one replica: named ReplicaJobName(model, port), the deployment's GPUs on one
-// node, no time limit beyond the partition's, requeued when preempted. The script runs the
+// node, no time limit beyond the partition's, requeued when preempted. With context.tls_cert the
+// command ends in --ssl-certfile CERT --ssl-keyfile KEY. The script runs the
 // expanded command with `exec`, so that Slurm's SIGTERM reaches the replica itself. A
 // deployment that runs `bmas engine` (UsesSleepMode) also gets VLLM_SERVER_DEV_MODE=1, for the
 // sleep-mode endpoints.

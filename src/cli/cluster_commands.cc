@@ -204,6 +204,7 @@ int ClusterCommands::Serve(GlobalOptions& global) {
 
   cluster::JoinMaterial material;
   material.ca = id->ca;
+  material.replica_ca = id->replica_ca;
   for (const Node& n : inventory.nodes) {
     if (n.layout_index < 0) material.nodes.push_back({n.name, n.address});
   }

@@ -15,6 +15,7 @@
 #include "autoscale/timetable.h"
 #include "cli/slurm_target.h"
 #include "cli/user_commands.h"
+#include "cluster/cluster_files.h"
 #include "common/config_table.h"
 #include "common/json_object.h"
 #include "core/job_shape.h"
@@ -154,6 +155,15 @@ void InferenceCommands::Register(CLI::App& app, GlobalOptions& global) {
       ->default_str("18100");
   controller->add_option("--listen-host", listen_host_, "The address replicas bind ({host})")
       ->default_str(listen_host_);
+  controller->add_option(
+      "--replica-tls", replica_tls_dir_,
+      "Replicas serve TLS with DIR/replica.crt and DIR/replica.key on their node (what `bmas "
+      "node join` writes in /etc/bmas), and the gateways reach them at https://NODE:PORT: for "
+      "replicas on other machines");
+  controller->add_option("--replica-ca", replica_ca_,
+                         "The CA the replicas' certificates are checked against when the "
+                         "controller wakes them or puts them to sleep (default: the state "
+                         "dir's replica-ca.crt, which `bmas cluster init` writes)");
   controller->add_option("--scale-down-idle", scale_down_idle_s_,
                          "Seconds of low load before a replica goes (then one a minute at most)")
       ->check(CLI::Range(1.0, 86400.0))
@@ -199,6 +209,12 @@ int InferenceCommands::Controller(GlobalOptions& global) {
   o.interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s_ * 1000));
   o.settings.port_base = port_base_;
   o.listen_host = listen_host_;
+  if (!replica_tls_dir_.empty()) {
+    const std::filesystem::path dir(replica_tls_dir_);
+    o.replica_tls_cert = (dir / "replica.crt").string();
+    o.replica_tls_key = (dir / "replica.key").string();
+    o.replica_ca = replica_ca_.empty() ? cluster::ReplicaCaPath(state_dir) : replica_ca_;
+  }
   o.cancel_on_exit = cancel_on_exit_;
   o.settings.scale_down_idle = Duration(scale_down_idle_s_);
   o.settings.load_window = Duration(load_window_s_);

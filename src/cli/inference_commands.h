@@ -38,6 +38,8 @@ class InferenceCommands {
   double interval_s_ = 2;
   int port_base_ = 18100;
   std::string listen_host_ = "0.0.0.0";
+  std::string replica_tls_dir_;
+  std::string replica_ca_;
   bool cancel_on_exit_ = false;
   double scale_down_idle_s_ = 300;
   double load_window_s_ = 60;

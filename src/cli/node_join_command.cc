@@ -14,6 +14,7 @@
 #include "cluster/node_leave.h"
 #include "common/config.h"
 #include "common/process.h"
+#include "daemon/service_account.h"
 #include "daemon/services.h"
 #include "doctor/checks.h"
 
@@ -148,6 +149,7 @@ int NodeJoinCommand::Join(GlobalOptions& global) {
   options.paths.image_cache = image_cache_;
   options.paths.state_dir = ResolveStateDir(global.state_dir, global.LoadConfigOrDefaults());
   options.timeout = std::chrono::seconds(timeout_s_);
+  options.replica_account = kServiceAccount;
   auto daemons = global.services->NodeDaemons();
   auto report = cluster::JoinNode(*token, options, *daemons, now);
   if (!report) return ReportFailure("node join", report.error());

@@ -20,6 +20,8 @@ namespace {
 
 constexpr const char* kCaKey = "ca.key";
 constexpr const char* kCaCert = "ca.crt";
+constexpr const char* kReplicaCaKey = "replica-ca.key";
+constexpr const char* kReplicaCaCert = "replica-ca.crt";
 constexpr const char* kTokens = "join-tokens";
 constexpr const char* kEndpoint = "join-endpoint";
 constexpr const char* kLock = "lock";
@@ -138,7 +140,44 @@ Result<std::optional<ClusterIdentity>> ReadCa(const LockedClusterDir& dir) {
     return Internal(fmt::format("{}/{} is not a PEM certificate", dir.path(), kCaCert));
   }
   id.ca_sha256 = *sha;
+  auto replica_cert = dir.Read(kReplicaCaCert);
+  if (!replica_cert) return replica_cert.error();
+  auto replica_key = dir.Read(kReplicaCaKey);
+  if (!replica_key) return replica_key.error();
+  if (*replica_cert && *replica_key) id.replica_ca = CertAndKey{**replica_cert, **replica_key};
   return std::optional<ClusterIdentity>(std::move(id));
+}
+
+// Makes the replica CA in `dir` when `id` has none.
+Result<void> EnsureReplicaCa(const LockedClusterDir& dir, const std::string& cluster_name,
+                             int64_t unix_now, ClusterIdentity& id) {
+  if (!id.replica_ca.cert_pem.empty()) return {};
+  auto ca = MakeClusterCa(cluster_name + " replicas", unix_now);
+  if (!ca) return ca.error();
+  if (auto w = dir.Write(kReplicaCaKey, ca->key_pem); !w) return w.error();
+  if (auto w = dir.Write(kReplicaCaCert, ca->cert_pem); !w) return w.error();
+  id.replica_ca = std::move(*ca);
+  return {};
+}
+
+// Writes `text` to `path` (0644, root's when root runs this) through a temporary file.
+Result<void> WritePublicFile(const std::string& path, const std::string& text) {
+  const std::string temporary = fmt::format("{}.new.{}", path, getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                        0644);
+  if (fd < 0) {
+    return Internal(fmt::format("cannot write {}: {}", temporary, std::strerror(errno)));
+  }
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+  const int saved = errno;
+  close(fd);
+  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int err = written ? errno : saved;
+    ::unlink(temporary.c_str());
+    return Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+  }
+  return {};
 }
 
 // The CA in `dir`; NotFound naming `bmas cluster init` when it has none.
@@ -278,19 +317,30 @@ Result<ClusterIdentity> EnsureClusterCa(const std::string& state_dir,
   if (auto w = dir.Write(kEndpoint, endpoint_text); !w) return w.error();
   auto existing = ReadCa(dir);
   if (!existing) return existing.error();
-  if (*existing) return std::move(**existing);
-  auto ca = MakeClusterCa(cluster_name, unix_now);
-  if (!ca) return ca.error();
-  // The key first: the certificate's presence says both are there.
-  if (auto w = dir.Write(kCaKey, ca->key_pem); !w) return w.error();
-  if (auto w = dir.Write(kCaCert, ca->cert_pem); !w) return w.error();
   ClusterIdentity id;
-  id.ca = std::move(*ca);
-  auto sha = CertificateSha256(id.ca.cert_pem);
-  if (!sha) return sha.error();
-  id.ca_sha256 = *sha;
-  id.created = true;
+  if (*existing) {
+    id = std::move(**existing);
+  } else {
+    auto ca = MakeClusterCa(cluster_name, unix_now);
+    if (!ca) return ca.error();
+    // The key first: the certificate's presence says both are there.
+    if (auto w = dir.Write(kCaKey, ca->key_pem); !w) return w.error();
+    if (auto w = dir.Write(kCaCert, ca->cert_pem); !w) return w.error();
+    id.ca = std::move(*ca);
+    auto sha = CertificateSha256(id.ca.cert_pem);
+    if (!sha) return sha.error();
+    id.ca_sha256 = *sha;
+    id.created = true;
+  }
+  if (auto ok = EnsureReplicaCa(dir, cluster_name, unix_now, id); !ok) return ok.error();
+  if (auto ok = WritePublicFile(ReplicaCaPath(state_dir), id.replica_ca.cert_pem); !ok) {
+    return ok.error();
+  }
   return id;
+}
+
+std::string ReplicaCaPath(const std::string& state_dir) {
+  return (std::filesystem::path(state_dir) / kReplicaCaCert).string();
 }
 
 Result<ClusterIdentity> LoadClusterCa(const std::string& state_dir) {

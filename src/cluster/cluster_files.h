@@ -6,6 +6,12 @@
 //   ca.crt       the CA's certificate (0600; nodes get it through the join, pinned by the token)
 //   join-endpoint  where nodes reach the controller to join: "ADDRESS PORT" (0600)
 //   join-tokens  what the controller keeps of each unexpired join token (0600, TokenRecord lines)
+//   replica-ca.key, replica-ca.crt  the replica CA (0600 both): it signs the certificates that
+//                inference replicas on the nodes serve with (replica.crt, made by each join), and
+//                nothing else, so that the account replicas run as holds no key that a node's
+//                agent, its LXD or the store would take for the node (../shared/SECURITY.md).
+//                Gateways trust it for https:// backends; a public copy is <state_dir>/
+//                replica-ca.crt (0644).
 //   node-certs   the node certificate it last signed for each host (0600, a JSON object
 //                {"oss01": PEM, ...}): what the join hands out as LXD peer trust
 //   lock         held while any of them changes
@@ -41,10 +47,17 @@ struct ClusterIdentity {
   CertAndKey ca;
   std::string ca_sha256;  // 32 raw bytes
   bool created = false;   // made by this call (false: it was there already)
+  // The replica CA; empty in a cluster directory made before there was one (EnsureClusterCa
+  // adds it).
+  CertAndKey replica_ca;
 };
 
-// The cluster's CA, made when absent (idempotent: one that exists is kept as it is), and the
-// join endpoint, written each time (a second init may move it). Creates the state directory
+// The public copy of the replica CA's certificate that `bmas cluster init` writes for the
+// gateways: <state_dir>/replica-ca.crt.
+std::string ReplicaCaPath(const std::string& state_dir);
+
+// The cluster's CA and the replica CA, each made when absent (idempotent: one that exists is
+// kept as it is), the replica CA's public copy (ReplicaCaPath), and the join endpoint, written each time (a second init may move it). Creates the state directory
 // (0755) and the cluster directory (0700) when absent. kPermissionDenied naming the directory
 // and the fix for one this account does not own or others may write; InvalidArgument for an
 // endpoint that a token cannot carry.

@@ -159,11 +159,13 @@ std::string FormatJoinRequest(const JoinRequest& request) {
     Member(w, "host", request.host);
     Member(w, "address", request.address);
     Member(w, "csr", request.csr_pem);
+    Member(w, "replica_csr", request.replica_csr_pem);
   });
 }
 
 Result<JoinRequest> ParseJoinRequest(std::string_view body) {
-  auto m = ReadStrings(body, kMaxJoinRequestBytes, {"secret", "host", "address", "csr"}, "request");
+  auto m = ReadStrings(body, kMaxJoinRequestBytes,
+                       {"secret", "host", "address", "csr", "replica_csr"}, "request");
   if (!m) return m.error();
   JoinRequest r;
   auto secret = FromHex((*m)["secret"]);
@@ -174,6 +176,7 @@ Result<JoinRequest> ParseJoinRequest(std::string_view body) {
   r.host = std::move((*m)["host"]);
   r.address = std::move((*m)["address"]);
   r.csr_pem = std::move((*m)["csr"]);
+  r.replica_csr_pem = std::move((*m)["replica_csr"]);
   if (r.host.empty()) return InvalidArgument("a join request names no host", "host");
   return r;
 }
@@ -182,6 +185,7 @@ std::string FormatJoinReply(const JoinReply& reply) {
   return JsonObject([&](JsonWriter& w) {
     Member(w, "node_cert", reply.node_cert_pem);
     Member(w, "ca_cert", reply.ca_cert_pem);
+    Member(w, "replica_cert", reply.replica_cert_pem);
     Member(w, "munge_key", Hex(reply.munge_key));
     Member(w, "bmas_toml", reply.bmas_toml);
     Member(w, "prolog", reply.prolog);
@@ -194,8 +198,8 @@ std::string FormatJoinReply(const JoinReply& reply) {
 Result<JoinReply> ParseJoinReply(std::string_view body) {
   std::map<std::string, Strings> objects;
   auto m = ReadStrings(body, kMaxJoinReplyBytes,
-                       {"node_cert", "ca_cert", "munge_key", "bmas_toml", "prolog", "epilog",
-                        "operator_secret"},
+                       {"node_cert", "ca_cert", "replica_cert", "munge_key", "bmas_toml",
+                        "prolog", "epilog", "operator_secret"},
                        "reply", {"lxd_peers"}, &objects);
   if (!m) return m.error();
   JoinReply r;
@@ -205,6 +209,7 @@ Result<JoinReply> ParseJoinReply(std::string_view body) {
   r.munge_key = std::move(*key);
   r.node_cert_pem = std::move((*m)["node_cert"]);
   r.ca_cert_pem = std::move((*m)["ca_cert"]);
+  r.replica_cert_pem = std::move((*m)["replica_cert"]);
   r.bmas_toml = std::move((*m)["bmas_toml"]);
   r.prolog = std::move((*m)["prolog"]);
   r.epilog = std::move((*m)["epilog"]);

@@ -4,9 +4,11 @@
 // the controller's certificate (docs/cluster-join.md). One request, one reply, each a JSON
 // object in the body of an HTTP/1.1 POST and its answer, over TLS:
 //
-//   request  {"secret": hex, "host": "oss01", "address": "10.0.0.11", "csr": PEM}
-//   reply    {"node_cert": PEM, "ca_cert": PEM, "munge_key": hex, "bmas_toml": text,
-//             "prolog": text, "epilog": text, "lxd_peers": {"oss02": PEM, ...}}
+//   request  {"secret": hex, "host": "oss01", "address": "10.0.0.11", "csr": PEM,
+//             "replica_csr": PEM}
+//   reply    {"node_cert": PEM, "ca_cert": PEM, "replica_cert": PEM, "munge_key": hex,
+//             "bmas_toml": text, "prolog": text, "epilog": text, "operator_secret": hex,
+//             "lxd_peers": {"oss02": PEM, ...}}
 //
 // Both sides refuse a message over its size bound, one that is not an object of exactly these
 // members (strings; lxd_peers an object of strings keyed by host names), a repeated key and an
@@ -30,11 +32,17 @@ struct JoinRequest {
   std::string host;     // the node's host name
   std::string address;  // its address, as the inventory has it
   std::string csr_pem;  // a CSR for the node's own key
+  // A CSR for the key the node's inference replicas serve with (a second key, the service
+  // account's), for the replica CA.
+  std::string replica_csr_pem;
 };
 
 struct JoinReply {
   std::string node_cert_pem;  // the CSR, signed by the cluster CA
   std::string ca_cert_pem;
+  // The replica CSR, signed by the replica CA; "" when the controller has none (a cluster
+  // initialised before there was one: `bmas cluster init` again adds it).
+  std::string replica_cert_pem;
   std::string munge_key;  // raw bytes
   std::string bmas_toml;  // the node's /etc/bmas/bmas.toml
   std::string prolog;     // Slurm's Prolog= and Epilog= scripts

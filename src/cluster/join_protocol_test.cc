@@ -13,6 +13,7 @@ JoinRequest Sample() {
   r.host = "oss01";
   r.address = "10.200.0.11";
   r.csr_pem = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
+  r.replica_csr_pem = "-----BEGIN CERTIFICATE REQUEST-----\nBBBB\n-----END CERTIFICATE REQUEST-----\n";
   return r;
 }
 
@@ -23,12 +24,14 @@ TEST(JoinProtocolTest, ARequestReadsBackAsItWasWritten) {
   EXPECT_EQ(back->host, "oss01");
   EXPECT_EQ(back->address, "10.200.0.11");
   EXPECT_EQ(back->csr_pem, Sample().csr_pem);
+  EXPECT_EQ(back->replica_csr_pem, Sample().replica_csr_pem);
 }
 
 TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   JoinReply r;
   r.node_cert_pem = "cert";
   r.ca_cert_pem = "ca";
+  r.replica_cert_pem = "replica cert";
   r.munge_key = std::string(1024, '\x07');
   r.bmas_toml = "[cluster]\n";
   r.prolog = "#!/bin/sh\n";
@@ -40,6 +43,7 @@ TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   EXPECT_EQ(back->bmas_toml, r.bmas_toml);
   EXPECT_EQ(back->epilog, r.epilog);
   EXPECT_EQ(back->node_cert_pem, "cert");
+  EXPECT_EQ(back->replica_cert_pem, "replica cert");
   EXPECT_EQ(back->operator_secret, r.operator_secret);
   // A reply without an operator secret, or with one that is not hex, is refused.
   r.operator_secret = "";
@@ -70,7 +74,7 @@ TEST(JoinProtocolTest, PeersThatCannotNameAFileAreRefused) {
 }
 
 TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
-  const std::string ok = R"("host":"oss01","address":"a","csr":"c")";
+  const std::string ok = R"("host":"oss01","address":"a","csr":"c","replica_csr":"r")";
   struct Case {
     std::string body;
     const char* why;
@@ -84,7 +88,8 @@ TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
            Case{R"({"secret":"abc",)" + ok + "}", "not hex"},
            Case{R"({)" + ok + "}", "lacks 'secret'"},
            Case{R"({"secret":5,)" + ok + "}", "not a string"},
-           Case{R"({"secret":"abcd","host":"","address":"a","csr":"c"})", "names no host"},
+           Case{R"({"secret":"abcd","host":"","address":"a","csr":"c","replica_csr":"r"})",
+                "names no host"},
            Case{std::string(kMaxJoinRequestBytes + 1, ' '), "at most"},
        }) {
     auto r = ParseJoinRequest(c.body);

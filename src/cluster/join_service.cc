@@ -46,6 +46,16 @@ Result<JoinReply> DecideJoin(const JoinMaterial& material, const std::vector<Tok
   if (!cert) return cert.error();
   JoinReply reply;
   reply.node_cert_pem = std::move(*cert);
+  // The replica key's certificate names the node as its node certificate does, from the replica
+  // CA, which nothing that trusts a node's certificate trusts.
+  if (!material.replica_ca.cert_pem.empty()) {
+    auto replica = SignNodeCsr(material.replica_ca, request.replica_csr_pem, identity, unix_now);
+    if (!replica) {
+      return Error{replica.error().code,
+                   fmt::format("the replica CSR: {}", replica.error().message), "replica_csr"};
+    }
+    reply.replica_cert_pem = std::move(*replica);
+  }
   reply.ca_cert_pem = material.ca.cert_pem;
   reply.munge_key = material.munge_key;
   reply.bmas_toml = material.bmas_toml;

@@ -20,6 +20,8 @@ namespace bmas::cluster {
 // What the service hands out besides the node's certificate.
 struct JoinMaterial {
   CertAndKey ca;
+  // Signs the nodes' replica certificates (cluster_files.h); empty: none is signed.
+  CertAndKey replica_ca;
   std::vector<NodeIdentity> nodes;  // the inventory's nodes: name and address
   std::string munge_key;
   std::string bmas_toml;

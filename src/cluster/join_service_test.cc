@@ -24,6 +24,9 @@ class JoinServiceTest : public ::testing::Test {
     auto csr = MakeNodeCsr({"oss01", "10.0.0.11"});
     ASSERT_TRUE(csr) << csr.error().message;
     request_ = {token_.secret, "oss01", "10.0.0.11", csr->csr_pem};
+    auto replica_csr = MakeNodeCsr({"oss01", "10.0.0.11"});
+    ASSERT_TRUE(replica_csr) << replica_csr.error().message;
+    request_.replica_csr_pem = replica_csr->csr_pem;
   }
   JoinMaterial material_;
   JoinToken token_;
@@ -38,6 +41,36 @@ TEST_F(JoinServiceTest, AnInvitedNodeGetsItsCertificateAndTheClustersFiles) {
   EXPECT_EQ(reply->ca_cert_pem, material_.ca.cert_pem);
   EXPECT_EQ(reply->munge_key, material_.munge_key);
   EXPECT_EQ(reply->bmas_toml, "[cluster]\n");
+}
+
+TEST_F(JoinServiceTest, TheReplicaKeyIsSignedByTheReplicaCaWhichNoNodeChannelTrusts) {
+  // No replica CA (a cluster initialised before there was one): no replica certificate.
+  auto without = DecideJoin(material_, records_, request_, kNow);
+  ASSERT_TRUE(without) << without.error().message;
+  EXPECT_EQ(without->replica_cert_pem, "");
+  auto replica_ca = MakeClusterCa("lab replicas", kNow);
+  ASSERT_TRUE(replica_ca) << replica_ca.error().message;
+  material_.replica_ca = *replica_ca;
+  auto reply = DecideJoin(material_, records_, request_, kNow);
+  ASSERT_TRUE(reply) << reply.error().message;
+  // The gateway dials a replica by the node's name or address.
+  EXPECT_TRUE(VerifyPeerCertificate(replica_ca->cert_pem, reply->replica_cert_pem, kNow, "oss01"));
+  EXPECT_TRUE(
+      VerifyPeerCertificate(replica_ca->cert_pem, reply->replica_cert_pem, kNow, "10.0.0.11"));
+  // What the agents' clients, the store and the join service check a node with refuses it, and
+  // the node's certificate is not a replica's.
+  EXPECT_FALSE(VerifyPeerCertificate(material_.ca.cert_pem, reply->replica_cert_pem, kNow, "oss01"));
+  EXPECT_FALSE(VerifyPeerCertificate(replica_ca->cert_pem, reply->node_cert_pem, kNow, "oss01"));
+  // A replica CSR for another node is refused, naming it.
+  JoinRequest other = request_;
+  auto csr2 = MakeNodeCsr({"oss02", "10.0.0.12"});
+  ASSERT_TRUE(csr2);
+  other.replica_csr_pem = csr2->csr_pem;
+  auto refused = DecideJoin(material_, records_, other, kNow);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().param, "replica_csr");
+  EXPECT_NE(refused.error().message.find("replica CSR"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST_F(JoinServiceTest, AWrongOrExpiredSecretIsRefusedBeforeAnythingElse) {

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -228,6 +229,42 @@ Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) 
   return std::string(text);
 }
 
+namespace {
+
+// The replica key and certificate (the key the replica account's alone), and the replica jobs'
+// working directory <state_dir>/replicas, made the account's when absent.
+Result<std::vector<NodeFile>> ReplicaFiles(const NodeJoinOptions& o, const std::string& key_pem,
+                                           const std::string& cert_pem, NodeJoinReport& report) {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const passwd* account = getpwnam(o.replica_account.c_str());
+  if (account != nullptr) {
+    uid = account->pw_uid;
+    gid = account->pw_gid;
+    const std::string dir = o.paths.state_dir + "/replicas";
+    std::error_code ec;
+    std::filesystem::create_directories(o.paths.state_dir, ec);
+    if (::mkdir(dir.c_str(), 0700) == 0) {
+      if (::chown(dir.c_str(), uid, gid) != 0) {
+        return Internal(fmt::format("cannot give {} to {}: {}", dir, o.replica_account,
+                                    std::strerror(errno)));
+      }
+    } else if (errno != EEXIST) {
+      return Internal(fmt::format("cannot make {}: {}", dir, std::strerror(errno)));
+    }
+  } else {
+    report.notes.push_back(fmt::format(
+        "there is no `{0}` account, which inference replicas run as: create it (the package "
+        "does; or `useradd --system --no-create-home --shell /usr/sbin/nologin {0}`), then "
+        "`chown {0} {1}/replica.key` and make {2}/replicas, the account's",
+        o.replica_account, o.paths.config_dir, o.paths.state_dir));
+  }
+  return std::vector<NodeFile>{{In(o.paths.config_dir, "replica.key"), key_pem, 0600, uid, gid},
+                               {In(o.paths.config_dir, "replica.crt"), cert_pem, 0644, 0, 0}};
+}
+
+}  // namespace
+
 Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o,
                                 NodeDaemons& daemons, int64_t unix_now) {
   NodeJoinReport report;
@@ -267,10 +304,13 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     }
     auto csr = MakeNodeCsr({o.host, address});
     if (!csr) return Step("making this node's key", csr.error());
+    auto replica_csr = MakeNodeCsr({o.host, address});
+    if (!replica_csr) return Step("making the replicas' key", replica_csr.error());
     JoinRequest request;
     request.host = o.host;
     request.address = address;
     request.csr_pem = csr->csr_pem;
+    request.replica_csr_pem = replica_csr->csr_pem;
     auto reply = RequestJoin(token, request, unix_now, o.timeout);
     if (!reply) return Step("asking the controller", reply.error());
     inventory_text = reply->bmas_toml;
@@ -296,6 +336,15 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
         {In(o.paths.config_dir, "bmas.toml"), *node_toml, 0644, 0, 0},
         {o.paths.OperatorSecret(), reply->operator_secret + "\n", 0600, 0, 0},
     };
+    if (!reply->replica_cert_pem.empty()) {
+      auto replica = ReplicaFiles(o, replica_csr->key_pem, reply->replica_cert_pem, report);
+      if (!replica) return Step("preparing the replicas' files", replica.error());
+      wanted.insert(wanted.end(), replica->begin(), replica->end());
+    } else {
+      report.notes.push_back(
+          "the controller has no replica CA, so inference replicas here cannot serve TLS: run "
+          "`bmas cluster init` again on the controller, then `bmas node leave` and join again");
+    }
     if (!inventory.slurm.prolog.empty()) {
       wanted.push_back({inventory.slurm.prolog, reply->prolog, 0755, 0, 0});
     }

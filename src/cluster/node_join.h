@@ -23,7 +23,9 @@ namespace bmas::cluster {
 
 // Where a node keeps what a join gives it.
 struct NodePaths {
-  std::string config_dir = "/etc/bmas";  // bmas.toml, ca.crt, node.crt, node.key
+  // bmas.toml, ca.crt, node.crt, node.key; replica.crt and replica.key, what inference replicas
+  // here serve TLS with (from the replica CA, cluster/cluster_files.h)
+  std::string config_dir = "/etc/bmas";
   std::string munge_key = "/etc/munge/munge.key";
   std::string munge_run_dir = "/run/munge";  // munged's socket, pid, log and seed
   std::string run_dir = "/run/bmas";         // what the join started, and its daemons' output
@@ -75,6 +77,10 @@ struct NodeJoinOptions {
   bool dynamic = false;  // slurmd -Z: a dynamic node, its resources from the inventory
   NodePaths paths;
   std::chrono::milliseconds timeout = std::chrono::seconds(20);
+  // The account the controller's inference replicas run as here (daemon/service_account.h):
+  // it alone may read the replica key, <config_dir>/replica.key, and it owns
+  // <state_dir>/replicas, the replica jobs' working directory.
+  std::string replica_account = "bmas";
 };
 
 struct NodeJoinReport {

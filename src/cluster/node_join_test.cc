@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,6 +37,9 @@ class NodeJoinTest : public ::testing::Test {
     auto ca = MakeClusterCa("lab", now_);
     ASSERT_TRUE(ca);
     material_.ca = *ca;
+    auto replica_ca = MakeClusterCa("lab replicas", now_);
+    ASSERT_TRUE(replica_ca);
+    material_.replica_ca = *replica_ca;
     material_.nodes = {{"oss01", "10.0.0.11"}};
     material_.munge_key = std::string(1024, 'k');
     material_.bmas_toml = fmt::format(
@@ -80,6 +85,7 @@ class NodeJoinTest : public ::testing::Test {
     options_.paths.munge_key = dir_ + "/munge/munge.key";
     options_.paths.run_dir = dir_ + "/run";
     options_.paths.state_dir = dir_ + "/state";
+    options_.replica_account = "nobody";  // the replica key's owner
   }
   void TearDown() override {
     if (server_) server_->Stop();
@@ -103,7 +109,7 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   auto report = JoinNode(token_, options_, daemons_, now_);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_FALSE(report->already_joined);
-  EXPECT_EQ(report->written.size(), 8u);
+  EXPECT_EQ(report->written.size(), 10u);
   EXPECT_EQ(report->started, (std::vector<std::string>{"munged", "slurmd", "agent"}));
   EXPECT_EQ(daemons_.agent_config_, dir_ + "/etc-bmas/bmas.toml");
   auto key = ReadNodeFile(dir_ + "/etc-bmas/node.key");
@@ -137,6 +143,49 @@ TEST_F(NodeJoinTest, AJoinWritesTheFilesStartsTheDaemonsAndASecondOneDoesNothing
   EXPECT_TRUE(again->written.empty());
   EXPECT_TRUE(again->started.empty());
   EXPECT_EQ(asked_, 1);  // the second never asked the controller
+}
+
+TEST_F(NodeJoinTest, TheReplicaKeyIsTheReplicaAccountsAloneAndItsCertificateTheReplicaCas) {
+  const passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(report) << report.error().message;
+  auto key = ReadNodeFile(dir_ + "/etc-bmas/replica.key");
+  ASSERT_TRUE(key && *key);
+  EXPECT_EQ((*key)->mode, 0600u);
+  EXPECT_EQ((*key)->uid, nobody->pw_uid);
+  auto cert = ReadNodeFile(dir_ + "/etc-bmas/replica.crt");
+  ASSERT_TRUE(cert && *cert);
+  EXPECT_TRUE(VerifyPeerCertificate(material_.replica_ca.cert_pem, (*cert)->contents, now_,
+                                    "10.0.0.11"));
+  EXPECT_FALSE(VerifyPeerCertificate(material_.ca.cert_pem, (*cert)->contents, now_, "oss01"));
+  // The replica jobs' working directory, the account's.
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/state/replicas").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, nobody->pw_uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+TEST_F(NodeJoinTest, WithoutTheReplicaAccountTheKeyStaysRootsAndANoteSaysWhatToDo) {
+  options_.replica_account = "bmas-no-such-account";
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(report) << report.error().message;
+  auto key = ReadNodeFile(dir_ + "/etc-bmas/replica.key");
+  ASSERT_TRUE(key && *key);
+  EXPECT_EQ((*key)->uid, 0u);
+  ASSERT_FALSE(report->notes.empty());
+  EXPECT_NE(report->notes.back().find("useradd --system"), std::string::npos)
+      << report->notes.back();
+}
+
+TEST_F(NodeJoinTest, AControllerWithoutAReplicaCaIsANoteNamingTheFix) {
+  material_.replica_ca = {};
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/etc-bmas/replica.key"));
+  ASSERT_EQ(report->notes.size(), 1u);
+  EXPECT_NE(report->notes[0].find("`bmas cluster init` again"), std::string::npos)
+      << report->notes[0];
 }
 
 TEST_F(NodeJoinTest, AJoinedNodeLearnsTheNodesThatJoinedAfterItWhenItJoinsAgain) {

@@ -124,6 +124,8 @@ Result<NodeLeaveReport> LeaveNode(const NodeLeaveOptions& o, NodeDaemons& daemon
   // bmas.toml goes last: until then a second run finds what it needs to finish.
   std::vector<std::string> files = {o.paths.munge_key, In(o.paths.config_dir, "node.key"),
                                     In(o.paths.config_dir, "node.crt"),
+                                    In(o.paths.config_dir, "replica.key"),
+                                    In(o.paths.config_dir, "replica.crt"),
                                     In(o.paths.config_dir, "ca.crt"), o.paths.OperatorSecret()};
   if (inventory) {
     if (!inventory->slurm.prolog.empty()) files.push_back(inventory->slurm.prolog);

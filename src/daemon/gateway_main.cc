@@ -16,8 +16,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "cluster/cluster_files.h"
 #include "common/listen_socket.h"
 #include "common/private_files.h"
 #include "common/serve.h"
@@ -69,19 +71,30 @@ void RemoveOperatorUrl(const std::string& state_dir, const std::string& url) {
   if (line == url) std::filesystem::remove(path, ec);
 }
 
-// The client TLS context for https:// backends from the CA file `path`.
-Result<std::shared_ptr<net::ssl::context>> BackendTls(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) pem.clear();
+// The client TLS context for https:// backends from the CA files `paths` (PEM; those that do
+// not exist are skipped when `skip_missing`).
+Result<std::shared_ptr<net::ssl::context>> BackendTls(const std::vector<std::string>& paths,
+                                                       bool skip_missing) {
+  std::string pem;
+  std::error_code ec;
+  for (const std::string& path : paths) {
+    if (skip_missing && !std::filesystem::exists(path, ec)) continue;
+    std::ifstream in(path, std::ios::binary);
+    std::string one((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) one.clear();
+    pem += one;
+    if (!one.empty() && one.back() != '\n') pem += '\n';
+  }
+  const std::string named = fmt::format("{}", fmt::join(paths, " and "));
   if (pem.empty()) {
     return InvalidArgument(
-        fmt::format("https:// backends need the cluster CA, and {} cannot be read: put it there "
-                    "(`bmas node join` and `cluster init` do) or name it in $BMAS_BACKEND_CA_FILE",
-                    path),
+        fmt::format("https:// backends need the cluster CA or the replica CA, and {} cannot be "
+                    "read: put them there (`bmas node join` and `cluster init` do) or name one "
+                    "in $BMAS_BACKEND_CA_FILE",
+                    named),
         "backend_ca_file");
   }
-  return gateway::BackendTlsContext(pem, path);
+  return gateway::BackendTlsContext(pem, named);
 }
 
 }  // namespace
@@ -108,8 +121,13 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   // Not [gateway] keys yet: from the environment (README, "Replicas on other nodes").
   const char* plain_env = std::getenv("BMAS_PLAIN_REMOTE_BACKENDS");
   const bool plain_remote = plain_env != nullptr && std::string_view(plain_env) == "1";
+  // https:// backends are checked against $BMAS_BACKEND_CA_FILE, else the cluster CA and the
+  // replica CA (replicas on the nodes, cluster/cluster_files.h), those of the two that exist.
   const char* ca_env = std::getenv("BMAS_BACKEND_CA_FILE");
-  const std::string ca_file = ca_env != nullptr && *ca_env != 0 ? ca_env : "/etc/bmas/ca.crt";
+  const bool ca_given = ca_env != nullptr && *ca_env != 0;
+  const std::vector<std::string> ca_files =
+      ca_given ? std::vector<std::string>{ca_env}
+               : std::vector<std::string>{"/etc/bmas/ca.crt", cluster::ReplicaCaPath(state_dir)};
   o.plain_remote_backends = plain_remote;
   for (const std::string& url : s.backends) {
     auto parsed = gateway::ParseBackendUrl(url);
@@ -129,7 +147,7 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
                  "machines get users' prompts and answers in clear text");
   }
   // The cluster CA, for https:// backends: given ones need it now; the store may add more.
-  if (auto tls = BackendTls(ca_file); tls) {
+  if (auto tls = BackendTls(ca_files, !ca_given); tls) {
     o.backend_tls = std::move(*tls);
   } else if (any_tls) {
     fmt::print(stderr, "bmas gateway: {}\n", tls.error().message);

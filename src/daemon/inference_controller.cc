@@ -12,6 +12,7 @@
 #include "autoscale/replica_job.h"
 #include "common/backend_identity.h"
 #include "common/http_transport.h"
+#include "common/https_transport.h"
 #include "common/operator_auth.h"
 #include "dashboard/history.h"
 #include "dashboard/sources.h"
@@ -27,18 +28,25 @@ InferenceController::InferenceController(InferenceControllerOptions options, Slu
       store_(store),
       load_(std::move(load)),
       unix_now_(std::move(unix_now)),
-      call_(std::move(call)) {}
+      call_(call ? std::move(call)
+                 : HttpReplicaCaller(std::chrono::seconds(120), o_.replica_ca)) {
+  if (!o_.replica_tls_cert.empty()) o_.settings.replica_scheme = "https";
+}
 
-ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout) {
-  return [timeout](const std::string& method, const std::string& url, const std::string& path,
-                   const std::string& key) -> Result<std::string> {
-    constexpr std::string_view kScheme = "http://";
-    if (!url.starts_with(kScheme)) {
-      return Error{ErrorCode::kInvalidArgument, fmt::format("replica URL {} is not http://", url)};
+ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout, std::string ca_file) {
+  return [timeout, ca_file = std::move(ca_file)](const std::string& method, const std::string& url,
+                                                 const std::string& path,
+                                                 const std::string& key) -> Result<std::string> {
+    const bool tls = url.starts_with("https://");
+    if (!tls && !url.starts_with("http://")) {
+      return Error{ErrorCode::kInvalidArgument,
+                   fmt::format("replica URL {} is not http:// or https://", url)};
     }
-    auto endpoint = ParseRestAddress(std::string_view(url).substr(kScheme.size()));
+    auto endpoint = ParseRestAddress(std::string_view(url).substr(tls ? 8 : 7));
     if (!endpoint) return endpoint.error();
-    auto transport = NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, "the replica");
+    HttpTransportPtr transport =
+        tls ? NewHttpsTransport(endpoint->host, endpoint->port, ca_file, timeout, "the replica")
+            : NewTcpHttpTransport(endpoint->host, endpoint->port, timeout, "the replica");
     ClientRequest request{method, path, {}, {}};
     if (!key.empty()) request.headers.emplace_back("Authorization", "Bearer " + key);
     auto r = transport->RoundTrip(request);
@@ -66,7 +74,8 @@ void InferenceController::AdoptSleeping(const std::vector<JobInfo>& jobs,
     auto addr = node_addr.find(j.nodes[0]);
     const std::string host =
         addr != node_addr.end() && !addr->second.empty() ? addr->second : j.nodes[0];
-    const std::string url = fmt::format("http://{}:{}", host, name->port);
+    const std::string url =
+        fmt::format("{}://{}:{}", o_.settings.replica_scheme, host, name->port);
     auto asleep = call_("GET", url, "/is_sleeping", KeyFor(name->port));
     if (asleep && asleep->find("true") != std::string::npos) {
       memory_.sleeping[j.id] = {TimePoint(now), j.start_time};
@@ -200,6 +209,8 @@ Result<void> InferenceController::RunOnce() {
                                    s.floor ? o_.settings.floor_partition : o_.settings.partition,
                                    o_.replica_dir, o_.replica_env};
     if (!o_.backend_secret.empty()) c.environment["VLLM_API_KEY"] = KeyFor(s.port);
+    c.tls_cert = o_.replica_tls_cert;
+    c.tls_key = o_.replica_tls_key;
     auto spec = autoscale::ReplicaJobSpec(*d, c);
     auto id = spec ? (*slurm)->Submit(*spec) : Result<int64_t>(spec.error());
     if (id) {

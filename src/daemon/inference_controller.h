@@ -38,25 +38,34 @@ struct InferenceControllerOptions {
   // DeriveBackendKey(backend_secret, its port), and never this. "" = no key.
   std::string backend_secret;
   bool cancel_on_exit = false;          // a graceful stop cancels every replica job
+  // Replicas serve TLS with this certificate and key, paths on the nodes (the join's
+  // <config_dir>/replica.crt and replica.key): settings.replica_scheme is then "https", and the
+  // controller checks them against `replica_ca` (the replica CA) when it puts them to sleep or
+  // wakes them. "" = plain HTTP (replicas on this machine).
+  std::string replica_tls_cert;
+  std::string replica_tls_key;
+  std::string replica_ca;
 };
 
 // A connection to Slurm as `user`, made again when a call fails (tokens expire).
 using SlurmConnector = std::function<Result<std::unique_ptr<SlurmApi>>()>;
 // Each gateway's /load body, in the order of InferenceControllerOptions::gateways.
 using LoadReader = std::function<std::vector<Result<std::string>>()>;
-// One request to a replica's server: `method` `path` at `url` ("http://host:port") with
+// One request to a replica's server: `method` `path` at `url` ("http://host:port", or
+// "https://host:port" checked against the CA file given to HttpReplicaCaller) with
 // `key` as its bearer token ("" = none); the body of a 200, else an error naming the status.
 using ReplicaCaller =
     std::function<Result<std::string>(const std::string& method, const std::string& url,
                                       const std::string& path, const std::string& key)>;
-// The real one: HTTP, waiting at most `timeout` for the answer.
-ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout);
+// The real one: HTTP, or HTTPS checked against `ca_file`, waiting at most `timeout` for the
+// answer.
+ReplicaCaller HttpReplicaCaller(std::chrono::milliseconds timeout, std::string ca_file = "");
 
 class InferenceController {
  public:
   InferenceController(InferenceControllerOptions options, SlurmConnector connect, Store& store,
                       LoadReader load, std::function<double()> unix_now,
-                      ReplicaCaller call = HttpReplicaCaller(std::chrono::seconds(120)));
+                      ReplicaCaller call = nullptr);
 
   // One pass; an error names what could not be read (nothing is changed then).
   Result<void> RunOnce();

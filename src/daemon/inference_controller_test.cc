@@ -84,6 +84,30 @@ TEST_F(InferenceControllerTest, AFloorReplicaIsSubmittedRecordedAndRemovedWithIt
   EXPECT_TRUE(store_->ListReplicas()->empty());
 }
 
+TEST_F(InferenceControllerTest, ReplicasOnOtherNodesServeTlsWithTheirNodesReplicaCertificate) {
+  options_.replica_tls_cert = "/etc/bmas/replica.crt";
+  options_.replica_tls_key = "/etc/bmas/replica.key";
+  fake_->nodes = {NodeInfo{.name = "oss01", .address = "10.0.0.11"}};
+  ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m", .min_replicas = 1, .max_replicas = 1}));
+  InferenceController c = Make();
+  ASSERT_TRUE(c.RunOnce());
+  ASSERT_EQ(fake_->specs.size(), 1u);
+  const JobSpec& spec = fake_->specs.begin()->second;
+  EXPECT_NE(spec.script.find(" --ssl-certfile '/etc/bmas/replica.crt' --ssl-keyfile "
+                             "'/etc/bmas/replica.key'\n"),
+            std::string::npos)
+      << spec.script;
+  fake_->Run(100, "oss01");
+  load_ = R"({"queued":{},"backends":[{"url":"https://10.0.0.11:18100","models":["m"],"healthy":true,"draining":false,"in_flight":0,"capacity":64,"kv_usage":0}]})";
+  now_ += 2;
+  ASSERT_TRUE(c.RunOnce());
+  auto replicas = store_->ListReplicas();
+  ASSERT_EQ(replicas->size(), 1u);
+  // The gateways dial the node's address over TLS; the replica counts as ready by that URL.
+  EXPECT_EQ((*replicas)[0].url, "https://10.0.0.11:18100");
+  EXPECT_EQ((*replicas)[0].state, ReplicaState::kReady);
+}
+
 TEST_F(InferenceControllerTest, OtherUsersJobsAndOtherJobsAreNeverTouched) {
   ASSERT_TRUE(store_->PutDeployment(Deployment{.model = "m", .min_replicas = 0, .max_replicas = 1}));
   fake_->jobs[5] = JobInfo{.id = 5, .name = "bmas-replica:18100:m", .user = "mallory", .state = JobState::kRunning};

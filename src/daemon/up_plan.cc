@@ -142,7 +142,9 @@ UpPartPlan Gateway(const UpOptions& options, const UpFacts& facts) {
 }
 
 // Runs the deployment's replicas as Slurm jobs of the service account.
-UpPartPlan Controller(const UpOptions& options, const UpFacts& facts) {
+// On the cluster's Slurm (UpSlurm::kCluster) the replicas run on the nodes: they listen on the
+// node's addresses and serve TLS with the replica certificate its join wrote in /etc/bmas.
+UpPartPlan Controller(const UpOptions& options, const UpFacts& facts, bool on_cluster) {
   const UpSettings& up = options.config.up;
   UpPartPlan p;
   p.kind = UpPartKind::kController;
@@ -151,11 +153,16 @@ UpPartPlan Controller(const UpOptions& options, const UpFacts& facts) {
   p.args = ServiceArgs(options, facts, {"inference", "controller"});
   p.links.push_back({UpLinkTo::kGatewayMetrics, "--gateway", /*required=*/true});
   p.trailing_args = {"--port-base", std::to_string(up.replica_port_base), "--listen-host",
-                     "127.0.0.1", "--cancel-on-exit", "--scale-down-idle",
+                     on_cluster ? "0.0.0.0" : "127.0.0.1"};
+  if (on_cluster) {
+    p.trailing_args.push_back("--replica-tls");
+    p.trailing_args.push_back("/etc/bmas");
+  }
+  p.trailing_args.insert(p.trailing_args.end(), {"--cancel-on-exit", "--scale-down-idle",
                      fmt::format("{}", up.replica_scale_down_idle_s), "--load-window",
                      fmt::format("{}", up.replica_load_window_s), "--breach-settle",
                      fmt::format("{}", up.replica_breach_settle_s), "--timetable-lead",
-                     fmt::format("{}", up.timetable_lead_s)};
+                     fmt::format("{}", up.timetable_lead_s)});
   if (!up.timezone.empty()) {
     p.trailing_args.push_back("--timezone");
     p.trailing_args.push_back(up.timezone);
@@ -291,7 +298,9 @@ UpPlan PlanUp(const UpOptions& options, const UpFacts& facts) {
   if (config.up.gateway && (num_engines > 0 || plan.elastic)) {
     plan.parts.push_back(Gateway(options, facts));
   }
-  if (plan.elastic) plan.parts.push_back(Controller(options, facts));
+  if (plan.elastic) {
+    plan.parts.push_back(Controller(options, facts, plan.slurm == UpSlurm::kCluster));
+  }
   // With a Slurm to watch: `bmas slurm monitor` serves its /metrics and records finished jobs.
   if (plan.slurm_runs) {
     plan.parts.push_back(Helper(options, UpPartKind::kSlurmMonitor, "slurm-mon",

@@ -303,6 +303,12 @@ TEST(UpPlanTest, WithSlurmOffUpDrivesTheClustersOwnSlurmAndStartsNoFrontForIt) {
   EXPECT_THAT(plan.deploy, Contains("deploy"));
   // Every part reads the cluster from the same config.
   EXPECT_THAT(Part(plan, "controller").args, Contains("/etc/bmas/bmas.toml"));
+  // Its replicas run on the nodes: on their addresses, over TLS with each node's replica
+  // certificate.
+  const Args& ctl = Part(plan, "controller").trailing_args;
+  EXPECT_EQ(Args(ctl.begin(), ctl.begin() + 6),
+            (Args{"--port-base", "18100", "--listen-host", "0.0.0.0", "--replica-tls", "/etc/bmas"}))
+      << ::testing::PrintToString(ctl);
 
   // A local Slurm that runs in the state dir still comes first.
   facts.slurm_running_url = "http://127.0.0.1:6820";

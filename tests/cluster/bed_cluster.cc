@@ -1,13 +1,16 @@
 #include "bed_cluster.h"
 
 #include <fmt/format.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "daemon/secret.h"
 #include "slurm/local_cluster_internal.h"
+#include "store/store.h"
 #include "test_helpers.h"
 
 namespace bmas::testbed {
@@ -17,6 +20,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kMungeSocket = "/run/munge/munge.socket.2";
 constexpr int kJoinPort = 6830;
+constexpr const char* kBackendSecret = "bed-backend-secret-0123456789abcdef";
 
 // Whether something listens on `port` in `host`.
 bool Listening(const NetBed& bed, const std::string& host, int port) {
@@ -180,6 +184,58 @@ Result<CommandOutput> BedCluster::Join(const std::string& host, const std::strin
                                    node_ + "/etc-bmas", "--munge-key", node_ + "/munge.key"};
   if (dynamic) args.push_back("--dynamic");
   return Bmas(host, args, "", env);
+}
+
+Result<void> BedCluster::EnsureServiceAccount() {
+  if (getpwnam("bmas") != nullptr) return {};
+  auto made = RunCommand({"useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+                          "/nonexistent", "--shell", "/usr/sbin/nologin", "bmas"});
+  if (!made) return made.error();
+  if (made->exit_code != 0) return Internal("useradd bmas: " + made->err);
+  return {};
+}
+
+Result<BedCluster::Inference> BedCluster::StartInference(
+    const std::vector<std::string>& gateway_flags,
+    const std::vector<std::string>& controller_flags) {
+  const passwd* service = getpwnam("bmas");
+  if (service == nullptr) return NotFound("no `bmas` account: EnsureServiceAccount() first");
+  const std::string state = bed_.dir() + "/nodes/" + NetBed::kController + "/bmas-state";
+  if (auto r = HandStoreTo(state, service->pw_uid, service->pw_gid); !r) return r.error();
+  if (auto r = HandOperatorSecretTo(state, service->pw_uid, service->pw_gid); !r) {
+    return r.error();
+  }
+  auto dir = bed_.Run(NetBed::kController, {"install", "-d", "-m", "0700", "-o", "bmas", "-g",
+                                            "bmas", node_ + "/bmas-state/replicas"});
+  if (!dir || dir->exit_code != 0) return Internal("cannot make mgs1's replicas directory");
+  const std::vector<std::string> as_bmas = {
+      "setpriv", "--reuid=bmas", "--regid=bmas", "--clear-groups", student_bmas, "--config",
+      inventory_, "--state-dir", node_ + "/bmas-state"};
+  const std::vector<std::string> env = {std::string("BMAS_BACKEND_API_KEY=") + kBackendSecret};
+  Inference started;
+  std::vector<std::string> gateway = as_bmas;
+  gateway.insert(gateway.end(),
+                 {"gateway", "--host", bed_.hosts().front().address, "--port",
+                  std::to_string(kGatewayPort), "--metrics-listen",
+                  fmt::format("127.0.0.1:{}", kGatewayPort + 1)});
+  gateway.insert(gateway.end(), gateway_flags.begin(), gateway_flags.end());
+  auto g = bed_.StartDaemon(NetBed::kController, "gateway", "bmas", gateway, env);
+  if (!g) return g.error();
+  started.gateway = *g;
+  if (!WaitFor([&] { return Listening(bed_, NetBed::kController, kGatewayPort + 1); }, g->pid,
+               std::chrono::seconds(10))) {
+    return Internal("the gateway did not listen:\n" + bed_.LogTail("gateway"));
+  }
+  std::vector<std::string> controller = as_bmas;
+  controller.insert(controller.end(),
+                    {"inference", "controller", "--gateway",
+                     fmt::format("127.0.0.1:{}", kGatewayPort + 1), "--replica-tls",
+                     node_ + "/etc-bmas", "--cancel-on-exit"});
+  controller.insert(controller.end(), controller_flags.begin(), controller_flags.end());
+  auto c = bed_.StartDaemon(NetBed::kController, "inference controller", "bmas", controller, env);
+  if (!c) return c.error();
+  started.controller = *c;
+  return started;
 }
 
 std::string BedCluster::WaitState(const std::string& node, const std::string& state,

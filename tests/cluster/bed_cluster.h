@@ -55,6 +55,24 @@ class BedCluster {
   Result<CommandOutput> Join(const std::string& host, const std::string& token,
                              bool dynamic = false, const std::vector<std::string>& env = {});
 
+  // The `bmas` service account, made as the package's postinst makes it when absent (the bed's
+  // hosts share /etc/passwd). Before the joins: a join gives it the node's replica key.
+  static Result<void> EnsureServiceAccount();
+
+  // mgs1's gateway (users on 10.200.0.1:kGatewayPort, operators on 127.0.0.1:kGatewayPort + 1)
+  // and inference controller, as their systemd units run them: as the `bmas` account, with
+  // mgs1's store and operator secret handed to it as `bmas up` hands them, a backend secret
+  // shared by both, and the controller's replicas serving TLS with each node's replica
+  // certificate (--replica-tls <node>/etc-bmas). `gateway_flags` and `controller_flags` are
+  // added to each command.
+  struct Inference {
+    DaemonProcess gateway;
+    DaemonProcess controller;
+  };
+  static constexpr int kGatewayPort = 8000;
+  Result<Inference> StartInference(const std::vector<std::string>& gateway_flags = {},
+                                   const std::vector<std::string>& controller_flags = {});
+
   // "" once `node` is in Slurm state `state` (sinfo in mgs1), else sinfo's last answer.
   std::string WaitState(const std::string& node, const std::string& state,
                         std::chrono::seconds timeout = std::chrono::seconds(30)) const;

@@ -4,9 +4,11 @@
 // student (a non-root account the test makes) on the login node mgs1 runs an 8-GPU job across
 // two nodes with `bmas run` and sees each node's four GPUs and its rank; the controller reads
 // every node's agent over TLS (`bmas agent get`), and the dashboard on mgs1 shows the student
-// all twelve GPUs with their telemetry; `bmas node list`; a node drained and resumed. Parts of
-// the README's walk-through still missing here (issue 25): workspace shells on the nodes' LXDs
-// and inference replicas on the nodes.
+// all twelve GPUs with their telemetry; `bmas node list`; a node drained and resumed; the
+// controller's gateway and inference controller as their units run them (the `bmas` account),
+// a deployment whose replica runs on a node as that account and serves TLS with the node's
+// replica certificate, and a student's chat completion through the gateway to it. Still missing
+// here (issue 25): a workspace shell on a node's LXD.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -36,6 +38,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kGpusPerNode = 4;
 constexpr int kRestPort = 6820;
+constexpr const char* kModel = "walk/assistant";
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -64,7 +67,10 @@ class WalkthroughTest : public ::testing::Test {
     o.partition = "lab";
     o.gpus_per_node = kGpusPerNode;
     o.slurmrestd_port = kRestPort;
+    // The partitions of the inference controller's replicas (examples/cluster-12x4.toml's).
     o.extra_toml = fmt::format(
+        "[[cluster.partitions]]\nname = \"inference\"\nnodes = \"ALL\"\n"
+        "[[cluster.partitions]]\nname = \"inference_floor\"\nnodes = \"ALL\"\n"
         "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
         BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt");
     inventory_ = cluster_->WriteInventory(o);
@@ -112,6 +118,10 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   auto daemons = cluster_->StartControllerDaemons();
   ASSERT_TRUE(daemons) << daemons.error().message;
   const double controller_ms = MsSince(t0);
+
+  // The package's postinst made the `bmas` account on every host; a node's join gives it the
+  // replica key.
+  ASSERT_TRUE(BedCluster::EnsureServiceAccount());
 
   // oss0N# bmas node join TOKEN
   for (const char* node : {"oss01", "oss02", "oss03"}) {
@@ -217,6 +227,60 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   CommandOutput resume = In("mgs1", {"--config", config, "node", "resume", "oss02"});
   ASSERT_EQ(resume.exit_code, 0) << resume.err << resume.out;
   EXPECT_EQ(cluster_->WaitState("oss02", "idle"), "");
+
+  // mgs1# bmas inference deploy; systemctl start bmas-gateway bmas-inference-controller: both
+  // as the `bmas` account. The controller runs the replica as a Slurm job of that account on a
+  // node, serving TLS with that node's replica certificate; the gateway checks it against the
+  // replica CA that `cluster init` wrote in the state dir.
+  CommandOutput deployed = In("mgs1", {"--config", config, "inference", "deploy", kModel, "--min",
+                                       "1", "--max", "1", "--profile", "instant"});
+  ASSERT_EQ(deployed.exit_code, 0) << deployed.err << deployed.out;
+  auto inference = cluster_->StartInference({}, {"--interval", "0.5"});
+  ASSERT_TRUE(inference) << inference.error().message;
+  const DaemonProcess* controller = &inference->controller;
+  const DaemonProcess* gateway = &inference->gateway;
+
+  // The replica is ready at https://<a node's address>:PORT.
+  std::string listed;
+  std::string replica_host;
+  const auto deploy_start = Clock::now();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        listed = In("mgs1", {"--config", config, "inference", "list"}).out;
+        const size_t at = listed.find("https://");
+        if (at == std::string::npos || listed.find("ready") == std::string::npos) return false;
+        replica_host = listed.substr(at + 8, listed.find(':', at + 8) - at - 8);
+        return true;
+      },
+      controller->pid, std::chrono::seconds(90)))
+      << listed << bed_.LogTail("inference controller") << bed_.LogTail("gateway");
+  std::printf("the replica on a node ready %.0f ms after the controller started:\n%s",
+              MsSince(deploy_start), listed.c_str());
+  std::set<std::string> node_addresses;
+  for (size_t i = 1; i < bed_.hosts().size(); ++i) node_addresses.insert(bed_.hosts()[i].address);
+  EXPECT_EQ(node_addresses.count(replica_host), 1u) << listed;
+  // As the `bmas` account, with the node's replica key.
+  auto ps = bed_.Run("mgs1", {"pgrep", "-u", "bmas", "-f", "engine .*--ssl-keyfile .*replica.key"});
+  EXPECT_TRUE(ps && ps->exit_code == 0) << listed;
+
+  // The student's chat completion, through the gateway on mgs1 to the replica on the node.
+  const std::string body = fmt::format(
+      R"({{"model":"{}","messages":[{{"role":"user","content":"hello"}}],"max_tokens":8}})",
+      kModel);
+  std::string answer;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto r = bed_.Run("mgs1",
+                          {"curl", "-s", "-m", "20", "-H", "Authorization: Bearer " + api_key, "-H",
+                           "Content-Type: application/json", "-d", body,
+                           "http://10.200.0.1:8000/v1/chat/completions"},
+                          student);
+        answer = r ? r->out : r.error().message;
+        return answer.find("\"object\":\"chat.completion\"") != std::string::npos;
+      },
+      gateway->pid, std::chrono::seconds(30)))
+      << answer << bed_.LogTail("gateway");
+  std::printf("the student's answer: %.200s\n", answer.c_str());
 }
 
 }  // namespace
