@@ -7,8 +7,9 @@
 // all twelve GPUs with their telemetry; `bmas node list`; a node drained and resumed; the
 // controller's gateway and inference controller as their units run them (the `bmas` account),
 // a deployment whose replica runs on a node as that account and serves TLS with the node's
-// replica certificate, and a student's chat completion through the gateway to it. Still missing
-// here (issue 25): a workspace shell on a node's LXD.
+// replica certificate, and a student's chat completion through the gateway to it; the student's
+// workspace on oss01's LXD (which the join started) and their shell in it through oss01's
+// agent.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -71,8 +72,10 @@ class WalkthroughTest : public ::testing::Test {
     o.extra_toml = fmt::format(
         "[[cluster.partitions]]\nname = \"inference\"\nnodes = \"ALL\"\n"
         "[[cluster.partitions]]\nname = \"inference_floor\"\nnodes = \"ALL\"\n"
-        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
-        BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt");
+        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n{}",
+        BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt",
+        // Each node serves an LXD of its own, which its join starts: the students' workspaces.
+        bed_.LxdToml(node_ + "/etc-bmas"));
     inventory_ = cluster_->WriteInventory(o);
     nvml_values_ = bed_.dir() + "/shared/nvml.txt";
     std::ofstream values(nvml_values_);
@@ -122,6 +125,12 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   // The package's postinst made the `bmas` account on every host; a node's join gives it the
   // replica key.
   ASSERT_TRUE(BedCluster::EnsureServiceAccount());
+
+  // An unprivileged container's root (a high host uid) must get through to each node's LXD_DIR.
+  for (const std::string& d : {bed_.dir(), bed_.dir() + "/nodes"}) ::chmod(d.c_str(), 0711);
+  for (const char* node : {"oss01", "oss02", "oss03"}) {
+    ::chmod((bed_.dir() + "/nodes/" + node).c_str(), 0711);
+  }
 
   // oss0N# bmas node join TOKEN
   for (const char* node : {"oss01", "oss02", "oss03"}) {
@@ -281,6 +290,27 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
       gateway->pid, std::chrono::seconds(30)))
       << answer << bed_.LogTail("gateway");
   std::printf("the student's answer: %.200s\n", answer.c_str());
+
+  // The student's workspace on oss01's LXD, which oss01's join started: root makes it there
+  // (the image: the 1 MB busybox one the bed builds, for the Debian one a controller hands
+  // out), and the student, logged in on oss01, opens a shell in it through oss01's agent.
+  const std::string node_config = node_ + "/etc-bmas/bmas.toml";
+  CommandOutput image =
+      In("oss01", {"--config", node_config, "image", "build", "--base", "busybox"});
+  ASSERT_EQ(image.exit_code, 0) << image.err << image.out;
+  CommandOutput created = In("oss01", {"--config", node_config, "workspace", "create", student});
+  ASSERT_EQ(created.exit_code, 0) << created.err << created.out;
+  auto shell = bed_.Run("oss01",
+                        {"sh", "-c",
+                         fmt::format("printf 'echo in $(hostname) as $(id -un)\\nexit 3\\n' | {} "
+                                     "--config {} --state-dir {} workspace shell",
+                                     cluster_->student_bmas, node_config, node_ + "/bmas-state")},
+                        student, std::chrono::seconds(60));
+  ASSERT_TRUE(shell) << shell.error().message;
+  EXPECT_EQ(shell->exit_code, 3) << shell->err << shell->out;
+  EXPECT_NE(shell->out.find(fmt::format("in ws-{} as {}", student, student)), std::string::npos)
+      << shell->out << shell->err;
+  std::printf("the student's shell on oss01 said: %s", shell->out.c_str());
 }
 
 }  // namespace
