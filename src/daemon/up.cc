@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cluster/cluster_files.h"
 #include "common/config_table.h"
 #include "common/listen_socket.h"
 #include "common/private_files.h"
@@ -233,6 +234,7 @@ UpFacts GatherUpFacts(const UpOptions& options, const ServiceAccount& service,
   std::error_code ec;
   facts.system_config_exists = fs::exists(kSystemConfigPath, ec);
   facts.default_state_dir = fs::weakly_canonical(dir, ec) == fs::path(kDefaultStateDir);
+  facts.replica_ca = fs::exists(cluster::ReplicaCaPath(dir), ec);
   for (const std::string& file : {options.config.up.cluster, options.config.source}) {
     if (file.empty()) continue;
     try {

@@ -143,7 +143,8 @@ UpPartPlan Gateway(const UpOptions& options, const UpFacts& facts) {
 
 // Runs the deployment's replicas as Slurm jobs of the service account.
 // On the cluster's Slurm (UpSlurm::kCluster) the replicas run on the nodes: they listen on the
-// node's addresses and serve TLS with the replica certificate its join wrote in /etc/bmas.
+// node's addresses and, where `bmas cluster init` made the replica CA, serve TLS with the
+// replica certificate each node's join wrote in /etc/bmas.
 UpPartPlan Controller(const UpOptions& options, const UpFacts& facts, bool on_cluster) {
   const UpSettings& up = options.config.up;
   UpPartPlan p;
@@ -154,7 +155,7 @@ UpPartPlan Controller(const UpOptions& options, const UpFacts& facts, bool on_cl
   p.links.push_back({UpLinkTo::kGatewayMetrics, "--gateway", /*required=*/true});
   p.trailing_args = {"--port-base", std::to_string(up.replica_port_base), "--listen-host",
                      on_cluster ? "0.0.0.0" : "127.0.0.1"};
-  if (on_cluster) {
+  if (on_cluster && facts.replica_ca) {
     p.trailing_args.push_back("--replica-tls");
     p.trailing_args.push_back("/etc/bmas");
   }

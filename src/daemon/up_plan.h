@@ -54,6 +54,9 @@ struct UpFacts {
   // cluster's own Slurm, run as the system's services (a real controller), which up uses and
   // neither starts nor stops ("" when none).
   std::string cluster_slurm;
+  // The state dir holds the replica CA's public copy (`bmas cluster init` made the cluster's
+  // identity here): the nodes' joins wrote replica certificates, which the replicas serve with.
+  bool replica_ca = false;
 };
 
 enum class UpSlurm {

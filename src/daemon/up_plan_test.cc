@@ -289,6 +289,7 @@ TEST(UpPlanTest, WithSlurmOffUpDrivesTheClustersOwnSlurmAndStartsNoFrontForIt) {
   UpFacts facts = Equipped();
   facts.cluster_slurm = "https://mgs1:6821";
   facts.slurmrestd_https = "https://mgs1:6821";
+  facts.replica_ca = true;
   const UpPlan plan = PlanUp(options, facts);
   EXPECT_EQ(plan.slurm, UpSlurm::kCluster);
   EXPECT_TRUE(plan.slurm_runs);
@@ -309,6 +310,11 @@ TEST(UpPlanTest, WithSlurmOffUpDrivesTheClustersOwnSlurmAndStartsNoFrontForIt) {
   EXPECT_EQ(Args(ctl.begin(), ctl.begin() + 6),
             (Args{"--port-base", "18100", "--listen-host", "0.0.0.0", "--replica-tls", "/etc/bmas"}))
       << ::testing::PrintToString(ctl);
+  // Without the replica CA (no `cluster init` here) the replicas serve plain HTTP.
+  facts.replica_ca = false;
+  EXPECT_THAT(Part(PlanUp(options, facts), "controller").trailing_args,
+              Not(Contains("--replica-tls")));
+  facts.replica_ca = true;
 
   // A local Slurm that runs in the state dir still comes first.
   facts.slurm_running_url = "http://127.0.0.1:6820";
