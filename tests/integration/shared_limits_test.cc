@@ -187,6 +187,9 @@ TEST_F(SharedLimitsTest, EachGatewayHoldsItsPoolOfStoreConnections) {
   }
 }
 
+// The store goes away: the closed gateway refuses (503 naming the setting); the open one falls
+// back on its own limits, and fairness across gateways falls back on this gateway's own queue
+// (issue 27: the store-unreachable path of the report loop).
 TEST_F(SharedLimitsTest, StoreDownClosedRefusesAndOpenFallsBackOnOwnLimits) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({"--tpm", "100000"}, /*open_gateway=*/true));
   for (int g = 0; g < 2; ++g) {  // both admitted (and each gateway has the key in its cache)
@@ -202,6 +205,22 @@ TEST_F(SharedLimitsTest, StoreDownClosedRefusesAndOpenFallsBackOnOwnLimits) {
   auto open = Post(1, Completion(5));
   ASSERT_TRUE(open) << open.error().message;
   EXPECT_EQ(open->status, 200) << open->body;
+  // Fairness across gateways (gateway/fair_share.h) cannot exchange its reports either: the
+  // open gateway says so, once, and fills every backend slot as a gateway alone does, so it
+  // goes on serving.
+  EXPECT_TRUE(Eventually([&] {
+    return gateways_[1]->process().StderrText().find(
+               "cannot exchange reports through the store") != std::string::npos;
+  })) << gateways_[1]->process().StderrText();
+  const std::string log = gateways_[1]->process().StderrText();
+  const size_t first = log.find("fills every backend slot until the store answers");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("fills every backend slot", first + 1), std::string::npos) << log;
+  for (int i = 0; i < 3; ++i) {
+    auto again = Post(1, Completion(5));
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(again->status, 200) << again->body;
+  }
 }
 
 }  // namespace
