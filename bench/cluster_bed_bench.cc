@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "net_bed.h"
-#include "net_bed_join.h"
+#include "bed_cluster.h"
 
 namespace {
 
-using bmas::testbed::BedJoin;
+using bmas::testbed::BedCluster;
+using bmas::testbed::BedClusterOptions;
 using bmas::testbed::BedOptions;
-using bmas::testbed::JoinOptions;
 using bmas::testbed::NetBed;
 using Clock = std::chrono::steady_clock;
 
@@ -97,22 +97,24 @@ void BringUp(const std::string& bmas, int rep, std::vector<Series>& s) {
   Must(bed.Start(options), "the bed");
   const auto t0 = Clock::now();
   s[0].Add(Ms(t0 - t_bed));
-  BedJoin join(bed, JoinOptions{bmas, 4, false});
-  Must(join.WriteInventory(), "the inventory");
-  auto init = Must(join.InitController(), "cluster init");
-  const std::string token = BedJoin::Token(init.out);
+  BedCluster cluster(bed, bmas);
+  BedClusterOptions o;
+  o.gpus_per_node = 4;
+  cluster.WriteInventory(o);
+  auto init = Must(cluster.Init(), "cluster init");
+  const std::string token = BedCluster::Token(init);
   if (token.empty()) Fail("`bmas cluster init` printed no join line:\n" + init.out);
-  Must(join.StartJoinService(), "the join service");
+  Must(cluster.StartControllerDaemons(), "munged, slurmctld and the join service");
   const auto t_init = Clock::now();
   s[1].Add(Ms(t_init - t0));
   for (const std::string& node : bed.NodeNames()) {
     const auto t = Clock::now();
-    auto joined = Must(join.Join(node, token), "node join " + node);
+    auto joined = Must(cluster.Join(node, token), "node join " + node);
     if (joined.exit_code != 0) Fail(fmt::format("node join {}: {}", node, joined.err + joined.out));
     s[2].Add(Ms(Clock::now() - t));
   }
   for (const std::string& node : bed.NodeNames()) {
-    if (std::string last = join.WaitIdle(node, kPatience); !last.empty()) {
+    if (std::string last = cluster.WaitState(node, "idle", kPatience); !last.empty()) {
       Fail(fmt::format("{} was not idle: {}", node, last));
     }
   }
