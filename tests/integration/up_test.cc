@@ -473,8 +473,10 @@ TEST(UpTest, SlurmAndLxdDownRefuseWhatARunningUpOwnsAndTheNextUpAdoptsThem) {
   ASSERT_EQ(chmod(root.c_str(), 0755), 0);
   const std::string state = root + "/state";
   const std::string config = root + "/bmas.toml";
-  // Plain engine processes: the inference deployment's path has tests of its own.
-  std::ofstream(config) << kInstantConfig << "[up]\ninference = \"processes\"\n"
+  // Plain engine processes: the inference deployment's path has tests of its own. No default
+  // image: on a machine whose cache lacks it, up would build it (debootstrap, minutes), which
+  // the image tests cover.
+  std::ofstream(config) << kInstantConfig << "[up]\ninference = \"processes\"\nimage = false\n"
                         << fmt::format("[lxd]\ndir = \"{}/lxd\"\npool_size = \"2GiB\"\n", root);
   auto bmas = [&](const std::vector<std::string>& args, std::chrono::seconds timeout = 60s) {
     std::vector<std::string> argv = {"--config", config, "--state-dir", state};
