@@ -15,14 +15,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto r = ParseJoinRequest(text)) {
     auto again = ParseJoinRequest(FormatJoinRequest(*r));
     if (!again || again->secret != r->secret || again->host != r->host ||
-        again->address != r->address || again->csr_pem != r->csr_pem) {
+        again->address != r->address || again->csr_pem != r->csr_pem ||
+        again->replica_csr_pem != r->replica_csr_pem) {
       std::abort();
     }
   }
   if (auto r = ParseJoinReply(text)) {
     auto again = ParseJoinReply(FormatJoinReply(*r));
     if (!again || again->munge_key != r->munge_key || again->bmas_toml != r->bmas_toml ||
-        again->node_cert_pem != r->node_cert_pem || again->prolog != r->prolog) {
+        again->node_cert_pem != r->node_cert_pem || again->prolog != r->prolog ||
+        again->replica_cert_pem != r->replica_cert_pem) {
       std::abort();
     }
   }
