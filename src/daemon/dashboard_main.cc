@@ -134,12 +134,12 @@ class Refresher {
                           std::chrono::seconds(2), o_.ca_file);
       auto t = body ? dashboard::ParseAgentGpus(*body, agent)
                     : Result<dashboard::NodeTelemetry>(body.error());
-      if (t) {
-        s.telemetry.push_back(std::move(*t));
-      } else {
-        s.telemetry.push_back(dashboard::NodeTelemetry{agent, false, t.error().message, {}});
-      }
       Report("agent " + agent, t ? "" : t.error().message);
+      // No answer, or one that is not the agent's: the map shows its node's agent unreachable.
+      s.telemetry.push_back(t ? std::move(*t)
+                              : dashboard::NodeTelemetry{agent, false, t.error().message, {}, {},
+                                                         false});
+      s.telemetry.back().agent = agent;
     }
     ReadStore(s);
     // The plots: the previous state's points, and a new one each step.

@@ -8,25 +8,11 @@
 namespace bmas::dashboard {
 namespace {
 
-bool Drained(const NodeInfo& n) {
-  static const char* kUnusable[] = {"down", "drain", "drained", "draining", "fail", "failing",
-                                    "future", "unknown", "not_responding", "reboot"};
-  for (const char* s : kUnusable) {
-    if (n.state == s) return true;
-  }
-  return std::any_of(n.state_flags.begin(), n.state_flags.end(), [](const std::string& f) {
-    return f == "DRAIN" || f == "DRAINED" || f == "DRAINING" || f == "NOT_RESPONDING" ||
-           f == "FAIL";
-  });
-}
-
-
-const NodeTelemetry* TelemetryOf(const ClusterState& s, const std::string& name,
-                                 const std::string& hostname) {
-  for (const NodeTelemetry& t : s.telemetry) {
-    if (t.node == name || (!hostname.empty() && t.node == hostname)) return &t;
-  }
-  return nullptr;
+// A free GPU's cell on a node in `h`'s condition.
+const char* FreeGpuState(const NodeHealth& h, bool reserved) {
+  if (h.status == "drained" || h.status == "draining") return "drained";
+  if (h.status != "up") return "down";
+  return reserved ? "reserved" : "idle";
 }
 
 void ApplyTelemetry(const NodeTelemetry* t, NodeCell& cell) {
@@ -74,6 +60,7 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
         cell.gpus.push_back(std::move(g));
       }
       ApplyTelemetry(&t, cell);
+      cell.health = DescribeNode(NodeInfo{}, &t);
       map.push_back(std::move(cell));
     }
     return map;
@@ -85,12 +72,14 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
     cell.name = n.name;
     cell.state = n.state;
     cell.reason = n.reason;
+    const NodeTelemetry* agent = AgentOf(s.telemetry, n);
+    cell.health = DescribeNode(n, agent);
     const bool reserved = s.mode.research && std::find(s.mode.nodes.begin(), s.mode.nodes.end(),
                                                        n.name) != s.mode.nodes.end();
     for (int i = 0; i < n.gpus; ++i) {
       GpuCell g;
       g.index = i;
-      g.state = Drained(n) ? "drained" : reserved ? "reserved" : "idle";
+      g.state = FreeGpuState(cell.health, reserved);
       cell.gpus.push_back(std::move(g));
     }
     // Jobs with GPU indexes from Slurm first; then jobs Slurm gave no indexes for take the
@@ -131,7 +120,7 @@ std::vector<NodeCell> BuildClusterMap(const ClusterState& s) {
         --want;
       }
     }
-    ApplyTelemetry(TelemetryOf(s, n.name, n.hostname), cell);
+    ApplyTelemetry(agent, cell);
     map.push_back(std::move(cell));
   }
   return map;

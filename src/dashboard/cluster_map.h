@@ -8,14 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "dashboard/node_health.h"
 #include "dashboard/state.h"
 
 namespace bmas::dashboard {
 
 struct GpuCell {
   int index = 0;
-  // "training" (a Slurm job), "inference" (a replica job), "idle", "reserved" (research mode)
-  // or "drained" (the node is drained or down).
+  // "training" (a Slurm job), "inference" (a replica job), "idle", "reserved" (research mode),
+  // "drained" (the node is drained or draining: an admin's hold) or "down" (the node is down,
+  // not responding, or in a state Slurm does not know).
   std::string state;
   int64_t job_id = 0;
   std::string user;
@@ -35,6 +37,7 @@ struct NodeCell {
   std::string state;   // Slurm's, lower case: idle, mixed, allocated, down, ...; "" without Slurm
   std::string reason;  // why drained or down, as Slurm has it
   bool telemetry = false;  // an agent reported this node's GPUs
+  NodeHealth health;       // Slurm's state and the agent's, as the page shows them
   std::vector<GpuCell> gpus;
 };
 

@@ -226,7 +226,7 @@ TEST(QueueReasonTest, SaysWhatItWaitsForAndWhenItCouldStart) {
   JobInfo big = Pending(20, "bob", 9);  // more than the 8 GPUs that are not drained
   EXPECT_EQ(PendingExplanation(big, s, kNow), "waiting for 9 GPUs on whole nodes; no estimate: "
                                               "the GPUs it needs are held by jobs without a time "
-                                              "limit, or reserved or drained");
+                                              "limit, or reserved, drained or down");
   JobInfo six = Pending(21, "bob", 6);
   s.jobs.push_back(six);
   EXPECT_EQ(EstimateStartSeconds(six, s, kNow), 50 * 60);

@@ -89,8 +89,8 @@ std::string QueueOutlook::Explain(const JobInfo& job, int64_t now) const {
   if (!WaitsForGpus(job.reason)) return text;
   const auto eta = EstimateStartSeconds(job, now);
   if (!eta) {
-    text += "; no estimate: the GPUs it needs are held by jobs without a time limit, or reserved "
-            "or drained";
+    text += "; no estimate: the GPUs it needs are held by jobs without a time limit, or reserved, "
+            "drained or down";
   } else if (*eta == 0) {
     text += "; GPUs are free for it: it should start at the scheduler's next pass";
   } else {

@@ -25,12 +25,15 @@ struct GpuTelemetryRow {
   std::string user;
 };
 
-// An agent's /gpus: `up` false when it has no driver or its last read failed.
+// An agent's /gpus: `up` false when it has no driver or its last read failed, or when it did
+// not answer (`answered` false, `error` saying why).
 struct NodeTelemetry {
-  std::string node;
+  std::string node;  // as its sample names it; the agent's address when it has no sample
   bool up = false;
   std::string error;
   std::vector<GpuTelemetryRow> gpus;
+  std::string agent;     // the address the dashboard reads it at ("https://oss01:9400")
+  bool answered = true;  // false: no answer from it (refused, timed out, unreachable)
 };
 
 // A histogram as the gateway keeps it: counts per bucket (not cumulative), one more than

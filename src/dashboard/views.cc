@@ -196,12 +196,18 @@ std::string MeJson(const ClusterState& s, const Viewer& v) {
 std::string ClusterJson(const ClusterState& s, const Viewer& v) {
   return JsonObject([&](JsonWriter& w) {
     std::map<std::string, int64_t> totals = {{"gpus", 0},     {"training", 0}, {"inference", 0},
-                                             {"idle", 0},     {"reserved", 0}, {"drained", 0}};
+                                             {"idle", 0},     {"reserved", 0}, {"drained", 0},
+                                             {"down", 0}};
     ObjectsMember(w, "nodes", BuildClusterMap(s), [&](const NodeCell& n) {
       Str(w, "name", n.name);
       Str(w, "state", n.state);
       Str(w, "reason", n.reason);
       Member(w, "telemetry", n.telemetry);
+      Str(w, "status", n.health.status);
+      Member(w, "responding", n.health.responding);
+      Str(w, "agent", n.health.agent);
+      Str(w, "agent_error", n.health.agent_error);
+      Str(w, "status_text", n.health.text);
       ObjectsMember(w, "gpus", n.gpus, [&](const GpuCell& g) {
         ++totals["gpus"];
         ++totals[g.state];

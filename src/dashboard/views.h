@@ -15,7 +15,8 @@ namespace bmas::dashboard {
 
 // {"user", "admin", "now", "sources": {"slurm", "gateway", "store": {"ok", "error"}, "agents"}}
 std::string MeJson(const ClusterState& s, const Viewer& v);
-// {"nodes": [{"name", "state", "reason", "telemetry", "gpus": [{"index", "state", "job_id",
+// {"nodes": [{"name", "state", "reason", "telemetry", "status", "responding", "agent",
+// "agent_error", "status_text" (dashboard/node_health.h), "gpus": [{"index", "state", "job_id",
 // "user", "util", "mine", ...}]}], "totals": {...}, "mode"}
 std::string ClusterJson(const ClusterState& s, const Viewer& v);
 // {"pending": [...], "running": [...], "recent": [...], "totals": {...}}; pending jobs carry

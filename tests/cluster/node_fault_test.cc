@@ -1,33 +1,50 @@
 // Issue 25, faults on the test bed: a node that drops off the network in the middle of jobs.
+// The cluster is set up as an admin sets one up (bmas cluster init, slurmctld and slurmrestd in
+// mgs1, `bmas node join` in oss01..oss03, whose agents serve their GPUs' telemetry over TLS),
+// with SlurmdTimeout shortened to 5 s, and the dashboard runs in mgs1 reading every agent.
 // Two jobs run across two nodes each, both on oss02, one submitted with --requeue and one with
 // --no-requeue. oss02's link is cut at the bridge: slurmctld marks it DOWN once it has been
 // silent for SlurmdTimeout, the --requeue job goes back to the queue and the other fails with
-// NODE_FAIL, and `bmas node list` shows oss02 down to a student. The link comes back: oss02
-// returns to service by itself (ReturnToService=2, no admin step) and the requeued job runs
-// there again. The same with oss03's own interface taken down and up.
+// NODE_FAIL, `bmas node list` shows oss02 down to a student, and so does the dashboard (Slurm's
+// state, its GPUs down, its agent unreachable). The link comes back: oss02 returns to service
+// by itself (ReturnToService=2, no admin step), the requeued job runs there again, and the
+// dashboard shows it up with its GPUs' telemetry. The same with oss03's own interface taken
+// down and up.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 
+#include "bed_cluster.h"
+#include "bed_dashboard.h"
 #include "net_bed.h"
+#include "slurm/local_cluster.h"
 #include "test_helpers.h"
 
 namespace bmas::testbed {
 namespace {
 
+using bmas::testing::At;
 using bmas::testing::EnsureUnixUser;
-using bmas::testing::SharedBinaryIn;
+using bmas::testing::Int;
+using bmas::testing::Str;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUser = "bmas-fault-user";
 // What the bed's slurm.conf gives a silent node (a real cluster keeps Slurm's 300 s).
 constexpr int kSlurmdTimeoutS = 5;
 constexpr auto kPatience = std::chrono::seconds(120);  // a limit for waits, not a measure
+constexpr int kGpusPerNode = 4;
+constexpr int64_t kGpuMib = 81559;  // what fake NVML says each GPU has
+const std::vector<std::string> kNodes = {"oss01", "oss02", "oss03"};
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -35,22 +52,62 @@ class NodeFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "the test bed needs root";
-    if (std::getenv("BMAS_BINARY") == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
+    const char* bmas = std::getenv("BMAS_BINARY");
+    if (bmas == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
+    if (std::string why = slurm::LocalClusterPrerequisites(); !why.empty()) GTEST_SKIP() << why;
     BedOptions options;
     options.name = "node-fault";
-    options.nodes = 3;
-    options.slurmd_timeout_s = kSlurmdTimeoutS;
-    options.slurmrestd = true;
+    options.nodes = static_cast<int>(kNodes.size());
     auto started = bed_.Start(options);
     ASSERT_TRUE(started) << started.error().message;
-    auto slurm = bed_.StartSlurm(std::chrono::seconds(60));
-    ASSERT_TRUE(slurm) << slurm.error().message;
+    cluster_ = std::make_unique<BedCluster>(bed_, bmas);
+    const std::string node = bed_.dir() + "/node";
+    BedClusterOptions o;
+    o.cluster_name = "fault";
+    o.gpus_per_node = kGpusPerNode;
+    o.slurmrestd_port = 6820;
+    o.extra_toml = fmt::format(
+        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
+        BMAS_FAKE_NVML_LIBRARY, node + "/bmas-state/cluster/ca.crt");
+    cluster_->WriteInventory(o);
+    const std::string nvml = bed_.dir() + "/shared/nvml.txt";
+    std::ofstream values(nvml);
+    for (int i = 0; i < kGpusPerNode; ++i) {
+      values << fmt::format(
+          "uuid=GPU-fault-{} name=NVIDIA_H100_80GB_HBM3 util=3 mem_used_mib=0 mem_total_mib={} "
+          "power_mw=70000 temp=30 mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
+          i, kGpuMib);
+    }
+    values.close();
+    ASSERT_EQ(::chmod(nvml.c_str(), 0644), 0);
+
+    auto init = cluster_->Init();
+    ASSERT_TRUE(init) << init.error().message;
+    // bmas writes Slurm's SlurmdTimeout of 300 s; the bed's is short, so that a cut node goes
+    // down in seconds. ReturnToService=2 is bmas's own.
+    auto timeout = bed_.Run(
+        "mgs1", {"sed", "-i", fmt::format("s/^SlurmdTimeout=.*/SlurmdTimeout={}/", kSlurmdTimeoutS),
+                 "/etc/slurm/slurm.conf"});
+    ASSERT_TRUE(timeout && timeout->exit_code == 0) << (timeout ? timeout->err : "");
+    auto conf = bed_.Run("mgs1", {"grep", "-E", "^(SlurmdTimeout|ReturnToService)=",
+                                  "/etc/slurm/slurm.conf"});
+    ASSERT_TRUE(conf);
+    ASSERT_EQ(conf->out, fmt::format("SlurmdTimeout={}\nReturnToService=2\n", kSlurmdTimeoutS));
+    auto daemons = cluster_->StartControllerDaemons();
+    ASSERT_TRUE(daemons) << daemons.error().message;
+    ASSERT_TRUE(BedCluster::EnsureServiceAccount());  // a join hands it the node's replica key
+    for (const std::string& n : kNodes) {
+      auto joined = cluster_->Join(n, BedCluster::Token(*init), false, {"BMAS_FAKE_NVML=" + nvml});
+      ASSERT_TRUE(joined) << joined.error().message;
+      ASSERT_EQ(joined->exit_code, 0) << n << ": " << joined->err << joined->out;
+    }
+    for (const std::string& n : kNodes) ASSERT_EQ(cluster_->WaitState(n, "idle"), "") << n;
     user_ = EnsureUnixUser(kUser);
-    bmas_ = SharedBinaryIn(bed_.dir());
+    dashboard_ = std::make_unique<BedDashboard>(bed_, *cluster_, bmas);
   }
 
   void TearDown() override {
-    if (bmas_.empty()) return;
+    if (!cluster_) return;
     bed_.Stop();
     EXPECT_EQ(bed_.Leftovers(), std::vector<std::string>{});
   }
@@ -72,23 +129,84 @@ class NodeFaultTest : public ::testing::Test {
 
   std::string JobState(const std::string& id) { return bed_.Job(id)["JobState"]; }
 
-  // `bmas node list --json` in mgs1 as the student, through the bed's slurmrestd.
+  // `bmas node list --json` in mgs1 as the student, through the controller's slurmrestd.
   std::string NodeList() {
-    auto r = bed_.Run("mgs1",
-                      {bmas_, "--state-dir", bed_.dir() + "/node/bmas-state", "--config",
-                       bed_.InventoryPath(), "node", "list", "--json"},
-                      user_, std::chrono::seconds(60));
+    auto r = cluster_->Bmas("mgs1", {"--config", cluster_->inventory(), "node", "list", "--json"},
+                            user_);
     if (!r) return r.error().message;
     EXPECT_EQ(r->exit_code, 0) << r->err;
     return r->out;
   }
 
+  // The dashboard's map as the student reads it (/api/cluster, what its Cluster page draws),
+  // until `shown` holds of it or kPatience passes; the last answer when it never does.
+  template <typename F>
+  std::string UntilShown(F shown) {
+    std::string raw;
+    const bool ok = WaitFor(
+        [&] {
+          auto map = dashboard_->Map(user_, key_, raw);
+          return shown(map);
+        },
+        0, kPatience);
+    return ok ? "" : raw + "\n" + dashboard_->LogTail();
+  }
+
+  // The dashboard shows `node` down: Slurm's state, its GPUs down and without telemetry, and
+  // its agent unreachable.
+  static bool ShownDown(const rapidjson::Value& map, const std::string& node) {
+    const rapidjson::Value& n = MapNode(map, node);
+    if (!Str(At(n, "state")).starts_with("down") || Str(At(n, "status")) != "down" ||
+        Str(At(n, "agent")) != "unreachable" || !At(n, "telemetry").IsFalse()) {
+      return false;
+    }
+    const rapidjson::Value& gpus = At(n, "gpus");
+    if (!gpus.IsArray() || gpus.Size() != kGpusPerNode) return false;
+    for (const rapidjson::Value& g : gpus.GetArray()) {
+      if (Str(At(g, "state")) != "down" || !At(g, "util").IsNull()) return false;
+    }
+    return true;
+  }
+
+  // The dashboard shows `node` up: in service, its agent answering, each GPU's telemetry.
+  static bool ShownServing(const rapidjson::Value& map, const std::string& node) {
+    const rapidjson::Value& n = MapNode(map, node);
+    if (Str(At(n, "status")) != "up" || Str(At(n, "agent")) != "ok" ||
+        !At(n, "telemetry").IsTrue() || !At(n, "responding").IsTrue()) {
+      return false;
+    }
+    const rapidjson::Value& gpus = At(n, "gpus");
+    if (!gpus.IsArray() || gpus.Size() != kGpusPerNode) return false;
+    for (const rapidjson::Value& g : gpus.GetArray()) {
+      if (Str(At(g, "state")) == "down" || Int(At(g, "mem_total_mb")) != kGpuMib ||
+          !At(g, "util").IsInt()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   NetBed bed_;
+  std::unique_ptr<BedCluster> cluster_;
+  std::unique_ptr<BedDashboard> dashboard_;
   std::string user_;
-  std::string bmas_;
+  std::string key_;  // the student's API key
 };
 
 TEST_F(NodeFaultTest, ANodeCutOffGoesDownItsJobsRequeueOrFailAndItServesAgainWhenItsLinkIsBack) {
+  // The dashboard in mgs1, reading every node's agent; the student signs in with their key and
+  // sees every node up, with its GPUs' telemetry.
+  auto key = dashboard_->KeyFor(user_);
+  ASSERT_TRUE(key) << key.error().message;
+  key_ = *key;
+  auto dashboard = dashboard_->Start(kNodes);
+  ASSERT_TRUE(dashboard) << dashboard.error().message;
+  ASSERT_EQ(UntilShown([&](const rapidjson::Value& map) {
+              return std::all_of(kNodes.begin(), kNodes.end(),
+                                 [&](const std::string& n) { return ShownServing(map, n); });
+            }),
+            "");
+
   const std::vector<std::string> common = {"-N2", "--mem=64", "--chdir=/tmp", "-o", "/dev/null"};
   auto job = [&](const std::string& nodes, const std::string& policy) {
     std::vector<std::string> args = common;
@@ -136,6 +254,27 @@ TEST_F(NodeFaultTest, ANodeCutOffGoesDownItsJobsRequeueOrFailAndItServesAgainWhe
   EXPECT_NE(row.find("Not responding"), std::string::npos) << list;
   EXPECT_NE(list.find("\"name\":\"oss01\""), std::string::npos) << list;
 
+  // What the dashboard shows the student: oss02 down with Slurm's reason, its GPUs down, its
+  // agent unreachable, and what brings it back; the other nodes serve, with their telemetry.
+  std::string map_text;
+  ASSERT_EQ(UntilShown([&](const rapidjson::Value& map) {
+              return ShownDown(map, "oss02") && ShownServing(map, "oss01") &&
+                     ShownServing(map, "oss03");
+            }),
+            "");
+  {
+    auto map = dashboard_->Map(user_, key_, map_text);
+    const rapidjson::Value& n = MapNode(map, "oss02");
+    EXPECT_EQ(Str(At(n, "reason")), "Not responding") << map_text;
+    EXPECT_TRUE(At(n, "responding").IsFalse()) << map_text;
+    EXPECT_NE(Str(At(n, "agent_error")), "") << map_text;
+    EXPECT_TRUE(Str(At(n, "status_text")).starts_with("down: Not responding.")) << map_text;
+    EXPECT_NE(Str(At(n, "status_text")).find("its agent does not answer"), std::string::npos)
+        << map_text;
+    EXPECT_EQ(Int(At(At(map, "totals"), "down")), kGpusPerNode) << map_text;
+    std::printf("the dashboard's oss02: %s\n", Str(At(n, "status_text")).c_str());
+  }
+
   // The link back: oss02 serves again with no admin step, and the requeued job runs there.
   ASSERT_TRUE(bed_.RestoreLink("oss02"));
   const auto back = Until([&] { return Serving("oss02"); });
@@ -151,13 +290,19 @@ TEST_F(NodeFaultTest, ANodeCutOffGoesDownItsJobsRequeueOrFailAndItServesAgainWhe
   const std::string again = listed.substr(listed.find("\"name\":\"oss02\""));
   EXPECT_EQ(again.substr(0, again.find('}')).find("\"state\":\"down"), std::string::npos)
       << listed;
+  // And the dashboard shows it up again, its agent answering with its GPUs' telemetry.
+  EXPECT_EQ(UntilShown([&](const rapidjson::Value& map) { return ShownServing(map, "oss02"); }),
+            "");
 
   // The node's own interface down and up (no job there): down, then back by itself, and a
   // student's step runs on it.
   ASSERT_TRUE(bed_.CutLink("oss03", LinkEnd::kHost));
   ASSERT_GE(Seconds(Until([&] { return Down("oss03"); })), 0) << bed_.NodeState("oss03");
+  EXPECT_EQ(UntilShown([&](const rapidjson::Value& map) { return ShownDown(map, "oss03"); }), "");
   ASSERT_TRUE(bed_.RestoreLink("oss03", LinkEnd::kHost));
   ASSERT_GE(Seconds(Until([&] { return Serving("oss03"); })), 0) << bed_.NodeState("oss03");
+  EXPECT_EQ(UntilShown([&](const rapidjson::Value& map) { return ShownServing(map, "oss03"); }),
+            "");
   auto step = bed_.Run("mgs1", {"srun", "-w", "oss03", "--mem=64", "hostname"}, user_,
                        std::chrono::seconds(60));
   ASSERT_TRUE(step) << step.error().message;

@@ -65,7 +65,18 @@ async function api(p) {
 
 // ---- pages ---------------------------------------------------------------------------------
 
-const GPU_STATES = ["training", "inference", "idle", "reserved", "drained"];
+const GPU_STATES = ["training", "inference", "idle", "reserved", "drained", "down"];
+// A node's condition in a few words, beside its name (dashboard/node_health.h has the rest).
+const STATUS_WORDS = { up: "", not_responding: "not responding", down: "down",
+  draining: "draining", drained: "drained", unknown: "" };
+const AGENT_WORDS = { ok: "", none: "no telemetry", no_telemetry: "no telemetry",
+  unreachable: "agent unreachable" };
+
+function nodeLabel(n) {
+  const words = [STATUS_WORDS[n.status] === "" ? n.state : STATUS_WORDS[n.status] || n.state,
+    AGENT_WORDS[n.agent]].filter(Boolean);
+  return words.join(" · ");
+}
 
 function clusterPage(c) {
   const t = c.totals;
@@ -74,14 +85,16 @@ function clusterPage(c) {
     el("p", { class: "totals" },
       el("span", {}, `${t.gpus} GPUs`), el("span", {}, `${t.training} training`),
       el("span", {}, `${t.inference} inference`), el("span", {}, `${t.idle} idle`),
-      el("span", {}, `${t.reserved} reserved`), el("span", {}, `${t.drained} drained`)),
+      el("span", {}, `${t.reserved} reserved`), el("span", {}, `${t.drained} drained`),
+      el("span", {}, `${t.down} down`)),
     el("p", { class: "legend" }, GPU_STATES.map((s) =>
       el("span", {}, el("i", { class: `gpu ${s}` }), s)), el("span", {}, "outlined: yours")),
     el("div", { class: "nodes" }, c.nodes.map((n) =>
-      el("div", { class: "node", "data-node": n.name },
-        el("h4", {}, el("span", {}, n.name),
-          el("span", { class: "muted" }, n.state + (n.telemetry ? "" : " · no telemetry"))),
-        n.reason ? el("p", { class: "muted" }, n.reason) : null,
+      el("div", { class: `node ${n.status} agent-${n.agent}`, "data-node": n.name,
+        "data-status": n.status, "data-agent": n.agent, title: n.status_text },
+        el("h4", {}, el("span", {}, n.name), el("span", { class: "status" }, nodeLabel(n))),
+        n.status !== "up" || n.agent === "unreachable" || n.agent === "no_telemetry"
+          ? el("p", { class: "status-text" }, n.status_text) : null,
         el("div", { class: "gpus" }, n.gpus.map((g) =>
           el("div", {
             class: `gpu ${g.state}${g.mine ? " mine" : ""}`,
