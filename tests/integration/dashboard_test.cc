@@ -203,7 +203,8 @@ TEST_F(DashboardTest, AStudentSeesTheirJobsOnTheMapAndInTheQueueButNotOthersDeta
   ASSERT_TRUE(browser) << browser.error().message;
   EXPECT_EQ(browser->exit_code, 0) << browser->out << browser->err;
   std::cout << browser->out;
-  for (const char* name : {"login", "cluster", "queue", "inference", "users", "mode", "refused"}) {
+  for (const char* name :
+       {"login", "cluster", "node-down", "queue", "inference", "users", "mode", "refused"}) {
     EXPECT_TRUE(fs::exists(shots + "/" + name + ".png")) << name;
   }
   EXPECT_EQ(Bmas({"cancel", running}, student).exit_code, 0);

@@ -1,7 +1,8 @@
 // The dashboard in a real browser (Debian's headless Chromium through puppeteer-core): sign in
-// with a key, see the map with a running job's GPUs marked, a pending job's reason in words,
-// every page, live refresh, and a non-admin refused another user's details. Saves a
-// screenshot of each page. Exits non-zero on the first failed check, naming it.
+// with a key, see the map with a running job's GPUs marked (and how it draws a node that is
+// down, its agent unreachable), a pending job's reason in words, every page, live refresh, and
+// a non-admin refused another user's details. Saves a screenshot of each page. Exits non-zero
+// on the first failed check, naming it.
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
@@ -86,6 +87,42 @@ try {
       assert.match(c.cls, /mine/);
     }
     await shot(page, "cluster");
+  });
+  await check("each node says it serves; a node down with its agent unreachable says so", async () => {
+    const states = await page.$$eval(".node", (es) => es.map((e) => e.dataset.status));
+    assert.ok(states.length > 0 && states.every((s) => s === "up"), `every node up: ${states}`);
+    // The map as /api/cluster gives it, with one idle node as the bed's fault test sees a node
+    // whose link is cut (tests/cluster/node_fault_test.cc): how the page draws it.
+    const map = await page.evaluate(async () => (await fetch("/api/cluster")).json());
+    const down = map.nodes.find((n) => n.gpus.every((g) => !g.job_id));
+    assert.ok(down, "a node without jobs");
+    Object.assign(down, {
+      state: "down", reason: "Not responding", telemetry: false, status: "down", responding: false,
+      agent: "unreachable",
+      agent_error: `connect to the agent at https://${down.name}:9400 failed: no answer within 2000 ms`,
+    });
+    down.status_text = "down: Not responding. No job runs there; it serves again by itself once " +
+      "its slurmd answers (ReturnToService=2): check its network and slurmd; its agent does not " +
+      `answer (${down.agent_error}): check the node's network and its bmas agent`;
+    for (const g of down.gpus) Object.assign(g, { state: "down", util: null, mem_total_mb: 0 });
+    map.totals.down = down.gpus.length;
+    map.totals.idle -= down.gpus.length;
+    const p = await userContext.newPage();
+    await p.setViewport({ width: 1280, height: 900 });
+    await p.setRequestInterception(true);
+    p.on("request", (r) => (new URL(r.url()).pathname === "/api/cluster"
+      ? r.respond({ status: 200, contentType: "application/json", body: JSON.stringify(map) })
+      : r.continue()));
+    await p.goto(`${url}/cluster`, { waitUntil: "networkidle0" });
+    const card = `.node[data-node="${down.name}"]`;
+    await p.waitForSelector(`${card}[data-status="down"][data-agent="unreachable"]`, { timeout: 15000 });
+    assert.equal(await p.$eval(`${card} h4 .status`, (e) => e.textContent), "down · agent unreachable");
+    assert.equal(await p.$eval(`${card} .status-text`, (e) => e.textContent), down.status_text);
+    assert.equal(await p.$eval(card, (e) => e.title), down.status_text);
+    assert.equal((await p.$$(`${card} .gpu.down`)).length, down.gpus.length);
+    assert.equal((await p.$$(".node .status-text")).length, 1, "only the down node has words");
+    await shot(p, "node-down");
+    await p.close();
   });
   await check("the page refreshes itself without reloading", async () => {
     const before = await page.$eval("#updated", (e) => e.textContent);
