@@ -1,6 +1,7 @@
 #include "gateway/sse.h"
 
 #include <charconv>
+#include <cstring>
 
 #include <simdjson.h>
 
@@ -66,8 +67,13 @@ size_t TrailingUsage(std::string_view json) {
   constexpr std::string_view kKey = "\"usage\"";
   json = TrimJsonSpace(json);
   if (!json.ends_with('}') || json.size() < kKey.size() + 2) return std::string_view::npos;
-  size_t key = json.size() - kKey.size() - 1;
-  while (key > 0 && !(json[key] == '"' && json.substr(key, kKey.size()) == kKey)) --key;
+  // Back from the end, quote by quote (memrchr finds each).
+  size_t key = json.size() - kKey.size();
+  while (const void* quote = memrchr(json.data(), '"', key)) {
+    key = static_cast<const char*>(quote) - json.data();
+    if (json.substr(key, kKey.size()) == kKey) break;
+  }
+  if (json.substr(key, kKey.size()) != kKey) return std::string_view::npos;
   const std::string_view before = TrimJsonSpace(json.substr(0, key));
   if (!before.ends_with(',') && !before.ends_with('{')) return std::string_view::npos;
   std::string_view value = TrimJsonSpace(json.substr(key + kKey.size()));
@@ -79,12 +85,11 @@ size_t TrailingUsage(std::string_view json) {
 
 // The index after the string that starts at text[i] (a quote); npos if it does not end.
 size_t SkipString(std::string_view text, size_t i) {
-  for (++i; i < text.size(); ++i) {
-    if (text[i] == '\\') {
-      ++i;
-    } else if (text[i] == '"') {
-      return i + 1;
-    }
+  while (const void* quote = memchr(text.data() + i + 1, '"', text.size() - i - 1)) {
+    i = static_cast<const char*>(quote) - text.data();
+    size_t backslashes = 0;
+    while (text[i - 1 - backslashes] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return i + 1;  // not escaped
   }
   return std::string_view::npos;
 }
