@@ -302,7 +302,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
 void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const {
   const TimePoint now = env_.Now();
   writer.AddHeader("Server-Timing",
-                   ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()));
+                   ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()).view());
 }
 
 awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,

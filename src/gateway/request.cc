@@ -193,30 +193,32 @@ namespace {
 // `name;dur=` and the milliseconds with three decimals, from whole microseconds in integers:
 // std::to_chars of a double with a precision was half of the header's cost, and fmt's
 // format-string parse more still (G1's profiles).
-void AppendDuration(std::string& out, std::string_view name, double seconds) {
+char* AppendDuration(char* out, std::string_view name, double seconds) {
   const double us = std::round(std::clamp(seconds, 0.0, 1e9) * 1e6);
   const uint64_t n = static_cast<uint64_t>(us);
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof(digits), n / 1000).ptr;
+  out = std::copy(name.begin(), name.end(), out);
+  out = std::copy_n(";dur=", 5, out);
+  out = std::to_chars(out, out + 24, n / 1000).ptr;
   const unsigned frac = static_cast<unsigned>(n % 1000);
-  const char decimals[4] = {'.', static_cast<char>('0' + frac / 100),
-                            static_cast<char>('0' + frac / 10 % 10),
-                            static_cast<char>('0' + frac % 10)};
-  out.append(name).append(";dur=").append(digits, end).append(decimals, sizeof(decimals));
+  *out++ = '.';
+  *out++ = static_cast<char>('0' + frac / 100);
+  *out++ = static_cast<char>('0' + frac / 10 % 10);
+  *out++ = static_cast<char>('0' + frac % 10);
+  return out;
 }
 
 }  // namespace
 
-std::string ServerTiming(double total_s, double queue_s, double upstream_s) {
+ServerTimingText ServerTiming(double total_s, double queue_s, double upstream_s) {
   const double gateway_s = std::max(0.0, total_s - queue_s - upstream_s);
-  std::string out;
-  out.reserve(64);
-  AppendDuration(out, "gw", gateway_s);
-  out.append(", ");
-  AppendDuration(out, "queue", queue_s);
-  out.append(", ");
-  AppendDuration(out, "upstream", upstream_s);
-  return out;
+  ServerTimingText text;
+  char* out = AppendDuration(text.data.data(), "gw", gateway_s);
+  out = std::copy_n(", ", 2, out);
+  out = AppendDuration(out, "queue", queue_s);
+  out = std::copy_n(", ", 2, out);
+  out = AppendDuration(out, "upstream", upstream_s);
+  text.size = static_cast<size_t>(out - text.data.data());
+  return text;
 }
 
 }  // namespace bmas::gateway
