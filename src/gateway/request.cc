@@ -70,6 +70,37 @@ std::optional<std::string_view> RepeatedKey(simdjson::dom::object obj) {
   return least;
 }
 
+// The members ParseCompletionBody reads, found in one pass over the request's object (each
+// look-up by key is a pass of its own); a member the request lacks is NO_SUCH_FIELD.
+struct Members {
+  using Member = simdjson::simdjson_result<simdjson::dom::element>;
+  Member model{simdjson::NO_SUCH_FIELD}, stream{simdjson::NO_SUCH_FIELD},
+      stop{simdjson::NO_SUCH_FIELD}, stream_options{simdjson::NO_SUCH_FIELD},
+      prompt{simdjson::NO_SUCH_FIELD}, messages{simdjson::NO_SUCH_FIELD},
+      instructions{simdjson::NO_SUCH_FIELD}, input{simdjson::NO_SUCH_FIELD};
+  // max_tokens, max_completion_tokens, max_output_tokens: the first that is positive counts.
+  std::array<Member, 3> max_tokens{Member{simdjson::NO_SUCH_FIELD}, Member{simdjson::NO_SUCH_FIELD},
+                                   Member{simdjson::NO_SUCH_FIELD}};
+
+  explicit Members(simdjson::dom::object obj) {
+    for (auto [key, value] : obj) {
+      Member* member = key == "model"                   ? &model
+                       : key == "prompt"                ? &prompt
+                       : key == "messages"              ? &messages
+                       : key == "stream"                ? &stream
+                       : key == "max_tokens"            ? &max_tokens[0]
+                       : key == "max_completion_tokens" ? &max_tokens[1]
+                       : key == "max_output_tokens"     ? &max_tokens[2]
+                       : key == "stop"                  ? &stop
+                       : key == "stream_options"        ? &stream_options
+                       : key == "input"                 ? &input
+                       : key == "instructions"          ? &instructions
+                                                        : nullptr;
+      if (member != nullptr && member->error()) *member = Member(simdjson::dom::element(value));
+    }
+  }
+};
+
 }  // namespace
 
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
@@ -87,18 +118,19 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
   }
 
   CompletionFields f;
+  Members m(obj);
   std::string_view model;
-  if (obj["model"].get_string().get(model)) {
+  if (m.model.get_string().get(model)) {
     return InvalidArgument("'model' is required and must be a string", "model");
   }
   f.model = std::string(model);
   simdjson::dom::element e;
-  if (!obj["stream"].get(e) && !e.is_null()) {
+  if (!m.stream.get(e) && !e.is_null()) {
     bool stream;
     if (e.get_bool().get(stream)) return InvalidArgument("'stream' must be a boolean", "stream");
     f.stream = stream;
   }
-  if (!obj["stop"].get(e) && !e.is_null() && !e.is_string()) {
+  if (!m.stop.get(e) && !e.is_null() && !e.is_string()) {
     simdjson::dom::array stops;
     if (e.get_array().get(stops)) {
       return InvalidArgument("'stop' must be a string or an array of strings", "stop");
@@ -114,30 +146,30 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
       }
     }
   }
-  for (const char* key : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+  for (Members::Member& max_tokens : m.max_tokens) {
     int64_t n = 0;
-    if (!obj[key].get_int64().get(n) && n > 0) {
+    if (!max_tokens.get_int64().get(n) && n > 0) {
       f.max_tokens = n;
       break;
     }
   }
   bool include_usage = false;
-  if (!obj["stream_options"]["include_usage"].get_bool().get(include_usage)) {
+  if (!m.stream_options["include_usage"].get_bool().get(include_usage)) {
     f.client_wants_usage = include_usage;
   }
   std::string_view text;
   simdjson::dom::array messages;
-  if (!obj["prompt"].get_string().get(text)) {
+  if (!m.prompt.get_string().get(text)) {
     f.lead = std::string(text.substr(0, kLeadBytes));
     f.prompt_chars = static_cast<int64_t>(text.size());
-  } else if (!obj["messages"].get_array().get(messages)) {
+  } else if (!m.messages.get_array().get(messages)) {
     AddMessages(messages, f);
   } else {
     // The Responses API: instructions, then input (one user message, or messages).
-    if (!obj["instructions"].get_string().get(text)) AddMessage("system", text, f);
-    if (!obj["input"].get_string().get(text)) {
+    if (!m.instructions.get_string().get(text)) AddMessage("system", text, f);
+    if (!m.input.get_string().get(text)) {
       AddMessage("user", text, f);
-    } else if (!obj["input"].get_array().get(messages)) {
+    } else if (!m.input.get_array().get(messages)) {
       AddMessages(messages, f);
     }
   }
