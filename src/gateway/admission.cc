@@ -99,7 +99,7 @@ Ticket Admission::Enqueue(AdmissionRequest request, double now) {
   mq.queue.Push(ticket, request.user, request.weight);
   mq.last_request[request.user] = now;
   mq.charged[request.user].weight = request.weight;
-  ticket_model_.emplace(ticket, request.model);
+  ticket_model_.emplace(ticket, &mq);
   request.enqueued_at = now;
   if (request.resumed) mq.resumed.push_back(ticket);
   mq.waiting.emplace(ticket, std::move(request));
@@ -117,7 +117,7 @@ double Admission::OldestWait(const std::string& model, double now) const {
 bool Admission::Remove(Ticket ticket) {
   auto t = ticket_model_.find(ticket);
   if (t == ticket_model_.end()) return false;
-  ModelQueue& mq = queues_.at(t->second);
+  ModelQueue& mq = *t->second;
   mq.queue.Remove(ticket);
   mq.waiting.erase(ticket);
   ticket_model_.erase(t);

@@ -186,7 +186,8 @@ class Admission {
   Router router_;
   std::vector<std::unique_ptr<AdmissionBackend>> backends_;
   std::map<std::string, ModelQueue> queues_;  // never removed
-  std::unordered_map<Ticket, std::string> ticket_model_;  // waiting tickets
+  // Waiting tickets, to their model's queue (queues_ never removes one: the pointers hold).
+  std::unordered_map<Ticket, ModelQueue*> ticket_model_;
   Ticket next_ticket_ = 1;
   // Dispatch's scratch, kept between calls for its memory.
   std::vector<AdmissionBackend*> open_, candidates_;

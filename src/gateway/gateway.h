@@ -308,8 +308,12 @@ class Gateway {
 
   MetricsRegistry metrics_;
   std::map<int, Counter*> requests_by_status_;
-  std::map<std::tuple<std::string, std::string, std::string>, Counter*, ViewTupleLess>
-      tokens_;  // user, model, kind
+  // Per user and model, bmas_gateway_tokens_total of each kind: one look-up a request.
+  struct TokenCounters {
+    Counter* prompt;
+    Counter* completion;
+  };
+  std::map<std::tuple<std::string, std::string>, TokenCounters, ViewTupleLess> tokens_;
   Counter& resumed_streams_;
   Histogram& queue_wait_;
   Histogram& ttft_;

@@ -44,6 +44,16 @@ struct Gateway::Backend {
 
 using Clock = std::chrono::steady_clock;
 
+// The value of the first field `name` of a request's or response's head, or "": a walk over its
+// few fields, where Beast's look-up compares names case-insensitively in a tree.
+template <class Fields>
+std::string_view FirstField(const Fields& fields, http::field name) {
+  for (const auto& field : fields) {
+    if (field.name() == name) return field.value();
+  }
+  return {};
+}
+
 struct Gateway::Request {
   size_t worker = 0;  // the worker the client's connection runs on
   std::string user;

@@ -28,14 +28,14 @@ constexpr std::string_view kBearer = "Bearer ";
 }  // namespace
 
 std::optional<Gateway::Authenticated> Gateway::AuthenticateAtOnce(const HttpRequest& request) {
-  auto header = request[http::field::authorization];
+  const std::string_view header = FirstField(request, http::field::authorization);
   // Before any look-up: only a bearer of a key's form and length is worth one, or a place in
   // the cache.
   if (header.size() <= kBearer.size() || header.size() > kBearer.size() + kMaxKeyLength ||
       header.substr(0, kBearer.size()) != kBearer) {
     return Authenticated{};
   }
-  const std::string key(header.substr(kBearer.size()));
+  const std::string_view key = header.substr(kBearer.size());
   if (!IsWellFormedKey(key)) return Authenticated{};
   std::lock_guard lock(mu_);
   if (auto cached = keys_.Get(key)) return Authenticated{std::move(cached)};
@@ -46,7 +46,7 @@ awaitable<Gateway::Authenticated> Gateway::Authenticate(const HttpRequest& reque
                                                         const ResponseWriter& writer) {
   if (std::optional<Authenticated> known = AuthenticateAtOnce(request)) co_return *known;
   // A well-formed bearer that the cache lacks.
-  const std::string key(request[http::field::authorization].substr(kBearer.size()));
+  const std::string key(FirstField(request, http::field::authorization).substr(kBearer.size()));
   // Only a key the cache lacks needs the client's address (a getpeername(2) per request was
   // 1 of the 5.5 system calls a relayed request cost).
   const std::string address = writer.remote_address();

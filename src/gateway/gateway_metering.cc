@@ -57,20 +57,22 @@ void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t comple
   // passed; the rest of the true usage is charged now.
   admission_.Charge(r.model, r.user, r.weight,
                     prompt - r.prompt_estimate + completion - already_charged);
-  for (const auto& [kind, n] : {std::pair<const char*, int64_t>{"prompt", prompt}, {"completion", completion}}) {
-    auto it = tokens_.find(std::tuple<std::string_view, std::string_view, std::string_view>(
-        r.user, r.model, kind));
-    if (it == tokens_.end()) {
-      it = tokens_
-               .emplace(std::make_tuple(r.user, r.model, std::string(kind)),
-                        &metrics_.AddCounter(
-                               "bmas_gateway_tokens_total", "Tokens metered, by user, model and kind.",
-                               fmt::format("user=\"{}\",model=\"{}\",kind=\"{}\"",
-                                           EscapeLabelValue(r.user), EscapeLabelValue(r.model), kind)))
-               .first;
-    }
-    it->second->Inc(static_cast<double>(n));
+  auto counters = tokens_.find(std::tuple<std::string_view, std::string_view>(r.user, r.model));
+  if (counters == tokens_.end()) {
+    auto counter = [&](std::string_view kind) {
+      return &metrics_.AddCounter("bmas_gateway_tokens_total",
+                                  "Tokens metered, by user, model and kind.",
+                                  fmt::format("user=\"{}\",model=\"{}\",kind=\"{}\"",
+                                              EscapeLabelValue(r.user), EscapeLabelValue(r.model),
+                                              kind));
+    };
+    counters = tokens_
+                   .emplace(std::make_tuple(r.user, r.model),
+                            TokenCounters{counter("prompt"), counter("completion")})
+                   .first;
   }
+  counters->second.prompt->Inc(static_cast<double>(prompt));
+  counters->second.completion->Inc(static_cast<double>(completion));
 }
 
 // ---- Background work ----------------------------------------------------------------------

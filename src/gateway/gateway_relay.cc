@@ -126,7 +126,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   } stop_watch{writer};
 
   const auto status = parser.get().result();
-  const std::string content_type(parser.get()[http::field::content_type]);
+  const std::string_view content_type = FirstField(parser.get(), http::field::content_type);
   const bool sse = status == http::status::ok && content_type.rfind("text/event-stream", 0) == 0;
   std::array<char, 16384> chunk;
   int64_t prompt_tokens = 0, completion_tokens = 0;
@@ -302,7 +302,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
 void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const {
   const TimePoint now = env_.Now();
   writer.AddHeader("Server-Timing",
-                   ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()));
+                   ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()).view());
 }
 
 awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,

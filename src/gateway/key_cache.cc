@@ -1,6 +1,7 @@
 #include "gateway/key_cache.h"
 
 #include <algorithm>
+#include <array>
 
 namespace bmas::gateway {
 
@@ -9,9 +10,15 @@ constexpr std::string_view kPrefix = "sk-bmas-";
 constexpr size_t kIdHex = 12;
 constexpr size_t kSecretHex = 48;
 
+constexpr std::array<bool, 256> kLowerHex = [] {
+  std::array<bool, 256> table{};
+  for (unsigned char c : std::string_view("0123456789abcdef")) table[c] = true;
+  return table;
+}();
+
 bool IsLowerHex(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+                     [](char c) { return kLowerHex[static_cast<unsigned char>(c)]; });
 }
 }  // namespace
 
@@ -25,7 +32,7 @@ bool IsWellFormedKey(std::string_view key) {
 
 KeyCache::KeyCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-std::optional<std::string> KeyCache::Get(const std::string& key) {
+std::optional<std::string> KeyCache::Get(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return std::nullopt;
   order_.splice(order_.begin(), order_, it->second);

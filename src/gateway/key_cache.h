@@ -31,7 +31,7 @@ class KeyCache {
   explicit KeyCache(size_t capacity);
 
   // The user of `key` (and marks it used), or nullopt when not cached.
-  std::optional<std::string> Get(const std::string& key);
+  std::optional<std::string> Get(std::string_view key);
   // Adds or replaces `key`, evicting the least recently used entry when full.
   void Put(const std::string& key, std::string user);
   // A refresh's answer for `key`, applied only if it is still cached (a refresh must not bring

@@ -70,6 +70,37 @@ std::optional<std::string_view> RepeatedKey(simdjson::dom::object obj) {
   return least;
 }
 
+// The members ParseCompletionBody reads, found in one pass over the request's object (each
+// look-up by key is a pass of its own); a member the request lacks is NO_SUCH_FIELD.
+struct Members {
+  using Member = simdjson::simdjson_result<simdjson::dom::element>;
+  Member model{simdjson::NO_SUCH_FIELD}, stream{simdjson::NO_SUCH_FIELD},
+      stop{simdjson::NO_SUCH_FIELD}, stream_options{simdjson::NO_SUCH_FIELD},
+      prompt{simdjson::NO_SUCH_FIELD}, messages{simdjson::NO_SUCH_FIELD},
+      instructions{simdjson::NO_SUCH_FIELD}, input{simdjson::NO_SUCH_FIELD};
+  // max_tokens, max_completion_tokens, max_output_tokens: the first that is positive counts.
+  std::array<Member, 3> max_tokens{Member{simdjson::NO_SUCH_FIELD}, Member{simdjson::NO_SUCH_FIELD},
+                                   Member{simdjson::NO_SUCH_FIELD}};
+
+  explicit Members(simdjson::dom::object obj) {
+    for (auto [key, value] : obj) {
+      Member* member = key == "model"                   ? &model
+                       : key == "prompt"                ? &prompt
+                       : key == "messages"              ? &messages
+                       : key == "stream"                ? &stream
+                       : key == "max_tokens"            ? &max_tokens[0]
+                       : key == "max_completion_tokens" ? &max_tokens[1]
+                       : key == "max_output_tokens"     ? &max_tokens[2]
+                       : key == "stop"                  ? &stop
+                       : key == "stream_options"        ? &stream_options
+                       : key == "input"                 ? &input
+                       : key == "instructions"          ? &instructions
+                                                        : nullptr;
+      if (member != nullptr && member->error()) *member = Member(simdjson::dom::element(value));
+    }
+  }
+};
+
 }  // namespace
 
 Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std::string_view body) {
@@ -87,18 +118,19 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
   }
 
   CompletionFields f;
+  Members m(obj);
   std::string_view model;
-  if (obj["model"].get_string().get(model)) {
+  if (m.model.get_string().get(model)) {
     return InvalidArgument("'model' is required and must be a string", "model");
   }
   f.model = std::string(model);
   simdjson::dom::element e;
-  if (!obj["stream"].get(e) && !e.is_null()) {
+  if (!m.stream.get(e) && !e.is_null()) {
     bool stream;
     if (e.get_bool().get(stream)) return InvalidArgument("'stream' must be a boolean", "stream");
     f.stream = stream;
   }
-  if (!obj["stop"].get(e) && !e.is_null() && !e.is_string()) {
+  if (!m.stop.get(e) && !e.is_null() && !e.is_string()) {
     simdjson::dom::array stops;
     if (e.get_array().get(stops)) {
       return InvalidArgument("'stop' must be a string or an array of strings", "stop");
@@ -114,30 +146,30 @@ Result<CompletionFields> ParseCompletionBody(simdjson::dom::parser& parser, std:
       }
     }
   }
-  for (const char* key : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+  for (Members::Member& max_tokens : m.max_tokens) {
     int64_t n = 0;
-    if (!obj[key].get_int64().get(n) && n > 0) {
+    if (!max_tokens.get_int64().get(n) && n > 0) {
       f.max_tokens = n;
       break;
     }
   }
   bool include_usage = false;
-  if (!obj["stream_options"]["include_usage"].get_bool().get(include_usage)) {
+  if (!m.stream_options["include_usage"].get_bool().get(include_usage)) {
     f.client_wants_usage = include_usage;
   }
   std::string_view text;
   simdjson::dom::array messages;
-  if (!obj["prompt"].get_string().get(text)) {
+  if (!m.prompt.get_string().get(text)) {
     f.lead = std::string(text.substr(0, kLeadBytes));
     f.prompt_chars = static_cast<int64_t>(text.size());
-  } else if (!obj["messages"].get_array().get(messages)) {
+  } else if (!m.messages.get_array().get(messages)) {
     AddMessages(messages, f);
   } else {
     // The Responses API: instructions, then input (one user message, or messages).
-    if (!obj["instructions"].get_string().get(text)) AddMessage("system", text, f);
-    if (!obj["input"].get_string().get(text)) {
+    if (!m.instructions.get_string().get(text)) AddMessage("system", text, f);
+    if (!m.input.get_string().get(text)) {
       AddMessage("user", text, f);
-    } else if (!obj["input"].get_array().get(messages)) {
+    } else if (!m.input.get_array().get(messages)) {
       AddMessages(messages, f);
     }
   }
@@ -193,30 +225,32 @@ namespace {
 // `name;dur=` and the milliseconds with three decimals, from whole microseconds in integers:
 // std::to_chars of a double with a precision was half of the header's cost, and fmt's
 // format-string parse more still (G1's profiles).
-void AppendDuration(std::string& out, std::string_view name, double seconds) {
+char* AppendDuration(char* out, std::string_view name, double seconds) {
   const double us = std::round(std::clamp(seconds, 0.0, 1e9) * 1e6);
   const uint64_t n = static_cast<uint64_t>(us);
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof(digits), n / 1000).ptr;
+  out = std::copy(name.begin(), name.end(), out);
+  out = std::copy_n(";dur=", 5, out);
+  out = std::to_chars(out, out + 24, n / 1000).ptr;
   const unsigned frac = static_cast<unsigned>(n % 1000);
-  const char decimals[4] = {'.', static_cast<char>('0' + frac / 100),
-                            static_cast<char>('0' + frac / 10 % 10),
-                            static_cast<char>('0' + frac % 10)};
-  out.append(name).append(";dur=").append(digits, end).append(decimals, sizeof(decimals));
+  *out++ = '.';
+  *out++ = static_cast<char>('0' + frac / 100);
+  *out++ = static_cast<char>('0' + frac / 10 % 10);
+  *out++ = static_cast<char>('0' + frac % 10);
+  return out;
 }
 
 }  // namespace
 
-std::string ServerTiming(double total_s, double queue_s, double upstream_s) {
+ServerTimingText ServerTiming(double total_s, double queue_s, double upstream_s) {
   const double gateway_s = std::max(0.0, total_s - queue_s - upstream_s);
-  std::string out;
-  out.reserve(64);
-  AppendDuration(out, "gw", gateway_s);
-  out.append(", ");
-  AppendDuration(out, "queue", queue_s);
-  out.append(", ");
-  AppendDuration(out, "upstream", upstream_s);
-  return out;
+  ServerTimingText text;
+  char* out = AppendDuration(text.data.data(), "gw", gateway_s);
+  out = std::copy_n(", ", 2, out);
+  out = AppendDuration(out, "queue", queue_s);
+  out = std::copy_n(", ", 2, out);
+  out = AppendDuration(out, "upstream", upstream_s);
+  text.size = static_cast<size_t>(out - text.data.data());
+  return text;
 }
 
 }  // namespace bmas::gateway

@@ -4,6 +4,7 @@
 // validation, routing, queuing and metering need (the backend validates the rest), and the
 // rewrite that asks the backend for a usage chunk. Pure functions; no I/O.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -65,8 +66,14 @@ class CharsPerToken {
 // Timing; milliseconds to the microsecond): `gw`, the gateway's own time (what is left of
 // `total_s` after the other two), `queue`, the wait for admission in the fair queue, and
 // `upstream`, from asking the backend for a connection to its whole answer (a stream: to its
-// header). "gw;dur=0.081, queue;dur=0.000, upstream;dur=12.502".
-std::string ServerTiming(double total_s, double queue_s, double upstream_s);
+// header). "gw;dur=0.081, queue;dur=0.000, upstream;dur=12.502". Written in place: no
+// allocation a request.
+struct ServerTimingText {
+  std::array<char, 128> data;  // 3 names, durations of at most 13 digits and 3 decimals
+  size_t size = 0;
+  std::string_view view() const { return {data.data(), size}; }
+};
+ServerTimingText ServerTiming(double total_s, double queue_s, double upstream_s);
 
 // `body` with stream_options.include_usage set to true, every other member kept in its order.
 // REQUIRES: ParseCompletionBody(body) succeeded.

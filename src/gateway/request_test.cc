@@ -128,11 +128,15 @@ TEST(CharsPerTokenTest, LearnsTheRatioRepliesShow) {
 }
 
 TEST(ServerTimingTest, TheGatewaysTimeIsWhatTheQueueAndTheBackendLeave) {
-  EXPECT_EQ(ServerTiming(0.0155, 0.002, 0.0125),
+  EXPECT_EQ(ServerTiming(0.0155, 0.002, 0.0125).view(),
             "gw;dur=1.000, queue;dur=2.000, upstream;dur=12.500");
   // Clocks read at different points never make the gateway's time negative.
-  EXPECT_EQ(ServerTiming(0.010, 0.0, 0.0100004),
+  EXPECT_EQ(ServerTiming(0.010, 0.0, 0.0100004).view(),
             "gw;dur=0.000, queue;dur=0.000, upstream;dur=10.000");
+  // The longest durations (clamped to 1e9 s) fit the text's room.
+  EXPECT_EQ(ServerTiming(3e12, 1e12, 1e12).view(),
+            "gw;dur=1000000000000.000, queue;dur=1000000000000.000, "
+            "upstream;dur=1000000000000.000");
 }
 
 }  // namespace

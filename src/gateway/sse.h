@@ -55,6 +55,8 @@ struct TokenUsage {
 // Response object's usage.input_tokens and usage.output_tokens count as those, and so does the
 // Response a Responses stream's last event carries (its "response"). Reads only the path to
 // the usage (simdjson on demand): a text whose structure breaks after its usage still gives it.
+// When the usage is the root's last member (as engines write it), only that object is read,
+// by a scan of its bytes: the text before it is not checked.
 // Thread-safe (its scratch is per thread).
 std::optional<TokenUsage> ReadUsage(std::string_view json);
 

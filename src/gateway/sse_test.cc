@@ -86,6 +86,17 @@ TEST(ReadUsageTest, ReadsChatAndResponsesUsage) {
       {R"({"usage":{"prompt_tokens":3,"completion_tokens":2.5}})", std::nullopt},
       {R"({"usage":{"prompt_tokens":3,"completion_tokens":2},"id":"unclosed)", std::nullopt},
       {R"(["usage"])", std::nullopt},
+      // The usage last, as engines write it (only that object is parsed), and not last.
+      {"{\"id\":\"x\",\"usage\" : {\"prompt_tokens\":3,\"completion_tokens\":2}}\n", {{3, 2}}},
+      {R"({"usage":{"prompt_tokens":3,"completion_tokens":2},"x":{"y":1}})", {{3, 2}}},
+      {R"({"a":{"usage":{"prompt_tokens":9,"completion_tokens":9}}})", std::nullopt},
+      {R"({"a":[{"usage":{"prompt_tokens":9,"completion_tokens":9}}]})", std::nullopt},
+      {R"({"a":"\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}"})", std::nullopt},
+      {R"({"a":"x","usage":{"prompt_tokens":3}})", std::nullopt},
+      {R"({"usage":{"note":"}{\"","prompt_tokens":3,"details":{"prompt_tokens":9},)"
+       R"("completion_tokens":2}})",
+       {{3, 2}}},
+      {R"({"usage":{"prompt_tokens":3,"completion_tokens":2.5}} )", std::nullopt},
       {"", std::nullopt},
   };
   for (const Case& c : cases) {
