@@ -160,22 +160,29 @@ Result<void> EnsureReplicaCa(const LockedClusterDir& dir, const std::string& clu
   return {};
 }
 
-// Writes `text` to `path` (0644, root's when root runs this) through a temporary file.
-Result<void> WritePublicFile(const std::string& path, const std::string& text) {
-  const std::string temporary = fmt::format("{}.new.{}", path, getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                        0644);
-  if (fd < 0) {
-    return Internal(fmt::format("cannot write {}: {}", temporary, std::strerror(errno)));
+// Writes `text` to `name` in the state directory `state_dir` (0644), through a temporary file
+// and a rename. The directory must be this account's alone (OpenPrivateDir): no other account
+// can plant a link or a file where root writes.
+Result<void> WritePublicFile(const std::string& state_dir, const char* name,
+                             const std::string& text) {
+  auto dir_fd = OpenPrivateDir(state_dir, 0755);
+  if (!dir_fd) return Error{ErrorCode::kPermissionDenied, dir_fd.error().message, {}};
+  const std::string temporary = fmt::format("{}.new.{}", name, getpid());
+  auto fd = OpenInPrivateDir(*dir_fd, state_dir, temporary, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!fd) {
+    close(*dir_fd);
+    return fd.error();
   }
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                       fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+  const bool written = ::write(*fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       fchmod(*fd, 0644) == 0 && fsync(*fd) == 0;
   const int saved = errno;
-  close(fd);
-  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int err = written ? errno : saved;
-    ::unlink(temporary.c_str());
-    return Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+  close(*fd);
+  const bool renamed = written && renameat(*dir_fd, temporary.c_str(), *dir_fd, name) == 0;
+  const int err = written ? errno : saved;
+  if (!renamed) unlinkat(*dir_fd, temporary.c_str(), 0);
+  close(*dir_fd);
+  if (!renamed) {
+    return Internal(fmt::format("cannot write {}/{}: {}", state_dir, name, std::strerror(err)));
   }
   return {};
 }
@@ -333,7 +340,7 @@ Result<ClusterIdentity> EnsureClusterCa(const std::string& state_dir,
     id.created = true;
   }
   if (auto ok = EnsureReplicaCa(dir, cluster_name, unix_now, id); !ok) return ok.error();
-  if (auto ok = WritePublicFile(ReplicaCaPath(state_dir), id.replica_ca.cert_pem); !ok) {
+  if (auto ok = WritePublicFile(state_dir, kReplicaCaCert, id.replica_ca.cert_pem); !ok) {
     return ok.error();
   }
   return id;

@@ -53,11 +53,15 @@ TEST_F(ClusterFilesTest, MakesACaOncePrivately) {
   EXPECT_TRUE(first->created);
   const fs::path dir = ClusterDir(state_);
   EXPECT_EQ(ModeOf(dir), 0700u);
-  for (const char* name : {"ca.key", "ca.crt"}) {
+  for (const char* name : {"ca.key", "ca.crt", "replica-ca.key", "replica-ca.crt"}) {
     EXPECT_EQ(ModeOf(dir / name), 0600u) << name;
     EXPECT_EQ(OwnerOf(dir / name), geteuid()) << name;
   }
   EXPECT_EQ(Slurp(dir / "ca.crt"), first->ca.cert_pem);
+  // The replica CA is another CA, its certificate public beside the state.
+  EXPECT_NE(first->replica_ca.cert_pem, first->ca.cert_pem);
+  EXPECT_EQ(Slurp(ReplicaCaPath(state_)), first->replica_ca.cert_pem);
+  EXPECT_EQ(ModeOf(ReplicaCaPath(state_)), 0644u);
   EXPECT_EQ(first->ca_sha256, *CertificateSha256(first->ca.cert_pem));
 
   auto second = EnsureClusterCa(state_, "lab", endpoint_, kNow + 100);
@@ -65,9 +69,23 @@ TEST_F(ClusterFilesTest, MakesACaOncePrivately) {
   EXPECT_FALSE(second->created);
   EXPECT_EQ(second->ca.cert_pem, first->ca.cert_pem);
   EXPECT_EQ(second->ca.key_pem, first->ca.key_pem);
+  EXPECT_EQ(second->replica_ca.key_pem, first->replica_ca.key_pem);
   auto loaded = LoadClusterCa(state_);
   ASSERT_TRUE(loaded);
   EXPECT_EQ(loaded->ca_sha256, first->ca_sha256);
+  EXPECT_EQ(loaded->replica_ca.cert_pem, first->replica_ca.cert_pem);
+}
+
+// Root writes the replica CA's public copy only into a state directory no other account can
+// write (a file or link planted there by another account is never written through).
+TEST_F(ClusterFilesTest, AStateDirectoryOthersMayWriteIsRefused) {
+  ASSERT_TRUE(fs::create_directories(state_));
+  fs::permissions(state_, fs::perms::all);
+  auto r = EnsureClusterCa(state_, "lab", endpoint_, kNow);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(r.error().message.find(state_), std::string::npos) << r.error().message;
+  EXPECT_FALSE(fs::exists(ReplicaCaPath(state_)));
 }
 
 TEST_F(ClusterFilesTest, WithoutACaSaysToRunInit) {

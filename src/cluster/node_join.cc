@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -24,6 +26,7 @@
 #include "common/config.h"
 #include "common/config_table.h"
 #include "common/listen_socket.h"
+#include "common/private_files.h"
 #include "core/cluster.h"
 
 namespace bmas::cluster {
@@ -231,36 +234,38 @@ Result<std::string> SourceAddressFor(const std::string& address, uint16_t port) 
 
 namespace {
 
-// The replica key and certificate (the key the replica account's alone), and the replica jobs'
-// working directory <state_dir>/replicas, made the account's when absent.
-Result<std::vector<NodeFile>> ReplicaFiles(const NodeJoinOptions& o, const std::string& key_pem,
-                                           const std::string& cert_pem, NodeJoinReport& report) {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  const passwd* account = getpwnam(o.replica_account.c_str());
-  if (account != nullptr) {
-    uid = account->pw_uid;
-    gid = account->pw_gid;
-    const std::string dir = o.paths.state_dir + "/replicas";
-    std::error_code ec;
-    std::filesystem::create_directories(o.paths.state_dir, ec);
-    if (::mkdir(dir.c_str(), 0700) == 0) {
-      if (::chown(dir.c_str(), uid, gid) != 0) {
-        return Internal(fmt::format("cannot give {} to {}: {}", dir, o.replica_account,
-                                    std::strerror(errno)));
-      }
-    } else if (errno != EEXIST) {
-      return Internal(fmt::format("cannot make {}: {}", dir, std::strerror(errno)));
-    }
-  } else {
+// The replica key and certificate: the key the replica account's alone (root's, and a note
+// naming the fix, when there is no such account).
+std::vector<NodeFile> ReplicaFiles(const NodeJoinOptions& o,
+                                   const std::optional<std::pair<uid_t, gid_t>>& account,
+                                   const std::string& key_pem, const std::string& cert_pem,
+                                   NodeJoinReport& report) {
+  if (!account) {
     report.notes.push_back(fmt::format(
         "there is no `{0}` account, which inference replicas run as: create it (the package "
         "does; or `useradd --system --no-create-home --shell /usr/sbin/nologin {0}`), then "
         "`chown {0} {1}/replica.key` and make {2}/replicas, the account's",
         o.replica_account, o.paths.config_dir, o.paths.state_dir));
   }
-  return std::vector<NodeFile>{{In(o.paths.config_dir, "replica.key"), key_pem, 0600, uid, gid},
-                               {In(o.paths.config_dir, "replica.crt"), cert_pem, 0644, 0, 0}};
+  const auto [uid, gid] = account.value_or(std::pair<uid_t, gid_t>{0, 0});
+  return {{In(o.paths.config_dir, "replica.key"), key_pem, 0600, uid, gid},
+          {In(o.paths.config_dir, "replica.crt"), cert_pem, 0644, 0, 0}};
+}
+
+// The replica jobs' working directory <state_dir>/replicas, the replica account's. The state
+// directory must be root's alone (OpenPrivateDir), and the new directory is given away through
+// a descriptor opened with no symlink on its path (HandDirTo): root's chown never follows a link.
+Result<void> MakeReplicaDir(const NodeJoinOptions& o, uid_t uid, gid_t gid) {
+  auto state = OpenPrivateDir(o.paths.state_dir, 0755);
+  if (!state) return state.error();
+  const bool made = mkdirat(*state, "replicas", 0700) == 0;
+  const int err = errno;
+  close(*state);
+  const std::string dir = o.paths.state_dir + "/replicas";
+  if (!made && err != EEXIST) {
+    return Internal(fmt::format("cannot make {}: {}", dir, std::strerror(err)));
+  }
+  return HandDirTo(dir, uid, gid);
 }
 
 }  // namespace
@@ -336,10 +341,14 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
         {In(o.paths.config_dir, "bmas.toml"), *node_toml, 0644, 0, 0},
         {o.paths.OperatorSecret(), reply->operator_secret + "\n", 0600, 0, 0},
     };
+    std::optional<std::pair<uid_t, gid_t>> replica_account;
+    if (const passwd* pw = getpwnam(o.replica_account.c_str()); pw != nullptr) {
+      replica_account.emplace(pw->pw_uid, pw->pw_gid);
+    }
     if (!reply->replica_cert_pem.empty()) {
-      auto replica = ReplicaFiles(o, replica_csr->key_pem, reply->replica_cert_pem, report);
-      if (!replica) return Step("preparing the replicas' files", replica.error());
-      wanted.insert(wanted.end(), replica->begin(), replica->end());
+      auto replica = ReplicaFiles(o, replica_account, replica_csr->key_pem,
+                                  reply->replica_cert_pem, report);
+      wanted.insert(wanted.end(), replica.begin(), replica.end());
     } else {
       report.notes.push_back(
           "the controller has no replica CA, so inference replicas here cannot serve TLS: run "
@@ -358,6 +367,11 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
       auto put = files.Put(f);
       if (!put) return fail("writing the node's files", put.error());
       if (*put) report.written.push_back(f.path);
+    }
+    if (!reply->replica_cert_pem.empty() && replica_account) {
+      if (auto ok = MakeReplicaDir(o, replica_account->first, replica_account->second); !ok) {
+        return fail("making the replicas' directory", ok.error());
+      }
     }
   }
 

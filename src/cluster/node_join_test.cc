@@ -166,6 +166,24 @@ TEST_F(NodeJoinTest, TheReplicaKeyIsTheReplicaAccountsAloneAndItsCertificateTheR
   EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
+// Root never follows a link where the replicas' directory goes: a symlink planted there (to a
+// directory root owns) fails the join, which names the step, and the link's target keeps its
+// owner.
+TEST_F(NodeJoinTest, ALinkInPlaceOfTheReplicasDirectoryIsRefusedAndNothingIsGivenAway) {
+  const std::string target = dir_ + "/roots";
+  ASSERT_TRUE(fs::create_directories(target));
+  ASSERT_TRUE(fs::create_directories(dir_ + "/state"));
+  fs::create_directory_symlink(target, dir_ + "/state/replicas");
+  auto report = JoinNode(token_, options_, daemons_, now_);
+  ASSERT_FALSE(report);
+  EXPECT_NE(report.error().message.find("making the replicas' directory"), std::string::npos)
+      << report.error().message;
+  struct stat st {};
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_FALSE(fs::exists(dir_ + "/etc-bmas/replica.key"));  // the join was undone
+}
+
 TEST_F(NodeJoinTest, WithoutTheReplicaAccountTheKeyStaysRootsAndANoteSaysWhatToDo) {
   options_.replica_account = "bmas-no-such-account";
   auto report = JoinNode(token_, options_, daemons_, now_);
