@@ -4,10 +4,12 @@
 #include <rapidjson/document.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "cluster/cluster_ca.h"
 #include "common/json_object.h"
+#include "common/version.h"
 
 namespace bmas::cluster {
 namespace {
@@ -90,6 +92,70 @@ Result<Strings> ReadStrings(std::string_view body, size_t limit,
   return out;
 }
 
+// The "protocol" and "bmas" members of a join message, read before its members are checked: a
+// message of another protocol has other members, and the versions say more than which member is
+// missing. A message without "protocol" is protocol 1. "" for what is not there or not a string.
+struct Versions {
+  int protocol = 1;
+  std::string bmas;
+};
+
+// nullopt for what is not a JSON object: ReadStrings says so.
+std::optional<Versions> PeekVersions(std::string_view body) {
+  Versions v;
+  rapidjson::Document d;
+  d.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject()) return std::nullopt;
+  if (auto p = d.FindMember("protocol"); p != d.MemberEnd()) {
+    v.protocol = 0;  // present but not a version: still a mismatch
+    if (p->value.IsString()) {
+      const std::string s(p->value.GetString(), p->value.GetStringLength());
+      if (!s.empty() && s.size() < 6 && s.find_first_not_of("0123456789") == std::string::npos) {
+        v.protocol = std::stoi(s);
+      }
+    }
+  }
+  if (auto b = d.FindMember("bmas"); b != d.MemberEnd() && b->value.IsString() &&
+                                     b->value.GetStringLength() <= 32) {
+    v.bmas.assign(b->value.GetString(), b->value.GetStringLength());
+  }
+  return v;
+}
+
+std::string Release(const Versions& v) {
+  if (!v.bmas.empty()) return "bmas " + v.bmas;
+  return v.protocol == 1 ? "a bmas from before join protocol 2" : "an unknown bmas";
+}
+
+// InvalidArgument naming both sides' versions and the fix, or ok. `from_node`: the message is
+// a node's request, read by the controller.
+Result<void> CheckProtocol(std::string_view body, bool from_node) {
+  const std::optional<Versions> peeked = PeekVersions(body);
+  if (!peeked || peeked->protocol == kJoinProtocol) return {};
+  const Versions& theirs = *peeked;
+  const std::string ours = fmt::format("bmas {} (join protocol {})", kBmasVersion, kJoinProtocol);
+  const std::string other = fmt::format("{} (join protocol {})", Release(theirs), theirs.protocol);
+  const bool other_newer = theirs.protocol > kJoinProtocol;
+  std::string message;
+  if (from_node) {
+    message = fmt::format("the node runs {} and this controller {}: {}", other, ours,
+                          other_newer ? "upgrade the controller first"
+                                      : "install the controller's bmas on the node");
+  } else {
+    message = fmt::format("the controller runs {} and this node {}: {}", other, ours,
+                          other_newer ? "install the controller's bmas on this node"
+                                      : "upgrade the controller first");
+  }
+  return Error{ErrorCode::kInvalidArgument,
+               message + ", then join again (README: Upgrading bmas on a running cluster)",
+               "protocol"};
+}
+
+void WriteVersions(JsonWriter& w) {
+  Member(w, "protocol", std::to_string(kJoinProtocol));
+  Member(w, "bmas", kBmasVersion);
+}
+
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -155,6 +221,7 @@ Result<std::string> FromHex(std::string_view hex) {
 
 std::string FormatJoinRequest(const JoinRequest& request) {
   return JsonObject([&](JsonWriter& w) {
+    WriteVersions(w);
     Member(w, "secret", Hex(request.secret));
     Member(w, "host", request.host);
     Member(w, "address", request.address);
@@ -164,10 +231,15 @@ std::string FormatJoinRequest(const JoinRequest& request) {
 }
 
 Result<JoinRequest> ParseJoinRequest(std::string_view body) {
+  if (body.size() <= kMaxJoinRequestBytes) {
+    if (auto ok = CheckProtocol(body, /*from_node=*/true); !ok) return ok.error();
+  }
   auto m = ReadStrings(body, kMaxJoinRequestBytes,
-                       {"secret", "host", "address", "csr", "replica_csr"}, "request");
+                       {"protocol", "bmas", "secret", "host", "address", "csr", "replica_csr"},
+                       "request");
   if (!m) return m.error();
   JoinRequest r;
+  r.bmas_version = std::move((*m)["bmas"]);
   auto secret = FromHex((*m)["secret"]);
   if (!secret || secret->empty()) {
     return InvalidArgument("the secret of a join request is not hex", "secret");
@@ -183,6 +255,7 @@ Result<JoinRequest> ParseJoinRequest(std::string_view body) {
 
 std::string FormatJoinReply(const JoinReply& reply) {
   return JsonObject([&](JsonWriter& w) {
+    WriteVersions(w);
     Member(w, "node_cert", reply.node_cert_pem);
     Member(w, "ca_cert", reply.ca_cert_pem);
     Member(w, "replica_cert", reply.replica_cert_pem);
@@ -196,13 +269,17 @@ std::string FormatJoinReply(const JoinReply& reply) {
 }
 
 Result<JoinReply> ParseJoinReply(std::string_view body) {
+  if (body.size() <= kMaxJoinReplyBytes) {
+    if (auto ok = CheckProtocol(body, /*from_node=*/false); !ok) return ok.error();
+  }
   std::map<std::string, Strings> objects;
   auto m = ReadStrings(body, kMaxJoinReplyBytes,
-                       {"node_cert", "ca_cert", "replica_cert", "munge_key", "bmas_toml",
+                       {"protocol", "bmas", "node_cert", "ca_cert", "replica_cert", "munge_key", "bmas_toml",
                         "prolog", "epilog", "operator_secret"},
                        "reply", {"lxd_peers"}, &objects);
   if (!m) return m.error();
   JoinReply r;
+  r.bmas_version = std::move((*m)["bmas"]);
   r.lxd_peers = std::move(objects["lxd_peers"]);
   auto key = FromHex((*m)["munge_key"]);
   if (!key || key->empty()) return InvalidArgument("the munge key of a join reply is not hex");

@@ -4,15 +4,18 @@
 // the controller's certificate (docs/cluster-join.md). One request, one reply, each a JSON
 // object in the body of an HTTP/1.1 POST and its answer, over TLS:
 //
-//   request  {"secret": hex, "host": "oss01", "address": "10.0.0.11", "csr": PEM,
-//             "replica_csr": PEM}
-//   reply    {"node_cert": PEM, "ca_cert": PEM, "replica_cert": PEM, "munge_key": hex,
-//             "bmas_toml": text, "prolog": text, "epilog": text, "operator_secret": hex,
-//             "lxd_peers": {"oss02": PEM, ...}}
+//   request  {"protocol": "2", "bmas": "0.1.0", "secret": hex, "host": "oss01",
+//             "address": "10.0.0.11", "csr": PEM, "replica_csr": PEM}
+//   reply    {"protocol": "2", "bmas": "0.1.0", "node_cert": PEM, "ca_cert": PEM,
+//             "replica_cert": PEM, "munge_key": hex, "bmas_toml": text, "prolog": text,
+//             "epilog": text, "operator_secret": hex, "lxd_peers": {"oss02": PEM, ...}}
 //
-// Both sides refuse a message over its size bound, one that is not an object of exactly these
-// members (strings; lxd_peers an object of strings keyed by host names), a repeated key and an
-// unknown one. Pure.
+// "protocol" is the version of these messages (kJoinProtocol), "bmas" the sender's release. A
+// message of another protocol is refused first, with both sides' versions and which side to
+// upgrade (InvalidArgument, param "protocol"); protocol 1 (bmas before replica certificates) sent neither
+// member. Then both sides refuse a message over its size bound, one that is not an object of
+// exactly these members (strings; lxd_peers an object of strings keyed by host names), a
+// repeated key and an unknown one. Pure.
 
 #include <cstddef>
 #include <map>
@@ -24,6 +27,8 @@
 namespace bmas::cluster {
 
 inline constexpr std::string_view kJoinPath = "/v1/join";
+// Raised whenever a member is added to, or changes meaning in, a join request or reply.
+inline constexpr int kJoinProtocol = 2;
 inline constexpr size_t kMaxJoinRequestBytes = 16 * 1024;
 inline constexpr size_t kMaxJoinReplyBytes = 1024 * 1024;
 
@@ -35,6 +40,8 @@ struct JoinRequest {
   // A CSR for the key the node's inference replicas serve with (a second key, the service
   // account's), for the replica CA.
   std::string replica_csr_pem;
+  // What ParseJoinRequest read: the node's release (FormatJoinRequest sends this build's).
+  std::string bmas_version;
 };
 
 struct JoinReply {
@@ -53,6 +60,8 @@ struct JoinReply {
   // The node certificates of the nodes that joined before, by host: the certificates this
   // node's LXD is to trust (<node_dir>/lxd-peers/HOST.crt, docs/cluster-join.md).
   std::map<std::string, std::string> lxd_peers;
+  // What ParseJoinReply read: the controller's release (FormatJoinReply sends this build's).
+  std::string bmas_version;
 };
 
 // A node that joined asks again for the certificates its LXD is to trust (the nodes that joined

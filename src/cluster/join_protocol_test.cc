@@ -25,6 +25,7 @@ TEST(JoinProtocolTest, ARequestReadsBackAsItWasWritten) {
   EXPECT_EQ(back->address, "10.200.0.11");
   EXPECT_EQ(back->csr_pem, Sample().csr_pem);
   EXPECT_EQ(back->replica_csr_pem, Sample().replica_csr_pem);
+  EXPECT_FALSE(back->bmas_version.empty());
 }
 
 TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
@@ -74,7 +75,8 @@ TEST(JoinProtocolTest, PeersThatCannotNameAFileAreRefused) {
 }
 
 TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
-  const std::string ok = R"("host":"oss01","address":"a","csr":"c","replica_csr":"r")";
+  const std::string ok =
+      R"("protocol":"2","bmas":"0.1.0","host":"oss01","address":"a","csr":"c","replica_csr":"r")";
   struct Case {
     std::string body;
     const char* why;
@@ -88,7 +90,8 @@ TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
            Case{R"({"secret":"abc",)" + ok + "}", "not hex"},
            Case{R"({)" + ok + "}", "lacks 'secret'"},
            Case{R"({"secret":5,)" + ok + "}", "not a string"},
-           Case{R"({"secret":"abcd","host":"","address":"a","csr":"c","replica_csr":"r"})",
+           Case{R"({"protocol":"2","bmas":"0.1.0","secret":"abcd","host":"","address":"a",)"
+                R"("csr":"c","replica_csr":"r"})",
                 "names no host"},
            Case{std::string(kMaxJoinRequestBytes + 1, ' '), "at most"},
        }) {
@@ -97,6 +100,49 @@ TEST(JoinProtocolTest, MalformedRequestsAreRefusedWithoutQuotingTheSecret) {
     EXPECT_NE(r.error().message.find(c.why), std::string::npos) << r.error().message;
     EXPECT_EQ(r.error().message.find("abcd"), std::string::npos) << r.error().message;
   }
+}
+
+// A node or controller of another join protocol is told both versions and which side to upgrade,
+// before anything about members: bmas before protocol 2 sent neither "protocol" nor
+// "replica_csr", and "lacks 'replica_csr'" would not say what to do.
+TEST(JoinProtocolTest, AnotherProtocolNamesBothVersionsAndWhatToUpgrade) {
+  const std::string v1_request =
+      R"({"secret":"abcd","host":"oss01","address":"a","csr":"c"})";
+  auto old_node = ParseJoinRequest(v1_request);
+  ASSERT_FALSE(old_node);
+  EXPECT_EQ(old_node.error().param, "protocol");
+  EXPECT_NE(old_node.error().message.find("the node runs a bmas from before join protocol 2 (join "
+                                          "protocol 1) and this controller bmas "),
+            std::string::npos)
+      << old_node.error().message;
+  EXPECT_NE(old_node.error().message.find("install the controller's bmas on the node"),
+            std::string::npos);
+  EXPECT_EQ(old_node.error().message.find("abcd"), std::string::npos);
+
+  std::string newer = FormatJoinRequest(Sample());
+  newer.replace(newer.find(R"("protocol":"2")"), 14, R"("protocol":"3")");
+  newer.replace(newer.find(R"("bmas":")"), 8, R"("bmas":"9.9.)");
+  auto new_node = ParseJoinRequest(newer);
+  ASSERT_FALSE(new_node);
+  EXPECT_NE(new_node.error().message.find("bmas 9.9."), std::string::npos)
+      << new_node.error().message;
+  EXPECT_NE(new_node.error().message.find("upgrade the controller first"), std::string::npos);
+
+  // A reply of protocol 1, read by this node.
+  const std::string v1_reply =
+      R"({"node_cert":"c","ca_cert":"a","munge_key":"00","bmas_toml":"","prolog":"",)"
+      R"("epilog":"","operator_secret":"00","lxd_peers":{}})";
+  auto old_controller = ParseJoinReply(v1_reply);
+  ASSERT_FALSE(old_controller);
+  EXPECT_EQ(old_controller.error().param, "protocol");
+  EXPECT_NE(old_controller.error().message.find("upgrade the controller first"), std::string::npos)
+      << old_controller.error().message;
+  // A "protocol" that is no number is another protocol too.
+  std::string odd = FormatJoinRequest(Sample());
+  odd.replace(odd.find(R"("protocol":"2")"), 14, R"("protocol":[2])");
+  auto refused = ParseJoinRequest(odd);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("join protocol 0"), std::string::npos);
 }
 
 TEST(JoinProtocolTest, HexDecodes) {

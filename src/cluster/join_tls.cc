@@ -18,6 +18,7 @@
 #include "common/json_object.h"
 #include "common/json_read.h"
 #include "common/listen_socket.h"
+#include "common/version.h"
 
 namespace bmas::cluster {
 namespace {
@@ -395,6 +396,22 @@ awaitable<Result<std::string>> Exchange(net::io_context& io, const JoinToken& to
   co_return answer;
 }
 
+}  // namespace
+
+Error OlderControllerHint(Error e) {
+  if (e.code == ErrorCode::kInvalidArgument &&
+      e.message.find("no member 'protocol'") != std::string::npos) {
+    e.message += fmt::format(
+        " (the controller runs a bmas older than this node's {}, join protocol {}: upgrade the "
+        "controller first, then join again; README: Upgrading bmas on a running cluster)",
+        kBmasVersion, kJoinProtocol);
+    e.param = "protocol";
+  }
+  return e;
+}
+
+namespace {
+
 // Runs Exchange to its end on an io_context of its own.
 Result<std::string> RunExchange(const JoinToken& token, std::string_view path, std::string body,
                                 const CertAndKey* client, const char* refused, int64_t unix_now,
@@ -427,13 +444,21 @@ Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, Jo
   return std::unique_ptr<JoinServer>(std::move(server));
 }
 
+Result<std::string> RequestJoinBody(const JoinToken& token, std::string body, int64_t unix_now,
+                                    std::chrono::milliseconds timeout) {
+  auto reply =
+      RunExchange(token, kJoinPath, std::move(body), nullptr, "the join", unix_now, timeout);
+  if (!reply) return OlderControllerHint(reply.error());
+  return reply;
+}
+
 Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
                               std::chrono::milliseconds timeout) {
   request.secret = token.secret;
-  auto body = RunExchange(token, kJoinPath, FormatJoinRequest(request), nullptr, "the join",
-                          unix_now, timeout);
+  auto body = RequestJoinBody(token, FormatJoinRequest(request), unix_now, timeout);
   if (!body) return body.error();
   auto reply = ParseJoinReply(*body);
+  if (!reply && reply.error().param == "protocol") return reply.error();
   if (!reply) {
     return Internal(fmt::format("the controller at {} sent a reply that is not a join reply: {}",
                                 JoinHostPort(token.address, token.port), reply.error().message));

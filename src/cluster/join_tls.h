@@ -71,6 +71,14 @@ Result<std::unique_ptr<JoinServer>> ListenForJoins(JoinServerOptions options, Jo
 Result<JoinReply> RequestJoin(const JoinToken& token, JoinRequest request, int64_t unix_now,
                               std::chrono::milliseconds timeout);
 
+// RequestJoin's exchange with `body` sent as it is: the reply's body, unparsed.
+Result<std::string> RequestJoinBody(const JoinToken& token, std::string body, int64_t unix_now,
+                                    std::chrono::milliseconds timeout);
+
+// A refusal by a controller of join protocol 1, which names the unknown "protocol" member, with
+// what it means added (param "protocol"); other errors as they are. RequestJoin applies it.
+Error OlderControllerHint(Error refusal);
+
 // A joined node asks the join service at `address`:`port` again for its LXD peers, showing
 // `node` (its node.crt and node.key) as its client certificate. The server is checked as in
 // RequestJoin against `ca_pem` (the node's ca.crt) before anything is sent.

@@ -94,6 +94,31 @@ TEST_F(JoinTlsTest, AWrongSecretIsRefusedByTheController) {
       << reply.error().message;
 }
 
+// What a controller of each protocol says to a node of the other, as the node prints it.
+TEST_F(JoinTlsTest, AVersionMismatchNamesWhichSideToUpgrade) {
+  // A controller of protocol 1 refused this node's "protocol" member as its strict parser does.
+  auto old_controller = OlderControllerHint(Error{
+      ErrorCode::kInvalidArgument,
+      "the controller at 10.0.0.1:6830 refused the join: a join request has no member 'protocol'",
+      {}});
+  EXPECT_EQ(old_controller.param, "protocol");
+  EXPECT_NE(old_controller.message.find("upgrade the controller first"), std::string::npos)
+      << old_controller.message;
+  auto other = OlderControllerHint(Error{ErrorCode::kPermissionDenied, "expired", {}});
+  EXPECT_EQ(other.message, "expired");
+  // This controller and a node of protocol 1 (no "protocol", no "replica_csr"), over TLS.
+  Serve(material_.ca, {"mgs1", "127.0.0.1"});
+  auto refused = RequestJoinBody(token_, R"({"secret":"aa","host":"oss01","address":"a","csr":"c"})",
+                                 now_, kTimeout);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("refused the join: the node runs a bmas from before join "
+                                         "protocol 2 (join protocol 1)"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(handled_, 0);
+}
+
 TEST_F(JoinTlsTest, AnImpostorIsRefusedBeforeTheSecretIsSent) {
   // Someone else's CA, and a certificate from it for the controller's very address.
   auto other = MakeClusterCa("impostor", now_);
