@@ -306,6 +306,11 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
                "event in a stream) and the backend is marked down")
       ->check(kPositive)
       ->default_str("30");
+  c.add_option("--usage-flush-interval", flags_.usage_flush_interval_s,
+               "Seconds between writes of metered usage to the store (until then it is in the "
+               "usage journal beside the store)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->default_str("0.5");
   c.require_subcommand(0, 1);
   CLI::App* backend = c.add_subcommand("backend", "Add, remove or list the gateway's backends");
   backend->require_subcommand(1);
@@ -342,6 +347,7 @@ void GatewayCommand::Register(CLI::App& app, GlobalOptions& global) {
     if (given("--metrics-listen")) s.metrics_listen = flags_.metrics_listen;
     if (given("--key-cache-size")) s.key_cache_size = flags_.key_cache_size;
     if (given("--upstream-idle-timeout")) s.upstream_idle_timeout_s = flags_.upstream_idle_timeout_s;
+    if (given("--usage-flush-interval")) s.usage_flush_interval_s = flags_.usage_flush_interval_s;
     global.exit_code = RunGateway(s, ResolveStateDir(global.state_dir, config));
   });
 }

@@ -112,6 +112,8 @@ Config LoadConfig(const std::string& path) {
     g.key_cache_size = static_cast<int>(t->Int("key_cache_size", g.key_cache_size, 1, 1 << 24));
     g.upstream_idle_timeout_s =
         t->Double("upstream_idle_timeout_s", g.upstream_idle_timeout_s, 0.001, 86400);
+    g.usage_flush_interval_s =
+        t->Double("usage_flush_interval_s", g.usage_flush_interval_s, 0.01, 3600);
     g.backend_api_key_file = t->String("backend_api_key_file", g.backend_api_key_file);
     if (t->Has("shared_limits")) g.shared_limits = t->Bool("shared_limits", false);
     g.limits_when_store_down =

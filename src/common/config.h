@@ -56,6 +56,9 @@ struct GatewaySettings {
   std::string metrics_listen = "127.0.0.1:0";
   int key_cache_size = 10000;            // API keys remembered (LRU)
   double upstream_idle_timeout_s = 30;   // a backend silent this long: 504 or error event
+  // How often metered usage goes to the store (`bmas usage`, quotas of the day); what is not
+  // there yet is in the usage journal beside the store, so a killed gateway loses none of it.
+  double usage_flush_interval_s = 0.5;
   // The backend secret, from which each backend's key (its --api-key) is derived: read from
   // this file (not readable by others) or $BMAS_BACKEND_API_KEY.
   std::string backend_api_key_file;

@@ -179,6 +179,8 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   o.key_cache_size = static_cast<size_t>(s.key_cache_size);
   o.upstream_idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(s.upstream_idle_timeout_s * 1000));
+  o.flush_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(s.usage_flush_interval_s * 1000));
   if (!s.metrics_listen.empty()) {
     auto metrics = SplitHostPort(s.metrics_listen);
     if (!metrics) {
@@ -215,6 +217,18 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   if (!store) {
     fmt::print(stderr, "bmas gateway: {}\n", store.error().message);
     return 1;
+  }
+  // Usage not yet flushed survives the gateway's death in a journal beside the store, one per
+  // listening port (two gateways of one state directory have two ports). An ephemeral port
+  // (0, tests) has none: no later gateway would find it.
+  if (s.port != 0) {
+    auto journal = gateway::UsageJournal::Open(gateway::UsageJournalPath(
+        std::filesystem::path(StorePath(state_dir)).parent_path().string(), s.port));
+    if (!journal) {
+      fmt::print(stderr, "bmas gateway: {}\n", journal.error().message);
+      return 1;
+    }
+    o.usage_journal = std::move(*journal);
   }
   std::signal(SIGPIPE, SIG_IGN);
   // One io_context per worker thread; the first runs on this thread and also accepts.

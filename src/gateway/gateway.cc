@@ -97,6 +97,18 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
     backends_.push_back(std::make_shared<Backend>(workers_, *parsed, IdentityOf(*parsed), false));
     admission_.AddBackend(parsed->url);
   }
+  if (options_.usage_journal) {
+    // What a gateway killed before its last flush left: in the journal until the first flush.
+    int64_t requests = 0;
+    for (UsageDelta& d : options_.usage_journal->TakeRecovered()) {
+      requests += d.requests;
+      MergeUnflushedLocked(std::move(d));
+    }
+    if (requests > 0) {
+      spdlog::info("gateway: {} requests' usage that an earlier gateway had not flushed, from {}",
+                   requests, options_.usage_journal->path());
+    }
+  }
 }
 
 Gateway::~Gateway() = default;

@@ -40,6 +40,7 @@
 #include "gateway/router.h"
 #include "gateway/store_worker.h"
 #include "gateway/upstream.h"
+#include "gateway/usage_journal.h"
 #include "store/store.h"
 
 namespace simdjson::dom {
@@ -127,6 +128,10 @@ struct GatewayOptions {
   // and reads the others' (fair_share.h). A report unchanged for 5 of these (at least 1 s)
   // drops out.
   std::chrono::milliseconds fair_interval{200};
+  // Metered usage not yet in the store is also copied here, so that a gateway killed between
+  // flushes loses none of it; what a killed gateway left in it is flushed first. Null: none
+  // (the last flush_interval of usage is lost with the process).
+  std::shared_ptr<UsageJournal> usage_journal;
   // Where the gateway's time comes from (queue waits, latencies, rate limits, usage minutes).
   // Not owned; outlives the Gateway.
   Env* env = &Env::Default();
@@ -228,6 +233,10 @@ class Gateway {
   awaitable<void> CheckBackend(std::shared_ptr<Backend> backend);
   void SyncBackends(const std::vector<std::string>& stored);
   awaitable<void> Flush();
+  // Adds `d` to unflushed_ (mu_ held).
+  void MergeUnflushedLocked(UsageDelta d);
+  // Says once that the usage journal has no room (mu_ held).
+  void JournalFullLocked();
 
   // Shared limits. Reserves `r`'s worst case in the store; returns the answer to send when
   // the request may not go on (429, or 503 when the store is down and limits fail closed).
@@ -292,6 +301,7 @@ class Gateway {
   // comparison: a request finds its entry with a tuple of views, allocating nothing.
   std::map<std::tuple<int64_t, std::string, std::string, std::string>, UsageDelta, ViewTupleLess>
       unflushed_;
+  bool journal_full_ = false;  // warned that the usage journal is full, since the last flush
 
   // Per worker (not guarded): parses request bodies and usage chunks, keeping its buffers from
   // one document to the next (a parse then allocates nothing). Each use finishes with the

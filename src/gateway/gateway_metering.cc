@@ -48,6 +48,10 @@ void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t comple
                 .first;
   }
   r.metered += prompt + completion;
+  if (options_.usage_journal &&
+      !options_.usage_journal->Append(minute, r.user, r.model, b.id, 1, prompt, completion)) {
+    JournalFullLocked();
+  }
   UsageDelta& d = entry->second;
   d.requests += 1;
   d.prompt_tokens += prompt;
@@ -77,21 +81,60 @@ void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t comple
 
 // ---- Background work ----------------------------------------------------------------------
 
+void Gateway::JournalFullLocked() {
+  if (journal_full_) return;
+  journal_full_ = true;  // said once per run of the store being behind
+  spdlog::warn("gateway: usage journal {} is full (the store has not taken usage for several "
+               "flushes): new usage is kept in memory only until a flush succeeds",
+               options_.usage_journal->path());
+}
+
+void Gateway::MergeUnflushedLocked(UsageDelta d) {
+  auto key = std::make_tuple(d.minute, d.user, d.model, d.backend);
+  auto [entry, fresh] = unflushed_.try_emplace(std::move(key), d);
+  if (fresh) return;
+  entry->second.requests += d.requests;
+  entry->second.prompt_tokens += d.prompt_tokens;
+  entry->second.completion_tokens += d.completion_tokens;
+}
+
 awaitable<void> Gateway::Flush() {
   std::vector<UsageDelta> deltas;
+  UsageJournal::Sealed sealed;
   {
     std::lock_guard lock(mu_);
     for (auto& [key, d] : unflushed_) deltas.push_back(std::move(d));
     unflushed_.clear();
+    if (options_.usage_journal) sealed = options_.usage_journal->Seal();
   }
-  if (deltas.empty()) co_return;
-  auto write = [deltas = std::move(deltas)](Store& store) { return store.RecordUsage(deltas); };
+  if (deltas.empty()) {
+    if (!sealed.empty()) {
+      std::lock_guard lock(mu_);
+      options_.usage_journal->Release(sealed);
+    }
+    co_return;
+  }
+  auto write = [&deltas](Store& store) { return store.RecordUsage(deltas); };
   Result<void> written = co_await store_.Run(std::move(write));
-  if (!written) spdlog::error("gateway: usage not recorded: {}", written.error().message);
+  std::lock_guard lock(mu_);
+  if (!written) {
+    // Kept for the next flush, and in the journal, before the sealed batch is let go.
+    spdlog::error("gateway: usage not recorded yet (kept for the next flush): {}",
+                  written.error().message);
+    for (UsageDelta& d : deltas) {
+      if (options_.usage_journal && !options_.usage_journal->Append(d)) JournalFullLocked();
+      MergeUnflushedLocked(std::move(d));
+    }
+  } else {
+    journal_full_ = false;
+  }
+  if (options_.usage_journal) options_.usage_journal->Release(sealed);
 }
 
 awaitable<void> Gateway::FlushLoop() {
   net::steady_timer timer(io_);
+  // At once first: what an earlier gateway left in the usage journal goes to the store now.
+  co_await Flush();
   while (!stopping_) {
     timer.expires_after(options_.flush_interval);
     beast::error_code ec;

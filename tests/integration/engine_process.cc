@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -254,10 +255,14 @@ struct Listening {
   std::string url;
 };
 
-// Starts `bmas COMMAND --port 0 ARGS...` and reads its "bmas COMMAND: listening on URL" line.
+// Starts `bmas COMMAND --port 0 ARGS...` (no --port 0 where ARGS give one) and reads its "bmas
+// COMMAND: listening on URL" line.
 Result<Listening> StartServer(const std::string& command, const std::vector<std::string>& args,
                               const EnvList& env) {
-  std::vector<std::string> all = {command, "--port", "0"};
+  std::vector<std::string> all = {command};
+  if (std::find(args.begin(), args.end(), "--port") == args.end()) {
+    all.insert(all.end(), {"--port", "0"});
+  }
   all.insert(all.end(), args.begin(), args.end());
   auto process = Process::Start(all, env);
   if (!process) return process.error();

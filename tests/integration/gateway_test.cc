@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1396,6 +1397,77 @@ TEST_F(GatewayTest, SigtermLetsTheStreamFinishThenFlushesItsUsage) {
   EXPECT_EQ(Int(At(rows[0], "requests")), 1);
   EXPECT_EQ(Int(At(rows[0], "prompt_tokens")), kPromptTokens);
   EXPECT_EQ(Int(At(rows[0], "completion_tokens")), kMaxTokens);
+}
+
+// A gateway killed with SIGKILL (the OOM killer, a crash) between two flushes: the usage it had
+// metered is in its usage journal, and the gateway that replaces it on the same port puts it in
+// the store. The first one flushes once an hour, so without the journal all of it would be lost.
+TEST_F(GatewayTest, AGatewayKilledBetweenFlushesLosesNoUsage) {
+  const int port = FreeTcpPort();
+  ASSERT_NE(port, 0);
+  ClusterOptions o;
+  o.engines = {kLlama};
+  o.gateway_args = {"--port", std::to_string(port), "--usage-flush-interval", "3600"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  const std::string bob = AddUser("bob");
+  for (int i = 0; i < 12; ++i) {
+    const std::string& key = i % 3 == 2 ? bob : key_;
+    if (i % 4 == 3) {
+      auto s = OpenStream(key, "/v1/chat/completions",
+                          ChatBody(PromptOfTokens(6 + i), 5, kStreamWithUsage));
+      ASSERT_NE(s, nullptr);
+      auto events = s->ReadAll();
+      ASSERT_TRUE(events) << events.error().message;
+      EXPECT_EQ(events->back(), "[DONE]");
+    } else {
+      EXPECT_EQ(PostAs(key, "/v1/completions", CompletionBody(PromptOfTokens(4 + i), 3 + i)).status,
+                200);
+    }
+  }
+  const Totals engine = EngineTotals(0);
+  ASSERT_EQ(engine.requests, 12);
+  rapidjson::Document before = Usage();
+  ASSERT_TRUE(before.IsArray());
+  ASSERT_EQ(before.Size(), 0u) << "the gateway flushed before it was killed: nothing is shown";
+
+  gateway_->process().Signal(SIGKILL);
+  ASSERT_TRUE(gateway_->process().Wait(10s).has_value());
+  const std::string journal =
+      dir_.path() + "/state/store/gateway-usage-" + std::to_string(port) + ".journal";
+  struct stat st {};
+  ASSERT_EQ(stat(journal.c_str(), &st), 0) << journal;
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  auto again = GatewayProcess::Start({"--port", std::to_string(port), "--backend", engines_[0]->url()},
+                                     Env());
+  ASSERT_TRUE(again) << again.error().message;
+  gateway_ = std::move(*again);
+  std::map<std::string, Totals> by_backend, by_user;
+  std::string last_usage;
+  const bool equal = Eventually(
+      [&] {
+        return UsageTotals(by_backend, by_user, last_usage) &&
+               by_backend[engines_[0]->url()] == engine;
+      },
+      5s);
+  EXPECT_TRUE(equal) << "usage after the restart: " << last_usage << "\nthe engine's: "
+                     << engine.requests << " requests, " << engine.prompt << " prompt, "
+                     << engine.completion << " completion\n"
+                     << gateway_->process().StderrText();
+  EXPECT_EQ(by_user["alice"].requests, 8);
+  EXPECT_EQ(by_user["bob"].requests, 4);
+  EXPECT_THAT(gateway_->process().StderrText(),
+              HasSubstr("12 requests' usage that an earlier gateway had not flushed"));
+  // Flushed once: a third gateway finds nothing left to add.
+  ExitStatus stopped = gateway_->process().Stop(10s);
+  EXPECT_TRUE(stopped.Success()) << stopped.ToString();
+  auto third = GatewayProcess::Start({"--port", std::to_string(port), "--backend", engines_[0]->url()},
+                                     Env());
+  ASSERT_TRUE(third) << third.error().message;
+  gateway_ = std::move(*third);
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(UsageTotals(by_backend, by_user, last_usage));
+  EXPECT_EQ(by_backend[engines_[0]->url()], engine) << last_usage;
 }
 
 // ---- Fairness -------------------------------------------------------------------------------
