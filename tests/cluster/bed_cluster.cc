@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "daemon/secret.h"
+#include "slurm/local_cluster.h"
 #include "slurm/local_cluster_internal.h"
 #include "store/store.h"
 #include "test_helpers.h"
@@ -195,9 +197,67 @@ Result<void> BedCluster::EnsureServiceAccount() {
   return {};
 }
 
+std::string BedClusterSkipReason(std::string* bmas) {
+  if (geteuid() != 0) return "the test bed needs root";
+  const char* binary = std::getenv("BMAS_BINARY");
+  if (binary == nullptr) return "BMAS_BINARY is not set";
+  if (std::string why = slurm::LocalClusterPrerequisites(); !why.empty()) return why;
+  *bmas = binary;
+  return "";
+}
+
+Result<std::string> WriteFakeNvmlValues(const NetBed& bed, int gpus, const std::string& prefix,
+                                        int mib, int util) {
+  std::string text;
+  for (int i = 0; i < gpus; ++i) {
+    text += fmt::format(
+        "uuid=GPU-{}-{} name=NVIDIA_H100_80GB_HBM3 util={} mem_used_mib=0 mem_total_mib={} "
+        "power_mw=70000 temp=30 mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
+        prefix, i, util, mib);
+  }
+  const std::string path = bed.dir() + "/shared/nvml.txt";
+  if (auto ok = slurm::internal::WriteFile(path, text, 0644); !ok) return ok.error();
+  return path;
+}
+
+std::string TelemetryToml(const std::string& nvml_library, const std::string& node_dir) {
+  return fmt::format("[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
+                     nvml_library, node_dir + "/bmas-state/cluster/ca.crt");
+}
+
+Result<std::vector<std::string>> BedCluster::AsUnit(const std::string& unit,
+                                                    const std::vector<std::string>& args) {
+  std::ifstream in(unit);
+  if (!in) return NotFound("cannot read the unit file " + unit);
+  std::string restart, seconds = "0.1";
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("Restart=")) restart = line.substr(8);
+    if (line.starts_with("RestartSec=")) seconds = line.substr(11);
+  }
+  if (restart != "on-failure" && restart != "always") {
+    return InvalidArgument(unit + " has no Restart=on-failure or Restart=always");
+  }
+  // `wait` returns early when the trapped SIGTERM comes; the second one reaps the child.
+  const std::string script = fmt::format(
+      "stopping=0; trap 'stopping=1; kill -TERM \"$child\" 2>/dev/null' TERM INT\n"
+      "while :; do\n"
+      "  \"$@\" & child=$!\n"
+      "  wait \"$child\"; rc=$?\n"
+      "  if [ \"$stopping\" = 1 ]; then wait \"$child\"; exit 0; fi\n"
+      "  case {}:$rc in on-failure:0|on-failure:129|on-failure:130|on-failure:141|"
+      "on-failure:143) exit $rc;; esac\n"
+      "  echo \"unit {}: its process ended ($rc); starting it again in {} s\"\n"
+      "  sleep {}\n"
+      "done\n",
+      restart, std::filesystem::path(unit).filename().string(), seconds, seconds);
+  std::vector<std::string> argv = {"sh", "-c", script, "unit"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
 Result<BedCluster::Inference> BedCluster::StartInference(
     const std::vector<std::string>& gateway_flags,
-    const std::vector<std::string>& controller_flags) {
+    const std::vector<std::string>& controller_flags, const std::string& gateway_unit) {
   const passwd* service = getpwnam("bmas");
   if (service == nullptr) return NotFound("no `bmas` account: EnsureServiceAccount() first");
   const std::string state = bed_.dir() + "/nodes/" + NetBed::kController + "/bmas-state";
@@ -219,7 +279,13 @@ Result<BedCluster::Inference> BedCluster::StartInference(
                   std::to_string(kGatewayPort), "--metrics-listen",
                   fmt::format("127.0.0.1:{}", kGatewayPort + 1)});
   gateway.insert(gateway.end(), gateway_flags.begin(), gateway_flags.end());
-  auto g = bed_.StartDaemon(NetBed::kController, "gateway", "bmas", gateway, env);
+  if (!gateway_unit.empty()) {
+    auto unit = AsUnit(gateway_unit, gateway);
+    if (!unit) return unit.error();
+    gateway = std::move(*unit);
+  }
+  auto g = bed_.StartDaemon(NetBed::kController, "gateway", gateway_unit.empty() ? "bmas" : "sh",
+                            gateway, env);
   if (!g) return g.error();
   started.gateway = *g;
   if (!WaitFor([&] { return Listening(bed_, NetBed::kController, kGatewayPort + 1); }, g->pid,

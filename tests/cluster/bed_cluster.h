@@ -26,6 +26,24 @@ struct BedClusterOptions {
   std::string extra_toml;  // appended to the inventory ([telemetry], [agent], ...)
 };
 
+// Why a cluster on the bed cannot run here, for GTEST_SKIP: not root, no $BMAS_BINARY, or no
+// Slurm; "" when it can, with `*bmas` set to $BMAS_BINARY.
+std::string BedClusterSkipReason(std::string* bmas);
+
+// The fake NVML's values for `gpus` idle H100s of `mib` MiB, named GPU-<prefix>-N, at
+// <bed>/shared/nvml.txt (every user may read it): a node's agent reads them with
+// BMAS_FAKE_NVML=<path>. Returns the path.
+Result<std::string> WriteFakeNvmlValues(const NetBed& bed, int gpus, const std::string& prefix,
+                                        int mib = 81559, int util = 0);
+
+// Inventory text: the partitions of the inference controller's replicas (examples/
+// cluster-12x4.toml's), and the agents' telemetry from `nvml_library` checked against
+// <node_dir>/bmas-state/cluster/ca.crt.
+inline constexpr const char* kInferencePartitionsToml =
+    "[[cluster.partitions]]\nname = \"inference\"\nnodes = \"ALL\"\n"
+    "[[cluster.partitions]]\nname = \"inference_floor\"\nnodes = \"ALL\"\n";
+std::string TelemetryToml(const std::string& nvml_library, const std::string& node_dir);
+
 class BedCluster {
  public:
   BedCluster(NetBed& bed, std::string bmas) : bed_(bed), bmas_(std::move(bmas)) {}
@@ -70,8 +88,18 @@ class BedCluster {
     DaemonProcess controller;
   };
   static constexpr int kGatewayPort = 8000;
+  // With `gateway_unit`, the gateway runs under AsUnit with that unit file's restart policy.
   Result<Inference> StartInference(const std::vector<std::string>& gateway_flags = {},
-                                   const std::vector<std::string>& controller_flags = {});
+                                   const std::vector<std::string>& controller_flags = {},
+                                   const std::string& gateway_unit = "");
+
+  // `args` under a shell that does what systemd does with `unit` (a .service file of
+  // packaging/systemd/) when its process ends: with Restart=on-failure it starts it again after
+  // RestartSec unless it exited 0 or of SIGHUP, SIGINT, SIGTERM or SIGPIPE; with Restart=always,
+  // whatever the end. SIGTERM to the shell stops the process and the shell (`systemctl stop`).
+  // The process is the shell's child: `pgrep -P SHELL`. Errors name a unit without Restart=.
+  static Result<std::vector<std::string>> AsUnit(const std::string& unit,
+                                                 const std::vector<std::string>& args);
 
   // "" once `node` is in Slurm state `state` (sinfo in mgs1), else sinfo's last answer.
   std::string WaitState(const std::string& node, const std::string& state,

@@ -51,10 +51,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 class NodeFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "the test bed needs root";
-    const char* bmas = std::getenv("BMAS_BINARY");
-    if (bmas == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
-    if (std::string why = slurm::LocalClusterPrerequisites(); !why.empty()) GTEST_SKIP() << why;
+    std::string bmas;
+    if (std::string why = BedClusterSkipReason(&bmas); !why.empty()) GTEST_SKIP() << why;
     BedOptions options;
     options.name = "node-fault";
     options.nodes = static_cast<int>(kNodes.size());
@@ -66,20 +64,11 @@ class NodeFaultTest : public ::testing::Test {
     o.cluster_name = "fault";
     o.gpus_per_node = kGpusPerNode;
     o.slurmrestd_port = 6820;
-    o.extra_toml = fmt::format(
-        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n",
-        BMAS_FAKE_NVML_LIBRARY, node + "/bmas-state/cluster/ca.crt");
+    o.extra_toml = TelemetryToml(BMAS_FAKE_NVML_LIBRARY, node);
     cluster_->WriteInventory(o);
-    const std::string nvml = bed_.dir() + "/shared/nvml.txt";
-    std::ofstream values(nvml);
-    for (int i = 0; i < kGpusPerNode; ++i) {
-      values << fmt::format(
-          "uuid=GPU-fault-{} name=NVIDIA_H100_80GB_HBM3 util=3 mem_used_mib=0 mem_total_mib={} "
-          "power_mw=70000 temp=30 mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
-          i, kGpuMib);
-    }
-    values.close();
-    ASSERT_EQ(::chmod(nvml.c_str(), 0644), 0);
+    auto written = WriteFakeNvmlValues(bed_, kGpusPerNode, "fault", kGpuMib, 3);
+    ASSERT_TRUE(written) << written.error().message;
+    const std::string nvml = *written;
 
     auto init = cluster_->Init();
     ASSERT_TRUE(init) << init.error().message;

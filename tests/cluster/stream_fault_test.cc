@@ -71,10 +71,8 @@ with urllib.request.urlopen(req, timeout=60) as r:
 class StreamFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "the test bed needs root";
-    const char* bmas = std::getenv("BMAS_BINARY");
-    if (bmas == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
-    if (std::string why = slurm::LocalClusterPrerequisites(); !why.empty()) GTEST_SKIP() << why;
+    std::string bmas;
+    if (std::string why = BedClusterSkipReason(&bmas); !why.empty()) GTEST_SKIP() << why;
     BedOptions options;
     options.name = "stream-fault";
     options.nodes = 3;
@@ -85,9 +83,7 @@ class StreamFaultTest : public ::testing::Test {
     o.cluster_name = "faults";
     o.gpus_per_node = 4;
     o.slurmrestd_port = 6820;
-    o.extra_toml =
-        "[[cluster.partitions]]\nname = \"inference\"\nnodes = \"ALL\"\n"
-        "[[cluster.partitions]]\nname = \"inference_floor\"\nnodes = \"ALL\"\n";
+    o.extra_toml = kInferencePartitionsToml;
     config_ = cluster_->WriteInventory(o);
   }
 

@@ -48,11 +48,7 @@ double MsSince(Clock::time_point t0) {
 class WalkthroughTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "the test bed needs root";
-    const char* bmas = std::getenv("BMAS_BINARY");
-    if (bmas == nullptr) GTEST_SKIP() << "BMAS_BINARY is not set";
-    if (std::string why = slurm::LocalClusterPrerequisites(); !why.empty()) GTEST_SKIP() << why;
-    bmas_ = bmas;
+    if (std::string why = BedClusterSkipReason(&bmas_); !why.empty()) GTEST_SKIP() << why;
     BedOptions options;
     options.name = "walkthrough";
     options.nodes = 3;
@@ -69,24 +65,13 @@ class WalkthroughTest : public ::testing::Test {
     o.gpus_per_node = kGpusPerNode;
     o.slurmrestd_port = kRestPort;
     // The partitions of the inference controller's replicas (examples/cluster-12x4.toml's).
-    o.extra_toml = fmt::format(
-        "[[cluster.partitions]]\nname = \"inference\"\nnodes = \"ALL\"\n"
-        "[[cluster.partitions]]\nname = \"inference_floor\"\nnodes = \"ALL\"\n"
-        "[telemetry]\nnvml_library = \"{}\"\ninterval_s = 0.2\n[agent]\nca = \"{}\"\n{}",
-        BMAS_FAKE_NVML_LIBRARY, node_ + "/bmas-state/cluster/ca.crt",
-        // Each node serves an LXD of its own, which its join starts: the students' workspaces.
-        bed_.LxdToml(node_ + "/etc-bmas"));
+    // Each node serves an LXD of its own, which its join starts: the students' workspaces.
+    o.extra_toml = std::string(kInferencePartitionsToml) +
+                   TelemetryToml(BMAS_FAKE_NVML_LIBRARY, node_) + bed_.LxdToml(node_ + "/etc-bmas");
     inventory_ = cluster_->WriteInventory(o);
-    nvml_values_ = bed_.dir() + "/shared/nvml.txt";
-    std::ofstream values(nvml_values_);
-    for (int i = 0; i < kGpusPerNode; ++i) {
-      values << fmt::format(
-          "uuid=GPU-walk-{} name=NVIDIA_H100_80GB_HBM3 util=0 mem_used_mib=0 mem_total_mib=81559 "
-          "power_mw=70000 temp=30 mig=0 nvlinks=18 nvlinks_up=18 cc=9.0\n",
-          i);
-    }
-    values.close();
-    ::chmod(nvml_values_.c_str(), 0644);
+    auto nvml = WriteFakeNvmlValues(bed_, kGpusPerNode, "walk");
+    ASSERT_TRUE(nvml) << nvml.error().message;
+    nvml_values_ = *nvml;
   }
 
   void TearDown() override {
