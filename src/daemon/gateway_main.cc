@@ -1,6 +1,7 @@
 #include "daemon/gateway_main.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -221,14 +222,18 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   // Usage not yet flushed survives the gateway's death in a journal beside the store, one per
   // listening port (two gateways of one state directory have two ports). An ephemeral port
   // (0, tests) has none: no later gateway would find it.
+  // Without one the gateway still serves (a warning says what is lost and why).
   if (s.port != 0) {
-    auto journal = gateway::UsageJournal::Open(gateway::UsageJournalPath(
-        std::filesystem::path(StorePath(state_dir)).parent_path().string(), s.port));
-    if (!journal) {
-      fmt::print(stderr, "bmas gateway: {}\n", journal.error().message);
-      return 1;
+    const std::filesystem::path dir = std::filesystem::path(StorePath(state_dir)).parent_path();
+    ::mkdir(dir.c_str(), 0700);  // SQLite's is there already; with PostgreSQL it may not be
+    auto journal = gateway::UsageJournal::Open(gateway::UsageJournalPath(dir.string(), s.port));
+    if (journal) {
+      o.usage_journal = std::move(*journal);
+    } else {
+      spdlog::warn("bmas gateway: no usage journal, so a gateway killed outright loses the usage "
+                   "of its last {} s: {}",
+                   s.usage_flush_interval_s, journal.error().message);
     }
-    o.usage_journal = std::move(*journal);
   }
   std::signal(SIGPIPE, SIG_IGN);
   // One io_context per worker thread; the first runs on this thread and also accepts.

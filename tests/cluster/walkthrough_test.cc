@@ -296,6 +296,55 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
   EXPECT_NE(shell->out.find(fmt::format("in ws-{} as {}", student, student)), std::string::npos)
       << shell->out << shell->err;
   std::printf("the student's shell on oss01 said: %s", shell->out.c_str());
+
+  // From the login node: `ssh oss01` lands the student in their workspace there, through sshd's
+  // ForceCommand on oss01 (README "For admins"), across the bed's network.
+  const std::string ssh_dir = bed_.dir() + "/shared/ssh";
+  ASSERT_TRUE(bed_.Run("mgs1", {"install", "-d", "-m", "0755", ssh_dir}));
+  for (const char* k : {"host_key", "student_key"}) {
+    auto made = bed_.Run("mgs1", {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                                  ssh_dir + "/" + k});
+    ASSERT_TRUE(made && made->exit_code == 0) << (made ? made->err : made.error().message);
+  }
+  ASSERT_TRUE(bed_.Run("mgs1", {"chown", student, ssh_dir + "/student_key"}));
+  ASSERT_TRUE(bed_.Run("mgs1", {"install", "-m", "0644", ssh_dir + "/student_key.pub",
+                                ssh_dir + "/authorized_keys"}));
+  // sshd refuses a locked account ("!", as useradd leaves it); a group for the students.
+  ASSERT_TRUE(bed_.Run("mgs1", {"groupadd", "-f", "bmasstudents"}));
+  ASSERT_TRUE(bed_.Run("mgs1", {"usermod", "-a", "-G", "bmasstudents", "-p", "*", student}));
+  {
+    std::ofstream config(ssh_dir + "/sshd_config");
+    config << fmt::format(
+        "Port 22\nListenAddress {}\nHostKey {}/host_key\nAuthorizedKeysFile {}/authorized_keys\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nPidFile none\n"
+        "StrictModes no\nMatch Group bmasstudents\n  ForceCommand {} --config {} --state-dir {} "
+        "workspace shell\n  PermitUserRC no\n  DisableForwarding yes\n",
+        bed_.hosts()[1].address, ssh_dir, ssh_dir, cluster_->student_bmas, node_config,
+        node_ + "/bmas-state");
+  }
+  ASSERT_TRUE(bed_.Run("oss01", {"mkdir", "-p", "/run/sshd"}));  // privilege separation
+  auto sshd = bed_.StartDaemon("oss01", "sshd oss01", "sshd",
+                               {"/usr/sbin/sshd", "-D", "-e", "-f", ssh_dir + "/sshd_config"});
+  ASSERT_TRUE(sshd) << sshd.error().message;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto r = bed_.Run("oss01", {"ss", "-Hltn", "sport = :22"});
+        return r && !r->out.empty();
+      },
+      sshd->pid, std::chrono::seconds(10)))
+      << bed_.LogTail("sshd oss01");
+  auto remote = bed_.Run(
+      "mgs1",
+      {"ssh", "-i", ssh_dir + "/student_key", "-o", "StrictHostKeyChecking=no", "-o",
+       "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", student + "@oss01",
+       "echo from the login node: in $(hostname) as $(id -un); exit 4"},
+      student, std::chrono::seconds(60));
+  ASSERT_TRUE(remote) << remote.error().message;
+  EXPECT_EQ(remote->exit_code, 4) << remote->err << remote->out << bed_.LogTail("sshd oss01");
+  EXPECT_NE(remote->out.find(fmt::format("from the login node: in ws-{} as {}", student, student)),
+            std::string::npos)
+      << remote->out << remote->err;
+  std::printf("ssh oss01 from mgs1 said: %s", remote->out.c_str());
 }
 
 }  // namespace
