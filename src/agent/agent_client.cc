@@ -58,7 +58,8 @@ int RunThroughAgent(const std::string& socket, const std::vector<std::string>& a
   if (fd < 0 && !for_job) {
     fmt::print(stderr,
                "bmas workspace: no agent answers at {} (bmas up starts one; root can use "
-               "`bmas agent`)\n",
+               "`bmas agent`; on a login node without one, `ssh NODE` reaches your workspace on "
+               "that node)\n",
                socket);
     return 1;
   }

@@ -345,6 +345,16 @@ TEST_F(WalkthroughTest, InitJoinThreeNodesAStudentsEightGpuJobAcrossTwoThenDrain
             std::string::npos)
       << remote->out << remote->err;
   std::printf("ssh oss01 from mgs1 said: %s", remote->out.c_str());
+  // `bmas workspace shell` typed on mgs1, where no agent runs, says where to go.
+  auto here = bed_.Run("mgs1",
+                       {"sh", "-c",
+                        fmt::format("echo exit | {} --config {} --state-dir {} workspace shell",
+                                    cluster_->student_bmas, config, node_ + "/bmas-state")},
+                       student);
+  ASSERT_TRUE(here) << here.error().message;
+  EXPECT_EQ(here->exit_code, 1) << here->out << here->err;
+  EXPECT_NE(here->err.find("`ssh NODE` reaches your workspace on that node"), std::string::npos)
+      << here->err;
 }
 
 }  // namespace
