@@ -4,7 +4,10 @@
 bench/wrk_completion.lua), with the gateway under valgrind. Instruction counts do not depend on
 what else the machine runs, so this is the figure to compare changes by on a shared machine.
 
-Usage: bench/gateway_callgrind.py [BUILD_DIR] [--seconds S] [--top N] [--keep DIR]
+Usage: bench/gateway_callgrind.py [BUILD_DIR] [--seconds S] [--top N] [--keep DIR] [--port P]
+
+--port P: the gateway listens on P, as a deployed one does, and so keeps its usage journal
+(<state dir>/store/gateway-usage-P.journal); the default, 0, is an ephemeral port: no journal.
 
 Prints instructions per request and the top N functions by inclusive instructions per request
 (callgrind_annotate --inclusive=yes). Counters are zeroed after a warm-up run and dumped after
@@ -33,6 +36,7 @@ def option(name, default):
 SECONDS = int(option("--seconds", "5"))
 TOP = int(option("--top", "25"))
 KEEP = option("--keep", None)
+PORT = option("--port", "0")
 
 import gateway_bench as gb  # noqa: E402  (reads BUILD_DIR from the remaining arguments)
 import run  # noqa: E402
@@ -66,7 +70,7 @@ def main():
     key = state.add_user("bench")
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.out.%p",
-                             gb.BMAS, "gateway", "--port", "0", "--backend", engine.url, "--threads", "1"],
+                             gb.BMAS, "gateway", "--port", PORT, "--backend", engine.url, "--threads", "1"],
                             env=dict(state.env, LD_PRELOAD=shim), stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         url = None
