@@ -83,7 +83,8 @@ def main():
             if "listening on" in line:
                 url = m.group(1)
         deadline = time.time() + 120
-        while gb.http_get(url + "/v1/models", key, timeout=30)[0] != 200:
+        # Ready once the gateway lists the engine's model (a 200 with no models comes first).
+        while "Llama-3.1-8B-Instruct" not in gb.http_get(url + "/v1/models", key, timeout=30)[1]:
             if time.time() > deadline:
                 raise RuntimeError("gateway not ready after 120 s")
             time.sleep(0.5)
