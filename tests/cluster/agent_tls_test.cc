@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "cluster/cluster_ca.h"
+#include "bed_cas.h"
 #include "net_bed.h"
 #include "test_helpers.h"
 
@@ -47,15 +48,9 @@ class AgentTlsTest : public ::testing::Test {
     ASSERT_TRUE(started) << started.error().message;
     dir_ = bed_.dir() + "/agenttls";
     std::filesystem::create_directories(dir_);
-    const int64_t now = static_cast<int64_t>(std::time(nullptr));
-    auto ca = cluster::MakeClusterCa("netbed", now);
-    ASSERT_TRUE(ca) << ca.error().message;
-    ca_ = *ca;
-    auto other = cluster::MakeClusterCa("impostor", now);
-    ASSERT_TRUE(other) << other.error().message;
-    other_ca_ = *other;
-    ca_file_ = dir_ + "/ca.crt";
-    WriteFile(ca_file_, ca_.cert_pem, 0644);
+    auto cas = BedCas::Make(dir_);
+    ASSERT_TRUE(cas) << cas.error().message;
+    cas_ = std::move(*cas);
     // The fake GPUs every agent reads.
     values_ = dir_ + "/nvml.txt";
     WriteFile(values_,
@@ -77,18 +72,6 @@ class AgentTlsTest : public ::testing::Test {
     return r ? *r : CommandOutput{};
   }
 
-  // A certificate and key for `who` issued by `ca`, written as <name>.crt and <name>.key.
-  std::pair<std::string, std::string> Issue(const cluster::CertAndKey& ca,
-                                            const cluster::NodeIdentity& who,
-                                            const std::string& name) {
-    auto issued = cluster::IssueNodeCertificate(ca, who, static_cast<int64_t>(std::time(nullptr)));
-    EXPECT_TRUE(issued) << issued.error().message;
-    const std::string cert = dir_ + "/" + name + ".crt";
-    const std::string key = dir_ + "/" + name + ".key";
-    WriteFile(cert, issued ? issued->cert_pem : "", 0644);
-    WriteFile(key, issued ? issued->key_pem : "");
-    return {cert, key};
-  }
 
   // A bmas.toml of `name`'s own: [agent] as given, no LXD of this host's (the reconcile pass
   // must not touch it), no idle-GPU policing.
@@ -132,22 +115,20 @@ class AgentTlsTest : public ::testing::Test {
                                state + "/run/operator.secret",
                                std::filesystem::copy_options::overwrite_existing);
     EXPECT_EQ(::chmod((state + "/run/operator.secret").c_str(), 0600), 0);
-    const std::string config = Config("mgs1", fmt::format("ca = \"{}\"", ca_file_));
+    const std::string config = Config("mgs1", fmt::format("ca = \"{}\"", cas_.ca_file));
     return In("mgs1", {bmas_, "--config", config, "--state-dir", state, "agent", "get", address});
   }
 
   NetBed bed_;
   std::string bmas_;
   std::string dir_;
-  cluster::CertAndKey ca_;
-  cluster::CertAndKey other_ca_;
-  std::string ca_file_;
+  BedCas cas_;
   std::string values_;
 };
 
 TEST_F(AgentTlsTest, TheControllerReadsANodesGpusOverTls) {
   StartAgent("oss01", "oss01", "10.200.0.11:9400",
-             Issue(ca_, {"oss01", "10.200.0.11"}, "oss01"));
+             cas_.Issue(cas_.ca, {"oss01", "10.200.0.11"}, "oss01"));
   CommandOutput got;
   EXPECT_TRUE(Eventually(
       [&] {
@@ -164,7 +145,7 @@ TEST_F(AgentTlsTest, TheControllerReadsANodesGpusOverTls) {
   const std::string log = bed_.LogTail("oss01", 200);
   EXPECT_NE(log.find("bmas agent tls: GET /gpus 200"), std::string::npos) << log;
   StartAgent("oss02", "oss02", "10.200.0.12:9400",
-             Issue(ca_, {"oss02", "10.200.0.12"}, "oss02"));
+             cas_.Issue(cas_.ca, {"oss02", "10.200.0.12"}, "oss02"));
   const CommandOutput wrong = Get("https://oss01:9400", "oss02");
   EXPECT_NE(wrong.exit_code, 0) << wrong.out;
   EXPECT_NE(wrong.err.find("401"), std::string::npos) << wrong.err;
@@ -178,7 +159,7 @@ TEST_F(AgentTlsTest, TheControllerReadsANodesGpusOverTls) {
 // port on the bridge serves them nothing without the operator secret, and neither the secret nor
 // the node's key can be read to get one.
 TEST_F(AgentTlsTest, AStudentOnANodeGetsNothingFromTheAgentsPort) {
-  const auto cert = Issue(ca_, {"oss01", "10.200.0.11"}, "oss01");
+  const auto cert = cas_.Issue(cas_.ca, {"oss01", "10.200.0.11"}, "oss01");
   StartAgent("oss01", "oss01", "10.200.0.11:9400", cert);
   const std::string student = bmas::testing::EnsureUnixUser("bmastest1");
   for (const char* host : {"oss01", "oss02"}) {
@@ -204,9 +185,9 @@ TEST_F(AgentTlsTest, AStudentOnANodeGetsNothingFromTheAgentsPort) {
 
 TEST_F(AgentTlsTest, ImpostorAgentsAreRefusedBeforeTheSecretIsSent) {
   StartAgent("oss02", "impostor", "10.200.0.12:9400",
-             Issue(other_ca_, {"oss02", "10.200.0.12"}, "impostor"));
+             cas_.Issue(cas_.impostor, {"oss02", "10.200.0.12"}, "impostor"));
   StartAgent("oss02", "wrong-name", "10.200.0.12:9402",
-             Issue(ca_, {"oss09", ""}, "wrong-name"));
+             cas_.Issue(cas_.ca, {"oss09", ""}, "wrong-name"));
   for (const auto& [url, secret_of, why] :
        {std::tuple<std::string, std::string, std::string>{"https://oss02:9400", "impostor",
                                                           "unable to get local issuer"},
@@ -232,7 +213,7 @@ TEST_F(AgentTlsTest, PlainHttpOffLoopbackIsRefusedBothWays) {
     EXPECT_NE(r.err.find("https://"), std::string::npos) << plain << r.err;
   }
   const CommandOutput dashboard =
-      In("mgs1", {bmas_, "--config", Config("mgs1", fmt::format("ca = \"{}\"", ca_file_)),
+      In("mgs1", {bmas_, "--config", Config("mgs1", fmt::format("ca = \"{}\"", cas_.ca_file)),
                   "--state-dir", State("mgs1"), "dashboard", "--no-slurm", "--agent",
                   "10.200.0.11:9400"});
   EXPECT_EQ(dashboard.exit_code, 2) << dashboard.out;

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "cluster/cluster_ca.h"
+#include "bed_cas.h"
 #include "net_bed.h"
 #include "test_helpers.h"
 
@@ -50,15 +51,9 @@ class ReplicaTlsTest : public ::testing::Test {
     dir_ = bed_.dir() + "/replicatls";
     std::filesystem::create_directories(dir_);
     ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
-    const int64_t now = static_cast<int64_t>(std::time(nullptr));
-    auto ca = cluster::MakeClusterCa("netbed", now);
-    ASSERT_TRUE(ca) << ca.error().message;
-    ca_ = *ca;
-    auto other = cluster::MakeClusterCa("impostor", now);
-    ASSERT_TRUE(other) << other.error().message;
-    other_ca_ = *other;
-    ca_file_ = dir_ + "/ca.crt";
-    WriteFile(ca_file_, ca_.cert_pem, 0644);
+    auto cas = BedCas::Make(dir_);
+    ASSERT_TRUE(cas) << cas.error().message;
+    cas_ = std::move(*cas);
     WriteFile(dir_ + "/backend.secret", std::string(kBackendSecret) + "\n");
     user_ = bmas::testing::EnsureUnixUser("bmasreplica");
   }
@@ -76,17 +71,6 @@ class ReplicaTlsTest : public ::testing::Test {
     return r ? *r : CommandOutput{};
   }
 
-  std::pair<std::string, std::string> Issue(const cluster::CertAndKey& ca,
-                                            const cluster::NodeIdentity& who,
-                                            const std::string& name) {
-    auto issued = cluster::IssueNodeCertificate(ca, who, static_cast<int64_t>(std::time(nullptr)));
-    EXPECT_TRUE(issued) << issued.error().message;
-    const std::string cert = dir_ + "/" + name + ".crt";
-    const std::string key = dir_ + "/" + name + ".key";
-    WriteFile(cert, issued ? issued->cert_pem : "", 0644);
-    WriteFile(key, issued ? issued->key_pem : "");
-    return {cert, key};
-  }
 
   // `bmas engine` in `host` on `listen` over TLS with `cert`, its key derived from the backend
   // secret and its port, as `bmas up` and the inference controller start replicas.
@@ -119,7 +103,7 @@ class ReplicaTlsTest : public ::testing::Test {
   std::vector<std::string> GatewayArgs(const std::string& config,
                                        const std::string& state = "mgs1-state",
                                        const std::string& ca_file = "") {
-    return {"env", "BMAS_BACKEND_CA_FILE=" + (ca_file.empty() ? ca_file_ : ca_file), bmas_,
+    return {"env", "BMAS_BACKEND_CA_FILE=" + (ca_file.empty() ? cas_.ca_file : ca_file), bmas_,
             "--config", config, "--state-dir", dir_ + "/" + state, "gateway"};
   }
 
@@ -163,17 +147,16 @@ class ReplicaTlsTest : public ::testing::Test {
   std::string bmas_;
   std::string dir_;
   std::string user_;
-  cluster::CertAndKey ca_;
-  cluster::CertAndKey other_ca_;
-  std::string ca_file_;
+  BedCas cas_;
 };
 
 TEST_F(ReplicaTlsTest, AGatewayStreamsThroughAReplicaOnAnotherNodeAndImpostorsGetNoPrompt) {
   StartEngine("oss01", "replica", "10.200.0.11", 18100,
-              Issue(ca_, {"oss01", "10.200.0.11"}, "oss01"));
+              cas_.Issue(cas_.ca, {"oss01", "10.200.0.11"}, "oss01"));
   StartEngine("oss02", "impostor", "10.200.0.12", 18100,
-              Issue(other_ca_, {"oss02", "10.200.0.12"}, "impostor"));
-  StartEngine("oss02", "wrong-name", "10.200.0.12", 18101, Issue(ca_, {"oss09", ""}, "wrong"));
+              cas_.Issue(cas_.impostor, {"oss02", "10.200.0.12"}, "impostor"));
+  StartEngine("oss02", "wrong-name", "10.200.0.12", 18101,
+              cas_.Issue(cas_.ca, {"oss09", ""}, "wrong"));
   const std::string key = AddUser("alice");
   auto gw = bed_.StartDaemon(
       "mgs1", "gateway", "bmas",
@@ -232,7 +215,7 @@ TEST_F(ReplicaTlsTest, APlainHttpBackendOffLoopbackIsRefused) {
 // "Replicas across the network"). Run with --gtest_also_run_disabled_tests.
 TEST_F(ReplicaTlsTest, DISABLED_MeasureStreamsToAReplicaOnAnotherNode) {
   StartEngine("oss01", "remote", "10.200.0.11", 18100,
-              Issue(ca_, {"oss01", "10.200.0.11"}, "oss01"));
+              cas_.Issue(cas_.ca, {"oss01", "10.200.0.11"}, "oss01"));
   auto local = bed_.StartDaemon(
       "mgs1", "local", "bmas",
       {bmas_, "engine", "--profile", "instant", "--host", "127.0.0.1", "--port", "18100"},
