@@ -115,9 +115,15 @@ std::optional<Versions> PeekVersions(std::string_view body) {
       }
     }
   }
+  // The sender's release goes into the refusal and the controller's log: only a version's
+  // characters, so that a peer cannot write a line of its own there.
   if (auto b = d.FindMember("bmas"); b != d.MemberEnd() && b->value.IsString() &&
                                      b->value.GetStringLength() <= 32) {
-    v.bmas.assign(b->value.GetString(), b->value.GetStringLength());
+    std::string_view release(b->value.GetString(), b->value.GetStringLength());
+    const bool plain = release.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz"
+                                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ.+~-") ==
+                       std::string_view::npos;
+    if (plain) v.bmas = release;
   }
   return v;
 }

@@ -137,6 +137,16 @@ TEST(JoinProtocolTest, AnotherProtocolNamesBothVersionsAndWhatToUpgrade) {
   EXPECT_EQ(old_controller.error().param, "protocol");
   EXPECT_NE(old_controller.error().message.find("upgrade the controller first"), std::string::npos)
       << old_controller.error().message;
+  // A release that is not a version's characters is not echoed (a peer's own log line).
+  std::string forged = FormatJoinRequest(Sample());
+  forged.replace(forged.find(R"("protocol":"2")"), 14, R"("protocol":"3")");
+  forged.replace(forged.find(R"("bmas":")"), 8, R"("bmas":"9\nINFO joined)");
+  auto quiet = ParseJoinRequest(forged);
+  ASSERT_FALSE(quiet);
+  EXPECT_EQ(quiet.error().message.find('\n'), std::string::npos) << quiet.error().message;
+  EXPECT_EQ(quiet.error().message.find("INFO"), std::string::npos) << quiet.error().message;
+  EXPECT_NE(quiet.error().message.find("an unknown bmas (join protocol 3)"), std::string::npos)
+      << quiet.error().message;
   // A "protocol" that is no number is another protocol too.
   std::string odd = FormatJoinRequest(Sample());
   odd.replace(odd.find(R"("protocol":"2")"), 14, R"("protocol":[2])");
