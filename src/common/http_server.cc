@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/coarse_deadline.h"
 #include "common/json_object.h"
 #include "common/listen_socket.h"
 #include "common/read_buffer.h"
@@ -301,6 +302,8 @@ awaitable<void> HttpServer::LingeringClose(TcpStream& stream) {
 awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker) {
   TcpStream stream(std::move(socket));
   ReadBuffer buffer;  // a request's head: no read that finds nothing on a kept-alive connection
+  // The reads' deadlines (idle, then the body's): no timer armed and cancelled per read.
+  CoarseDeadline deadline(stream.socket());
   Connection conn{&stream, true};
   connections_[worker].insert(&conn);
   while (!stopping_) {
@@ -309,9 +312,10 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
     parser.header_limit(64 * 1024);
     parser.body_limit(options_.max_body_bytes);
     beast::error_code ec;
-    stream.expires_after(options_.idle_timeout);
+    deadline.Arm(options_.idle_timeout);
     co_await http::async_read_header(stream, buffer, parser,
                                      net::redirect_error(use_awaitable, ec));
+    deadline.Disarm(ec);
     conn.idle = false;
     // Beast checks a declared Content-Length against the limit as soon as the header is in.
     const bool body_too_large = ec == http::error::body_limit;
@@ -350,9 +354,10 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
       if (ec || used == 0) break;
     }
     if (!ec && !parser.is_done()) {
-      stream.expires_after(options_.read_timeout);
+      deadline.Arm(options_.read_timeout);
       co_await http::async_read(stream, buffer.plain(), parser,
                                 net::redirect_error(use_awaitable, ec));
+      deadline.Disarm(ec);
     }
     if (ec == http::error::body_limit) {
       co_await too_large();

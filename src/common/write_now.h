@@ -62,6 +62,8 @@ awaitable<beast::error_code> WriteAll(TcpStream& stream, const ConstBufferSequen
   rest.consume(sent);
   stream.expires_after(timeout);
   co_await net::async_write(stream, rest, net::redirect_error(use_awaitable, ec));
+  // Reads after it may run under a CoarseDeadline instead, with none of basic_stream's own.
+  stream.expires_never();
   co_return ec;
 }
 

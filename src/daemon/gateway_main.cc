@@ -237,10 +237,16 @@ int RunGateway(const GatewaySettings& s, const std::string& state_dir) {
   }
   std::signal(SIGPIPE, SIG_IGN);
   // One io_context per worker thread; the first runs on this thread and also accepts.
+  // With one worker (the default), every socket is registered and used on this thread alone,
+  // so the per-descriptor locks of Asio's reactor are dropped; the store threads' posts and
+  // the timers keep theirs. With several, the acceptor registers each new socket with another
+  // worker's reactor, which may at that moment run a freed descriptor's last event: those
+  // locks stay.
+  const int hint = s.threads == 1 ? BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO : 1;
   std::vector<std::unique_ptr<net::io_context>> contexts;
   std::vector<net::io_context*> workers;
   for (int i = 0; i < s.threads; ++i) {
-    workers.push_back(contexts.emplace_back(std::make_unique<net::io_context>(1)).get());
+    workers.push_back(contexts.emplace_back(std::make_unique<net::io_context>(hint)).get());
   }
   net::io_context& io = *workers[0];
   gateway::Gateway gw(workers, o, std::move(*store));

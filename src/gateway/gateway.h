@@ -219,10 +219,11 @@ class Gateway {
                                     bool& stale);
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
   void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
-  // One read of the response body into `chunk`; returns the bytes read.
+  // One read of the response body into `chunk`, under the deadline `idle`; returns the bytes
+  // read.
   static awaitable<size_t> ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
-                                    beast::error_code& ec);
+                                    std::chrono::milliseconds idle, beast::error_code& ec);
 
   // Background loops.
   awaitable<void> HealthLoop();

@@ -87,12 +87,14 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
                         std::make_tuple(std::pmr::polymorphic_allocator<char>(&fields_memory)));
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (!ec && !r.stream) {
-    up->expires_after(idle);
+    up->deadline().Arm(idle);
     co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
+    up->deadline().Disarm(ec);
   } else if (!ec) {  // a stream's backend may die after its head: the plain read sees that
-    up->expires_after(idle);
+    up->deadline().Arm(idle);
     co_await http::async_read_header(*up, buffer.plain(), parser,
                                      net::redirect_error(use_awaitable, ec));
+    up->deadline().Disarm(ec);
   }
   if (ec) {
     const bool hung = ec == beast::error::timeout;
@@ -146,8 +148,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     }
     if (!parser.is_done() && !ec) watch();
     while (!parser.is_done() && !ec) {
-      up->expires_after(idle);
-      size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
+      size_t n = co_await ReadSome(*up, buffer, parser, chunk, idle, ec);
       body.append(chunk.data(), n);
     }
     if (ec == beast::error::timeout) {
@@ -199,8 +200,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       ~Unlist() { set.erase(up); }
     } unlist{relaying_[r.worker], upstream};
     while (!parser.is_done() && !ec && !client_gone && !cutting_) {
-      up->expires_after(idle);
-      size_t n = co_await ReadSome(*up, buffer, parser, chunk, ec);
+      size_t n = co_await ReadSome(*up, buffer, parser, chunk, idle, ec);
       events.Append(std::string_view(chunk.data(), n));
       if (events.overflowed() && !ec) ec = http::error::body_limit;
       out.clear();
@@ -307,11 +307,13 @@ void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter&
 
 awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
-                                    beast::error_code& ec) {
+                                    std::chrono::milliseconds idle, beast::error_code& ec) {
   parser.get().body().data = chunk.data();
   parser.get().body().size = chunk.size();
+  stream.deadline().Arm(idle);
   co_await http::async_read_some(stream, buffer.plain(), parser,
                                  net::redirect_error(use_awaitable, ec));
+  stream.deadline().Disarm(ec);
   if (ec == http::error::need_buffer) ec = {};
   co_return chunk.size() - parser.get().body().size;
 }

@@ -116,6 +116,7 @@ awaitable<beast::error_code> WriteTls(UpstreamStream& stream,
   beast::error_code ec;
   stream.expires_after(timeout);
   co_await net::async_write(*stream.tls_stream(), buffers, net::redirect_error(use_awaitable, ec));
+  stream.tcp().expires_never();  // the answer is read under stream.deadline()
   co_return ec;
 }
 
@@ -228,6 +229,7 @@ awaitable<Result<std::unique_ptr<UpstreamStream>>> ConnectionPool::Acquire(
     auto verified = co_await Verify(*stream, timeout);
     if (!verified) co_return verified.error();
   }
+  stream->tcp().expires_never();  // requests are read under stream->deadline()
   co_return std::move(stream);
 }
 

@@ -16,6 +16,7 @@
 #include <boost/asio/ssl.hpp>
 
 #include "common/asio.h"
+#include "common/coarse_deadline.h"
 #include "common/result.h"
 #include "gateway/sse.h"
 
@@ -69,7 +70,10 @@ class UpstreamStream {
   executor_type get_executor() noexcept { return tcp_.get_executor(); }
   TcpStream& tcp() { return tcp_; }
   bool tls() const { return tls_ != nullptr; }
+  // basic_stream's deadline, for connecting and the handshakes: a new connection is handed
+  // out with it at never, and the requests on it are read under deadline().
   void expires_after(std::chrono::steady_clock::duration d) { tcp_.expires_after(d); }
+  CoarseDeadline& deadline() { return deadline_; }
   TcpStream::socket_type& socket() { return tcp_.socket(); }
 
   // Wraps the connected stream in TLS under `context`, checking that the certificate names
@@ -90,6 +94,7 @@ class UpstreamStream {
 
  private:
   TcpStream tcp_;
+  CoarseDeadline deadline_{tcp_.socket()};
   std::unique_ptr<net::ssl::stream<TcpStream&>> tls_;
 };
 
