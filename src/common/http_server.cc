@@ -128,7 +128,12 @@ awaitable<bool> ResponseWriter::Send(http::status status, std::string_view conte
   out += "\r\n";
   if (has_body) out += body;
   const net::const_buffer bytes = net::buffer(out);
-  if (co_await WriteAll(stream_, bytes, write_timeout_)) ok_ = false;
+  beast::error_code ec;
+  size_t sent = 0;
+  if (!WriteAtOnce(stream_.socket(), bytes, sent, ec)) {
+    ec = co_await WriteRest(stream_, bytes, sent, write_timeout_);
+  }
+  if (ec) ok_ = false;
   co_return ok_;
 }
 
@@ -161,7 +166,12 @@ awaitable<bool> ResponseWriter::StartStream(http::status status, std::string_vie
   AppendField(out, "Transfer-Encoding", "chunked");
   out += "\r\n";
   const net::const_buffer bytes = net::buffer(out);
-  if (co_await WriteAll(stream_, bytes, write_timeout_)) ok_ = false;
+  beast::error_code ec;
+  size_t sent = 0;
+  if (!WriteAtOnce(stream_.socket(), bytes, sent, ec)) {
+    ec = co_await WriteRest(stream_, bytes, sent, write_timeout_);
+  }
+  if (ec) ok_ = false;
   co_return ok_;
 }
 
@@ -170,7 +180,12 @@ awaitable<bool> ResponseWriter::SendChunk(std::string_view data) {
   if (data.empty()) co_return true;  // an empty chunk would end the stream
   // A local, not a temporary in the co_await: GCC 12 destroys those twice.
   const auto chunk = http::make_chunk(net::buffer(data.data(), data.size()));
-  if (co_await WriteAll(stream_, chunk, write_timeout_)) ok_ = false;
+  beast::error_code ec;
+  size_t sent = 0;
+  if (!WriteAtOnce(stream_.socket(), chunk, sent, ec)) {
+    ec = co_await WriteRest(stream_, chunk, sent, write_timeout_);
+  }
+  if (ec) ok_ = false;
   co_return ok_;
 }
 

@@ -50,14 +50,25 @@ size_t SendNow(TcpStream::socket_type& socket, const ConstBufferSequence& buffer
   }
 }
 
-// Writes all of `buffers`: what SendNow does not, with async_write under `timeout`. Returns
-// the error that ended the write, if any (beast::error::timeout when the deadline passed).
+// SendNow for a whole write, without a coroutine: true when nothing is left to write (the
+// socket took all of `buffers`, or the connection failed: `ec`); false when WriteRest must
+// write what is left after the `sent` bytes it took. On a request path, where the socket
+// nearly always takes it all, this spares WriteAll's coroutine frame:
+//   if (!WriteAtOnce(socket, b, sent, ec)) ec = co_await WriteRest(stream, b, sent, timeout);
 template <class ConstBufferSequence>
-awaitable<beast::error_code> WriteAll(TcpStream& stream, const ConstBufferSequence& buffers,
-                                      std::chrono::steady_clock::duration timeout) {
+bool WriteAtOnce(TcpStream::socket_type& socket, const ConstBufferSequence& buffers, size_t& sent,
+                 beast::error_code& ec) {
+  sent = SendNow(socket, buffers, ec);
+  return ec || sent == net::buffer_size(buffers);
+}
+
+// Writes what follows the first `sent` bytes of `buffers`, with async_write under `timeout`.
+// Returns the error that ended the write, if any (beast::error::timeout when the deadline
+// passed).
+template <class ConstBufferSequence>
+awaitable<beast::error_code> WriteRest(TcpStream& stream, const ConstBufferSequence& buffers,
+                                       size_t sent, std::chrono::steady_clock::duration timeout) {
   beast::error_code ec;
-  const size_t sent = SendNow(stream.socket(), buffers, ec);
-  if (ec || sent == net::buffer_size(buffers)) co_return ec;
   beast::buffers_suffix<ConstBufferSequence> rest(buffers);
   rest.consume(sent);
   stream.expires_after(timeout);
@@ -65,6 +76,16 @@ awaitable<beast::error_code> WriteAll(TcpStream& stream, const ConstBufferSequen
   // Reads after it may run under a CoarseDeadline instead, with none of basic_stream's own.
   stream.expires_never();
   co_return ec;
+}
+
+// Writes all of `buffers`: what SendNow does not take, with WriteRest.
+template <class ConstBufferSequence>
+awaitable<beast::error_code> WriteAll(TcpStream& stream, const ConstBufferSequence& buffers,
+                                      std::chrono::steady_clock::duration timeout) {
+  beast::error_code ec;
+  size_t sent = 0;
+  if (WriteAtOnce(stream.socket(), buffers, sent, ec)) co_return ec;
+  co_return co_await WriteRest(stream, buffers, sent, timeout);
 }
 
 }  // namespace bmas

@@ -49,11 +49,15 @@ size_t ParseBuffered(ReadBuffer& buffer, UpstreamParser& parser,
 awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWriter& writer,
                                            bool& stale) {
   const TimePoint asked = env_.Now();  // upstream time, for Server-Timing, from here
-  bool reused = false;
   ConnectionPool& pool = *b.pools[r.worker];
-  auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
-  if (!acquired) co_return acquired.error();
-  std::unique_ptr<UpstreamStream> up = std::move(*acquired);
+  // A kept-alive connection without Acquire's coroutine frame; a new one through it.
+  std::unique_ptr<UpstreamStream> up = pool.TakeIdle();
+  bool reused = up != nullptr;
+  if (!up) {
+    auto acquired = co_await pool.Acquire(options_.connect_timeout, reused);
+    if (!acquired) co_return acquired.error();
+    up = std::move(*acquired);
+  }
 
   // The request's head by hand and the body by reference, in one async_write: Beast's
   // serializer would cost several times the syscall, and a copy of the body.
@@ -73,10 +77,11 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(
       options_.upstream_idle_timeout);
   beast::error_code ec;
+  size_t sent = 0;
   if (up->tls()) {
     ec = co_await WriteTls(*up, request_buffers, idle);
-  } else {
-    ec = co_await WriteAll(up->tcp(), request_buffers, idle);
+  } else if (!WriteAtOnce(up->socket(), request_buffers, sent, ec)) {
+    ec = co_await WriteRest(up->tcp(), request_buffers, sent, idle);
   }
   // The backend's answer is not there yet: a whole answer's head is read without trying first.
   ReadBuffer buffer;

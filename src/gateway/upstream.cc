@@ -191,9 +191,7 @@ awaitable<Result<void>> ConnectionPool::Verify(UpstreamStream& stream,
 
 awaitable<Result<std::unique_ptr<UpstreamStream>>> ConnectionPool::Acquire(
     std::chrono::milliseconds timeout, bool& reused) {
-  if (!idle_.empty()) {
-    auto s = std::move(idle_.back());
-    idle_.pop_back();
+  if (std::unique_ptr<UpstreamStream> s = TakeIdle()) {
     reused = true;
     co_return std::move(s);
   }

@@ -125,6 +125,13 @@ class ConnectionPool {
   // kPermissionDenied with param kTlsParam, says so; nothing is sent on it.
   awaitable<Result<std::unique_ptr<UpstreamStream>>> Acquire(std::chrono::milliseconds timeout,
                                                              bool& reused);
+  // An idle connection, or null when there is none (Acquire then makes one).
+  std::unique_ptr<UpstreamStream> TakeIdle() {
+    if (idle_.empty()) return nullptr;
+    std::unique_ptr<UpstreamStream> s = std::move(idle_.back());
+    idle_.pop_back();
+    return s;
+  }
   // Returns a connection whose response was read completely and that may be kept alive.
   void Release(std::unique_ptr<UpstreamStream> stream);
   void Clear() { idle_.clear(); }
