@@ -2,6 +2,7 @@
 """Runs bmas gateway's benchmarks and writes them into bench/RESULTS.md under "# Gateway benchmarks".
 
 Usage: bench/gateway_bench.py [BUILD_DIR] [--quick] [--only 1,2,3,4 [--record]]
+                              [--gateway-binary PATH]
 
 Every figure is measured by this script, beside the command that produced it; only that
 heading's section is replaced: the engine's above it (bench/run.py) and Slurm's after it
@@ -9,6 +10,8 @@ heading's section is replaced: the engine's above it (bench/run.py) and Slurm's 
 (for trying the script out); --only runs the listed benchmarks and prints them without
 touching RESULTS.md, unless --record is given too: then only the listed sections are
 replaced there. Needs wrk and nginx (`bash scripts/install-deps.sh --bench`).
+--gateway-binary PATH runs the gateway from another build (the engine and the tools stay
+BUILD_DIR's): an A/B of the gateway alone, e.g. against a build of an earlier commit.
 """
 import json
 import os
@@ -32,6 +35,11 @@ if "--only" in sys.argv:
     i = sys.argv.index("--only")
     ONLY = {int(x) for x in sys.argv[i + 1].split(",")}
     del sys.argv[i:i + 2]  # run.py reads BUILD_DIR from the other arguments
+GATEWAY_BINARY = None
+if "--gateway-binary" in sys.argv:
+    i = sys.argv.index("--gateway-binary")
+    GATEWAY_BINARY = os.path.abspath(sys.argv[i + 1])
+    del sys.argv[i:i + 2]
 
 import run  # noqa: E402  bench/run.py: Engine, ROOT, BMAS, LOADGEN, MODEL
 ROOT, BMAS, LOADGEN, MODEL = run.ROOT, run.BMAS, run.LOADGEN, run.MODEL
@@ -139,7 +147,8 @@ class Gateway:
         backends = [x for e in engines for x in ("--backend", e.url)]
         self.state = state
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([BMAS, "gateway", "--port", "0", *backends, *args], env=state.env,
+        self.proc = subprocess.Popen([GATEWAY_BINARY or BMAS, "gateway", "--port", "0", *backends, *args],
+                                     env=state.env,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         started_processes.append(self.proc)
         # "metrics on URL/metrics" (the operator listener), then "listening on URL".
