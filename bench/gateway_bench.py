@@ -51,11 +51,16 @@ started_processes = []  # stopped at the end, whatever happens
 temporary_dirs = []  # removed at the end
 
 
-def cpu_seconds(pid):
-    """utime + stime of a process (all its threads), from /proc/PID/stat."""
+def cpu_split(pid):
+    """(utime, stime) of a process (all its threads) in seconds, from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / os.sysconf("SC_CLK_TCK"), int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc/PID/stat."""
+    return sum(cpu_split(pid))
 
 
 def status_kb(pid, field):
@@ -181,6 +186,9 @@ class Gateway:
     def cpu_seconds(self):
         return cpu_seconds(self.proc.pid)
 
+    def cpu_split(self):
+        return cpu_split(self.proc.pid)
+
     def peak_mb(self):
         return status_kb(self.proc.pid, "VmHWM") / 1024
 
@@ -251,6 +259,10 @@ class Nginx:
     def cpu_seconds(self):
         return sum(cpu_seconds(p) for p in self.pids())
 
+    def cpu_split(self):
+        splits = [cpu_split(p) for p in self.pids()]
+        return sum(u for u, _ in splits), sum(s for _, s in splits)
+
     def stop(self):
         stop(self.proc, signal.SIGQUIT)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -309,6 +321,16 @@ def loadgen(url, *args):
 
 # ---- 1. Overhead -------------------------------------------------------------------------------
 
+def cpu_snapshot(proxy, eng):
+    """CPU seconds so far: the proxy's user and system time (0 without a proxy), the engine's,
+    wrk's (the children this script has waited for: wrk is the only one that ends during a run),
+    and the whole machine's busy time."""
+    user, system = proxy.cpu_split() if proxy else (0.0, 0.0)
+    t = os.times()
+    return {"user": user, "system": system, "engine": eng.cpu_seconds(),
+            "wrk": t.children_user + t.children_system, "busy": busy_cpu_seconds()}
+
+
 def overhead():
     seconds, rounds = (2, 2) if QUICK else (5, 2)
     eng = engine("--profile", "instant")
@@ -325,19 +347,28 @@ def overhead():
             wrk(url, connections, 1, key)  # warm-up: connections, upstream pools
         for _ in range(rounds):
             for name, url, proxy in targets:
-                cpu0 = proxy.cpu_seconds() if proxy else 0
+                before = cpu_snapshot(proxy, eng)
                 r, shown_cmd = wrk(url, connections, seconds, key)
-                r["cpu_s"] = proxy.cpu_seconds() - cpu0 if proxy else 0
+                after = cpu_snapshot(proxy, eng)
+                r.update({k: after[k] - before[k] for k in after})
                 results.setdefault((name, connections), []).append(r)
                 if len(results[(name, connections)]) == 1:
                     shown += f"{shown_cmd}   # URL: {name}; {rounds} rounds, alternating\n"
     for k, rs in results.items():
         requests = sum(r["requests"] for r in rs)
+        seconds_run = sum(r["duration_us"] for r in rs) / 1e6
+
+        def per_request_us(field):
+            return sum(r[field] for r in rs) * 1e6 / requests
+
         results[k] = {"requests": requests,
-                      "rps": requests / (sum(r["duration_us"] for r in rs) / 1e6),
+                      "rps": requests / seconds_run,
                       "p50_us": sum(r["p50_us"] for r in rs) / len(rs),
                       "p99_us": sum(r["p99_us"] for r in rs) / len(rs),
-                      "cpu_us": sum(r["cpu_s"] for r in rs) * 1e6 / requests if k[0] != "direct" else None}
+                      "cpu_us": per_request_us("user") + per_request_us("system") if k[0] != "direct" else None,
+                      "user_us": per_request_us("user"), "system_us": per_request_us("system"),
+                      "engine_us": per_request_us("engine"), "wrk_us": per_request_us("wrk"),
+                      "busy": sum(r["busy"] for r in rs) / (seconds_run * os.cpu_count())}
     nginx_config = ngx.config
     gw_command = gw.command
     ngx.stop()
@@ -355,6 +386,19 @@ def overhead():
     for (name, c), r in results.items():
         cpu = "" if r["cpu_us"] is None else f"{r['cpu_us']:.1f}"
         rows.append(f"| {name} | {c} | {r['rps']:.0f} | {r['p50_us'] / 1e3:.3f} | {r['p99_us'] / 1e3:.3f} | {cpu} |")
+    rows += ["", "CPU per request at 32 connections, by process (µs; wrk's from the children this script waited for, "
+             "the others from /proc/PID/stat), and how busy the machine's cores were:", "",
+             "| target | wrk | engine | proxy, user | proxy, system | all three | cores busy |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, _, _ in targets:
+        r = results[(name, 32)]
+        everything = r["wrk_us"] + r["engine_us"] + r["user_us"] + r["system_us"]
+        rows.append(f"| {name} | {r['wrk_us']:.1f} | {r['engine_us']:.1f} | {r['user_us']:.1f} | "
+                    f"{r['system_us']:.1f} | {everything:.1f} | {r['busy'] * 100:.0f}% |")
+    # With the cores saturated, requests/s goes as 1 / (CPU per request of all three). A gateway
+    # that spent no user time at all, with this run's kernel time, wrk and engine, would do:
+    nginx_all = n32["wrk_us"] + n32["engine_us"] + n32["user_us"] + n32["system_us"]
+    bound = nginx_all / (g32["wrk_us"] + g32["engine_us"] + g32["system_us"])
     config_lines = "\n".join(l for l in nginx_config.splitlines() if "temp_path" not in l and "pid " not in l
                              and "error_log" not in l and not l.startswith("user "))
     text = (f"Non-streaming `/v1/completions`, an 8-word prompt, `max_tokens` 16, against `bmas engine --profile instant` "
@@ -367,7 +411,12 @@ def overhead():
             f"{(n1['p99_us'] - d1['p99_us']) / 1e3:.3f} ms); p50 added: {added_ms:.3f} ms (nginx: "
             f"{(n1['p50_us'] - d1['p50_us']) / 1e3:.3f} ms). CPU per request at 32 connections, gateway/nginx: "
             f"**{cpu_ratio:.2f}x** ({g32['cpu_us']:.1f} against {n32['cpu_us']:.1f} µs; target <= 1.0x). Proxy CPU is "
-            "utime + stime from /proc/PID/stat over the run (nginx: master and worker) divided by requests.")
+            "utime + stime from /proc/PID/stat over the run (nginx: master and worker) divided by requests. "
+            f"The kernel's part of it: {g32['system_us']:.1f} µs for the gateway, {n32['system_us']:.1f} µs for nginx "
+            f"({n32['system_us'] / n32['cpu_us'] * 100:.0f}% of nginx's CPU per request). "
+            f"Bound: with the cores {n32['busy'] * 100:.0f}-{g32['busy'] * 100:.0f}% busy, requests/s goes as the inverse of "
+            "the CPU per request of wrk, the engine and the proxy together; a gateway that spent no user time at all "
+            f"(this run's system time, wrk and engine) would reach at most **{bound:.2f}x** nginx's requests/s.")
     return ("G1. Overhead: direct vs nginx vs bmas gateway, in front of an instant engine",
             f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
 
