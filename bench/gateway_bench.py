@@ -395,10 +395,13 @@ def overhead():
         everything = r["wrk_us"] + r["engine_us"] + r["user_us"] + r["system_us"]
         rows.append(f"| {name} | {r['wrk_us']:.1f} | {r['engine_us']:.1f} | {r['user_us']:.1f} | "
                     f"{r['system_us']:.1f} | {everything:.1f} | {r['busy'] * 100:.0f}% |")
-    # With the cores saturated, requests/s goes as 1 / (CPU per request of all three). A gateway
-    # that spent no user time at all, with this run's kernel time, wrk and engine, would do:
+    # Requests/s = cores busy / (CPU per request of wrk, the engine and the proxy together). What
+    # the gateway's user time per request would have to be for each target, the rest as measured
+    # (its kernel time, wrk's and the engine's, and the cores as busy as in its own run):
     nginx_all = n32["wrk_us"] + n32["engine_us"] + n32["user_us"] + n32["system_us"]
-    bound = nginx_all / (g32["wrk_us"] + g32["engine_us"] + g32["system_us"])
+    rest = g32["wrk_us"] + g32["engine_us"] + g32["system_us"]
+    user_for_rps = (g32["busy"] / n32["busy"]) * nginx_all / 1.1 - rest
+    user_for_cpu = n32["cpu_us"] - g32["system_us"]
     config_lines = "\n".join(l for l in nginx_config.splitlines() if "temp_path" not in l and "pid " not in l
                              and "error_log" not in l and not l.startswith("user "))
     text = (f"Non-streaming `/v1/completions`, an 8-word prompt, `max_tokens` 16, against `bmas engine --profile instant` "
@@ -414,9 +417,11 @@ def overhead():
             "utime + stime from /proc/PID/stat over the run (nginx: master and worker) divided by requests. "
             f"The kernel's part of it: {g32['system_us']:.1f} µs for the gateway, {n32['system_us']:.1f} µs for nginx "
             f"({n32['system_us'] / n32['cpu_us'] * 100:.0f}% of nginx's CPU per request). "
-            f"Bound: with the cores {n32['busy'] * 100:.0f}-{g32['busy'] * 100:.0f}% busy, requests/s goes as the inverse of "
-            "the CPU per request of wrk, the engine and the proxy together; a gateway that spent no user time at all "
-            f"(this run's system time, wrk and engine) would reach at most **{bound:.2f}x** nginx's requests/s.")
+            "Requests/s is the cores' busy time over the CPU per request of wrk, the engine and the proxy together "
+            f"(the table after the first; the cores were {n32['busy'] * 100:.0f}% busy with nginx, "
+            f"{g32['busy'] * 100:.0f}% with the gateway). With the rest as measured, the targets need the gateway's "
+            f"user time per request at {user_for_rps:.1f} µs (requests/s) and {user_for_cpu:.1f} µs (CPU), "
+            f"against {g32['user_us']:.1f} µs now and nginx's {n32['user_us']:.1f} µs.")
     return ("G1. Overhead: direct vs nginx vs bmas gateway, in front of an instant engine",
             f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
 

@@ -58,10 +58,8 @@ void CoarseDeadlines::Sweep() {
 }
 
 CoarseDeadline::CoarseDeadline(TcpStream::socket_type& socket)
-    : CoarseDeadline(socket.get_executor().context(), socket) {}
-
-CoarseDeadline::CoarseDeadline(net::io_context& io, TcpStream::socket_type& socket)
-    : deadlines_(net::use_service<CoarseDeadlines>(io)), socket_(socket) {}
+    : deadlines_(net::use_service<CoarseDeadlines>(socket.get_executor().context())),
+      socket_(socket) {}
 
 CoarseDeadline::~CoarseDeadline() {
   if (index_ != kUnregistered) deadlines_.Remove(this);

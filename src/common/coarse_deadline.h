@@ -10,7 +10,7 @@
 // armed on it every kTick, and arming one stores a time: a deadline passes up to one tick late.
 //
 // When a deadline passes, its socket is closed: the operation then pending ends with an error
-// (operation_aborted), and Fired() says it was the deadline, as beast::error::timeout says for
+// (operation_aborted), and fired() says it was the deadline, as beast::error::timeout says for
 // basic_stream's own. Arm before the read, Disarm after it: a deadline left armed would close
 // an idle socket. On a TcpStream, keep basic_stream's own deadline at never (expires_never())
 // for the reads under a CoarseDeadline.
@@ -59,7 +59,6 @@ class CoarseDeadline {
 
   // `socket` (on an io_context's executor) must outlive this.
   explicit CoarseDeadline(TcpStream::socket_type& socket);
-  CoarseDeadline(net::io_context& io, TcpStream::socket_type& socket);
   ~CoarseDeadline();
   CoarseDeadline(const CoarseDeadline&) = delete;
   CoarseDeadline& operator=(const CoarseDeadline&) = delete;
