@@ -332,7 +332,7 @@ def cpu_snapshot(proxy, eng):
 
 
 def overhead():
-    seconds, rounds = (2, 2) if QUICK else (5, 2)
+    seconds, rounds = (2, 2) if QUICK else (3, 5)
     eng = engine("--profile", "instant")
     state = State()
     key = state.add_user("bench")
@@ -354,7 +354,8 @@ def overhead():
                 results.setdefault((name, connections), []).append(r)
                 if len(results[(name, connections)]) == 1:
                     shown += f"{shown_cmd}   # URL: {name}; {rounds} rounds, alternating\n"
-    for k, rs in results.items():
+    raw = dict(results)
+    for k, rs in raw.items():
         requests = sum(r["requests"] for r in rs)
         seconds_run = sum(r["duration_us"] for r in rs) / 1e6
 
@@ -395,13 +396,19 @@ def overhead():
         everything = r["wrk_us"] + r["engine_us"] + r["user_us"] + r["system_us"]
         rows.append(f"| {name} | {r['wrk_us']:.1f} | {r['engine_us']:.1f} | {r['user_us']:.1f} | "
                     f"{r['system_us']:.1f} | {everything:.1f} | {r['busy'] * 100:.0f}% |")
-    # Requests/s = cores busy / (CPU per request of wrk, the engine and the proxy together). What
-    # the gateway's user time per request would have to be for each target, the rest as measured
-    # (its kernel time, wrk's and the engine's, and the cores as busy as in its own run):
-    nginx_all = n32["wrk_us"] + n32["engine_us"] + n32["user_us"] + n32["system_us"]
-    rest = g32["wrk_us"] + g32["engine_us"] + g32["system_us"]
-    user_for_rps = (g32["busy"] / n32["busy"]) * nginx_all / 1.1 - rest
-    user_for_cpu = n32["cpu_us"] - g32["system_us"]
+    # Each round's gateway run against the nginx run just before it: a slow spell of the machine
+    # lasts longer than one round and moves both alike.
+    pairs = list(zip(raw[("bmas gateway", 32)], raw[("nginx", 32)]))
+    rps_rounds = sorted(g["requests"] / g["duration_us"] / (n["requests"] / n["duration_us"]) for g, n in pairs)
+    cpu_rounds = sorted((g["user"] + g["system"]) / g["requests"] / ((n["user"] + n["system"]) / n["requests"])
+                        for g, n in pairs)
+
+    def median(xs):
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+    def spread(xs):
+        return f"median {median(xs):.2f}x, rounds {', '.join(f'{x:.2f}' for x in xs)}"
+
     config_lines = "\n".join(l for l in nginx_config.splitlines() if "temp_path" not in l and "pid " not in l
                              and "error_log" not in l and not l.startswith("user "))
     text = (f"Non-streaming `/v1/completions`, an 8-word prompt, `max_tokens` 16, against `bmas engine --profile instant` "
@@ -416,12 +423,10 @@ def overhead():
             f"**{cpu_ratio:.2f}x** ({g32['cpu_us']:.1f} against {n32['cpu_us']:.1f} µs; target <= 1.0x). Proxy CPU is "
             "utime + stime from /proc/PID/stat over the run (nginx: master and worker) divided by requests. "
             f"The kernel's part of it: {g32['system_us']:.1f} µs for the gateway, {n32['system_us']:.1f} µs for nginx "
-            f"({n32['system_us'] / n32['cpu_us'] * 100:.0f}% of nginx's CPU per request). "
-            "Requests/s is the cores' busy time over the CPU per request of wrk, the engine and the proxy together "
-            f"(the table after the first; the cores were {n32['busy'] * 100:.0f}% busy with nginx, "
-            f"{g32['busy'] * 100:.0f}% with the gateway). With the rest as measured, the targets need the gateway's "
-            f"user time per request at {user_for_rps:.1f} µs (requests/s) and {user_for_cpu:.1f} µs (CPU), "
-            f"against {g32['user_us']:.1f} µs now and nginx's {n32['user_us']:.1f} µs.")
+            f"({n32['system_us'] / n32['cpu_us'] * 100:.0f}% of nginx's CPU per request); the cores were "
+            f"{n32['busy'] * 100:.0f}% busy with nginx, {g32['busy'] * 100:.0f}% with the gateway. "
+            f"Round by round, each gateway run against the nginx run before it: requests/s {spread(rps_rounds)}; "
+            f"CPU per request {spread(cpu_rounds)}.")
     return ("G1. Overhead: direct vs nginx vs bmas gateway, in front of an instant engine",
             f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
 
