@@ -202,6 +202,16 @@ Result<Strings> ParseLxdPeersReply(std::string_view body) {
   return std::move(objects["lxd_peers"]);
 }
 
+std::optional<std::string> ReleaseMismatch(std::string_view controller_release,
+                                           std::string_view node_release) {
+  if (controller_release.empty() || controller_release == node_release) return std::nullopt;
+  return fmt::format(
+      "the controller runs bmas {} and this node bmas {}: they speak the same join protocol, "
+      "but every machine of the cluster should run one release; install the same bmas package "
+      "on both",
+      controller_release, node_release);
+}
+
 bool IsPeerHostName(std::string_view host) {
   if (host.empty() || host.size() > 253 || host.front() == '.') return false;
   for (char c : host) {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,12 @@ struct JoinReply {
   // What ParseJoinReply read: the controller's release (FormatJoinReply sends this build's).
   std::string bmas_version;
 };
+
+// What to tell the admin when the peer of a join runs another bmas release than this one:
+// the join protocol is the same (or the join was refused), but every machine of a cluster is
+// meant to run one release. nullopt when the releases match, or the peer sent none.
+std::optional<std::string> ReleaseMismatch(std::string_view controller_release,
+                                           std::string_view node_release);
 
 // A node that joined asks again for the certificates its LXD is to trust (the nodes that joined
 // after it, less those that were replaced), over TLS with its node certificate as the client

@@ -28,6 +28,16 @@ TEST(JoinProtocolTest, ARequestReadsBackAsItWasWritten) {
   EXPECT_FALSE(back->bmas_version.empty());
 }
 
+TEST(JoinProtocolTest, AnotherReleaseOfTheControllerIsNamedWithTheFix) {
+  EXPECT_EQ(ReleaseMismatch("0.1.0", "0.1.0"), std::nullopt);
+  EXPECT_EQ(ReleaseMismatch("", "0.1.0"), std::nullopt);  // the controller sent none
+  auto note = ReleaseMismatch("0.2.0", "0.1.0");
+  ASSERT_TRUE(note);
+  EXPECT_NE(note->find("controller runs bmas 0.2.0"), std::string::npos) << *note;
+  EXPECT_NE(note->find("this node bmas 0.1.0"), std::string::npos) << *note;
+  EXPECT_NE(note->find("install the same bmas"), std::string::npos) << *note;
+}
+
 TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   JoinReply r;
   r.node_cert_pem = "cert";

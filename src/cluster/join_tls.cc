@@ -211,8 +211,9 @@ class Server final : public JoinServer {
         auto joined = request ? handler_(*request, peer) : Result<JoinReply>(request.error());
         // The outcome, never the secret.
         if (request) {
-          spdlog::info("join service: {} from {} ({}): {}", request->host, peer, request->address,
-                       joined ? "joined" : joined.error().message);
+          spdlog::info("join service: {} (bmas {}) from {} ({}): {}", request->host,
+                       request->bmas_version.empty() ? "?" : request->bmas_version, peer,
+                       request->address, joined ? "joined" : joined.error().message);
         } else {
           spdlog::info("join service: a malformed request from {}: {}", peer,
                        request.error().message);

@@ -27,6 +27,7 @@
 #include "common/config_table.h"
 #include "common/listen_socket.h"
 #include "common/private_files.h"
+#include "common/version.h"
 #include "core/cluster.h"
 
 namespace bmas::cluster {
@@ -318,6 +319,9 @@ Result<NodeJoinReport> JoinNode(const JoinToken& token, const NodeJoinOptions& o
     request.replica_csr_pem = replica_csr->csr_pem;
     auto reply = RequestJoin(token, request, unix_now, o.timeout);
     if (!reply) return Step("asking the controller", reply.error());
+    if (auto note = ReleaseMismatch(reply->bmas_version, kBmasVersion)) {
+      report.notes.push_back(*note);
+    }
     inventory_text = reply->bmas_toml;
     Cluster inventory;
     try {
