@@ -25,14 +25,20 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+
+// Coroutines run on an io_context's executor, named by its type. Asio's own default is the
+// type-erased any_io_executor, which every operation's handler then copies, moves and queries
+// for work tracking (about 1k instructions of a relayed request, bench/RESULTS.md G1). Every
+// coroutine of bmas is spawned on an io_context.
+using Executor = boost::asio::io_context::executor_type;
 template <typename T = void>
-using awaitable = boost::asio::awaitable<T>;
+using awaitable = boost::asio::awaitable<T, Executor>;
+inline constexpr boost::asio::use_awaitable_t<Executor> use_awaitable;
 
 // A TCP stream with deadlines, bound to one io_context: what the servers and the gateway's
 // upstream connections use. beast::tcp_stream binds the type-erased any_io_executor instead,
 // which its every operation copies, moves and queries (a tenth of a proxied request's CPU).
-using TcpStream = boost::beast::basic_stream<tcp, boost::asio::io_context::executor_type>;
-using boost::asio::use_awaitable;
+using TcpStream = boost::beast::basic_stream<tcp, Executor>;
 
 // Completion handler for co_spawn: logs an exception that escaped a coroutine, so that no
 // failure of detached work passes silently.

@@ -140,8 +140,8 @@ Result<uint16_t> Gateway::Listen() {
   return port;
 }
 
-size_t Gateway::WorkerOf(const net::any_io_executor& executor) const {
-  const net::execution_context* context = &net::query(executor, net::execution::context);
+size_t Gateway::WorkerOf(const Executor& executor) const {
+  const net::execution_context* context = &executor.context();
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (workers_[i] == context) return i;
   }
@@ -414,7 +414,7 @@ awaitable<void> Gateway::EndStreamWithError(ResponseWriter& writer, std::string 
 
 awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                              bool may_retry) {
-  const net::any_io_executor executor = co_await net::this_coro::executor;
+  const Executor executor = co_await net::this_coro::executor;
   auto waiter = std::make_shared<Waiter>(&r);
   TimePoint queued{};  // read only for a request that has to wait: one admitted at once waited 0
   Ticket ticket;

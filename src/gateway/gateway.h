@@ -197,7 +197,7 @@ class Gateway {
   static awaitable<void> EndStreamWithError(ResponseWriter& writer, std::string message);
   void CountStatus(int status);
   void CountStatusLocked(int status);  // REQUIRES: mu_ held
-  size_t WorkerOf(const net::any_io_executor& executor) const;
+  size_t WorkerOf(const Executor& executor) const;
 
   // Queueing and admission: admission_ decides, these carry its decisions out (wake each
   // admitted waiter with its backend; drop a drained backend). REQUIRES: mu_ held.
