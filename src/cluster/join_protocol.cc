@@ -100,6 +100,15 @@ struct Versions {
   std::string bmas;
 };
 
+// Whether `release` is a version (at most 32 of a version's characters): only such a release
+// goes into a refusal, the controller's log or a node's notes, so that a peer cannot write a
+// line of its own there.
+bool IsPlainRelease(std::string_view release) {
+  return !release.empty() && release.size() <= 32 &&
+         release.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ.+~-") == std::string_view::npos;
+}
+
 // nullopt for what is not a JSON object: ReadStrings says so.
 std::optional<Versions> PeekVersions(std::string_view body) {
   Versions v;
@@ -115,15 +124,9 @@ std::optional<Versions> PeekVersions(std::string_view body) {
       }
     }
   }
-  // The sender's release goes into the refusal and the controller's log: only a version's
-  // characters, so that a peer cannot write a line of its own there.
-  if (auto b = d.FindMember("bmas"); b != d.MemberEnd() && b->value.IsString() &&
-                                     b->value.GetStringLength() <= 32) {
+  if (auto b = d.FindMember("bmas"); b != d.MemberEnd() && b->value.IsString()) {
     std::string_view release(b->value.GetString(), b->value.GetStringLength());
-    const bool plain = release.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz"
-                                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ.+~-") ==
-                       std::string_view::npos;
-    if (plain) v.bmas = release;
+    if (IsPlainRelease(release)) v.bmas = release;
   }
   return v;
 }
@@ -255,7 +258,7 @@ Result<JoinRequest> ParseJoinRequest(std::string_view body) {
                        "request");
   if (!m) return m.error();
   JoinRequest r;
-  r.bmas_version = std::move((*m)["bmas"]);
+  if (IsPlainRelease((*m)["bmas"])) r.bmas_version = std::move((*m)["bmas"]);
   auto secret = FromHex((*m)["secret"]);
   if (!secret || secret->empty()) {
     return InvalidArgument("the secret of a join request is not hex", "secret");
@@ -295,7 +298,7 @@ Result<JoinReply> ParseJoinReply(std::string_view body) {
                        "reply", {"lxd_peers"}, &objects);
   if (!m) return m.error();
   JoinReply r;
-  r.bmas_version = std::move((*m)["bmas"]);
+  if (IsPlainRelease((*m)["bmas"])) r.bmas_version = std::move((*m)["bmas"]);
   r.lxd_peers = std::move(objects["lxd_peers"]);
   auto key = FromHex((*m)["munge_key"]);
   if (!key || key->empty()) return InvalidArgument("the munge key of a join reply is not hex");

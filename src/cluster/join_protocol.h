@@ -41,7 +41,8 @@ struct JoinRequest {
   // A CSR for the key the node's inference replicas serve with (a second key, the service
   // account's), for the replica CA.
   std::string replica_csr_pem;
-  // What ParseJoinRequest read: the node's release (FormatJoinRequest sends this build's).
+  // What ParseJoinRequest read: the node's release (FormatJoinRequest sends this build's); ""
+  // when it sent none, or one that is not a version's characters.
   std::string bmas_version;
 };
 
@@ -61,13 +62,14 @@ struct JoinReply {
   // The node certificates of the nodes that joined before, by host: the certificates this
   // node's LXD is to trust (<node_dir>/lxd-peers/HOST.crt, docs/cluster-join.md).
   std::map<std::string, std::string> lxd_peers;
-  // What ParseJoinReply read: the controller's release (FormatJoinReply sends this build's).
+  // What ParseJoinReply read: the controller's release (FormatJoinReply sends this build's); ""
+  // when it sent none, or one that is not a version's characters.
   std::string bmas_version;
 };
 
-// What to tell the admin when the peer of a join runs another bmas release than this one:
-// the join protocol is the same (or the join was refused), but every machine of a cluster is
-// meant to run one release. nullopt when the releases match, or the peer sent none.
+// The note for the admin of a node that joined a controller of another bmas release: the join
+// protocol is the same, but every machine of a cluster is meant to run one release. nullopt
+// when the releases match, or the controller sent none.
 std::optional<std::string> ReleaseMismatch(std::string_view controller_release,
                                            std::string_view node_release);
 

@@ -38,6 +38,19 @@ TEST(JoinProtocolTest, AnotherReleaseOfTheControllerIsNamedWithTheFix) {
   EXPECT_NE(note->find("install the same bmas"), std::string::npos) << *note;
 }
 
+TEST(JoinProtocolTest, AReleaseThatIsNotAVersionIsDroppedSoItCannotWriteALogLine) {
+  const std::string body = FormatJoinRequest(Sample());
+  const size_t at = body.find("\"bmas\":\"") + 8;
+  const size_t end = body.find('"', at);
+  ASSERT_NE(end, std::string::npos);
+  std::string forged = body;
+  forged.replace(at, end - at, "0.1.0\\n[info] join service: oss99 joined");
+  auto back = ParseJoinRequest(forged);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->bmas_version, "");
+  EXPECT_EQ(back->host, "oss01");
+}
+
 TEST(JoinProtocolTest, AReplyReadsBackAsItWasWritten) {
   JoinReply r;
   r.node_cert_pem = "cert";

@@ -209,11 +209,16 @@ class Server final : public JoinServer {
       } else {
         auto request = ParseJoinRequest(req.body());
         auto joined = request ? handler_(*request, peer) : Result<JoinReply>(request.error());
-        // The outcome, never the secret.
+        // The outcome, never the secret; what the peer sent only when it is a host name, an
+        // address and a version, so that it cannot write a line of its own.
         if (request) {
-          spdlog::info("join service: {} (bmas {}) from {} ({}): {}", request->host,
+          beast::error_code bad_address;
+          net::ip::make_address(request->address, bad_address);
+          spdlog::info("join service: {} (bmas {}) from {} ({}): {}",
+                       IsPeerHostName(request->host) ? request->host : "(not a host name)",
                        request->bmas_version.empty() ? "?" : request->bmas_version, peer,
-                       request->address, joined ? "joined" : joined.error().message);
+                       bad_address ? "not an address" : request->address,
+                       joined ? "joined" : joined.error().message);
         } else {
           spdlog::info("join service: a malformed request from {}: {}", peer,
                        request.error().message);

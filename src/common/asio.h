@@ -28,7 +28,7 @@ using tcp = boost::asio::ip::tcp;
 
 // Coroutines run on an io_context's executor, named by its type. Asio's own default is the
 // type-erased any_io_executor, which every operation's handler then copies, moves and queries
-// for work tracking (about 1k instructions of a relayed request, bench/RESULTS.md G1). Every
+// for work tracking (1.6k instructions of a relayed request, bench/RESULTS.md G1). Every
 // coroutine of bmas is spawned on an io_context.
 using Executor = boost::asio::io_context::executor_type;
 template <typename T = void>
