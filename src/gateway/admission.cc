@@ -152,22 +152,62 @@ std::vector<Admit> Admission::DispatchAll(double now) {
   return admitted;
 }
 
+bool Admission::GatherOpen(const std::string& model, ModelQueue& mq, double now) {
+  open_.clear();
+  for (const auto& b : backends_) {
+    if (b->Serves(model) && b->Open() && b->state.in_flight < Limit(*b)) open_.push_back(b.get());
+  }
+  if (open_.empty()) return false;
+  std::erase_if(mq.last_request,
+                [&](const auto& e) { return now - e.second > options_.reserve_window_s; });
+  return true;
+}
+
+bool Admission::Eligible(const std::string& user, bool others) const {
+  return std::any_of(open_.begin(), open_.end(),
+                     [&](const AdmissionBackend* b) { return MayUse(*b, user, others); });
+}
+
+AdmissionBackend& Admission::Place(ModelQueue& mq, const AdmissionView& r, bool others) {
+  candidates_.clear();
+  for (AdmissionBackend* b : open_) {
+    if (MayUse(*b, r.user, others)) {
+      if (states_.size() == candidates_.size()) states_.emplace_back();
+      states_[candidates_.size()] = b->state;  // reuses the id's memory
+      candidates_.push_back(b);
+    }
+  }
+  std::optional<size_t> pick =
+      router_.Pick(std::span(states_).first(candidates_.size()), r.prefix_key, r.cache_blocks,
+                   r.unhashed_blocks);
+  AdmissionBackend& b = *candidates_[pick.value_or(0)];
+  ++b.state.in_flight;
+  ++b.user_in_flight[r.user];
+  b.state.outstanding_tokens += r.prompt_estimate;
+  mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
+  mq.CountCharge(r.user, r.weight, r.prompt_estimate);
+  return b;
+}
+
+const std::string* Admission::AdmitAtOnce(const AdmissionView& request, double now) {
+  ModelQueue& mq = queues_.try_emplace(request.model, options_.fair).first->second;
+  if (mq.queue.size() > 0) return nullptr;  // others wait: it takes its place among them
+  // What Enqueue does first; then Dispatch's steps for a queue of this one request.
+  mq.last_request[request.user] = now;
+  mq.charged[request.user].weight = request.weight;
+  if (!GatherOpen(request.model, mq, now)) return nullptr;
+  const bool others = OthersActive(mq, request.user);  // ServeAtOnce leaves it as it is
+  if (!Eligible(request.user, others)) return nullptr;
+  mq.queue.ServeAtOnce(request.user);
+  return &Place(mq, request, others).state.id;
+}
+
 void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double now,
                              std::vector<Admit>& admitted) {
   while (mq.queue.size() > 0) {
-    open_.clear();
-    for (const auto& b : backends_) {
-      if (b->Serves(model) && b->Open() && b->state.in_flight < Limit(*b)) {
-        open_.push_back(b.get());
-      }
-    }
-    if (open_.empty()) break;
-    std::erase_if(mq.last_request,
-                  [&](const auto& e) { return now - e.second > options_.reserve_window_s; });
+    if (!GatherOpen(model, mq, now)) break;
     auto eligible = [&](const std::string& user) {
-      const bool others = OthersActive(mq, user);
-      return std::any_of(open_.begin(), open_.end(),
-                         [&](const AdmissionBackend* b) { return MayUse(*b, user, others); });
+      return Eligible(user, OthersActive(mq, user));
     };
     // Resumed streams first; then the fair queue's order.
     std::optional<Ticket> ticket;
@@ -186,25 +226,7 @@ void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double no
     const AdmissionRequest r = std::move(w->second);
     mq.waiting.erase(w);
     ticket_model_.erase(*ticket);
-    const bool others = OthersActive(mq, r.user);
-    candidates_.clear();
-    for (AdmissionBackend* b : open_) {
-      if (MayUse(*b, r.user, others)) {
-        if (states_.size() == candidates_.size()) states_.emplace_back();
-        states_[candidates_.size()] = b->state;  // reuses the id's memory
-        candidates_.push_back(b);
-      }
-    }
-    std::optional<size_t> pick =
-        router_.Pick(std::span(states_).first(candidates_.size()), r.prefix_key, r.cache_blocks,
-                     r.unhashed_blocks);
-    AdmissionBackend& b = *candidates_[pick.value_or(0)];
-    ++b.state.in_flight;
-    ++b.user_in_flight[r.user];
-    b.state.outstanding_tokens += r.prompt_estimate;
-    mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
-    mq.CountCharge(r.user, r.weight, r.prompt_estimate);
-    admitted.push_back(Admit{*ticket, b.state.id});
+    admitted.push_back(Admit{*ticket, Place(mq, r.view(), OthersActive(mq, r.user)).state.id});
   }
 }
 

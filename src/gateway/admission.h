@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,17 @@ struct AdmissionOptions {
   double reserve_window_s = 30;    // how long after a user's last request the reserve is kept
 };
 
+// A request as AdmitAtOnce and the router read it: the caller's strings and blocks, not copies.
+struct AdmissionView {
+  const std::string& model;
+  const std::string& user;
+  double weight = 1;
+  int64_t prompt_estimate = 0;
+  std::optional<uint64_t> prefix_key;
+  std::span<const uint64_t> cache_blocks;
+  size_t unhashed_blocks = 0;
+};
+
 // What admission needs to know of one request.
 struct AdmissionRequest {
   std::string model;
@@ -55,6 +67,21 @@ struct AdmissionRequest {
   // A stream cut by its backend, to continue: it goes before every new request of its model
   // (the client is mid-answer), in the order such streams came.
   bool resumed = false;
+
+  AdmissionView view() const {
+    return {model, user, weight, prompt_estimate, prefix_key, cache_blocks, unhashed_blocks};
+  }
+  // A copy of `v` for the queue (it outlives the caller's strings).
+  static AdmissionRequest Of(const AdmissionView& v, bool resumed) {
+    return {.model = v.model,
+            .user = v.user,
+            .weight = v.weight,
+            .prompt_estimate = v.prompt_estimate,
+            .prefix_key = v.prefix_key,
+            .cache_blocks = {v.cache_blocks.begin(), v.cache_blocks.end()},
+            .unhashed_blocks = v.unhashed_blocks,
+            .resumed = resumed};
+  }
 };
 
 // A decision: `ticket` goes to the backend `backend` (its id).
@@ -122,6 +149,13 @@ class Admission {
   // Queues a request and returns its ticket; the user counts as active for the reserve from
   // `now`. Call Dispatch next: the request may be admitted at once.
   Ticket Enqueue(AdmissionRequest request, double now);
+  // The common case without a ticket: a request of a model for which nothing waits, that a
+  // backend can take now. Admits it exactly as Enqueue then Dispatch would (the same counts,
+  // charges, counter and route) and returns the backend's id; null, with nothing changed that
+  // Enqueue would not change too, if it would have to wait: then Enqueue and Dispatch it.
+  // Valid until the next call that adds or removes a backend.
+  // REQUIRES: not a resumed stream's request (those go through the queue, before new ones).
+  const std::string* AdmitAtOnce(const AdmissionView& request, double now);
   // Admits waiting requests of `model` while a backend can take one, in the queue's order.
   // Each admission counts the request on its backend and charges its prompt estimate.
   std::vector<Admit> Dispatch(const std::string& model, double now);
@@ -181,6 +215,14 @@ class Admission {
   bool MayUse(const AdmissionBackend& b, const std::string& user, bool others_active) const;
   void DispatchInto(const std::string& model, ModelQueue& mq, double now,
                     std::vector<Admit>& admitted);
+  // Fills open_ with the backends that serve `model` and could take a request now; forgets
+  // the model's users idle beyond the reserve window. False if none is open.
+  bool GatherOpen(const std::string& model, ModelQueue& mq, double now);
+  // Whether `user` may use one of open_; `others` is OthersActive(the model's queue, user).
+  bool Eligible(const std::string& user, bool others) const;
+  // Routes a request out of the queue to one of open_ it may use (one must be), counts it
+  // there and charges its prompt estimate. `others`: OthersActive(mq, r.user) as it is now.
+  AdmissionBackend& Place(ModelQueue& mq, const AdmissionView& r, bool others);
 
   const AdmissionOptions options_;
   Router router_;

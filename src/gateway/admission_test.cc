@@ -229,4 +229,111 @@ TEST_F(AdmissionTest, AResumedStreamGoesBeforeNewRequestsOfItsModel) {
   EXPECT_EQ(next[0].ticket, queued_new);
 }
 
+TEST_F(AdmissionTest, ARequestIsAdmittedAtOnceOnlyWhenNothingWaitsAndABackendCanTakeIt) {
+  const AdmissionRequest alice{.model = kModel, .user = "alice", .prompt_estimate = 10};
+  EXPECT_EQ(admission_.AdmitAtOnce(alice.view(), now_), nullptr) << "no backend";
+  AddBackend("a", 1);
+  const std::string* id = admission_.AdmitAtOnce(alice.view(), now_);
+  ASSERT_NE(id, nullptr);
+  EXPECT_EQ(*id, "a");
+  EXPECT_EQ(InFlight("a"), 1);
+  EXPECT_EQ(admission_.backend("a")->state.outstanding_tokens, 10);
+  EXPECT_EQ(admission_.AdmitAtOnce(alice.view(), now_), nullptr) << "a is full";
+  const Ticket waiting = Enqueue("bob");
+  EXPECT_EQ(admission_.Release("a", "alice", kModel, now_), (std::vector<Admit>{{waiting, "a"}}));
+  admission_.Release("a", "bob", kModel, now_);
+  EXPECT_NE(admission_.AdmitAtOnce(alice.view(), now_), nullptr);
+}
+
+TEST_F(AdmissionTest, ARequestThatTheReserveHoldsBackIsNotAdmittedAtOnce) {
+  AddBackend("a", 4);  // alice may hold 3 while bob is active
+  EXPECT_EQ(Send("bob").size(), 1u);
+  admission_.Release("a", "bob", kModel, now_);
+  const AdmissionRequest alice{.model = kModel, .user = "alice"};
+  for (int i = 0; i < 3; ++i) EXPECT_NE(admission_.AdmitAtOnce(alice.view(), now_), nullptr) << i;
+  EXPECT_EQ(admission_.AdmitAtOnce(alice.view(), now_), nullptr) << "the fourth place is bob's reserve";
+  EXPECT_EQ(UserInFlight("a", "alice"), 3);
+}
+
+// Admitting at once is a shortcut, not a policy: a workload of arrivals, releases and charges
+// driven through Enqueue + Dispatch alone, and through AdmitAtOnce first, makes the same
+// decisions (which request goes where, and when) and the same charges.
+TEST(AdmitAtOnceTest, DecidesAsEnqueueThenDispatchDoes) {
+  Admission queued_only({}, RoutingPolicy::kLeastLoad), shortcut({}, RoutingPolicy::kLeastLoad);
+  for (Admission* a : {&queued_only, &shortcut}) {
+    for (const char* id : {"b1", "b2"}) {
+      a->AddBackend(id);
+      a->SetModels(id, {kModel}, 3);
+      a->SetHealthy(id, true);
+    }
+  }
+  const std::string users[] = {"ann", "bo", "cy"};
+  const double weights[] = {1, 2, 0.5};
+  // Per instance: ticket -> request number, and where each request in flight went.
+  struct Side {
+    Admission* a;
+    std::map<Ticket, int> request_of;
+    std::map<int, std::string> placed;
+    std::vector<std::string> log;  // "request->backend", in the order of admission
+  };
+  Side sides[] = {{&queued_only, {}, {}, {}}, {&shortcut, {}, {}, {}}};
+  auto admit = [](Side& side, int n, const std::string& backend) {
+    side.placed[n] = backend;
+    side.log.push_back(std::to_string(n) + "->" + backend);
+  };
+  auto record = [&admit](Side& side, const std::vector<Admit>& admits) {
+    for (const Admit& a : admits) admit(side, side.request_of.at(a.ticket), a.backend);
+  };
+  uint64_t seed = 7;
+  auto next = [&seed](uint64_t bound) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % bound;
+  };
+  double now = 0;
+  std::map<int, int> user_of;  // request -> user
+  for (int n = 0; n < 3000; ++n) {
+    now += static_cast<double>(next(4000)) / 1000;  // up to 4 s: users go idle past the window
+    if (next(10) < 4 || sides[0].placed.empty()) {  // a request arrives
+      const int u = static_cast<int>(next(3));
+      user_of[n] = u;
+      const AdmissionRequest request{.model = kModel,
+                                     .user = users[u],
+                                     .weight = weights[u],
+                                     .prompt_estimate = static_cast<int64_t>(next(50))};
+      for (Side& side : sides) {
+        const std::string* id = side.a == &shortcut ? side.a->AdmitAtOnce(request.view(), now) : nullptr;
+        if (id != nullptr) {
+          admit(side, n, *id);
+        } else {
+          side.request_of[side.a->Enqueue(request, now)] = n;
+          record(side, side.a->Dispatch(kModel, now));
+        }
+      }
+    } else {  // one in flight ends (the same on both sides: their logs are equal)
+      auto it = sides[0].placed.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(next(sides[0].placed.size())));
+      const int r = it->first;
+      const int u = user_of.at(r);
+      const int64_t served = static_cast<int64_t>(next(200));
+      for (Side& side : sides) {
+        side.a->Charge(kModel, users[u], weights[u], served);
+        const std::string backend = side.placed.at(r);
+        side.placed.erase(r);
+        record(side, side.a->Release(backend, users[u], kModel, now));
+      }
+    }
+    ASSERT_EQ(sides[0].log, sides[1].log) << "request " << n;
+  }
+  EXPECT_GT(sides[0].log.size(), 1000u);
+  const size_t queued = sides[1].request_of.size();  // not admitted at once
+  EXPECT_GT(queued, 100u) << "the workload should also make requests wait";
+  EXPECT_LT(queued, sides[1].log.size() - 100) << "and admit many at once";
+  auto sorted = [](FairReport report) {
+    std::sort(report.users.begin(), report.users.end(),
+              [](const auto& x, const auto& y) { return x.user < y.user; });
+    return report;
+  };
+  EXPECT_EQ(sorted(queued_only.Report()), sorted(shortcut.Report()));
+}
+
 }  // namespace bmas::gateway

@@ -65,6 +65,15 @@ std::optional<Ticket> FairQueue::PopNext(
   return ticket;
 }
 
+void FairQueue::ServeAtOnce(const std::string& user) {
+  assert(tickets_.empty() && active_.empty());
+  auto [it, inserted] = users_.try_emplace(user);
+  UserState& state = it->second;
+  state.counter = std::max(state.counter, floor_);  // Push's lift, with no one queued
+  floor_ = state.counter;                           // PopNext's floor
+  if (inserted) MaybeSweep();
+}
+
 bool FairQueue::Remove(Ticket ticket) {
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return false;

@@ -60,6 +60,11 @@ class FairQueue {
   // eligible means everyone is eligible.
   std::optional<Ticket> PopNext(const std::function<bool(const std::string& user)>& eligible);
 
+  // A request of `user` served the moment it came, while nothing was queued: the same
+  // counter and floor() as Push then PopNext, without a ticket.
+  // REQUIRES: size() == 0.
+  void ServeAtOnce(const std::string& user);
+
   // Removes a waiting ticket (deadline passed, client gone). False if it is not queued.
   bool Remove(Ticket ticket);
 

@@ -259,5 +259,27 @@ TEST(FairQueueTest, ForgetsIdleUsersAtTheFloor) {
   EXPECT_EQ(q.counter("u5"), q.counter("steady"));
 }
 
+TEST(FairQueueTest, ServingAtOnceMovesCountersAsPushThenPopNextDoes) {
+  FairQueue pushed(true), at_once(true);
+  const std::string users[] = {"a", "b", "c"};
+  uint64_t seed = 3;
+  auto next = [&seed](uint64_t bound) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % bound;
+  };
+  for (int i = 0; i < 500; ++i) {
+    const std::string& user = users[next(3)];
+    pushed.Push(static_cast<Ticket>(i), user, 1);
+    ASSERT_EQ(pushed.PopNext(kAll), static_cast<Ticket>(i));
+    at_once.ServeAtOnce(user);
+    const int64_t tokens = static_cast<int64_t>(next(300));
+    const double weight = 0.5 + static_cast<double>(next(3));
+    pushed.Charge(user, weight, tokens);
+    at_once.Charge(user, weight, tokens);
+    ASSERT_EQ(pushed.floor(), at_once.floor()) << i;
+    for (const std::string& u : users) ASSERT_EQ(pushed.counter(u), at_once.counter(u)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace bmas::gateway

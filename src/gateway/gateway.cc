@@ -415,28 +415,37 @@ awaitable<void> Gateway::EndStreamWithError(ResponseWriter& writer, std::string 
 awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
                                              bool may_retry) {
   const Executor executor = co_await net::this_coro::executor;
-  auto waiter = std::make_shared<Waiter>(&r);
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<Waiter> waiter;  // only for a request that cannot be admitted at once
   TimePoint queued{};  // read only for a request that has to wait: one admitted at once waited 0
-  Ticket ticket;
+  Ticket ticket = 0;
   bool admitted;
   {
     std::lock_guard lock(mu_);
-    ticket = admission_.Enqueue(AdmissionRequest{.model = r.model,
-                                                 .user = r.user,
-                                                 .weight = r.weight,
-                                                 .prompt_estimate = r.prompt_estimate,
-                                                 .prefix_key = r.prefix_key,
-                                                 .cache_blocks = r.cache_blocks,
-                                                 .unhashed_blocks = r.unhashed_blocks,
-                                                 .resumed = r.resume.has_value() &&
-                                                            r.resume->resumptions() > 0},
-                                Now());
-    waiters_[ticket] = waiter;
-    DispatchLocked(r.model);
-    admitted = waiter->backend != nullptr;
-    if (!admitted) {
-      waiter->wake.emplace(executor);
-      queued = env_.Now();
+    const bool resumed = r.resume.has_value() && r.resume->resumptions() > 0;
+    const double now = Now();
+    const AdmissionView request{.model = r.model,
+                                .user = r.user,
+                                .weight = r.weight,
+                                .prompt_estimate = r.prompt_estimate,
+                                .prefix_key = r.prefix_key,
+                                .cache_blocks = r.cache_blocks,
+                                .unhashed_blocks = r.unhashed_blocks};
+    // A resumed stream goes through the queue, before new requests.
+    const std::string* id = resumed ? nullptr : admission_.AdmitAtOnce(request, now);
+    if (id != nullptr) {
+      backend = FindBackendLocked(*id);  // nothing waits for the model: no ticket, no waiter
+      admitted = true;
+    } else {
+      waiter = std::make_shared<Waiter>(&r);
+      ticket = admission_.Enqueue(AdmissionRequest::Of(request, resumed), now);
+      waiters_[ticket] = waiter;
+      DispatchLocked(r.model);
+      admitted = waiter->backend != nullptr;
+      if (!admitted) {
+        waiter->wake.emplace(executor);
+        queued = env_.Now();
+      }
     }
   }
   bool client_gone = false;
@@ -452,10 +461,9 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     co_await waiter->wake->async_wait(net::redirect_error(use_awaitable, ec));
     writer.StopWatching();
   }
-  std::shared_ptr<Backend> backend;
   {
     std::lock_guard lock(mu_);
-    backend = waiter->backend;
+    if (waiter != nullptr) backend = waiter->backend;
     if (backend == nullptr) {  // timed out or the client left: not admitted meanwhile
       admission_.Remove(ticket);
       waiters_.erase(ticket);

@@ -16,7 +16,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <memory_resource>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -40,6 +39,7 @@
 #include "gateway/router.h"
 #include "gateway/store_worker.h"
 #include "gateway/upstream.h"
+#include "gateway/upstream_parser.h"
 #include "gateway/usage_journal.h"
 #include "store/store.h"
 
@@ -136,11 +136,6 @@ struct GatewayOptions {
   // Not owned; outlives the Gateway.
   Env* env = &Env::Default();
 };
-
-// The parser of a backend's response. Its fields come from an arena on the relaying
-// coroutine's frame rather than one allocation each.
-using UpstreamParser =
-    http::response_parser<http::buffer_body, std::pmr::polymorphic_allocator<char>>;
 
 class Gateway {
  public:
@@ -252,8 +247,11 @@ class Gateway {
   // `given` (or "gw") and 64 random bits: ids stay unique across restarts and gateways.
   static std::string MakeInstanceId(const std::string& given);
 
+  // How Meter's prompt tokens were counted: by the backend (its usage reply, which the
+  // gateway's chars-per-token estimate learns from), or not.
+  enum class PromptCount { kBackends, kOther };
   // Records usage, and charges the fair queue what it was not charged yet. Takes mu_.
-  void Meter(Request& request, const Backend& backend, int64_t prompt_tokens,
+  void Meter(Request& request, const Backend& backend, PromptCount count, int64_t prompt_tokens,
              int64_t completion_tokens, int64_t already_charged = 0);
   std::string ModelsJson() const;      // takes mu_
   std::string RenderMetrics();         // takes mu_
@@ -315,7 +313,6 @@ class Gateway {
   // Per model: characters per prompt token, from the backends' usage replies.
   std::unordered_map<std::string, CharsPerToken> prompt_ratio_;
   int64_t EstimatePromptTokensLocked(const std::string& model, int64_t chars) const;
-  void LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens);  // takes mu_
 
   MetricsRegistry metrics_;
   std::map<int, Counter*> requests_by_status_;

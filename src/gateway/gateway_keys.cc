@@ -29,16 +29,20 @@ constexpr std::string_view kBearer = "Bearer ";
 
 std::optional<Gateway::Authenticated> Gateway::AuthenticateAtOnce(const HttpRequest& request) {
   const std::string_view header = FirstField(request, http::field::authorization);
-  // Before any look-up: only a bearer of a key's form and length is worth one, or a place in
-  // the cache.
+  // Only a bearer of a key's length is worth a look-up in the cache, and only one of a key's
+  // form a look-up in the store, or a place in the cache.
   if (header.size() <= kBearer.size() || header.size() > kBearer.size() + kMaxKeyLength ||
       header.substr(0, kBearer.size()) != kBearer) {
     return Authenticated{};
   }
   const std::string_view key = header.substr(kBearer.size());
+  {
+    // The cache holds only keys of the right form that the store knew (Authenticate puts
+    // nothing else there): a key it has needs no other check.
+    std::lock_guard lock(mu_);
+    if (auto cached = keys_.Get(key)) return Authenticated{std::move(cached)};
+  }
   if (!IsWellFormedKey(key)) return Authenticated{};
-  std::lock_guard lock(mu_);
-  if (auto cached = keys_.Get(key)) return Authenticated{std::move(cached)};
   return std::nullopt;
 }
 

@@ -28,18 +28,14 @@ int64_t Gateway::EstimatePromptTokensLocked(const std::string& model, int64_t ch
   return it != prompt_ratio_.end() ? it->second.Estimate(chars) : CharsPerToken().Estimate(chars);
 }
 
-void Gateway::LearnPromptRatio(const std::string& model, int64_t chars, int64_t tokens) {
-  std::lock_guard lock(mu_);
-  prompt_ratio_[model].Learn(chars, tokens);
-}
-
-void Gateway::Meter(Request& r, const Backend& b, int64_t prompt, int64_t completion,
-                    int64_t already_charged) {
+void Gateway::Meter(Request& r, const Backend& b, PromptCount count, int64_t prompt,
+                    int64_t completion, int64_t already_charged) {
   const double now = UnixNow();
   const int64_t minute = static_cast<int64_t>(now) / 60;
   const std::tuple<int64_t, std::string_view, std::string_view, std::string_view> key(
       minute, r.user, r.model, b.id);
   std::lock_guard lock(mu_);
+  if (count == PromptCount::kBackends) prompt_ratio_[r.model].Learn(r.prompt_chars, prompt);
   auto entry = unflushed_.find(key);
   if (entry == unflushed_.end()) {
     entry = unflushed_

@@ -29,8 +29,8 @@ namespace {
 // put there. Stops when `chunk` is full, the message is done or more bytes must be read.
 size_t ParseBuffered(ReadBuffer& buffer, UpstreamParser& parser,
                      std::array<char, 16384>& chunk, beast::error_code& ec) {
-  parser.get().body().data = chunk.data();
-  parser.get().body().size = chunk.size();
+  parser.body().data = chunk.data();
+  parser.body().size = chunk.size();
   parser.eager(true);
   while (!parser.is_done() && buffer.size() > 0) {
     const size_t used = parser.put(buffer.data(), ec);
@@ -41,7 +41,7 @@ size_t ParseBuffered(ReadBuffer& buffer, UpstreamParser& parser,
     }
     if (ec || used == 0) break;
   }
-  return chunk.size() - parser.get().body().size;
+  return chunk.size() - parser.body().size;
 }
 
 }  // namespace
@@ -85,11 +85,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   }
   // The backend's answer is not there yet: a whole answer's head is read without trying first.
   ReadBuffer buffer;
-  // Room for a usual response's fields (a few hundred bytes); more spills to the heap.
-  std::array<std::byte, 1024> fields_arena;
-  std::pmr::monotonic_buffer_resource fields_memory(fields_arena.data(), fields_arena.size());
-  UpstreamParser parser(std::piecewise_construct, std::make_tuple(),
-                        std::make_tuple(std::pmr::polymorphic_allocator<char>(&fields_memory)));
+  UpstreamParser parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (!ec && !r.stream) {
     up->deadline().Arm(idle);
@@ -132,8 +128,8 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     ~StopWatch() { w.StopWatching(); }
   } stop_watch{writer};
 
-  const auto status = parser.get().result();
-  const std::string_view content_type = FirstField(parser.get(), http::field::content_type);
+  const auto status = parser.result();
+  const std::string_view content_type = parser.content_type();
   const bool sse = status == http::status::ok && content_type.rfind("text/event-stream", 0) == 0;
   std::array<char, 16384> chunk;
   int64_t prompt_tokens = 0, completion_tokens = 0;
@@ -170,8 +166,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       if (usage) {
         prompt_tokens = usage->prompt_tokens;
         completion_tokens = usage->completion_tokens;
-        LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
-        Meter(r, b, prompt_tokens, completion_tokens);
+        Meter(r, b, PromptCount::kBackends, prompt_tokens, completion_tokens);
       }
       // The watch's callback closes `up`: it must end before the pool owns `up` (and may
       // lend it to another request or destroy it) while the response is still written.
@@ -265,15 +260,15 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
     // with an error event.
     const bool cut = !done && !client_gone && !*client_left && !cutting_ && writer.ok() &&
                      !events.overflowed() && r.target != kResponsesPath;
-    if (usage_seen && !resuming) {
-      LearnPromptRatio(r.model, r.prompt_chars, prompt_tokens);
-    } else if (usage_seen) {  // the first attempt metered the prompt (estimated)
+    const PromptCount count =
+        usage_seen && !resuming ? PromptCount::kBackends : PromptCount::kOther;
+    if (usage_seen && resuming) {  // the first attempt metered the prompt (estimated)
       prompt_tokens = 0;
-    } else {  // cut short: meter what was streamed
+    } else if (!usage_seen) {  // cut short: meter what was streamed
       prompt_tokens = resuming ? 0 : r.prompt_estimate;
       completion_tokens = content_events;
     }
-    Meter(r, b, prompt_tokens, completion_tokens, /*already_charged=*/content_events);
+    Meter(r, b, count, prompt_tokens, completion_tokens, /*already_charged=*/content_events);
     if (hung) {
       // The backend is out until its health check passes (a stopped process fails it).
       {
@@ -313,14 +308,14 @@ void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter&
 awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
                                     UpstreamParser& parser, std::array<char, 16384>& chunk,
                                     std::chrono::milliseconds idle, beast::error_code& ec) {
-  parser.get().body().data = chunk.data();
-  parser.get().body().size = chunk.size();
+  parser.body().data = chunk.data();
+  parser.body().size = chunk.size();
   stream.deadline().Arm(idle);
   co_await http::async_read_some(stream, buffer.plain(), parser,
                                  net::redirect_error(use_awaitable, ec));
   stream.deadline().Disarm(ec);
   if (ec == http::error::need_buffer) ec = {};
-  co_return chunk.size() - parser.get().body().size;
+  co_return chunk.size() - parser.body().size;
 }
 
 }  // namespace bmas::gateway
