@@ -182,6 +182,22 @@ TEST_F(GatewaySecurityTest, UnknownKeysAreNotCachedAndLimitedPerAddress) {
   const double lookups_before =
       MetricValue(Metrics(), "bmas_gateway_key_lookups_total").value_or(-1);
   ASSERT_GE(lookups_before, 1);
+  // Alice's key with one thing changed, so of a key's length but not its form: a letter of
+  // the prefix, a digit made upper case, one not hex. Each is refused without a look-up in
+  // the store, and does not count against the address (the counts below stay exact).
+  std::vector<std::string> misshapen(3, key_);
+  misshapen[0][5] = 'z';
+  misshapen[1].back() = 'A';
+  misshapen[2][10] = 'g';
+  for (const std::string& bad : misshapen) {
+    ASSERT_NE(bad, key_);
+    c.SetDefaultHeader("Authorization", "Bearer " + bad);
+    auto r = c.Get("/v1/models");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->status, 401) << bad << " " << r->body;
+  }
+  EXPECT_EQ(MetricValue(Metrics(), "bmas_gateway_key_lookups_total").value_or(-1),
+            lookups_before);
   std::mt19937_64 rng(23);
   int refused = 0, limited = 0;
   std::string last_body;
