@@ -18,7 +18,7 @@ namespace bmas::sqlite_internal {
 // One prepared statement; finalized on destruction.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
+  Statement(sqlite3* db, const char* sql) {
     rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
   }
   ~Statement() { sqlite3_finalize(stmt_); }
@@ -83,7 +83,6 @@ class Statement {
   }
 
  private:
-  sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
 };

@@ -514,7 +514,7 @@ class SqliteStore final : public Store {
     if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
     auto removed = sqlite_internal::RemoveDeployment(db_, model);
     if (!removed) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return Fail("removing a deployment");
     }
     if (auto r = Exec("COMMIT;"); !r) return r;
@@ -531,7 +531,7 @@ class SqliteStore final : public Store {
   Result<void> ReplaceReplicas(const std::vector<ReplicaRecord>& replicas) override {
     if (auto r = Exec("BEGIN IMMEDIATE;"); !r) return r;
     if (!sqlite_internal::ReplaceReplicas(db_, replicas)) {
-      Exec("ROLLBACK;");
+      (void)Exec("ROLLBACK;");  // the error being returned says more
       return Fail("recording replicas");
     }
     return Exec("COMMIT;");
