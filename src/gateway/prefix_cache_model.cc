@@ -72,10 +72,22 @@ void PrefixCacheModel::Trim(Cache& cache) {
   }
 }
 
-void PrefixCacheModel::Touch(Cache& cache, uint64_t hash) {
+void PrefixCacheModel::Touch(Cache& cache, uint64_t hash, size_t limit) {
   auto it = cache.where.find(hash);
   if (it != cache.where.end()) {
     cache.lru.splice(cache.lru.begin(), cache.lru, it->second);
+    return;
+  }
+  if (!cache.lru.empty() && cache.lru.size() >= limit) {
+    // Full: the least recently used block goes now rather than at the Trim after, and its
+    // list and map nodes carry the new block (no allocation). An LRU holds the `limit` most
+    // recently touched blocks either way.
+    auto node = cache.where.extract(cache.lru.back());
+    cache.lru.back() = hash;
+    cache.lru.splice(cache.lru.begin(), cache.lru, std::prev(cache.lru.end()));
+    node.key() = hash;
+    node.mapped() = cache.lru.begin();
+    cache.where.insert(std::move(node));
     return;
   }
   cache.lru.push_front(hash);
@@ -85,12 +97,14 @@ void PrefixCacheModel::Touch(Cache& cache, uint64_t hash) {
 
 void PrefixCacheModel::SetCapacity(std::string_view backend, size_t blocks) {
   Cache& cache = CacheOf(backend);
+  if (cache.capacity == blocks) return;
   cache.capacity = blocks;
   Trim(cache);
 }
 
 size_t PrefixCacheModel::CachedPrefix(std::string_view backend,
                                       std::span<const uint64_t> blocks) const {
+  if (blocks.empty()) return 0;
   auto it = caches_.find(backend);
   if (it == caches_.end()) return 0;
   const Cache& cache = it->second;
@@ -107,9 +121,9 @@ void PrefixCacheModel::Record(std::string_view backend, std::span<const uint64_t
   const size_t hashed = std::min(blocks.size(), limit);
   const size_t unhashed = std::min(unhashed_blocks, limit - hashed);
   for (size_t i = unhashed; i > 0; --i) {
-    Touch(cache, Mix64(++cache.unhashed_seq ^ 0x756e686173686564ull));
+    Touch(cache, Mix64(++cache.unhashed_seq ^ 0x756e686173686564ull), limit);
   }
-  for (size_t i = hashed; i > 0; --i) Touch(cache, blocks[i - 1]);
+  for (size_t i = hashed; i > 0; --i) Touch(cache, blocks[i - 1], limit);
   Trim(cache);
 }
 

@@ -85,7 +85,9 @@ class PrefixCacheModel {
 
   Cache& CacheOf(std::string_view backend);
   size_t Limit(const Cache& cache) const;
-  void Touch(Cache& cache, uint64_t hash);
+  // Makes `hash` the most recently used block; at `limit` blocks, the least recently used
+  // one makes room.
+  void Touch(Cache& cache, uint64_t hash, size_t limit);
   void Trim(Cache& cache);
 
   const size_t max_total_;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <list>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +90,35 @@ TEST(PrefixCacheModelTest, EvictsLeastRecentlyUsedAtCapacity) {
   EXPECT_EQ(model.BlocksOf("a"), 3u);
   EXPECT_EQ(model.CachedPrefix("a", p3), 3u);
   EXPECT_EQ(model.total_blocks(), 3u);
+}
+
+// A full cache makes room as it records, block by block: what it holds must still be the
+// capacity's most recently recorded blocks of a plain LRU, whatever order the records came in.
+TEST(PrefixCacheModelTest, AFullCacheHoldsTheMostRecentlyRecordedBlocks) {
+  std::mt19937_64 rng(7);
+  for (const size_t capacity : {1u, 2u, 5u, 16u}) {
+    PrefixCacheModel model;
+    model.SetCapacity("a", capacity);
+    std::list<uint64_t> reference;  // most recently used first, unbounded
+    for (int step = 0; step < 400; ++step) {
+      // Blocks from a small pool, so that many are recorded again while held.
+      std::vector<uint64_t> blocks(rng() % (capacity + 3));
+      for (uint64_t& b : blocks) b = rng() % (3 * capacity + 2);
+      model.Record("a", blocks, 0);
+      const size_t kept = std::min(blocks.size(), capacity);  // what Record may keep
+      for (size_t i = kept; i > 0; --i) {
+        reference.remove(blocks[i - 1]);
+        reference.push_front(blocks[i - 1]);
+      }
+      while (reference.size() > capacity) reference.pop_back();
+      ASSERT_EQ(model.BlocksOf("a"), reference.size()) << capacity << " " << step;
+      ASSERT_EQ(model.total_blocks(), reference.size());
+      for (uint64_t b : reference) {
+        ASSERT_EQ(model.CachedPrefix("a", std::span<const uint64_t>(&b, 1)), 1u)
+            << capacity << " " << step << " " << b;
+      }
+    }
+  }
 }
 
 TEST(PrefixCacheModelTest, ForgottenBackendComesBackCold) {
