@@ -310,8 +310,7 @@ awaitable<void> Gateway::HandleCompletion(HttpRequest& request, ResponseWriter& 
     healthy = healthy || deployed;
     if (known && healthy) {
       const double now = UnixNow();
-      decision = limiter_.Check(r.user, limits, now);
-      if (decision.allowed) limiter_.OnStart(r.user, now);
+      decision = limiter_.Start(r.user, limits, now);
     }
   }
   if (!known) {

@@ -89,9 +89,22 @@ bool RateLimiter::UserState::Idle(double now) const {
 
 LimitDecision RateLimiter::Check(const std::string& user, const UserLimits& limits,
                                  double now) const {
-  LimitDecision decision;
   auto it = users_.find(user);
-  const UserState* state = it == users_.end() ? nullptr : &it->second;
+  return Decide(user, it == users_.end() ? nullptr : &it->second, limits, now);
+}
+
+LimitDecision RateLimiter::Start(const std::string& user, const UserLimits& limits, double now) {
+  auto it = users_.find(user);
+  LimitDecision decision = Decide(user, it == users_.end() ? nullptr : &it->second, limits, now);
+  if (!decision.allowed) return decision;
+  if (it == users_.end()) it = users_.try_emplace(user).first;
+  Begin(it->second, now);
+  return decision;
+}
+
+LimitDecision RateLimiter::Decide(const std::string& user, const UserState* state,
+                                  const UserLimits& limits, double now) {
+  LimitDecision decision;
 
   if (limits.rpm) {
     const int64_t limit = *limits.rpm;
@@ -131,8 +144,9 @@ LimitDecision RateLimiter::Check(const std::string& user, const UserLimits& limi
   return decision;
 }
 
-void RateLimiter::OnStart(const std::string& user, double now) {
-  UserState& state = users_[user];
+void RateLimiter::OnStart(const std::string& user, double now) { Begin(users_[user], now); }
+
+void RateLimiter::Begin(UserState& state, double now) {
   state.requests.Expire(now);
   state.tokens.Expire(now);
   state.requests.Add(now, 1);

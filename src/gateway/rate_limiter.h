@@ -55,6 +55,9 @@ class RateLimiter {
 
   // A request was admitted: counts towards rpm and in flight.
   void OnStart(const std::string& user, double now);
+  // Check, then OnStart when it allows the request: the same decision and counts, with one
+  // look-up of a known user rather than two.
+  LimitDecision Start(const std::string& user, const UserLimits& limits, double now);
   // Tokens metered for the user (prompt and completion); count towards tpm and
   // tokens_per_day. Tokens at or below 0 change nothing.
   void OnTokens(const std::string& user, int64_t tokens, double now);
@@ -96,6 +99,12 @@ class RateLimiter {
     int64_t in_flight = 0;
     bool Idle(double now) const;
   };
+
+  // Check's decision for `user`, whose state is `state` (null: none kept).
+  static LimitDecision Decide(const std::string& user, const UserState* state,
+                              const UserLimits& limits, double now);
+  // OnStart's counts.
+  static void Begin(UserState& state, double now);
 
   std::unordered_map<std::string, UserState> users_;
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,52 @@ TEST(RateLimiterTest, BucketsBoundMemoryAndStayExact) {
   // ~6000 requests in the last minute (bucketing may keep one bucket up to 100 ms longer).
   EXPECT_TRUE(limiter.Check("b", Rpm(6011), kT + 120).allowed);
   EXPECT_FALSE(limiter.Check("b", Rpm(5990), kT + 120).allowed);
+}
+
+// Start is Check then, when allowed, OnStart: the same decisions and the same state after,
+// for users it knows and users it does not, under every kind of limit.
+TEST(RateLimiterTest, StartDecidesAndCountsAsCheckThenOnStart) {
+  std::mt19937_64 rng(11);
+  RateLimiter started, checked;
+  const std::vector<std::string> users = {"alice", "bob", "carol"};
+  std::vector<UserLimits> limits(users.size());
+  limits[0].rpm = 5;
+  limits[0].max_concurrent = 2;
+  limits[1].tpm = 300;
+  limits[1].tokens_per_day = 2000;
+  limits[2].rpm = 0;  // blocks every request
+  double t = kT;
+  for (int step = 0; step < 3000; ++step) {
+    t += static_cast<double>(rng() % 2000) / 1000;
+    const size_t u = rng() % users.size();
+    const std::string& user = users[u];
+    switch (rng() % 3) {
+      case 0: {
+        const LimitDecision a = started.Start(user, limits[u], t);
+        const LimitDecision b = checked.Check(user, limits[u], t);
+        if (b.allowed) checked.OnStart(user, t);
+        ASSERT_EQ(a.allowed, b.allowed) << step;
+        ASSERT_EQ(a.limit, b.limit) << step;
+        ASSERT_EQ(a.retry_after_s, b.retry_after_s) << step;
+        ASSERT_EQ(a.message, b.message) << step;
+        break;
+      }
+      case 1: {
+        const int64_t tokens = static_cast<int64_t>(rng() % 120);
+        started.OnTokens(user, tokens, t);
+        checked.OnTokens(user, tokens, t);
+        break;
+      }
+      default:
+        started.OnEnd(user);
+        checked.OnEnd(user);
+    }
+    for (const std::string& v : users) {
+      ASSERT_EQ(started.in_flight(v), checked.in_flight(v)) << step;
+      ASSERT_EQ(started.window_entries_for_test(v), checked.window_entries_for_test(v)) << step;
+    }
+    ASSERT_EQ(started.known_users_for_test(), checked.known_users_for_test()) << step;
+  }
 }
 
 TEST(RateLimiterTest, PruneForgetsIdleUsers) {
