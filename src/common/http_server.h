@@ -59,6 +59,8 @@ class ResponseWriter {
   // A header for the response this writer sends (Send, SendError, StartStream), named by its
   // text: for the fields Beast has no name for (Content-Security-Policy, Server-Timing, ...).
   void AddHeader(std::string_view name, std::string_view value) {
+    // One allocation for the line, not one for each piece that outgrows the last.
+    extra_headers_.reserve(extra_headers_.size() + name.size() + value.size() + 4);
     extra_headers_.append(name).append(": ").append(value).append("\r\n");
   }
 
