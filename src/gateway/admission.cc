@@ -239,7 +239,10 @@ std::vector<Admit> Admission::Release(const std::string& backend, const std::str
     if (u != b->user_in_flight.end() && --u->second <= 0) b->user_in_flight.erase(u);
     if (b->state.in_flight == 0) b->state.outstanding_tokens = 0;
   }
-  std::vector<Admit> admitted = Dispatch(model, now);
+  // Nothing waits for any model (the common case): there is nothing to admit, and no queue
+  // to look up.
+  std::vector<Admit> admitted;
+  if (!ticket_model_.empty()) admitted = Dispatch(model, now);
   if (b != nullptr && b->state.draining && b->state.in_flight == 0) RemoveBackend(backend);
   return admitted;
 }
