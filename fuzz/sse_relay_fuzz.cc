@@ -1,18 +1,56 @@
 // libFuzzer target: the gateway's SSE relay parser (src/gateway/sse.h): splitting a backend's
 // bytes into events at arbitrary read boundaries, and classifying each event; and stream
 // resumption (src/gateway/resume.h) learning from those events and rewriting them as a second
-// backend's. Links bmas_gateway_parse.
+// backend's; and ReadUsage's scan of a trailing usage object against simdjson's reading of the
+// same JSON. Links bmas_gateway_parse.
 
 #include <simdjson.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 
 #include "gateway/resume.h"
 #include "gateway/sse.h"
+
+namespace {
+
+// Whether no object in `e` repeats a key (ReadUsage's scan takes a repeated key's first value;
+// simdjson on demand, searching on from the last key it found, may take another).
+bool UniqueKeys(simdjson::dom::element e) {
+  if (simdjson::dom::array a; !e.get_array().get(a)) {
+    for (simdjson::dom::element x : a) {
+      if (!UniqueKeys(x)) return false;
+    }
+  } else if (simdjson::dom::object o; !e.get_object().get(o)) {
+    std::set<std::string_view> keys;
+    for (auto [key, value] : o) {
+      if (!keys.insert(key).second || !UniqueKeys(value)) return false;
+    }
+  }
+  return true;
+}
+
+// ReadUsage's scan of a trailing usage object must read what simdjson reads, for any JSON
+// object without repeated keys.
+void CheckUsage(simdjson::dom::parser& parser, std::string_view json) {
+  simdjson::dom::element doc;
+  if (parser.parse(json.data(), json.size()).get(doc) || !doc.is_object() || !UniqueKeys(doc)) {
+    return;
+  }
+  const auto scanned = bmas::gateway::ReadUsage(json);
+  const auto parsed = bmas::gateway::ReadUsageOnDemand(json);
+  if (scanned.has_value() != parsed.has_value() ||
+      (scanned && (scanned->prompt_tokens != parsed->prompt_tokens ||
+                   scanned->completion_tokens != parsed->completion_tokens))) {
+    std::abort();
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static simdjson::dom::parser parser;
@@ -39,9 +77,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (resume.tokens() == 3) (void)resume.NextBody();
       }
       if (resume.resumptions() > 0) (void)resume.Rewrite(e);
+      CheckUsage(parser, bmas::gateway::SseEventData(e));
       joined.append(e);
     }
   }
+  // The bytes as a whole answer's body.
+  CheckUsage(parser, bytes);
   // The body for the next backend is a JSON object, or an error.
   if (auto body = resume.NextBody(); body && (body->empty() || body->front() != '{')) std::abort();
   // Without overflow, the events and the rest are exactly the bytes given.

@@ -150,18 +150,22 @@ std::optional<TokenUsage> ScanUsage(std::string_view text, bool& parsed) {
 }  // namespace
 
 std::optional<TokenUsage> ReadUsage(std::string_view json) {
-  struct Shrink {
-    ~Shrink() {
-      if (padded.capacity() > kKeepScratch) std::string().swap(padded);
-      if (answer_parser.capacity() > kKeepScratch) answer_parser = simdjson::ondemand::parser();
-    }
-  } shrink;
   bool parsed = false;
   const size_t trailing = TrailingUsage(json);
   if (trailing != std::string_view::npos) {
     std::optional<TokenUsage> u = ScanUsage(TrimJsonSpace(json).substr(trailing), parsed);
     if (parsed) return u;
   }
+  return ReadUsageOnDemand(json);
+}
+
+std::optional<TokenUsage> ReadUsageOnDemand(std::string_view json) {
+  struct Shrink {
+    ~Shrink() {
+      if (padded.capacity() > kKeepScratch) std::string().swap(padded);
+      if (answer_parser.capacity() > kKeepScratch) answer_parser = simdjson::ondemand::parser();
+    }
+  } shrink;
   // On demand: only the path to the usage object is parsed, not a whole DOM of the answer (its
   // choices and their text); stage 1 still checks the whole text's strings and UTF-8.
   Pad(json);

@@ -59,6 +59,10 @@ struct TokenUsage {
 // by a scan of its bytes: the text before it is not checked.
 // Thread-safe (its scratch is per thread).
 std::optional<TokenUsage> ReadUsage(std::string_view json);
+// ReadUsage without the scan of a trailing usage object: simdjson on demand, always. For a JSON
+// object whose keys are not repeated, the two give the same answer (the fuzz target
+// sse_relay checks it).
+std::optional<TokenUsage> ReadUsageOnDemand(std::string_view json);
 
 // The JSON of an event: its "data: " line, after an "event: TYPE" line if it has one.
 std::string_view SseEventData(std::string_view event);

@@ -109,6 +109,36 @@ TEST(ReadUsageTest, ReadsChatAndResponsesUsage) {
   }
 }
 
+// The scan of a trailing usage object reads what simdjson reads, on the documents the scan
+// takes (the fuzz target sse_relay checks any JSON object without repeated keys).
+TEST(ReadUsageTest, TheScanReadsWhatSimdjsonReads) {
+  const char* docs[] = {
+      R"({"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})",
+      R"({"id":"x","choices":[{"text":"}"}],"usage":{"prompt_tokens":11,"total_tokens":27,)"
+      R"("completion_tokens":16,"prompt_tokens_details":{"cached_tokens":0}}})",
+      R"({"usage":{ "completion_tokens" : 4 , "prompt_tokens":-3}})",
+      R"({"usage":{"prompt_tokens":-0,"completion_tokens":1}})",
+      R"({"usage":{"prompt_tokens":1e2,"completion_tokens":1}})",
+      R"({"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":1}})",
+      R"({"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":1}})",
+      R"({"usage":{"prompt_tokens":5,"completion_tokens":1}})",
+      R"({"usage":{"input_tokens":5,"output_tokens":7,"total_tokens":12}})",
+      R"({"usage":{"prompt_tokens":"5","completion_tokens":1}})",
+      R"({"usage":{"prompt_tokens":null,"completion_tokens":1}})",
+      R"({"usage":{}})",
+      "{\"usage\":{\"prompt_tokens\":\t2,\n\"completion_tokens\":3 }\r\n}",
+  };
+  for (const char* doc : docs) {
+    const auto scanned = ReadUsage(doc);
+    const auto parsed = ReadUsageOnDemand(doc);
+    ASSERT_EQ(scanned.has_value(), parsed.has_value()) << doc;
+    if (scanned) {
+      EXPECT_EQ(scanned->prompt_tokens, parsed->prompt_tokens) << doc;
+      EXPECT_EQ(scanned->completion_tokens, parsed->completion_tokens) << doc;
+    }
+  }
+}
+
 TEST(SseEventDataTest, IsTheDataLineAfterAnyEventLine) {
   EXPECT_EQ(SseEventData("data: {}\n\n"), "{}");
   EXPECT_EQ(SseEventData("event: response.completed\ndata: {\"a\":1}\n\n"), "{\"a\":1}");
