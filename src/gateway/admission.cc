@@ -125,8 +125,11 @@ bool Admission::Remove(Ticket ticket) {
 }
 
 bool Admission::OthersActive(const ModelQueue& mq, const std::string& user) {
-  return mq.queue.size() > mq.queue.queued(user) ||
-         mq.last_request.size() > (mq.last_request.contains(user) ? 1u : 0u);
+  // Look-ups only when the counts alone do not tell.
+  const size_t waiting = mq.queue.size();
+  if (waiting > 0 && waiting > mq.queue.queued(user)) return true;
+  const size_t recent = mq.last_request.size();
+  return recent > 1 || (recent == 1 && !mq.last_request.contains(user));
 }
 
 bool Admission::MayUse(const AdmissionBackend& b, const std::string& user,
@@ -168,7 +171,7 @@ bool Admission::Eligible(const std::string& user, bool others) const {
                      [&](const AdmissionBackend* b) { return MayUse(*b, user, others); });
 }
 
-AdmissionBackend& Admission::Place(ModelQueue& mq, const AdmissionView& r, bool others) {
+AdmissionBackend& Admission::Place(const AdmissionView& r, bool others) {
   candidates_.clear();
   for (AdmissionBackend* b : open_) {
     if (MayUse(*b, r.user, others)) {
@@ -184,8 +187,6 @@ AdmissionBackend& Admission::Place(ModelQueue& mq, const AdmissionView& r, bool 
   ++b.state.in_flight;
   ++b.user_in_flight[r.user];
   b.state.outstanding_tokens += r.prompt_estimate;
-  mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
-  mq.CountCharge(r.user, r.weight, r.prompt_estimate);
   return b;
 }
 
@@ -194,12 +195,16 @@ const std::string* Admission::AdmitAtOnce(const AdmissionView& request, double n
   if (mq.queue.size() > 0) return nullptr;  // others wait: it takes its place among them
   // What Enqueue does first; then Dispatch's steps for a queue of this one request.
   mq.last_request[request.user] = now;
-  mq.charged[request.user].weight = request.weight;
+  ModelQueue::Charged& charged = mq.charged[request.user];  // a node: the reference holds
+  charged.weight = request.weight;
   if (!GatherOpen(request.model, mq, now)) return nullptr;
-  const bool others = OthersActive(mq, request.user);  // ServeAtOnce leaves it as it is
+  const bool others = OthersActive(mq, request.user);
   if (!Eligible(request.user, others)) return nullptr;
-  mq.queue.ServeAtOnce(request.user);
-  return &Place(mq, request, others).state.id;
+  // Dispatch's pop and charge, with one look-up of the user each.
+  AdmissionBackend& b = Place(request, others);
+  mq.queue.ServeAtOnce(request.user, request.weight, request.prompt_estimate);
+  ModelQueue::CountCharge(charged, request.weight, request.prompt_estimate);
+  return &b.state.id;
 }
 
 void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double now,
@@ -226,7 +231,10 @@ void Admission::DispatchInto(const std::string& model, ModelQueue& mq, double no
     const AdmissionRequest r = std::move(w->second);
     mq.waiting.erase(w);
     ticket_model_.erase(*ticket);
-    admitted.push_back(Admit{*ticket, Place(mq, r.view(), OthersActive(mq, r.user)).state.id});
+    AdmissionBackend& b = Place(r.view(), OthersActive(mq, r.user));
+    mq.queue.Charge(r.user, r.weight, r.prompt_estimate);
+    mq.CountCharge(r.user, r.weight, r.prompt_estimate);
+    admitted.push_back(Admit{*ticket, b.state.id});
   }
 }
 

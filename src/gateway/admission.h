@@ -200,11 +200,13 @@ class Admission {
       int64_t tokens = 0;
     };
     std::unordered_map<std::string, Charged> charged;
-    void CountCharge(const std::string& user, double weight, int64_t tokens) {
+    static void CountCharge(Charged& c, double weight, int64_t tokens) {
       if (tokens <= 0) return;
-      Charged& c = charged[user];
       c.weight = weight;
       c.tokens += tokens;
+    }
+    void CountCharge(const std::string& user, double weight, int64_t tokens) {
+      if (tokens > 0) CountCharge(charged[user], weight, tokens);
     }
   };
 
@@ -220,9 +222,10 @@ class Admission {
   bool GatherOpen(const std::string& model, ModelQueue& mq, double now);
   // Whether `user` may use one of open_; `others` is OthersActive(the model's queue, user).
   bool Eligible(const std::string& user, bool others) const;
-  // Routes a request out of the queue to one of open_ it may use (one must be), counts it
-  // there and charges its prompt estimate. `others`: OthersActive(mq, r.user) as it is now.
-  AdmissionBackend& Place(ModelQueue& mq, const AdmissionView& r, bool others);
+  // Routes a request to one of open_ it may use (one must be) and counts it there, with its
+  // prompt estimate. `others`: OthersActive(its model's queue, r.user) as it is now. The
+  // caller charges the estimate to the user's counter.
+  AdmissionBackend& Place(const AdmissionView& r, bool others);
 
   const AdmissionOptions options_;
   Router router_;

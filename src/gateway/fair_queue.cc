@@ -65,12 +65,13 @@ std::optional<Ticket> FairQueue::PopNext(
   return ticket;
 }
 
-void FairQueue::ServeAtOnce(const std::string& user) {
+void FairQueue::ServeAtOnce(const std::string& user, double weight, int64_t tokens) {
   assert(tickets_.empty() && active_.empty());
   auto [it, inserted] = users_.try_emplace(user);
   UserState& state = it->second;
   state.counter = std::max(state.counter, floor_);  // Push's lift, with no one queued
   floor_ = state.counter;                           // PopNext's floor
+  if (tokens > 0) state.counter += static_cast<double>(tokens) / std::max(weight, kMinWeight);
   if (inserted) MaybeSweep();
 }
 

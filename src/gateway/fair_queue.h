@@ -61,9 +61,10 @@ class FairQueue {
   std::optional<Ticket> PopNext(const std::function<bool(const std::string& user)>& eligible);
 
   // A request of `user` served the moment it came, while nothing was queued: the same
-  // counter and floor() as Push then PopNext, without a ticket.
+  // counter and floor() as Push then PopNext, without a ticket; then Charge(user, weight,
+  // tokens), with the one look-up of the user.
   // REQUIRES: size() == 0.
-  void ServeAtOnce(const std::string& user);
+  void ServeAtOnce(const std::string& user, double weight = 1, int64_t tokens = 0);
 
   // Removes a waiting ticket (deadline passed, client gone). False if it is not queued.
   bool Remove(Ticket ticket);
