@@ -323,7 +323,7 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
   connections_[worker].insert(&conn);
   while (!stopping_) {
     conn.idle = true;
-    http::request_parser<http::string_body> parser;
+    HttpRequestParser parser(options_.request_fields);
     parser.header_limit(64 * 1024);
     parser.body_limit(options_.max_body_bytes);
     beast::error_code ec;

@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "common/asio.h"
+#include "common/http_request_parser.h"
 #include "common/result.h"
 
 namespace bmas {
 
-using HttpRequest = http::request<http::string_body>;
 
 // Sends one response to the request being handled: whole, or as a chunked stream.
 class ResponseWriter {
@@ -98,6 +98,9 @@ struct HttpServerOptions {
   std::chrono::seconds read_timeout{60};
   std::chrono::seconds write_timeout{60};
   std::string server_name = "bmas";
+  // The request header fields the handler reads (HttpRequestParser): others are checked and
+  // dropped, not stored. Empty: every field.
+  std::vector<http::field> request_fields;
 };
 
 class HttpServer {

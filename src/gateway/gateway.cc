@@ -32,6 +32,13 @@ std::vector<double> LatencyBuckets() {
 // How long after a user's last request the reserve is kept free for them.
 constexpr double kReserveWindowS = 30;
 
+// The users' listener: its handlers read one request field, the API key (HttpServer keeps
+// Connection too); the dozen others a client sends are checked and dropped, not stored.
+HttpServerOptions UsersListener(HttpServerOptions http) {
+  http.request_fields = {http::field::authorization};
+  return http;
+}
+
 }  // namespace
 
 Gateway::Gateway(net::io_context& io, GatewayOptions options, StorePtr store)
@@ -42,7 +49,7 @@ Gateway::Gateway(std::vector<net::io_context*> workers, GatewayOptions options, 
       io_(*workers_.at(0)),
       options_(std::move(options)),
       store_(std::move(store), options_.store_connections, options_.open_store),
-      http_(workers_, options_.http,
+      http_(workers_, UsersListener(options_.http),
             [this](HttpRequest& r, ResponseWriter& w) { return Handle(r, w); }),
       instance_id_(MakeInstanceId(options_.instance_id)),
       env_(*options_.env),
@@ -435,6 +442,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     if (id != nullptr) {
       backend = FindBackendLocked(*id);  // nothing waits for the model: no ticket, no waiter
       admitted = true;
+      if (backend != nullptr) queue_wait_.Observe(0.0);  // so no second section below
     } else {
       waiter = std::make_shared<Waiter>(&r);
       ticket = admission_.Enqueue(AdmissionRequest::Of(request, resumed), now);
@@ -460,7 +468,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     co_await waiter->wake->async_wait(net::redirect_error(use_awaitable, ec));
     writer.StopWatching();
   }
-  {
+  if (waiter != nullptr || backend == nullptr) {
     std::lock_guard lock(mu_);
     if (waiter != nullptr) backend = waiter->backend;
     if (backend == nullptr) {  // timed out or the client left: not admitted meanwhile
