@@ -2,7 +2,7 @@
 """Runs bmas gateway's benchmarks and writes them into bench/RESULTS.md under "# Gateway benchmarks".
 
 Usage: bench/gateway_bench.py [BUILD_DIR] [--quick] [--only 1,2,3,4 [--record]]
-                              [--gateway-binary PATH]
+                              [--gateway-binary PATH] [--client openai]
 
 Every figure is measured by this script, beside the command that produced it; only that
 heading's section is replaced: the engine's above it (bench/run.py) and Slurm's after it
@@ -35,6 +35,13 @@ if "--only" in sys.argv:
     i = sys.argv.index("--only")
     ONLY = {int(x) for x in sys.argv[i + 1].split(",")}
     del sys.argv[i:i + 2]  # run.py reads BUILD_DIR from the other arguments
+# --client openai: wrk sends the head the `openai` npm client sends (bench/wrk_completion.lua);
+# G1 then goes to a section of its own.
+CLIENT = "wrk"
+if "--client" in sys.argv:
+    i = sys.argv.index("--client")
+    CLIENT = sys.argv[i + 1]
+    del sys.argv[i:i + 2]
 GATEWAY_BINARY = None
 if "--gateway-binary" in sys.argv:
     i = sys.argv.index("--gateway-binary")
@@ -277,7 +284,8 @@ def free_port():
 
 def wrk(url, connections, seconds, key):
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", WRK_SCRIPT, url + "/v1/completions"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BMAS_BENCH_KEY=key))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BMAS_BENCH_KEY=key,
+                                                                            BMAS_BENCH_CLIENT=CLIENT))
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(cmd)} failed: {out.stdout} {out.stderr}")
@@ -285,7 +293,7 @@ def wrk(url, connections, seconds, key):
     if result["status_errors"] or result["socket_errors"]:
         raise RuntimeError(f"{' '.join(cmd)}: errors: {result}")
     result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
-    shown = f"BMAS_BENCH_KEY=KEY wrk -t1 -c{connections} -d{seconds}s -s bench/wrk_completion.lua URL/v1/completions"
+    shown = ("BMAS_BENCH_CLIENT=openai " if CLIENT == "openai" else "") + f"BMAS_BENCH_KEY=KEY wrk -t1 -c{connections} -d{seconds}s -s bench/wrk_completion.lua URL/v1/completions"
     return result, shown
 
 
@@ -427,6 +435,12 @@ def overhead():
             f"{n32['busy'] * 100:.0f}% busy with nginx, {g32['busy'] * 100:.0f}% with the gateway. "
             f"Round by round, each gateway run against the nginx run before it: requests/s {spread(rps_rounds)}; "
             f"CPU per request {spread(cpu_rounds)}.")
+    if CLIENT == "openai":
+        text = ("wrk sends the head the `openai` npm client sends (4.104.0 on Node 20, as captured from it: "
+                "sixteen fields, where wrk alone sends four; `BMAS_BENCH_CLIENT=openai`, bench/wrk_completion.lua). "
+                + text)
+        return ("G1o. Overhead with the openai npm client's head: direct vs nginx vs bmas gateway",
+                f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
     return ("G1. Overhead: direct vs nginx vs bmas gateway, in front of an instant engine",
             f"build/bmas engine --port 0 --profile instant\n{gw_command}\n{shown.rstrip()}", text, rows)
 
@@ -696,7 +710,9 @@ def record_sections(sections):
         start = doc.index(heading)
         following = re.search(r"\n#{1,2} ", doc[start + len(heading):])
         end = start + len(heading) + following.start() if following else -1
-        text = (f"{heading}\n\nRe-run alone with `python3 bench/gateway_bench.py --only {title[1:title.index('.')]} "
+        only = re.match(r"G(\d+)", title).group(1)
+        client = " --client openai" if CLIENT == "openai" else ""
+        text = (f"{heading}\n\nRe-run alone with `python3 bench/gateway_bench.py --only {only}{client} "
                 f"--record` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {commit}; the other "
                 f"gateway figures are from the full run above.\n\n```\n{command}\n```\n\n{body}\n\n"
                 + "\n".join(table) + "\n")

@@ -5,9 +5,13 @@ bench/wrk_completion.lua), with the gateway under valgrind. Instruction counts d
 what else the machine runs, so this is the figure to compare changes by on a shared machine.
 
 Usage: bench/gateway_callgrind.py [BUILD_DIR] [--seconds S] [--top N] [--keep DIR] [--port P] [--nginx]
+                                  [--client openai] [--gateway-binary PATH]
 
 --port P: the gateway listens on P, as a deployed one does, and so keeps its usage journal
 (<state dir>/store/gateway-usage-P.journal); the default, 0, is an ephemeral port: no journal.
+
+--client openai: wrk sends the head the `openai` npm client sends (sixteen fields, against
+wrk's four; bench/wrk_completion.lua). --gateway-binary PATH: the gateway of another build.
 
 --nginx: counts nginx instead, as G1 runs it (one worker, upstream keep-alive; here with
 master_process off, so that its one process is the one valgrind counts): the reference.
@@ -41,6 +45,7 @@ TOP = int(option("--top", "25"))
 KEEP = option("--keep", None)
 PORT = option("--port", "0")
 NGINX = "--nginx" in sys.argv
+CLIENT = option("--client", "wrk")
 sys.argv = [a for a in sys.argv if a != "--nginx"]
 
 import gateway_bench as gb  # noqa: E402  (reads BUILD_DIR from the remaining arguments)
@@ -52,7 +57,8 @@ def wrk(url, key, seconds):
     the gateway is some 50 times slower)."""
     cmd = ["wrk", "-t1", "-c32", f"-d{seconds}s", "--timeout", "30s", "-s", gb.WRK_SCRIPT,
            url + "/v1/completions"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BMAS_BENCH_KEY=key))
+    out = subprocess.run(cmd, capture_output=True, text=True,
+                         env=dict(os.environ, BMAS_BENCH_KEY=key, BMAS_BENCH_CLIENT=CLIENT))
     result = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
     if result["status_errors"] or result["socket_errors"]:
         raise RuntimeError(f"{' '.join(cmd)}: errors: {result}")
@@ -64,7 +70,7 @@ def start_gateway(valgrind, engine, shim):
     state = gb.State()
     key = state.add_user("bench")
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([*valgrind, gb.BMAS, "gateway", "--port", PORT, "--backend", engine.url, "--threads", "1"],
+    proc = subprocess.Popen([*valgrind, gb.GATEWAY_BINARY or gb.BMAS, "gateway", "--port", PORT, "--backend", engine.url, "--threads", "1"],
                             env=dict(state.env, LD_PRELOAD=shim), stdout=subprocess.PIPE, stderr=log, text=True)
     while True:
         line = proc.stdout.readline()
