@@ -9,18 +9,15 @@ wrk.headers["Authorization"] = "Bearer " .. (os.getenv("BMAS_BENCH_KEY") or "non
 -- BMAS_BENCH_CLIENT=openai: the head the `openai` npm client (4.104.0, on Node 20) sends, as
 -- captured from it: sixteen fields where wrk alone sends four.
 if os.getenv("BMAS_BENCH_CLIENT") == "openai" then
-  wrk.headers["Accept"] = "application/json"
-  wrk.headers["User-Agent"] = "OpenAI/JS 4.104.0"
-  wrk.headers["X-Stainless-Lang"] = "js"
-  wrk.headers["X-Stainless-Package-Version"] = "4.104.0"
-  wrk.headers["X-Stainless-OS"] = "Linux"
-  wrk.headers["X-Stainless-Arch"] = "x64"
-  wrk.headers["X-Stainless-Runtime"] = "node"
-  wrk.headers["X-Stainless-Runtime-Version"] = "v20.20.2"
-  wrk.headers["X-Stainless-Retry-Count"] = "0"
-  wrk.headers["X-Stainless-Timeout"] = "600"
-  wrk.headers["Accept-Encoding"] = "gzip,deflate"
-  wrk.headers["Connection"] = "keep-alive"
+  for name, value in pairs({
+    ["Accept"] = "application/json", ["User-Agent"] = "OpenAI/JS 4.104.0",
+    ["X-Stainless-Lang"] = "js", ["X-Stainless-Package-Version"] = "4.104.0",
+    ["X-Stainless-OS"] = "Linux", ["X-Stainless-Arch"] = "x64", ["X-Stainless-Runtime"] = "node",
+    ["X-Stainless-Runtime-Version"] = "v20.20.2", ["X-Stainless-Retry-Count"] = "0",
+    ["X-Stainless-Timeout"] = "600", ["Accept-Encoding"] = "gzip,deflate",
+    ["Connection"] = "keep-alive"}) do
+    wrk.headers[name] = value
+  end
 end
 
 -- Latencies are in microseconds.
