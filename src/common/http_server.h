@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/asio.h"
+#include "common/head_text.h"
 #include "common/http_request_parser.h"
 #include "common/result.h"
 
@@ -59,9 +60,7 @@ class ResponseWriter {
   // A header for the response this writer sends (Send, SendError, StartStream), named by its
   // text: for the fields Beast has no name for (Content-Security-Policy, Server-Timing, ...).
   void AddHeader(std::string_view name, std::string_view value) {
-    // One allocation for the line, not one for each piece that outgrows the last.
-    extra_headers_.reserve(extra_headers_.size() + name.size() + value.size() + 4);
-    extra_headers_.append(name).append(": ").append(value).append("\r\n");
+    extra_headers_.Field(name, value);
   }
 
   bool ok() const { return ok_; }
@@ -84,7 +83,7 @@ class ResponseWriter {
   std::chrono::steady_clock::duration write_timeout_;
   bool ok_ = true;
   bool sent_ = false;
-  std::string extra_headers_;  // "Name: value\r\n" lines from AddHeader
+  HeadText<128> extra_headers_;  // "Name: value\r\n" lines from AddHeader
 };
 
 // Handles one request; must send exactly one response through the writer.

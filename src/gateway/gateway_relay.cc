@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/backend_identity.h"
+#include "common/head_text.h"
 #include "common/operator_auth.h"
 #include "common/write_now.h"
 #include "gateway/backend_source.h"
@@ -61,16 +62,13 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
 
   // The request's head by hand and the body by reference, in one async_write: Beast's
   // serializer would cost several times the syscall, and a copy of the body.
-  std::string head;
-  head.reserve(128 + b.url.base_path.size() + b.url.host.size());
-  head.append("POST ").append(b.url.base_path).append(r.target).append(" HTTP/1.1\r\nHost: ");
-  head.append(b.url.host).append(":").append(b.url.port);
-  if (!b.identity.key.empty()) {
-    head.append("\r\nAuthorization: Bearer ").append(b.identity.key);
-  }
-  head.append("\r\nContent-Type: application/json\r\nContent-Length: ");
-  head.append(std::to_string(r.upstream_body.size())).append("\r\n\r\n");
-  const std::array<net::const_buffer, 2> request_buffers{net::buffer(head),
+  HeadText<256> head;
+  head << "POST " << b.url.base_path << r.target << " HTTP/1.1\r\nHost: " << b.url.host << ":"
+       << b.url.port;
+  if (!b.identity.key.empty()) head << "\r\nAuthorization: Bearer " << b.identity.key;
+  head << "\r\nContent-Type: application/json\r\nContent-Length: "
+       << static_cast<uint64_t>(r.upstream_body.size()) << "\r\n\r\n";
+  const std::array<net::const_buffer, 2> request_buffers{head.buffer(),
                                                          net::buffer(r.upstream_body)};
   // A backend that takes nothing or sends nothing for longer than the idle timeout hangs; a
   // stream's backend answers at once and then sends a token at a time.
