@@ -697,9 +697,14 @@ def shared_prompts():
             text, rows)
 
 
+EARLIER = "**Earlier runs, kept as they were written.**"
+
+
 def record_sections(sections):
-    """Replaces the given "## " sections of RESULTS.md (each up to the next heading), saying
-    which commit wrote them; the rest of the file stays as it was."""
+    """Replaces the recorded block of the given "## " sections of RESULTS.md (from its "Re-run
+    alone with" line to the section's earlier runs, or its end), saying which commit wrote it.
+    What is written above the block stays, and the block it replaces moves to the top of the
+    section's earlier runs; the rest of the file stays as it was."""
     path = os.path.join(ROOT, "bench", "RESULTS.md")
     with open(path) as f:
         doc = f.read()
@@ -707,16 +712,26 @@ def record_sections(sections):
                             text=True).stdout.strip()
     for title, command, body, table in sections:
         heading = f"## {title}"
-        start = doc.index(heading)
-        following = re.search(r"\n#{1,2} ", doc[start + len(heading):])
-        end = start + len(heading) + following.start() if following else -1
+        start = doc.index(heading) + len(heading)
+        following = re.search(r"\n#{1,2} ", doc[start:])
+        end = start + following.start() + 1 if following else len(doc)
+        section = doc[start:end]
         only = re.match(r"G(\d+)", title).group(1)
         client = " --client openai" if CLIENT == "openai" else ""
-        text = (f"{heading}\n\nRe-run alone with `python3 bench/gateway_bench.py --only {only}{client} "
-                f"--record` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {commit}; the other "
-                f"gateway figures are from the full run above.\n\n```\n{command}\n```\n\n{body}\n\n"
-                + "\n".join(table) + "\n")
-        doc = doc[:start] + text + (doc[end:] if end >= 0 else "")
+        block = (f"Re-run alone with `python3 bench/gateway_bench.py --only {only}{client} "
+                 f"--record` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {commit}; the other "
+                 f"gateway figures are from the full run above.\n\n```\n{command}\n```\n\n{body}\n\n"
+                 + "\n".join(table) + "\n")
+        rerun = section.find("\nRe-run alone with ")
+        if rerun < 0:
+            section = "\n\n" + block + "\n"
+        else:
+            above = section[:rerun + 1]
+            earlier = section.find(EARLIER, rerun)
+            old_block = section[rerun + 1:earlier if earlier >= 0 else len(section)].rstrip("\n")
+            after = section[earlier + len(EARLIER):].lstrip("\n") if earlier >= 0 else ""
+            section = (above + block + "\n" + EARLIER + "\n\n" + old_block + "\n\n" + after).rstrip("\n") + "\n\n"
+        doc = doc[:start] + section + doc[end:]
     with open(path, "w") as f:
         f.write(doc)
 
