@@ -56,8 +56,6 @@ class HeadText {
 
   std::string_view view() const { return {data_, size_}; }
   net::const_buffer buffer() const { return {data_, size_}; }
-  size_t size() const { return size_; }
-  void clear() { size_ = 0; }
 
  private:
   // Moves the text to a string with room for `more` bytes after it (rare: out of line).

@@ -29,7 +29,6 @@
 
 namespace bmas {
 
-
 // Sends one response to the request being handled: whole, or as a chunked stream.
 class ResponseWriter {
  public:

@@ -1,6 +1,7 @@
-// HttpServer's deadlines on a connection: the idle keep-alive connection, a request's body that
-// stalls, and a kept-alive connection used more slowly than the idle timeout but never idle
-// for that long. The reads run under CoarseDeadline (common/coarse_deadline.h).
+// HttpServer against raw client sockets: its deadlines on a connection (the idle keep-alive
+// connection, a request's body that stalls, and a kept-alive connection used more slowly than
+// the idle timeout but never idle for that long; the reads run under CoarseDeadline,
+// common/coarse_deadline.h), and a server that keeps only some request fields.
 
 #include "common/http_server.h"
 
@@ -18,11 +19,13 @@ using Clock = std::chrono::steady_clock;
 
 class HttpServerDeadlineTest : public ::testing::Test {
  protected:
-  void Start(HttpServerOptions options) {
-    server_ = std::make_unique<HttpServer>(
-        io_, std::move(options), [](HttpRequest&, ResponseWriter& w) -> awaitable<void> {
-          co_await w.Send(http::status::ok, "text/plain", "ok");
-        });
+  void Start(HttpServerOptions options, HttpHandler handler = {}) {
+    if (!handler) {
+      handler = [](HttpRequest&, ResponseWriter& w) -> awaitable<void> {
+        co_await w.Send(http::status::ok, "text/plain", "ok");
+      };
+    }
+    server_ = std::make_unique<HttpServer>(io_, std::move(options), std::move(handler));
     auto port = server_->Listen();
     ASSERT_TRUE(port) << port.error().message;
     port_ = *port;
@@ -119,6 +122,48 @@ TEST_F(HttpServerDeadlineTest, AConnectionUsedMoreOftenThanTheIdleTimeoutStaysOp
     ASSERT_NE(ReadResponse(s), "") << "request " << i << " found the connection closed";
     std::this_thread::sleep_for(600ms);
   }
+}
+
+// A raw client against a server that keeps one request field (as the gateway's users' port):
+// the handler sees that field and Connection only, whatever else comes; Connection: close is
+// still honoured; a malformed field or an oversized body is refused with the connection closed.
+TEST_F(HttpServerDeadlineTest, ARawClientGetsOnlyTheKeptFieldsToTheHandlerAndIsRefusedWhenMalformed) {
+  HttpServerOptions o;
+  o.request_fields = {http::field::authorization};
+  o.max_body_bytes = 64;
+  Start(o, [](HttpRequest& r, ResponseWriter& w) -> awaitable<void> {
+    std::string seen;
+    for (const auto& f : r) seen += std::string(f.name_string()) + "=" + std::string(f.value()) + ";";
+    co_await w.Send(http::status::ok, "text/plain", seen + "|" + r.body());
+  });
+  auto exchange = [this](const std::string& request) {
+    tcp::socket s = Connect();
+    net::write(s, net::buffer(request));
+    std::string got;
+    char bytes[1024];
+    beast::error_code ec;
+    while (!ec) {  // until the server closes, or the kept-alive response is whole
+      const size_t n = s.read_some(net::buffer(bytes), ec);
+      got.append(bytes, n);
+      if (got.find("|body") != std::string::npos) break;
+    }
+    return got;
+  };
+  const std::string many =
+      "POST /v1/x HTTP/1.1\r\nHost: gw\r\nUser-Agent: a\r\nX-Stainless-Lang: js\r\n"
+      "Authorization: Bearer k\r\nCookie: c=1\r\nContent-Length: 4\r\n\r\nbody";
+  const std::string kept = exchange(many);
+  EXPECT_NE(kept.find("\r\n\r\nAuthorization=Bearer k;|body"), std::string::npos) << kept;
+  EXPECT_EQ(kept.find("Connection: close"), std::string::npos) << kept;
+  const std::string closing = exchange(
+      "POST / HTTP/1.1\r\nConnection: close\r\nX-Other: y\r\nContent-Length: 4\r\n\r\nbody");
+  EXPECT_NE(closing.find("Connection: close\r\n"), std::string::npos) << closing;
+  EXPECT_NE(closing.find("Connection=close;|body"), std::string::npos) << closing;
+  const std::string malformed = exchange("GET / HTTP/1.1\r\nBad Name: v\r\n\r\n");
+  EXPECT_NE(malformed.find("HTTP/1.1 400 "), std::string::npos) << malformed;
+  EXPECT_NE(malformed.find("malformed HTTP request"), std::string::npos) << malformed;
+  const std::string large = exchange("POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n");
+  EXPECT_NE(large.find("HTTP/1.1 413 "), std::string::npos) << large;
 }
 
 }  // namespace
