@@ -13,6 +13,7 @@
 #include "common/json_object.h"
 #include "common/listen_socket.h"
 #include "common/read_buffer.h"
+#include "common/read_head.h"
 #include "common/write_now.h"
 
 namespace bmas {
@@ -315,8 +316,7 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
     parser.body_limit(options_.max_body_bytes);
     beast::error_code ec;
     deadline.Arm(options_.idle_timeout);
-    co_await http::async_read_header(stream, buffer, parser,
-                                     net::redirect_error(use_awaitable, ec));
+    co_await ReadHead(stream.socket(), buffer, parser, ec);
     deadline.Disarm(ec);
     conn.idle = false;
     // Beast checks a declared Content-Length against the limit as soon as the header is in.

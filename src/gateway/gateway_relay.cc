@@ -15,6 +15,7 @@
 #include "common/backend_identity.h"
 #include "common/head_text.h"
 #include "common/operator_auth.h"
+#include "common/read_head.h"
 #include "common/write_now.h"
 #include "gateway/backend_source.h"
 #include "gateway/gateway.h"
@@ -85,14 +86,16 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   ReadBuffer buffer;
   UpstreamParser parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (!ec && !r.stream) {
+  if (!ec) {
     up->deadline().Arm(idle);
-    co_await http::async_read_header(*up, buffer, parser, net::redirect_error(use_awaitable, ec));
-    up->deadline().Disarm(ec);
-  } else if (!ec) {  // a stream's backend may die after its head: the plain read sees that
-    up->deadline().Arm(idle);
-    co_await http::async_read_header(*up, buffer.plain(), parser,
-                                     net::redirect_error(use_awaitable, ec));
+    if (up->tls()) {
+      co_await http::async_read_header(*up, buffer.plain(), parser,
+                                       net::redirect_error(use_awaitable, ec));
+    } else if (!r.stream) {
+      co_await ReadHead(up->socket(), buffer, parser, ec);
+    } else {  // a stream's backend may die after its head: the plain read sees that
+      co_await ReadHead(up->socket(), buffer.plain(), parser, ec);
+    }
     up->deadline().Disarm(ec);
   }
   if (ec) {
