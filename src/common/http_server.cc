@@ -107,6 +107,12 @@ void PutHead(HeadText<N>& out, unsigned version, http::status status, bool keep_
 
 awaitable<bool> ResponseWriter::Send(http::status status, std::string_view content_type,
                                      std::string body, Headers headers) {
+  if (SendAtOnce(status, content_type, std::move(body), headers)) co_return ok_;
+  co_return co_await SendRest();
+}
+
+bool ResponseWriter::SendAtOnce(http::status status, std::string_view content_type,
+                                std::string body, const Headers& headers) {
   sent_ = true;
   // The head put together by hand (Beast's serializer costs several times more CPU than the
   // syscall for the small responses of an API), then head and body in one write.
@@ -123,10 +129,23 @@ awaitable<bool> ResponseWriter::Send(http::status status, std::string_view conte
       head.buffer(), has_body ? net::buffer(body) : net::const_buffer()};
   beast::error_code ec;
   size_t sent = 0;
-  if (!WriteAtOnce(stream_.socket(), bytes, sent, ec)) {
-    ec = co_await WriteRest(stream_, bytes, sent, write_timeout_);
+  if (WriteAtOnce(stream_.socket(), bytes, sent, ec)) {
+    if (ec) ok_ = false;
+    return true;
   }
-  if (ec) ok_ = false;
+  // The socket's send buffer is full (a large body, a slow client): the rest waits for room.
+  unsent_head_.assign(head.view());
+  if (has_body) unsent_body_ = std::move(body);
+  unsent_from_ = sent;
+  return false;
+}
+
+awaitable<bool> ResponseWriter::SendRest() {
+  const std::array<net::const_buffer, 2> bytes{net::buffer(unsent_head_),
+                                               net::buffer(unsent_body_)};
+  if (co_await WriteRest(stream_, bytes, unsent_from_, write_timeout_)) ok_ = false;
+  unsent_head_.clear();
+  unsent_body_.clear();
   co_return ok_;
 }
 
@@ -316,7 +335,12 @@ awaitable<void> HttpServer::Session(TcpStream::socket_type socket, size_t worker
     parser.body_limit(options_.max_body_bytes);
     beast::error_code ec;
     deadline.Arm(options_.idle_timeout);
-    co_await ReadHead(stream.socket(), buffer, parser, ec);
+    HeadRead read(buffer, parser);  // ReadHead, in this coroutine's frame
+    while (!read.Parse(ec)) {
+      const size_t n = co_await stream.socket().async_read_some(
+          read.buffers(), net::redirect_error(use_awaitable, ec));
+      if (read.Read(n, ec)) break;
+    }
     deadline.Disarm(ec);
     conn.idle = false;
     // Beast checks a declared Content-Length against the limit as soon as the header is in.

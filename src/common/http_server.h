@@ -40,6 +40,14 @@ class ResponseWriter {
   // A whole response. Returns false when the client is gone.
   awaitable<bool> Send(http::status status, std::string_view content_type, std::string body,
                        Headers headers = {});
+  // Send in two steps, for a handler that sends a response per request and spares Send's
+  // coroutine frame: SendAtOnce writes what the socket takes now, and returns true when
+  // nothing is left to write (ok() says whether the client is gone); otherwise SendRest
+  // writes the rest, and returns what Send would.
+  //   if (!writer.SendAtOnce(status, type, std::move(body))) co_await writer.SendRest();
+  bool SendAtOnce(http::status status, std::string_view content_type, std::string body,
+                  const Headers& headers = {});
+  awaitable<bool> SendRest();
   // An OpenAI-style error object: {"error": {"message", "type", "param", "code"}}.
   awaitable<bool> SendError(const Error& error);
   awaitable<bool> SendError(http::status status, std::string message, std::string param = {},
@@ -83,6 +91,9 @@ class ResponseWriter {
   bool ok_ = true;
   bool sent_ = false;
   HeadText<128> extra_headers_;  // "Name: value\r\n" lines from AddHeader
+  // What SendAtOnce left to SendRest: the response's bytes after the first `unsent_from_`.
+  std::string unsent_head_, unsent_body_;
+  size_t unsent_from_ = 0;
 };
 
 // Handles one request; must send exactly one response through the writer.

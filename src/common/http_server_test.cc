@@ -166,5 +166,37 @@ TEST_F(HttpServerDeadlineTest, ARawClientGetsOnlyTheKeptFieldsToTheHandlerAndIsR
   EXPECT_NE(large.find("HTTP/1.1 413 "), std::string::npos) << large;
 }
 
+// A whole response larger than the socket takes at once (a client that reads only after a
+// while): SendAtOnce leaves the rest to SendRest, which writes every byte, in order, and the
+// kept-alive connection then serves the next request; Send, which is the two steps, the same.
+TEST_F(HttpServerDeadlineTest, AResponseTheSocketCannotTakeAtOnceIsWrittenWholeByItsRest) {
+  const size_t size = 16 << 20;
+  std::string body(size, 'x');
+  for (size_t i = 0; i < size; i += 4096) body[i] = static_cast<char>('a' + (i / 4096) % 26);
+  bool at_once = true;
+  Start({}, [&](HttpRequest& r, ResponseWriter& w) -> awaitable<void> {
+    if (r.target() == "/two-steps") {
+      at_once = w.SendAtOnce(http::status::ok, "text/plain", body);
+      if (!at_once) co_await w.SendRest();
+    } else {
+      co_await w.Send(http::status::ok, "text/plain", body);
+    }
+  });
+  tcp::socket s = Connect();
+  for (const char* target : {"/two-steps", "/send", "/two-steps"}) {
+    net::write(s, net::buffer(std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::this_thread::sleep_for(50ms);  // the server's write fills the socket's buffers first
+    http::response<http::string_body> response;
+    beast::flat_buffer buffer;
+    beast::error_code ec;
+    http::read(s, buffer, response, ec);
+    ASSERT_FALSE(ec) << target << ": " << ec.message();
+    EXPECT_EQ(response.result(), http::status::ok) << target;
+    EXPECT_TRUE(response.body() == body) << target << ": " << response.body().size() << " bytes";
+    EXPECT_TRUE(response.keep_alive()) << target;
+  }
+  EXPECT_FALSE(at_once) << "the test's response fit the socket: it tests nothing of SendRest";
+}
+
 }  // namespace
 }  // namespace bmas

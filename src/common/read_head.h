@@ -26,41 +26,79 @@
 
 namespace bmas {
 
+// ReadHead's steps, for a caller that reads heads often and spares a coroutine frame of
+// ReadHead's own (with a chain of coroutines, Asio recycles one frame a thread; the others are
+// allocated and freed, each time):
+//   HeadRead read(buffer, parser);
+//   while (!read.Parse(ec)) {
+//     const size_t n = co_await socket.async_read_some(read.buffers(), redirect_error(..., ec));
+//     if (read.Read(n, ec)) break;
+//   }
+template <class DynamicBuffer, class Parser>
+class HeadRead {
+ public:
+  using Buffers = beast::buffers_prefix_view<typename DynamicBuffer::mutable_buffers_type>;
+
+  HeadRead(DynamicBuffer& buffer, Parser& parser) : buffer_(buffer), parser_(parser) {}
+
+  // Parses what is buffered. True when the read is over: the parser has the whole head, or
+  // `ec` says why not; false when the socket must be read into buffers() first.
+  bool Parse(beast::error_code& ec) {
+    ec = {};
+    while (!parser_.is_header_done()) {
+      if (buffer_.size() > 0) {
+        const size_t used = parser_.put(buffer_.data(), ec);
+        buffer_.consume(used);
+        if (ec && ec != http::error::need_more) return true;
+        const bool more = ec == http::error::need_more || used == 0;
+        ec = {};
+        if (!more) continue;
+      }
+      size_ = beast::read_size(buffer_, 65536);
+      if (size_ == 0) {
+        ec = http::error::buffer_overflow;
+        return true;
+      }
+      return false;
+    }
+    return true;
+  }
+
+  // Where the socket's next read goes.
+  Buffers buffers() { return Buffers(size_, buffer_.prepare(size_)); }
+
+  // After a read into buffers() that took `n` bytes and ended with `ec`: true when the read is
+  // over (`ec` says why), false when Parse comes next.
+  bool Read(size_t n, beast::error_code& ec) {
+    buffer_.commit(n);
+    if (ec == net::error::eof) {
+      if (!parser_.got_some()) {
+        ec = http::error::end_of_stream;
+        return true;
+      }
+      ec = {};
+      parser_.put_eof(ec);  // an error: the head is not whole
+      return true;
+    }
+    return static_cast<bool>(ec);
+  }
+
+ private:
+  DynamicBuffer& buffer_;
+  Parser& parser_;
+  size_t size_ = 0;
+};
+
 // Reads into `buffer` and parses with `parser` until the parser has the whole head, or `ec`
 // says why not. `parser` may then hold part of the body too only when it is eager.
 template <class Socket, class DynamicBuffer, class Parser>
 awaitable<void> ReadHead(Socket& socket, DynamicBuffer& buffer, Parser& parser,
                          beast::error_code& ec) {
-  ec = {};
-  while (!parser.is_header_done()) {
-    if (buffer.size() > 0) {
-      const size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec && ec != http::error::need_more) co_return;
-      const bool more = ec == http::error::need_more || used == 0;
-      ec = {};
-      if (!more) continue;
-    }
-    const size_t size = beast::read_size(buffer, 65536);
-    if (size == 0) {
-      ec = http::error::buffer_overflow;
-      co_return;
-    }
-    using Buffers = typename DynamicBuffer::mutable_buffers_type;
-    const size_t n = co_await socket.async_read_some(
-        beast::buffers_prefix_view<Buffers>(size, buffer.prepare(size)),
-        net::redirect_error(use_awaitable, ec));
-    buffer.commit(n);
-    if (ec == net::error::eof) {
-      if (!parser.got_some()) {
-        ec = http::error::end_of_stream;
-        co_return;
-      }
-      ec = {};
-      parser.put_eof(ec);  // an error: the head is not whole
-      co_return;
-    }
-    if (ec) co_return;
+  HeadRead read(buffer, parser);
+  while (!read.Parse(ec)) {
+    const size_t n =
+        co_await socket.async_read_some(read.buffers(), net::redirect_error(use_awaitable, ec));
+    if (read.Read(n, ec)) break;
   }
 }
 

@@ -92,7 +92,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
       co_await http::async_read_header(*up, buffer.plain(), parser,
                                        net::redirect_error(use_awaitable, ec));
     } else if (!r.stream) {
-      co_await ReadHead(up->socket(), buffer, parser, ec);
+      HeadRead read(buffer, parser);  // ReadHead, in this coroutine's frame
+      while (!read.Parse(ec)) {
+        const size_t n = co_await up->socket().async_read_some(
+            read.buffers(), net::redirect_error(use_awaitable, ec));
+        if (read.Read(n, ec)) break;
+      }
     } else {  // a stream's backend may die after its head: the plain read sees that
       co_await ReadHead(up->socket(), buffer.plain(), parser, ec);
     }
@@ -184,7 +189,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
         co_await EndStreamWithError(writer, std::move(message));
       } else {
         AddServerTiming(r, asked, writer);
-        co_await writer.Send(status, type, std::move(body));
+        if (!writer.SendAtOnce(status, type, std::move(body))) co_await writer.SendRest();
       }
     }
   } else if (resuming ||
