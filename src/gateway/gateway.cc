@@ -134,7 +134,7 @@ BackendIdentity Gateway::IdentityOf(const BackendUrl& url) const {
   return who;
 }
 
-double Gateway::Now() const { return (env_.Now() - epoch_).count(); }
+double Gateway::Now() const { return Since(env_.Now()); }
 
 Result<uint16_t> Gateway::Listen() {
   auto port = http_.Listen();
@@ -429,7 +429,9 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
   {
     std::lock_guard lock(mu_);
     const bool resumed = r.resume.has_value() && r.resume->resumptions() > 0;
-    const double now = Now();
+    // A first attempt is admitted at the request's start, a clock read less; a later one now.
+    const double now = r.attempted ? Now() : Since(r.start);
+    r.attempted = true;
     const AdmissionView request{.model = r.model,
                                 .user = r.user,
                                 .weight = r.weight,
@@ -475,7 +477,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
       admission_.Remove(ticket);
       waiters_.erase(ticket);
     } else if (client_gone) {
-      ReleaseLocked(*backend, r.user, r.model);
+      ReleaseLocked(*backend, r.user, r.model, env_.Now());
     } else {
       const double waited = admitted ? 0.0 : (env_.Now() - queued).count();
       queue_wait_.Observe(waited);
@@ -516,11 +518,12 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     const bool timed_out = !relayed && !writer.sent() && relayed.error().param == kTimeoutParam;
     bool other = false;
     {
+      const TimePoint end = r.answered != TimePoint{} ? r.answered : env_.Now();
       std::lock_guard lock(mu_);
-      ReleaseLocked(*backend, r.user, r.model);  // may remove a drained backend
+      ReleaseLocked(*backend, r.user, r.model, end);  // may remove a drained backend
       if (relayed) {
         CountStatusLocked(200);
-        e2e_.Observe((env_.Now() - r.start).count());
+        e2e_.Observe((end - r.start).count());
       } else if (cut || timed_out) {
         admission_.SetHealthy(backend->id, false);  // until its health check passes
       } else if (relayed.error().code == ErrorCode::kUnavailable && !writer.sent()) {
@@ -584,8 +587,9 @@ void Gateway::DispatchLocked(const std::string& model) {
 
 void Gateway::DispatchAllLocked() { CarryOutLocked(admission_.DispatchAll(Now())); }
 
-void Gateway::ReleaseLocked(Backend& b, const std::string& user, const std::string& model) {
-  CarryOutLocked(admission_.Release(b.id, user, model, Now()));
+void Gateway::ReleaseLocked(Backend& b, const std::string& user, const std::string& model,
+                            TimePoint now) {
+  CarryOutLocked(admission_.Release(b.id, user, model, Since(now)));
   if (admission_.backend(b.id) == nullptr) {  // drained
     std::erase_if(backends_, [&](const auto& p) { return p.get() == &b; });
   }

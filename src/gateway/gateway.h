@@ -198,7 +198,8 @@ class Gateway {
   // admitted waiter with its backend; drop a drained backend). REQUIRES: mu_ held.
   void DispatchLocked(const std::string& model);
   void DispatchAllLocked();
-  void ReleaseLocked(Backend& backend, const std::string& user, const std::string& model);
+  void ReleaseLocked(Backend& backend, const std::string& user, const std::string& model,
+                     TimePoint now);
   void CarryOutLocked(const std::vector<Admit>& admitted);
   // Who the backend at `url` must prove to be.
   BackendIdentity IdentityOf(const BackendUrl& url) const;
@@ -213,7 +214,8 @@ class Gateway {
   awaitable<Result<void>> RelayOnce(Backend& backend, Request& request, ResponseWriter& writer,
                                     bool& stale);
   // The Server-Timing header of `r`'s response, whose backend was asked for at `asked`.
-  void AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
+  // Returns the time it read: the answer's end.
+  TimePoint AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const;
   // One read of the response body into `chunk`, under the deadline `idle`; returns the bytes
   // read.
   static awaitable<size_t> ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
@@ -257,6 +259,8 @@ class Gateway {
   std::string RenderMetrics();         // takes mu_
   std::string LoadJson();              // takes mu_
   double Now() const;
+  // `t` as Now() would have given it then.
+  double Since(TimePoint t) const { return (t - epoch_).count(); }
   // Seconds since 1970: rate limits and metered usage are kept in wall time.
   double UnixNow() const { return env_.UnixNow(); }
 

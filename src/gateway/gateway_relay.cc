@@ -188,7 +188,7 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
         result = Error{ErrorCode::kInternal, message};
         co_await EndStreamWithError(writer, std::move(message));
       } else {
-        AddServerTiming(r, asked, writer);
+        r.answered = AddServerTiming(r, asked, writer);
         if (!writer.SendAtOnce(status, type, std::move(body))) co_await writer.SendRest();
       }
     }
@@ -305,10 +305,12 @@ awaitable<Result<void>> Gateway::RelayOnce(Backend& b, Request& r, ResponseWrite
   co_return result;
 }
 
-void Gateway::AddServerTiming(const Request& r, TimePoint asked, ResponseWriter& writer) const {
+TimePoint Gateway::AddServerTiming(const Request& r, TimePoint asked,
+                                   ResponseWriter& writer) const {
   const TimePoint now = env_.Now();
   writer.AddHeader("Server-Timing",
                    ServerTiming((now - r.start).count(), r.queue_s, (now - asked).count()).view());
+  return now;
 }
 
 awaitable<size_t> Gateway::ReadSome(UpstreamStream& stream, ReadBuffer& buffer,
