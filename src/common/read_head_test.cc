@@ -133,5 +133,51 @@ TEST(ReadHeadTest, AMalformedHeadIsTheParsersError) {
   EXPECT_EQ(reads[0].ec, http::error::bad_field) << reads[0].ec.message();
 }
 
+// A socket that counts the reads ReadHead makes.
+struct CountingSocket {
+  TcpStream::socket_type& socket;
+  int reads = 0;
+  template <class Buffers, class Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    ++reads;
+    return socket.async_read_some(buffers, std::forward<Token>(token));
+  }
+};
+
+// The `openai` npm client's requests (a head of some 540 bytes, the body after it) come in one
+// read each, head and body, from the first on a connection: not a 512-byte read first, nor a
+// buffer that stays just under a request's size after its first growth.
+TEST(ReadHeadTest, AClientsRequestWithItsBodyComesInOneReadEachTime) {
+  TcpPair p;
+  const std::string body(114, 'b');
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " +
+                              std::string(480, 'p') + "\r\nContent-Length: 114\r\n\r\n" + body;
+  std::vector<std::pair<int, size_t>> seen;  // reads, and the body's bytes buffered after them
+  net::co_spawn(
+      p.io,
+      [&]() -> awaitable<void> {
+        ReadBuffer buffer;
+        CountingSocket socket{p.server.socket()};
+        for (int i = 0; i < 3; ++i) {
+          // Each request is sent whole before it is read.
+          co_await net::async_write(p.client, net::buffer(request), use_awaitable);
+          Parser parser;
+          beast::error_code ec;
+          socket.reads = 0;
+          co_await ReadHead(socket, buffer, parser, ec);
+          EXPECT_FALSE(ec) << ec.message();
+          seen.emplace_back(socket.reads, buffer.size());
+          buffer.consume(buffer.size());
+        }
+      },
+      net::detached);
+  p.io.run();
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& [reads, buffered] : seen) {
+    EXPECT_EQ(reads, 1);
+    EXPECT_EQ(buffered, body.size());
+  }
+}
+
 }  // namespace
 }  // namespace bmas
