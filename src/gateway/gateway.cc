@@ -518,7 +518,7 @@ awaitable<Gateway::Outcome> Gateway::Attempt(Request& r, ResponseWriter& writer,
     const bool timed_out = !relayed && !writer.sent() && relayed.error().param == kTimeoutParam;
     bool other = false;
     {
-      const TimePoint end = r.answered != TimePoint{} ? r.answered : env_.Now();
+      const TimePoint end = r.answered ? *r.answered : env_.Now();
       std::lock_guard lock(mu_);
       ReleaseLocked(*backend, r.user, r.model, end);  // may remove a drained backend
       if (relayed) {

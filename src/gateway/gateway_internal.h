@@ -69,9 +69,9 @@ struct Gateway::Request {
   std::vector<uint64_t> cache_blocks;  // cache_aware: PrefixBlockHashes of the lead
   size_t unhashed_blocks = 0;          // cache_aware: prompt blocks past the lead's
   TimePoint start;                     // from the gateway's env
-  // When a whole answer was handed to the socket (Server-Timing's end); the epoch until then.
-  // The request's end for its metrics and its admission's release: one clock read less.
-  TimePoint answered{};
+  // When a whole answer was handed to the socket (Server-Timing's end): the request's end
+  // for its metrics and its admission's release, one clock read less. Unset for a stream.
+  std::optional<TimePoint> answered;
   bool attempted = false;  // Attempt has run: a later one reads the time of its own
   double queue_s = 0;                  // waited for admission, over all attempts
   // A stream that reached the client: what it was sent, to resume it on another backend.
